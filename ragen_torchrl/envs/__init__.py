@@ -1,1 +1,46 @@
-"""envs."""
+"""Environments: TorchRL chat envs over pure-Python game cores, and the registry.
+
+Example:
+    >>> from ragen_torchrl.envs import make_env, available_envs
+    >>> "frozenlake" in available_envs()
+    True
+    >>> env = make_env("frozenlake", num_envs=4, success_rate=0.98)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .frozenlake import FrozenLakeEnv
+from .text_env import TextGameEnv
+
+_REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
+    "frozenlake": FrozenLakeEnv,
+}
+
+
+def register_env(name: str, builder: Callable[..., TextGameEnv]) -> None:
+    """Register ``builder(**cfg) -> TextGameEnv`` under ``name`` for :func:`make_env`."""
+    _REGISTRY[name] = builder
+
+
+def available_envs() -> list[str]:
+    """Names accepted by :func:`make_env`."""
+    return sorted(_REGISTRY)
+
+
+def make_env(name: str, **cfg: Any) -> TextGameEnv:
+    """Build a registered environment by name.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid names).
+    """
+    try:
+        builder = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown env {name!r}; valid names: {', '.join(available_envs())}") from None
+    return builder(**cfg)
+
+
+__all__ = ["FrozenLakeEnv", "TextGameEnv", "make_env", "register_env", "available_envs"]

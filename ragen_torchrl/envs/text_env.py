@@ -1,0 +1,249 @@
+"""A batched TorchRL chat environment over pure-Python game cores.
+
+:class:`TextGameEnv` is a :class:`torchrl.envs.llm.ChatEnv` in history mode. Each row of
+the batch is one episode of a :class:`~ragen_torchrl.envs.games.base.TextGame`. The env
+parses the last assistant message, applies the actions, appends the next observation as a
+user message and writes the keys of the TensorDict contract (see ``DESIGN.md``):
+``group_id``, ``turn``, ``progress``, ``("next", "reward")`` of shape ``(B, 1, 1)``,
+``done``/``terminated``/``truncated`` of shape ``(B, 1)``, ``success``,
+``action_is_valid``, ``action_is_effective``.
+
+Rows are addressed by ``env_index``: the env is not batch-locked, so a rollout can step
+only the rows that are still running (a sub-TensorDict carrying their ``env_index``).
+That keeps every generation batch uniform in its number of messages, which
+``TransformersWrapper`` needs in history mode.
+
+Example:
+    >>> import tensordict, torch
+    >>> tensordict.set_list_to_stack(True).set()
+    >>> from tensordict import TensorDict
+    >>> from ragen_torchrl.envs import make_env
+    >>> env = make_env("frozenlake", num_envs=2)
+    >>> td = env.reset(TensorDict(level_seed=torch.tensor([3, 3]), group_id=torch.tensor([0, 0]), batch_size=[2]))
+    >>> list(td["history", "prompt"][0].role)
+    ['system', 'user']
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase, lazy_stack
+from torchrl.data import Bounded, Composite, Unbounded
+from torchrl.data.llm import History
+from torchrl.envs.llm import ChatEnv
+
+from .games.base import TextGame
+from .parsing import parse_response
+
+FORMAT_INSTRUCTIONS = (
+    "Reply as <think> your reasoning </think><answer> your action </answer>. "
+    "You may give up to {max_actions} actions separated by ||."
+)
+
+
+class TextGameEnv(ChatEnv):
+    """Batched multi-turn chat env over :class:`TextGame` cores.
+
+    Args:
+        game_factory: ``game_factory(level_seed, sample_seed) -> TextGame``. Rows with the
+            same ``level_seed`` get the same level; ``sample_seed`` only varies stochastic
+            dynamics (slips) between the G samples of a group.
+        num_envs: batch size B used for specs (rows are addressed by ``env_index``).
+        max_turn: turns per episode before truncation.
+        max_actions_per_turn: actions kept from one reply.
+        max_actions_per_traj: actions per episode before truncation.
+        format_penalty: reward of a turn with no valid action (state unchanged).
+        system_prompt: overrides the default (game instructions + format rules).
+        device: device of the reward/done tensors.
+
+    Input of ``reset``: a TensorDict with ``level_seed`` (B, long) and ``group_id``
+    (B, long); optional ``sample_seed`` (B, long).
+    """
+
+    def __init__(
+        self,
+        game_factory: Callable[[int, int], TextGame],
+        *,
+        num_envs: int = 1,
+        max_turn: int = 5,
+        max_actions_per_turn: int = 2,
+        max_actions_per_traj: int = 10,
+        format_penalty: float = -0.1,
+        system_prompt: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        for name, value in (
+            ("num_envs", num_envs),
+            ("max_turn", max_turn),
+            ("max_actions_per_turn", max_actions_per_turn),
+            ("max_actions_per_traj", max_actions_per_traj),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.game_factory = game_factory
+        self.max_turn = max_turn
+        self.max_actions_per_turn = max_actions_per_turn
+        self.max_actions_per_traj = max_actions_per_traj
+        self.format_penalty = float(format_penalty)
+        probe = game_factory(0, 0)
+        if system_prompt is None:
+            system_prompt = probe.instructions + " " + FORMAT_INSTRUCTIONS.format(max_actions=max_actions_per_turn)
+        super().__init__(batch_size=(num_envs,), system_prompt=system_prompt, input_mode="history", device=device)
+        # rows are addressed by env_index, so sub-batches of running rows can be stepped
+        self._batch_locked = False
+        self.games: list[TextGame] = []
+        self._turns: list[int] = []
+        self._actions_used: list[int] = []
+
+    # -- specs ------------------------------------------------------------------
+    def _make_specs(self) -> None:
+        super()._make_specs()
+        shape = self.batch_size
+        self.full_observation_spec.update(
+            Composite(
+                group_id=Unbounded(shape=shape, dtype=torch.long),
+                env_index=Unbounded(shape=shape, dtype=torch.long),
+                turn=Unbounded(shape=shape, dtype=torch.long),
+                progress=Unbounded(shape=shape, dtype=torch.float32),
+                success=Bounded(0, 1, shape=shape, dtype=torch.bool),
+                action_is_valid=Bounded(0, 1, shape=shape, dtype=torch.bool),
+                action_is_effective=Bounded(0, 1, shape=shape, dtype=torch.bool),
+                shape=shape,
+            )
+        )
+        # torchrl's LLM convention: reward has two more dims than the batch
+        self.full_reward_spec = Composite(reward=Unbounded(shape=shape + (1, 1)), shape=shape)
+        self.full_done_spec = Composite(
+            done=Bounded(0, 1, shape=shape + (1,), dtype=torch.bool),
+            terminated=Bounded(0, 1, shape=shape + (1,), dtype=torch.bool),
+            truncated=Bounded(0, 1, shape=shape + (1,), dtype=torch.bool),
+            shape=shape,
+        )
+
+    # -- helpers ----------------------------------------------------------------
+    @staticmethod
+    def _user_message(content: str) -> History:
+        return History(role="user", content=content, batch_size=(1,))
+
+    def observation_text(self, game: TextGame, prefix: str = "") -> str:
+        """The user message for a game state (override to change the rendering)."""
+        return f"{prefix}{game.render_text()}"
+
+    # -- reset/step ---------------------------------------------------------------
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        if tensordict is None or "level_seed" not in tensordict.keys():
+            raise RuntimeError(
+                f"{type(self).__name__}.reset needs a TensorDict with 'level_seed' and 'group_id' entries (one per row)"
+            )
+        level_seeds = tensordict.get("level_seed").reshape(-1).tolist()
+        n = len(level_seeds)
+        group_ids = tensordict.get("group_id", torch.zeros(n, dtype=torch.long)).reshape(-1)
+        sample_seeds = tensordict.get("sample_seed", None)
+        if sample_seeds is None:
+            sample_seeds = torch.arange(n)
+        sample_seeds = sample_seeds.reshape(-1).tolist()
+        self.games = [self.game_factory(int(s), int(ss)) for s, ss in zip(level_seeds, sample_seeds)]
+        self._turns = [0] * n
+        self._actions_used = [0] * n
+        histories = [
+            History.from_chats([[{"role": "system", "content": self.system_prompt},
+                                 {"role": "user", "content": self.observation_text(g)}]])[0]
+            for g in self.games
+        ]
+        out = TensorDict(
+            {
+                "group_id": group_ids.to(torch.long),
+                "env_index": torch.arange(n),
+                "turn": torch.zeros(n, dtype=torch.long),
+                "progress": torch.tensor([g.progress() for g in self.games], dtype=torch.float32),
+                "success": torch.zeros(n, dtype=torch.bool),
+                "action_is_valid": torch.ones(n, dtype=torch.bool),
+                "action_is_effective": torch.zeros(n, dtype=torch.bool),
+                "done": torch.zeros(n, 1, dtype=torch.bool),
+                "terminated": torch.zeros(n, 1, dtype=torch.bool),
+                "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            },
+            batch_size=[n],
+            device=self.device,
+        ).to_lazystack(0)
+        out.set(("history", "prompt"), lazy_stack(histories))
+        return out
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        full: History = tensordict.get(("history", "full"))
+        env_index = tensordict.get("env_index").reshape(-1).tolist()
+        replies = [h.content[-1] if h.role[-1] == "assistant" else "" for h in full.unbind(0)]
+        n = len(env_index)
+        rewards = torch.zeros(n, 1, 1)
+        done = torch.zeros(n, 1, dtype=torch.bool)
+        terminated = torch.zeros(n, 1, dtype=torch.bool)
+        truncated = torch.zeros(n, 1, dtype=torch.bool)
+        success = torch.zeros(n, dtype=torch.bool)
+        valid = torch.zeros(n, dtype=torch.bool)
+        effective = torch.zeros(n, dtype=torch.bool)
+        turns = torch.zeros(n, dtype=torch.long)
+        progress = torch.zeros(n)
+        new_msgs = []
+        for row, (idx, reply) in enumerate(zip(env_index, replies)):
+            game = self.games[idx]
+            parsed = parse_response(reply, game.action_names, self.max_actions_per_turn)
+            budget = self.max_actions_per_traj - self._actions_used[idx]
+            actions = parsed.actions[: max(budget, 0)]
+            reward, finished, any_effect = 0.0, False, False
+            if not actions:
+                reward = self.format_penalty
+                prefix = "Invalid reply, the state did not change.\n"
+            else:
+                valid[row] = True
+                prefix = ""
+                for action in actions:
+                    r, finished, info = game.step(action)
+                    reward += r
+                    self._actions_used[idx] += 1
+                    any_effect |= bool(info.get("action_is_effective", False))
+                    if finished:
+                        success[row] = bool(info.get("success", False))
+                        break
+            self._turns[idx] += 1
+            out_of_budget = self._turns[idx] >= self.max_turn or self._actions_used[idx] >= self.max_actions_per_traj
+            terminated[row] = finished
+            truncated[row] = out_of_budget and not finished
+            done[row] = finished or out_of_budget
+            rewards[row] = reward
+            effective[row] = any_effect
+            turns[row] = self._turns[idx]
+            progress[row] = game.progress()
+            new_msgs.append(self._user_message(self.observation_text(game, prefix)))
+        next_prompt = full.extend(lazy_stack(new_msgs), inplace=False, dim=-1)
+        out = TensorDict(
+            {
+                "group_id": tensordict.get("group_id"),
+                "env_index": tensordict.get("env_index"),
+                "turn": turns,
+                "progress": progress,
+                "success": success,
+                "action_is_valid": valid,
+                "action_is_effective": effective,
+                "reward": rewards,
+                "done": done,
+                "terminated": terminated,
+                "truncated": truncated,
+            },
+            batch_size=[n],
+            device=self.device,
+        ).to_lazystack(0)
+        out.set(("history", "prompt"), next_prompt)
+        return out
+
+    def _set_seed(self, seed: int | None) -> None:
+        # levels are chosen by the level_seed entries passed to reset
+        self._seed = seed
+
+
+def sample_seed(level_seed: int, sample: int) -> int:
+    """Deterministic per-sample seed for stochastic dynamics inside one prompt group."""
+    return random.Random(level_seed * 1_000_003 + sample).getrandbits(31)
