@@ -39,10 +39,7 @@ from torchrl.envs.llm import ChatEnv
 from .games.base import TextGame
 from .parsing import parse_response
 
-FORMAT_INSTRUCTIONS = (
-    "Reply as <think> your reasoning </think><answer> your action </answer>. "
-    "You may give up to {max_actions} actions separated by ||."
-)
+FORMAT_INSTRUCTIONS = "Reply <think>reasoning</think><answer>action</answer>, up to {max_actions} actions split by ||."
 
 
 class TextGameEnv(ChatEnv):
@@ -141,6 +138,8 @@ class TextGameEnv(ChatEnv):
             )
         level_seeds = tensordict.get("level_seed").reshape(-1).tolist()
         n = len(level_seeds)
+        if n != self.batch_size[0]:
+            raise RuntimeError(f"{type(self).__name__}.reset needs one row per env ({self.batch_size[0]}), got {n}")
         group_ids = tensordict.get("group_id", torch.zeros(n, dtype=torch.long)).reshape(-1)
         sample_seeds = tensordict.get("sample_seed", None)
         if sample_seeds is None:
@@ -196,7 +195,7 @@ class TextGameEnv(ChatEnv):
             reward, finished, any_effect = 0.0, False, False
             if not actions:
                 reward = self.format_penalty
-                prefix = "Invalid reply, the state did not change.\n"
+                prefix = "Invalid reply.\n"
             else:
                 valid[row] = True
                 prefix = ""
@@ -238,6 +237,18 @@ class TextGameEnv(ChatEnv):
         ).to_lazystack(0)
         out.set(("history", "prompt"), next_prompt)
         return out
+
+    def _assert_tensordict_shape(self, tensordict: TensorDictBase) -> None:
+        # step() may receive any subset of the rows (addressed by env_index); the base
+        # check (batch == env.batch_size) would reject a sub-batch of running rows
+        if tensordict.batch_dims != 1 or tensordict.batch_size[0] > self.batch_size[0]:
+            super()._assert_tensordict_shape(tensordict)
+
+    def _step_proc_data(self, next_tensordict_out: TensorDictBase) -> TensorDictBase:
+        # _step writes reward (n, 1, 1) and done/terminated/truncated (n, 1) for its n rows;
+        # the base class would reshape them to the full (num_envs, ...) spec shapes, which
+        # fails for a sub-batch
+        return next_tensordict_out
 
     def _set_seed(self, seed: int | None) -> None:
         # levels are chosen by the level_seed entries passed to reset

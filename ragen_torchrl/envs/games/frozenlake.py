@@ -105,10 +105,7 @@ class FrozenLakeGame(TextGame):
     """
 
     action_names = ("Left", "Down", "Right", "Up")
-    instructions = (
-        "You are walking on a frozen lake. Reach the goal G without falling into a hole O. "
-        "P is you and _ is safe ice. Actions: Left, Down, Right, Up."
-    )
+    instructions = "FrozenLake: reach the goal G and avoid holes O. P is you, _ is ice. Actions: Left, Down, Right, Up."
 
     def __init__(
         self,
@@ -204,21 +201,25 @@ class FrozenLakeGame(TextGame):
                     cells.append("P")
                 else:
                     cells.append({"H": "O", "G": "G"}.get(tile, "_"))
-            rows.append(" ".join(cells))
+            rows.append("".join(cells))
         return "\n".join(rows)
 
     def render_text(self) -> str:
-        holes = ", ".join(f"({r}, {c})" for r, c in self.holes) or "none"
+        # short on purpose: every observation token is paid for at every later turn
+        holes = " ".join(f"({r},{c})" for r, c in self.holes) or "none"
         return (
             f"{self.render_grid()}\n"
-            f"Player at ({self.player[0]}, {self.player[1]}). Goal at ({self.goal[0]}, {self.goal[1]}). "
-            f"Holes at {holes}."
+            f"Player ({self.player[0]},{self.player[1]}) Goal ({self.goal[0]},{self.goal[1]}) Holes {holes}"
         )
 
     # -- oracle -----------------------------------------------------------------
     def progress(self) -> float:
-        """Shortest hole-free path length to the goal (0 at the goal, inf if cut off)."""
-        return float(self._dist.get(self.player, float("inf")))
+        """Shortest hole-free path length to the goal (0 at the goal).
+
+        In a hole, or cut off from the goal, it is ``rows * cols`` (longer than any path),
+        so the value stays finite for averaging and for T3's stall rule.
+        """
+        return float(self._dist.get(self.player, self.n_rows * self.n_cols))
 
     def oracle_action(self) -> str:
         """First move of a shortest hole-free path (ignores slipping); ties in ``action_names`` order."""
@@ -244,12 +245,7 @@ class FrozenLakeGame(TextGame):
     def explain(self, action: str) -> str:
         r, c = self.player
         nxt = self._move(self.player, action)
-        where = f"I am at ({r}, {c}) and the goal is at ({self.goal[0]}, {self.goal[1]})."
-        if nxt in self.holes:
-            why = f"Going {action} leads to ({nxt[0]}, {nxt[1]})."
-        elif nxt == self.goal:
-            why = f"Going {action} reaches the goal."
-        else:
-            safe = "safe" if self.desc[nxt[0]][nxt[1]] != "H" else "a hole"
-            why = f"Going {action} to ({nxt[0]}, {nxt[1]}) is {safe} and gets closer."
-        return f"{where} {why}"
+        where = f"At ({r},{c}), goal ({self.goal[0]},{self.goal[1]})."
+        if nxt == self.goal:
+            return f"{where} {action} reaches the goal."
+        return f"{where} {action} to ({nxt[0]},{nxt[1]})."

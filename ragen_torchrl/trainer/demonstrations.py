@@ -1,0 +1,98 @@
+"""Demonstration conversations from an environment's own oracle.
+
+Each demonstration is a chat (list of ``{"role", "content"}`` dicts) rendered exactly as
+the environment renders its prompts, with assistant replies of the form
+``<think>reason</think><answer>a1 || a2</answer>`` whose reasoning depends on the
+observation (``TextGame.explain``). A fraction ``noise`` of the actions is replaced by a
+non-optimal one: the game's biased heuristic (``greedy_action``, e.g. walking straight at
+the goal and ignoring holes) when it has one, else a uniformly random action. Biased noise
+shifts the most likely action, which leaves more for RL to fix than uniform noise.
+
+Example:
+    >>> from ragen_torchrl.envs import make_env
+    >>> env = make_env("frozenlake", num_envs=1)
+    >>> demos = make_demonstrations(env, num_episodes=2, noise=0.0, seed=0)
+    >>> demos[0][0]["role"], demos[0][2]["role"]
+    ('system', 'assistant')
+    >>> demos[0][2]["content"].startswith("<think>")
+    True
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..envs.text_env import TextGameEnv, sample_seed
+
+
+def _choose(game, rng: random.Random, noise: float) -> str:
+    if rng.random() >= noise:
+        return game.oracle_action()
+    if hasattr(game, "greedy_action") and rng.random() < 0.75:
+        return game.greedy_action()
+    return rng.choice(list(game.action_names))
+
+
+def make_demonstrations(
+    env: TextGameEnv,
+    num_episodes: int,
+    *,
+    noise: float = 0.3,
+    seed: int = 0,
+    level_seed_offset: int = 1 << 31,
+) -> list[list[dict[str, str]]]:
+    """Roll out the oracle (with ``noise``) and return the conversations.
+
+    Args:
+        env: the environment (its game factory, system prompt and observation rendering
+            are reused so demonstrations look exactly like training prompts).
+        num_episodes: number of conversations.
+        noise: probability that an action is replaced by a non-optimal one.
+        seed: RNG seed (levels and noise).
+        level_seed_offset: demonstration levels are drawn from
+            ``[offset, offset + 2**30)``, disjoint from training and validation seeds.
+    """
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"sft.noise must be in [0, 1], got {noise}")
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
+    rng = random.Random(seed)
+    conversations = []
+    for _ in range(num_episodes):
+        level = level_seed_offset + rng.randrange(1 << 30)
+        game = env.game_factory(level, sample_seed(level, 0))
+        if game.action_names is None:
+            raise ValueError(f"{type(game).__name__} has free-form answers; use its own demonstration builder")
+        chat = [
+            {"role": "system", "content": env.system_prompt},
+            {"role": "user", "content": env.observation_text(game)},
+        ]
+        actions_used, done = 0, False
+        for _turn in range(env.max_turn):
+            k = rng.randint(1, env.max_actions_per_turn)
+            actions, reasons = [], []
+            for _ in range(k):
+                if actions_used >= env.max_actions_per_traj:
+                    break
+                action = _choose(game, rng, noise)
+                reasons.append(game.explain(action))
+                actions.append(action)
+                _, done, _ = game.step(action)
+                actions_used += 1
+                if done:
+                    break
+            reply = f"<think>{' '.join(reasons)}</think><answer>{' || '.join(actions)}</answer>"
+            chat.append({"role": "assistant", "content": reply})
+            if done or actions_used >= env.max_actions_per_traj:
+                break
+            chat.append({"role": "user", "content": env.observation_text(game)})
+        conversations.append(chat)
+    return conversations
+
+
+def tokenizer_corpus(env: TextGameEnv, num_episodes: int = 300, seed: int = 0) -> list[str]:
+    """Text the tiny tokenizer is trained on: prompts, observations and replies."""
+    corpus = [env.system_prompt, "Invalid reply."]
+    for chat in make_demonstrations(env, num_episodes, noise=0.5, seed=seed):
+        corpus.extend(message["content"] for message in chat[1:])
+    return corpus
