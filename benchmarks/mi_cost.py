@@ -1,0 +1,181 @@
+"""Cost of MI cross-scoring: KV-cached vs naive concatenation.
+
+Scores ``M`` reasonings against ``N`` prompt columns with a tiny randomly initialised Qwen2
+(hidden 128, 4 layers, vocabulary 64) built in-process, at paper-like shapes: contexts ~10x
+longer than the reasoning (240 vs 24 tokens by default, lengths jittered by +-25% so both
+paths deal with ragged batches), ``N`` = 8 (first-turn sampling, one column per prompt group)
+and ``N`` = 64 (trajectory-uniform sampling, one column per pair), ``M`` = 64 pairs.
+
+The naive path runs ``M * N * (|x| + |z|)`` token-forwards, the cached one
+``N * |x| + M * N * (|z| + 1)``; the table prints the wall time of each, the speed-up and the
+largest disagreement between the two matrices.
+
+Usage::
+
+    python benchmarks/mi_cost.py            # N = 8 and 64, M = 64, |x| = 240, |z| = 24
+    python benchmarks/mi_cost.py --quick    # smaller M and N for a fast smoke run
+    python benchmarks/mi_cost.py --columns 8 32 --reasonings 32 --context-len 480 --device cuda --dtype bfloat16
+
+Example (programmatic):
+    >>> from benchmarks.mi_cost import run_case, tiny_model   # doctest: +SKIP
+    >>> row = run_case(tiny_model(), num_columns=4, num_reasonings=4, context_len=20, reasoning_len=4)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from ragen_torchrl.diagnostics.cross_scoring import cross_score
+
+VOCAB = 64
+
+
+def tiny_model(dtype: torch.dtype = torch.float32, device: str = "cpu", seed: int = 0) -> Qwen2ForCausalLM:
+    """The benchmark's tiny Qwen2 (hidden 128, 4 layers, vocab 64), seeded, eval mode.
+
+    Example:
+        >>> tiny_model().config.num_hidden_layers   # doctest: +SKIP
+        4
+    """
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
+    return Qwen2ForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+
+
+def _lengths(n: int, mean: int, jitter: float, g: torch.Generator) -> list[int]:
+    lo, hi = max(1, round(mean * (1 - jitter))), max(1, round(mean * (1 + jitter)))
+    return torch.randint(lo, hi + 1, (n,), generator=g).tolist()
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_case(
+    model: torch.nn.Module,
+    *,
+    num_columns: int,
+    num_reasonings: int,
+    context_len: int,
+    reasoning_len: int,
+    jitter: float = 0.25,
+    batch_size: int | None = None,
+    repeats: int = 1,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Time both methods on one shape; returns seconds (best of ``repeats``) and the error.
+
+    Example:
+        >>> run_case(tiny_model(), num_columns=2, num_reasonings=2, context_len=8, reasoning_len=2)["speedup"] > 0  # doctest: +SKIP
+        True
+    """
+    g = torch.Generator().manual_seed(seed)
+    ctx = [torch.randint(VOCAB, (n,), generator=g) for n in _lengths(num_columns, context_len, jitter, g)]
+    zs = [torch.randint(VOCAB, (n,), generator=g) for n in _lengths(num_reasonings, reasoning_len, jitter, g)]
+    device = str(next(model.parameters()).device)
+    times: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    results = {}
+    for method in ("cached", "naive"):
+        best = best_cpu = float("inf")
+        for _ in range(repeats):
+            _sync(device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            results[method] = cross_score(model, ctx, zs, method=method, batch_size=batch_size)
+            _sync(device)
+            best = min(best, time.perf_counter() - t0)
+            best_cpu = min(best_cpu, time.process_time() - c0)
+        times[method] = best
+        cpu[method] = best_cpu
+    err = (results["cached"][0] - results["naive"][0]).abs().max().item()
+    return {
+        "N": num_columns,
+        "M": num_reasonings,
+        "ctx": context_len,
+        "z": reasoning_len,
+        "cached_s": times["cached"],
+        "naive_s": times["naive"],
+        "speedup": times["naive"] / times["cached"],
+        "cached_cpu_s": cpu["cached"],
+        "naive_cpu_s": cpu["naive"],
+        "cpu_speedup": cpu["naive"] / cpu["cached"],
+        "max_abs_diff": err,
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, float]]:
+    """Parse flags, run every column count, print the table (returns the rows).
+
+    Example:
+        >>> rows = main(["--quick", "--columns", "2", "--reasonings", "2"])  # doctest: +SKIP
+    """
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--columns", type=int, nargs="+", default=None, help="N values (default 8 64)")
+    p.add_argument("--reasonings", type=int, default=None, help="M (default 64)")
+    p.add_argument("--context-len", type=int, default=240, help="mean context length |x|")
+    p.add_argument("--reasoning-len", type=int, default=24, help="mean reasoning length |z|")
+    p.add_argument("--jitter", type=float, default=0.25, help="relative +- length jitter (ragged batches)")
+    p.add_argument("--batch-size", type=int, default=None, help="rows per forward (default 64)")
+    p.add_argument("--repeats", type=int, default=1, help="best-of repeats per method")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--quick", action="store_true", help="N = 8 and 16, M = 16 (same lengths)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    columns = args.columns or ([8, 16] if args.quick else [8, 64])
+    m = args.reasonings or (16 if args.quick else 64)
+    model = tiny_model(getattr(torch, args.dtype), args.device)
+    # Warm-up: first calls pay one-off allocation / kernel-selection costs.
+    run_case(model, num_columns=2, num_reasonings=2, context_len=16, reasoning_len=4)
+    rows = []
+    print(
+        f"tiny Qwen2 (hidden 128, 4 layers, vocab 64), {args.dtype} on {args.device}, "
+        f"{torch.get_num_threads()} threads, batch_size={args.batch_size or 64}, "
+        f"length jitter +-{args.jitter:.0%}"
+    )
+    # Wall time is what a user waits for; CPU (process) time is shown too because on a
+    # shared CPU box other processes inflate wall time unevenly.
+    header = (
+        f"{'N':>4} {'M':>4} {'|x|':>5} {'|z|':>4} {'cached s':>9} {'naive s':>9} {'speed-up':>9}"
+        f" {'cached cpu':>11} {'naive cpu':>10} {'cpu ratio':>10} {'max|diff|':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n in columns:
+        row = run_case(
+            model,
+            num_columns=n,
+            num_reasonings=m,
+            context_len=args.context_len,
+            reasoning_len=args.reasoning_len,
+            jitter=args.jitter,
+            batch_size=args.batch_size,
+            repeats=args.repeats,
+        )
+        rows.append(row)
+        print(
+            f"{row['N']:>4} {row['M']:>4} {row['ctx']:>5} {row['z']:>4} {row['cached_s']:>9.2f} "
+            f"{row['naive_s']:>9.2f} {row['speedup']:>8.1f}x {row['cached_cpu_s']:>11.2f} "
+            f"{row['naive_cpu_s']:>10.2f} {row['cpu_speedup']:>9.1f}x {row['max_abs_diff']:>10.1e}",
+            flush=True,
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,396 @@
+"""In-batch cross-scoring of reasonings against prompts with any causal LM.
+
+The MI proxies (:mod:`ragen_torchrl.diagnostics.mi`) need, for ``M`` reasonings ``z_i`` and
+``N`` prompt columns ``x_j``, the teacher-forced matrix
+
+    ``l[i, j] = mean_t log p(z_i,t | x_j, z_i,<t)``     (and the per-sequence sum)
+
+under the current policy. :func:`cross_score` computes it for any Hugging Face causal LM
+(``AutoModelForCausalLM``-like) in two ways:
+
+* ``method="naive"``: score every concatenation ``[x_j | z_i]`` (``M * N`` sequences of length
+  ``|x| + |z|``). Simple and obviously right; the reference the cached path is tested against.
+* ``method="cached"`` (default): encode every context once, keep its KV cache and score all
+  reasonings against it. Contexts are typically ~10x longer than the reasoning, so this does
+  ``N * |x| + M * N * |z|`` token-forwards instead of ``M * N * (|x| + |z|)``.
+
+Nothing here depends on the trainer: the example below scores a batch of conversations
+end to end with a tiny model built in-process. With a real model replace the tokenizer and
+model by ``AutoTokenizer.from_pretrained(path)`` / ``AutoModelForCausalLM.from_pretrained(path)``
+and build ``x`` as the chat-templated context up to and including the opening reasoning tag
+(e.g. ``tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) + "<think>"``)
+and ``z`` as the reasoning text between the tags (tags and special tokens removed; drop empty
+reasonings before scoring and log the valid rate).
+
+Example:
+    >>> import torch
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+    >>> from ragen_torchrl.diagnostics.cross_scoring import cross_score
+    >>> from ragen_torchrl.diagnostics.mi import equivalence_from_keys, mi_proxies
+    >>> words = "<unk> user: assistant: <think> go left right up down the goal is".split()
+    >>> tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    >>> tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    >>> _ = torch.manual_seed(0)
+    >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(words), hidden_size=32,
+    ...     intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    ...     num_key_value_heads=2)).eval()
+    >>> conversations = [  # (context up to the opening tag, reasoning inside the tags)
+    ...     ("user: the goal is left assistant: <think>", "go left"),
+    ...     ("user: the goal is up assistant: <think>", "the goal is up go up"),
+    ...     ("user: the goal is down assistant: <think>", "down"),
+    ... ]
+    >>> ids = lambda s: torch.tensor(tok.encode(s).ids)
+    >>> contexts = [ids(x) for x, _ in conversations]      # N = 3 columns
+    >>> reasonings = [ids(z) for _, z in conversations]    # M = 3 pairs, pair i <-> column i
+    >>> mean_lp, sum_lp = cross_score(model, contexts, reasonings)
+    >>> mean_lp.shape
+    torch.Size([3, 3])
+    >>> metrics = mi_proxies(mean_lp, torch.arange(3), seq_log_probs=sum_lp,
+    ...     col_equivalence=equivalence_from_keys([tuple(c.tolist()) for c in contexts]))
+    >>> metrics["num_pairs"], round(metrics["mi_upper_bound"], 4)
+    (3, 1.0986)
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["DEFAULT_BATCH_SIZE", "cross_score"]
+
+#: Default maximum number of (context, reasoning) rows per forward pass.
+DEFAULT_BATCH_SIZE = 64
+
+# Any valid token id works for padding: padded positions are masked out (or, in the cached
+# prefix, causally invisible to real tokens and masked in the second pass).
+_PAD_ID = 0
+
+
+def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
+    """Name of the cache keyword and whether ``logits_to_keep`` is accepted.
+
+    transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name still works with
+    a deprecation warning); 4.x only knows ``past_key_values``. Wrappers with ``**kwargs``
+    signatures get the old name, which both major versions accept.
+    """
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}
+    cache_name = "cache" if "cache" in params else "past_key_values"
+    return cache_name, "logits_to_keep" in params
+
+
+def _output_cache(out: Any) -> Any:
+    cache = getattr(out, "cache", None)  # transformers >= 5
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    return cache
+
+
+_PLAIN_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
+def _rows_of(t: torch.Tensor, index: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """Rows ``index`` of a ``[B, H, S, D]`` cache tensor, cut to ``prefix_len`` slots.
+
+    When every row comes from the same context the result is an ``expand`` view: no copy
+    at all (the forward pass's ``torch.cat`` with the new keys is then the only copy).
+    """
+    t = t[:, :, :prefix_len]
+    first = int(index[0])
+    if bool((index == first).all()):
+        return t[first : first + 1].expand(index.numel(), *t.shape[1:])
+    return t.index_select(0, index)
+
+
+def _select_cache(cache: Any, index: torch.Tensor, prefix_len: int) -> Any:
+    """A new cache whose batch row ``r`` is row ``index[r]`` of ``cache``; ``cache`` is untouched.
+
+    The forward pass appends the reasoning's keys/values to the cache it is given, so the
+    base cache (one row per context) must not be handed over itself: plain dynamic caches are
+    shallow-copied with expanded / gathered tensors (see :func:`_rows_of`); any other cache
+    class (hybrid, indexer or recurrent layers, whose extra per-row state we do not know
+    about) goes through a deep copy and its own ``batch_select_indices``.
+    """
+    layers = getattr(cache, "layers", None)
+    if layers is not None and all(type(layer).__name__ in _PLAIN_LAYERS for layer in layers):
+        new = copy.copy(cache)  # transformers >= 4.56: per-layer objects
+        new.layers = []
+        for layer in layers:
+            nl = copy.copy(layer)
+            keys = getattr(layer, "keys", None)
+            if isinstance(keys, torch.Tensor) and keys.dim() == 4:
+                nl.keys = _rows_of(keys, index, prefix_len)
+                nl.values = _rows_of(layer.values, index, prefix_len)
+            new.layers.append(nl)
+        return new
+    if type(cache).__name__ == "DynamicCache" and hasattr(cache, "key_cache"):  # 4.x
+        new = copy.copy(cache)
+        new.key_cache = [_rows_of(k, index, prefix_len) for k in cache.key_cache]
+        new.value_cache = [_rows_of(v, index, prefix_len) for v in cache.value_cache]
+        return new
+    if isinstance(cache, tuple):  # legacy tuple-of-(key, value) caches
+        return tuple(tuple(_rows_of(t, index, prefix_len) for t in layer) for layer in cache)
+    if prefix_len != cache.get_seq_length():
+        raise NotImplementedError(
+            f"cannot trim a {type(cache).__name__} cache; use method='naive' or equal-length contexts"
+        )
+    sel = copy.deepcopy(cache)
+    sel.batch_select_indices(index)
+    return sel
+
+
+def _pad_right(seqs: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([int(s.numel()) for s in seqs], dtype=torch.long)
+    width = int(lengths.max()) if len(seqs) else 0
+    ids = torch.full((len(seqs), width), _PAD_ID, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : s.numel()] = s
+    return ids.to(device), lengths.to(device)
+
+
+def _token_log_probs(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per-row sum of ``log softmax(logits)[target]`` over valid positions.
+
+    Log-softmax in float32 whatever the model dtype: bf16 logsumexp over a vocabulary loses
+    about two decimal digits, which would swamp the differences the MI proxies look at.
+    ``logits`` is ``[R, T, V]``, ``targets`` / ``valid`` (bool) ``[R, T]``. Padded positions
+    are zeroed with ``where`` rather than multiplied by 0, so a non-finite logit there (e.g.
+    an fp16 overflow on a pad token) cannot turn the sum into NaN.
+    """
+    logits = logits.float()
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    lp = picked - torch.logsumexp(logits, dim=-1)
+    return torch.where(valid, lp, torch.zeros_like(lp)).sum(-1)
+
+
+def _validate(name: str, seqs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    if len(seqs) == 0:
+        raise ValueError(f"{name} is empty")
+    out = []
+    for k, s in enumerate(seqs):
+        t = torch.as_tensor(s)
+        if t.dim() != 1:
+            raise ValueError(f"{name}[{k}] must be a 1-D tensor of token ids, got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(
+                f"{name}[{k}] is empty (drop pairs with empty reasoning before scoring; "
+                "a context must at least contain the opening reasoning tag)"
+            )
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise ValueError(f"{name}[{k}] must hold integer token ids, got dtype {t.dtype}")
+        out.append(t.detach().to("cpu", torch.long))
+    return out
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:  # parameter-less wrapper
+        return torch.device("cpu")
+
+
+def _naive(model, contexts, reasonings, batch_size):
+    device = _model_device(model)
+    m, n = len(reasonings), len(contexts)
+    ctx_len = torch.tensor([c.numel() for c in contexts])
+    z_len = torch.tensor([z.numel() for z in reasonings])
+    sum_lp = torch.zeros(m, n, dtype=torch.float32)
+    # Column-major pair order keeps one context's pairs together (similar lengths per chunk).
+    pairs = [(i, j) for j in range(n) for i in range(m)]
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        ii = torch.tensor([p[0] for p in chunk])
+        jj = torch.tensor([p[1] for p in chunk])
+        ids, lengths = _pad_right([torch.cat([contexts[j], reasonings[i]]) for i, j in chunk], device)
+        width = ids.shape[1]
+        # Right padding: every real token keeps position 0..len-1 (= what an unpadded forward
+        # sees) and the trailing pads are causally invisible to it; the mask hides them anyway.
+        pos = torch.arange(width, device=device)
+        attn = (pos.unsqueeze(0) < lengths.unsqueeze(1)).long()
+        out = model(
+            input_ids=ids,
+            attention_mask=attn,
+            position_ids=pos.unsqueeze(0).expand(len(chunk), -1),
+            use_cache=False,
+        )
+        lz = int(z_len[ii].max())
+        t = torch.arange(lz, device=device)
+        # The logit at position p predicts token p + 1, so z_t (at |x| + t) comes from |x| - 1 + t.
+        src = (ctx_len[jj].to(device).unsqueeze(1) - 1 + t).clamp(max=width - 1)
+        tgt_pos = (src + 1).clamp(max=width - 1)
+        valid = t.unsqueeze(0) < z_len[ii].to(device).unsqueeze(1)
+        logits = out.logits.gather(1, src.unsqueeze(-1).expand(-1, -1, out.logits.shape[-1]))
+        targets = ids.gather(1, tgt_pos)
+        sum_lp[ii, jj] = _token_log_probs(logits, targets, valid).cpu()
+    return sum_lp
+
+
+def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep):
+    device = _model_device(model)
+    m, n = len(reasonings), len(contexts)
+    ctx_len = torch.tensor([c.numel() for c in contexts])
+    sum_lp = torch.zeros(m, n, dtype=torch.float32)
+
+    # Three levels of chunking, each pass holding at most `batch_size` rows:
+    # * prefix pass: up to `batch_size` contexts encoded together (never more rows, and
+    #   shorter rows, than a naive pass of the same batch size);
+    # * reasoning pass: `cb` contexts x `mb` reasonings. When all M reasonings fit, several
+    #   contexts share a pass (cb = batch_size // M); otherwise one context at a time and its
+    #   reasonings in chunks of `batch_size`. With one context per pass its cache rows are
+    #   an expand() view of the prefix cache: no per-pair copy.
+    # Contexts are sorted by length so contexts of similar length share passes (little
+    # padding), and every reasoning pass trims the cache to its own longest prefix.
+    per_ctx = min(m, batch_size)
+    ctx_per_pass = max(1, batch_size // m) if m <= batch_size else 1
+    ctx_order = torch.argsort(ctx_len, descending=True, stable=True)
+    z_chunks = [list(range(s, min(s + per_ctx, m))) for s in range(0, m, per_ctx)]
+    z_padded = [_pad_right([reasonings[i] for i in zc], device) for zc in z_chunks]
+    z_index = [torch.tensor(zc) for zc in z_chunks]
+
+    for p0 in range(0, n, batch_size):
+        pcols = ctx_order[p0 : p0 + batch_size]
+        plens = ctx_len[pcols].to(device)
+        # The last context token is scored together with the reasoning (it produces the
+        # logits of z_0), so only the prefix x[:-1] is cached. That avoids gathering one
+        # logit row per ragged context from the prefix pass (a [B, |x|, V] tensor for real
+        # vocabularies) and keeps every cached row non-empty in what it attends.
+        width = int(plens.max()) - 1
+        base = None
+        if width > 0:
+            prefix, _ = _pad_right([contexts[j][:-1] for j in pcols.tolist()], device)
+            # No attention mask: with right padding every real prefix token only attends to
+            # real tokens before it (causal), so its keys/values are exact; the pads get
+            # finite garbage keys/values that the reasoning pass masks out. (A padding mask
+            # here would leave all-masked query rows for 1-token contexts, whose undefined
+            # outputs would then leak into the cache through later layers.)
+            kwargs = {"logits_to_keep": 1} if has_logits_to_keep else {}
+            out = model(input_ids=prefix, use_cache=True, **kwargs)
+            base = _output_cache(out)
+            if base is None:
+                raise RuntimeError("model did not return a KV cache; cannot use method='cached'")
+            del out
+        last_tok = torch.stack([contexts[j][-1] for j in pcols.tolist()]).to(device)
+
+        for c0 in range(0, pcols.numel(), ctx_per_pass):
+            local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
+            cols = pcols[local.cpu()]
+            cb = local.numel()
+            lens = plens[local]
+            plen = int(lens.max()) - 1  # sorted descending: the first one, <= width
+            pmask = (torch.arange(plen, device=device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
+            for zc, zi, (z_ids, z_lens) in zip(z_chunks, z_index, z_padded):
+                mb = len(zc)
+                rows_ctx = torch.arange(cb, device=device).repeat_interleave(mb)  # context-major
+                rows_z = torch.arange(mb, device=device).repeat(cb)
+                lz = z_ids.shape[1]
+                inp = torch.cat([last_tok[local][rows_ctx].unsqueeze(1), z_ids[rows_z]], dim=1)
+                z_mask = (torch.arange(lz, device=device).unsqueeze(0) < z_lens.unsqueeze(1)).long()
+                ones = torch.ones(rows_ctx.numel(), 1, dtype=torch.long, device=device)
+                attn = torch.cat([pmask[rows_ctx], ones, z_mask[rows_z]], dim=1)
+                # Explicit positions: the first scored token sits at |x_j| - 1 whatever the
+                # padded prefix width, so RoPE sees the positions of the unpadded sequence.
+                pos = (lens[rows_ctx] - 1).unsqueeze(1) + torch.arange(lz + 1, device=device)
+                kwargs = {}
+                if base is not None and plen > 0:
+                    kwargs[cache_name] = _select_cache(base, local[rows_ctx], plen)
+                out = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs)
+                # Position t (the last context token, then z_0 ...) predicts z_t.
+                logits = out.logits[:, :lz]
+                valid = z_mask[rows_z].bool()
+                lp = _token_log_probs(logits, z_ids[rows_z], valid).view(cb, mb).cpu()
+                sum_lp[zi.unsqueeze(0), cols.unsqueeze(1)] = lp
+                del out, kwargs
+    return sum_lp
+
+
+def cross_score(
+    model: torch.nn.Module,
+    contexts: Sequence[torch.Tensor],
+    reasonings: Sequence[torch.Tensor],
+    *,
+    method: str = "cached",
+    batch_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced log-likelihood of every reasoning under every context.
+
+    Args:
+        model: a causal LM called as
+            ``model(input_ids=..., attention_mask=..., position_ids=..., cache=... / past_key_values=..., use_cache=...)``
+            returning ``.logits`` (and a ``transformers`` cache when ``use_cache=True``).
+            Any ``AutoModelForCausalLM`` works; it runs in its own dtype and device, under
+            ``torch.no_grad`` and temporarily in eval mode (the diagnostic must not depend on
+            dropout), restored afterwards.
+        contexts: ``N`` 1-D integer tensors, the token ids of ``x_j`` (everything up to and
+            including the opening reasoning tag). Lengths may differ.
+        reasonings: ``M`` non-empty 1-D integer tensors, the token ids of ``z_i``.
+        method: ``"cached"`` (default, encode each context once and reuse its KV cache) or
+            ``"naive"`` (score every concatenation; the reference).
+        batch_size: maximum number of (context, reasoning) rows per forward pass
+            (default :data:`DEFAULT_BATCH_SIZE` = 64). Lower it for large models / long
+            contexts; the cached path holds ``batch_size`` copies of a context's KV cache.
+
+    Returns:
+        ``(mean_lp, sum_lp)``: two float32 CPU tensors of shape ``[M, N]``;
+        ``sum_lp[i, j] = sum_t log p(z_i,t | x_j, z_i,<t)`` and ``mean_lp = sum_lp / |z_i|``.
+
+    Notes:
+        The cached path sorts the contexts by length and encodes their prefixes
+        ``x_j[:-1]`` right-padded, up to ``batch_size`` contexts per forward pass, keeping
+        the KV cache. Each reasoning pass then takes ``cb`` of those contexts times ``mb``
+        reasonings (``cb * mb <= batch_size``; one context per pass whenever ``M`` fills the
+        batch), replicates the cache rows per pair (an ``expand`` view when the pass has one
+        context, a gather otherwise) and scores ``[x_j[-1] | z_i]`` with an attention mask
+        that hides the prefix padding and explicit position ids ``|x_j| - 1 + t``. The base
+        cache is never modified, so no context is encoded twice. This is exact for
+        full-attention models. Sliding-window layers count window distance in cache slots,
+        so padding inside a pass would shift their windows; use ``method="naive"`` (or
+        equal-length contexts) for such models.
+
+        Float32 agrees with ``"naive"`` to ~2e-6 per entry. bfloat16 cannot reach 1e-4:
+        even the naive path alone moves by ~1e-4 when the batch size changes (kernels round
+        differently per shape); cached vs naive measured up to ~7e-4 nats (mean) and ~6e-3
+        (sum) per entry on a tiny Qwen2, against ~2e-3 between bf16 and float32 themselves.
+        Log-softmax is always taken in float32.
+
+    Example:
+        >>> import torch
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> _ = torch.manual_seed(0)
+        >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32,
+        ...     intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        ...     num_key_value_heads=2)).eval()
+        >>> ctx = [torch.randint(64, (n,)) for n in (9, 5)]
+        >>> z = [torch.randint(64, (n,)) for n in (3, 4, 2)]
+        >>> mean_c, sum_c = cross_score(model, ctx, z)
+        >>> mean_n, sum_n = cross_score(model, ctx, z, method="naive")
+        >>> bool(torch.allclose(mean_c, mean_n, atol=1e-4)), tuple(mean_c.shape)
+        (True, (3, 2))
+    """
+    if method not in ("cached", "naive"):
+        raise ValueError(f"method must be 'cached' or 'naive', got {method!r}")
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH_SIZE
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    ctx = _validate("contexts", contexts)
+    zs = _validate("reasonings", reasonings)
+    cache_name, has_logits_to_keep = _forward_kwargs(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if method == "naive":
+                sum_lp = _naive(model, ctx, zs, batch_size)
+            else:
+                sum_lp = _cached(model, ctx, zs, batch_size, cache_name, has_logits_to_keep)
+    finally:
+        model.train(was_training)
+    z_len = torch.tensor([z.numel() for z in zs], dtype=torch.float32)
+    return sum_lp / z_len.unsqueeze(1), sum_lp
