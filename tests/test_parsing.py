@@ -1,0 +1,250 @@
+"""Behaviour tests of the reply parser ``<think>…</think><answer>a1 || a2</answer>``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, ParsedResponse, parse_response
+
+NAMES = ("Left", "Down", "Right", "Up")
+
+
+def reply(answer: str, think: str = "plan") -> str:
+    return f"<think>{think}</think><answer>{answer}</answer>"
+
+
+# --------------------------------------------------------------------------- valid replies
+def test_valid_reply_two_actions():
+    r = parse_response(reply("Right || Up", think="go right"), NAMES, max_actions=2)
+    assert r.actions == ["Right", "Up"]
+    assert r.format_ok and r.is_valid
+    assert r.think == "go right" and r.answer == "Right || Up"
+    assert r.num_invalid == 0
+
+
+def test_single_action_and_whitespace_around_tags_content():
+    r = parse_response("<think>\n  reason \n</think>\n<answer>\n Down \n</answer>\n", NAMES)
+    # think and answer are stripped; the action name is stripped before lookup
+    assert r.think == "reason" and r.answer == "Down"
+    assert r.actions == ["Down"] and r.is_valid
+
+
+@pytest.mark.parametrize("answer", ["right || UP", "RIGHT||up", "rIgHt ||  uP", "  Right||Up  "])
+def test_names_are_case_insensitive_and_spaces_ignored(answer):
+    # canonical spelling is returned whatever the case / spacing around ||
+    assert parse_response(reply(answer), NAMES).actions == ["Right", "Up"]
+
+
+def test_more_actions_than_max_are_truncated():
+    r = parse_response(reply("Left || Down || Right || Up"), NAMES, max_actions=2)
+    # keep the first two valid actions; the dropped ones are valid, not counted invalid
+    assert r.actions == ["Left", "Down"] and r.num_invalid == 0 and r.is_valid
+    assert parse_response(reply("Left || Down || Right"), NAMES, max_actions=1).actions == ["Left"]
+    assert parse_response(reply("Left || Down || Right"), NAMES, max_actions=5).actions == ["Left", "Down", "Right"]
+
+
+def test_repeated_actions_are_kept():
+    assert parse_response(reply("Up || Up"), NAMES).actions == ["Up", "Up"]
+
+
+def test_unknown_names_counted_invalid_but_valid_ones_kept():
+    # "Fly" and "Jump" are not in NAMES -> 2 invalid; Up is kept
+    r = parse_response(reply("Fly || Up || Jump"), NAMES, max_actions=2)
+    assert r.actions == ["Up"] and r.num_invalid == 2 and r.is_valid
+
+
+def test_invalid_before_valid_does_not_consume_budget():
+    # max_actions counts valid actions only: Fly is skipped, Left and Down are kept
+    r = parse_response(reply("Fly || Left || Down || Up"), NAMES, max_actions=2)
+    assert r.actions == ["Left", "Down"] and r.num_invalid == 1
+
+
+@pytest.mark.parametrize("answer", ["Fly", "Fly || Jump", "Left Right", "go left", "Left,Down", "0", ""])
+def test_reply_with_only_unknown_names_is_invalid(answer):
+    r = parse_response(reply(answer), NAMES)
+    # the format is fine (tags present) but no action parsed -> not a valid turn
+    assert r.format_ok and not r.is_valid and r.actions == []
+    assert r.num_invalid == len(answer.split("||"))
+
+
+def test_custom_separator():
+    r = parse_response(reply("Left, Down"), NAMES, separator=",")
+    assert r.actions == ["Left", "Down"]
+
+
+# --------------------------------------------------------------------------- format errors
+def test_missing_answer_tag_is_format_error():
+    r = parse_response("<think>I go right</think>Right", NAMES)
+    assert not r.format_ok and not r.is_valid and r.actions == []
+    assert r.think == "I go right"  # the reasoning is still reported
+
+
+def test_unclosed_answer_is_format_error():
+    assert not parse_response("<think>x</think><answer>Right", NAMES).is_valid
+
+
+def test_missing_think_is_format_error_unless_not_required():
+    r = parse_response("<answer>Right</answer>", NAMES)
+    assert not r.format_ok and not r.is_valid and r.think == ""
+    r = parse_response("<answer>Right</answer>", NAMES, require_think=False)
+    assert r.format_ok and r.actions == ["Right"]
+
+
+def test_missing_opening_think_is_accepted_when_primed():
+    # generation primed with "<think>": the reply starts inside the think block
+    r = parse_response(" I should go down </think><answer>Down</answer>", NAMES)
+    assert r.is_valid and r.actions == ["Down"] and r.think == "I should go down"
+
+
+def test_answer_before_think_is_not_accepted():
+    # the answer must follow the think block
+    r = parse_response("<answer>Up</answer><think>x</think>", NAMES)
+    assert not r.format_ok and r.actions == []
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\n", "Right", "Right || Up", "</answer>", "<think></think>"])
+def test_untagged_or_empty_replies_are_invalid(text):
+    r = parse_response(text, NAMES)
+    assert not r.format_ok and not r.is_valid and r.actions == [] and r.num_invalid == 0
+
+
+def test_empty_string_gives_defaults():
+    assert parse_response("", NAMES) == ParsedResponse()
+
+
+# --------------------------------------------------------------------------- nested / duplicated tags
+def test_nested_think_tags():
+    # the first </think> closes the (outer) think; the answer after it is used
+    r = parse_response("<think>a<think>b</think><answer>Up</answer>", NAMES)
+    assert r.think == "a<think>b" and r.actions == ["Up"]
+
+
+def test_duplicated_answer_uses_the_first():
+    r = parse_response("<think>x</think><answer>Up</answer><answer>Down</answer>", NAMES)
+    assert r.actions == ["Up"] and r.answer == "Up"
+
+
+def test_answer_inside_think_is_ignored():
+    # an <answer> inside the reasoning is not the answer: only one after </think> counts
+    r = parse_response("<think>maybe <answer>Left</answer></think><answer>Right</answer>", NAMES)
+    assert r.actions == ["Right"]
+    r = parse_response("<think>maybe <answer>Left</answer></think>no answer", NAMES)
+    assert not r.is_valid
+
+
+def test_nested_answer_tags_are_not_actions():
+    # the lazy match stops at the first </answer>: the answer text is "<answer>Up"
+    r = parse_response("<think>x</think><answer><answer>Up</answer></answer>", NAMES)
+    assert r.answer == "<answer>Up" and r.actions == [] and r.num_invalid == 1
+
+
+def test_duplicated_think_blocks():
+    r = parse_response("<think>a</think><think>b</think><answer>Left</answer>", NAMES)
+    assert r.think == "a" and r.actions == ["Left"]
+
+
+# --------------------------------------------------------------------------- odd input
+def test_non_ascii_and_emoji():
+    r = parse_response(reply("Right", think="向右走 🚀 ñ"), NAMES)
+    assert r.is_valid and r.think == "向右走 🚀 ñ"
+    # non-ASCII look-alikes of action names are not actions
+    r = parse_response(reply("Ríght || 右 || 🚀"), NAMES)
+    assert r.actions == [] and r.num_invalid == 3 and not r.is_valid
+    # fullwidth letters are not folded to ASCII
+    assert parse_response(reply("Ｕｐ"), NAMES).actions == []
+    assert not parse_response("🚀" * 1000, NAMES).is_valid
+
+
+@pytest.mark.parametrize("text", [None, 123, 1.5, b"<think>x</think><answer>Up</answer>", ["Up"], {"a": 1}])
+def test_non_string_input_is_invalid_not_an_error(text):
+    r = parse_response(text, NAMES)  # type: ignore[arg-type]
+    assert r == ParsedResponse() and not r.is_valid
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 100_000,
+        "<think>" * 15_000,  # many openings, never closed
+        "</think>" * 15_000,
+        "<think>x</think>" + "<answer>" * 15_000,
+        "<think>" + "<answer>" * 15_000,
+        "|" * 100_000,
+    ],
+    ids=["plain", "open-think", "close-think", "open-answers", "think-then-answers", "pipes"],
+)
+def test_100k_character_reply_finishes_quickly(text):
+    assert len(text) >= 100_000
+    t0 = time.perf_counter()
+    r = parse_response(text, NAMES)
+    # replies are cut to MAX_REPLY_CHARS, so the worst case is bounded (~0.2 s measured on
+    # a loaded CPU for the quadratic tag patterns); 5 s means "did not hang"
+    assert time.perf_counter() - t0 < 5.0
+    assert not r.is_valid
+
+
+def test_long_reply_cut_at_cap():
+    # a valid reply followed by 100k junk: parsed from the first MAX_REPLY_CHARS characters
+    r = parse_response(reply("Up") + "z" * 100_000, NAMES)
+    assert r.actions == ["Up"]
+    # an answer that only appears after the cap is not seen
+    late = "<think>" + "x" * (MAX_REPLY_CHARS + 10) + "</think><answer>Up</answer>"
+    assert not parse_response(late, NAMES).is_valid
+
+
+# --------------------------------------------------------------------------- free-form mode
+def test_free_form_answer_kept_whole():
+    r = parse_response(reply(" (3 + 4) * 2 "), None)
+    assert r.actions == ["(3 + 4) * 2"] and r.is_valid and r.num_invalid == 0
+    # the separator is not applied in free-form mode
+    assert parse_response(reply("a || b"), None).actions == ["a || b"]
+
+
+def test_free_form_empty_answer_is_invalid():
+    r = parse_response(reply("   "), None)
+    assert r.format_ok and r.actions == [] and not r.is_valid
+
+
+def test_free_form_still_needs_tags():
+    assert not parse_response("42", None).is_valid
+    assert parse_response("reason</think><answer>42</answer>", None).actions == ["42"]
+
+
+# --------------------------------------------------------------------------- arguments
+@pytest.mark.parametrize("max_actions", [0, -1])
+def test_max_actions_below_one_raises(max_actions):
+    with pytest.raises(ValueError):
+        parse_response(reply("Up"), NAMES, max_actions=max_actions)
+
+
+# --------------------------------------------------------------------------- properties
+_pieces = st.sampled_from(
+    ["<think>", "</think>", "<answer>", "</answer>", "||", " ", "Left", "down", "UP", "Right", "Fly", "é", "🚀", "\n"]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_pieces | st.text(max_size=5), max_size=30), st.integers(1, 4))
+def test_never_raises_and_respects_invariants(parts, max_actions):
+    text = "".join(parts)
+    r = parse_response(text, NAMES, max_actions=max_actions)
+    assert len(r.actions) <= max_actions
+    assert all(a in NAMES for a in r.actions)
+    assert r.num_invalid >= 0
+    assert r.is_valid == (r.format_ok and bool(r.actions))
+    if not r.format_ok:
+        assert r.actions == [] and r.num_invalid == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(NAMES), min_size=1, max_size=6), st.integers(1, 4), st.text(max_size=40))
+def test_well_formed_replies_round_trip(actions, max_actions, think):
+    think = think.replace("<", "").replace(">", "")  # keep the tags unambiguous
+    answer = " || ".join(a.swapcase() if i % 2 else a for i, a in enumerate(actions))
+    r = parse_response(reply(answer, think=think), NAMES, max_actions=max_actions)
+    assert r.actions == actions[:max_actions]
+    assert r.num_invalid == 0 and r.think == think.strip() and r.is_valid
