@@ -1,0 +1,513 @@
+"""CircuitDecoding (T3 active reasoning): identify hidden Boolean circuits by querying them.
+
+**Task.** There are ``num_circuits`` hidden circuits (default 2, named ``A``, ``B``, ...) over
+``n_inputs`` inputs ``x1..xn`` (default 3). Each circuit is one formula of an enumerable family
+(:func:`enumerate_family`):
+
+* ``"basic"``: ``xi``, ``NOT xi``, ``xi OP xj`` and ``NOT (xi OP xj)`` (i < j);
+* ``"default"``: ``"basic"`` plus ``xi OP (xj OP xk)`` (j < k, i not in {j, k});
+
+with ``OP`` in ``AND``, ``OR``, ``XOR`` (51 formulas, 45 distinct truth tables for n = 3; 152 and 128 for n = 4).
+
+**Queries.** ``A(1,0,1)`` evaluates circuit A on x1=1, x2=0, x3=1 and returns its bit
+(``"A(1,0,1) = 1"``). Without a name, ``(1,0,1)`` (or ``*(1,0,1)``) evaluates every circuit on the
+assignment at once; with it the demonstrator always finishes within ``2**n`` queries. Bits may be
+written ``1,0,1``, ``1 0 1`` or ``101``. A malformed query never raises (``info["valid"] = False``).
+
+**Hypothesis set.** Two formulas with the same truth table cannot be told apart by any query, so
+the candidates are the truth-table *equivalence classes* of the family. ``H_t`` = for each circuit,
+the classes consistent with every answer so far. ``progress()`` = total number of surviving
+classes over all circuits (lower is closer; ``num_circuits`` means every circuit is identified).
+``info["formula_count"]`` also gives the surviving formulas.
+
+**Answer.** ``"A = x1 AND x2; B = NOT x3"`` (pieces separated by ``;`` or new lines; ``=`` or ``:``).
+Any formula in ``AND``/``OR``/``XOR``/``NOT`` with parentheses is accepted (also ``& | ^ ~ !``,
+constants 0/1; precedence NOT > AND > XOR > OR), not only the family's templates. A circuit counts
+as identified when the answer's **truth table equals the hidden one**; reward = fraction of circuits
+identified, ``success`` = all of them. A missing or unparsable piece scores 0 for that circuit.
+``max_turns`` = 10.
+
+Example:
+    >>> game = CircuitDecodingGame(["x1 AND x2", "NOT x3"])
+    >>> game.interact("A(1,1,0)")[0]
+    'A(1,1,0) = 1'
+    >>> game.answer("A = x2 AND x1; B = NOT x3")[0]
+    1.0
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from functools import lru_cache
+from typing import Any, Sequence
+
+from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+
+__all__ = [
+    "CircuitDecodingGame",
+    "OPS",
+    "candidate_classes",
+    "enumerate_family",
+    "evaluate",
+    "formula_text",
+    "parse_formula",
+    "truth_table",
+]
+
+OPS = ("AND", "OR", "XOR")
+FAMILIES = ("basic", "default")
+
+# AST: ("var", i) with i 1-based, ("const", b), ("not", f), (op, f, g) with op in OPS
+Formula = tuple
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    if op == "AND":
+        return a & b
+    if op == "OR":
+        return a | b
+    return a ^ b
+
+
+def evaluate(formula: Formula, bits: Sequence[int]) -> int:
+    """Evaluate an AST on ``bits`` (``bits[0]`` is x1)."""
+    kind = formula[0]
+    if kind == "var":
+        return int(bits[formula[1] - 1])
+    if kind == "const":
+        return int(formula[1])
+    if kind == "not":
+        return 1 - evaluate(formula[1], bits)
+    return _apply(kind, evaluate(formula[1], bits), evaluate(formula[2], bits))
+
+
+def assignments(n: int) -> list[tuple[int, ...]]:
+    """All assignments in order; index ``k`` has ``x1`` as the most significant bit of ``k``."""
+    return list(itertools.product((0, 1), repeat=n))
+
+
+def truth_table(formula: Formula, n: int) -> int:
+    """Truth table as an int: bit ``k`` is the output on assignment ``assignments(n)[k]``."""
+    table = 0
+    for k, bits in enumerate(assignments(n)):
+        if evaluate(formula, bits):
+            table |= 1 << k
+    return table
+
+
+def formula_text(formula: Formula, top: bool = True) -> str:
+    """Canonical text: ``x1 AND (x2 OR x3)``, ``NOT (x1 XOR x2)``, ``NOT x1``."""
+    kind = formula[0]
+    if kind == "var":
+        return f"x{formula[1]}"
+    if kind == "const":
+        return str(int(formula[1]))
+    if kind == "not":
+        inner = formula[1]
+        body = formula_text(inner, top=False)
+        return f"NOT {body}"
+    text = f"{formula_text(formula[1], False)} {kind} {formula_text(formula[2], False)}"
+    return text if top else f"({text})"
+
+
+def enumerate_family(n: int = 3, family: str = "default") -> list[Formula]:
+    """The candidate formulas (see the module docstring), in a fixed order."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown circuit family {family!r}; valid: {', '.join(FAMILIES)}")
+    if n < 2:
+        raise ValueError(f"n_inputs must be >= 2, got {n}")
+    var = [("var", i) for i in range(1, n + 1)]
+    out: list[Formula] = list(var)
+    out += [("not", v) for v in var]
+    pairs = list(itertools.combinations(range(1, n + 1), 2))
+    out += [(op, ("var", i), ("var", j)) for i, j in pairs for op in OPS]
+    out += [("not", (op, ("var", i), ("var", j))) for i, j in pairs for op in OPS]
+    if family == "default":
+        for i in range(1, n + 1):
+            for j, k in pairs:
+                if i in (j, k):
+                    continue
+                for op in OPS:
+                    for op2 in OPS:
+                        out.append((op, ("var", i), (op2, ("var", j), ("var", k))))
+    return out
+
+
+@lru_cache(maxsize=32)
+def candidate_classes(n: int = 3, family: str = "default") -> dict[int, tuple[str, ...]]:
+    """Truth table -> formulas (texts) with that table, in family order; the first is the
+    class representative used by the demonstrator."""
+    classes: dict[int, list[str]] = {}
+    for f in enumerate_family(n, family):
+        classes.setdefault(truth_table(f, n), []).append(formula_text(f))
+    return {t: tuple(fs) for t, fs in classes.items()}
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+_TOKEN_RE = re.compile(
+    r"\s*(?:(?P<var>[xX]\d+)|(?P<word>AND|OR|XOR|NOT)\b|(?P<sym>&&|\|\||[&|^~!()])|(?P<const>[01])\b)",
+    re.IGNORECASE,
+)
+_SYM = {"&&": "AND", "&": "AND", "||": "OR", "|": "OR", "^": "XOR", "~": "NOT", "!": "NOT"}
+_MAX_FORMULA_CHARS = 500
+
+
+def _tokenize(text: str) -> list[str] | None:
+    tokens: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN_RE.match(text, pos)
+        if not m or m.end() == pos:
+            return None
+        if m.group("var"):
+            tokens.append(m.group("var").lower())
+        elif m.group("word"):
+            tokens.append(m.group("word").upper())
+        elif m.group("sym"):
+            s = m.group("sym")
+            tokens.append(_SYM.get(s, s))
+        else:
+            tokens.append(m.group("const"))
+        pos = m.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return tokens
+
+
+def parse_formula(text: str, n: int) -> Formula | None:
+    """Parse a formula over ``x1..xn``; ``None`` when malformed (never raises)."""
+    if not isinstance(text, str) or not text.strip() or len(text) > _MAX_FORMULA_CHARS:
+        return None
+    tokens = _tokenize(text)
+    if not tokens:
+        return None
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        tok = tokens[pos]
+        pos += 1
+        return tok
+
+    def binary(level: int) -> Formula:
+        ops = ("OR", "XOR", "AND")
+        if level == len(ops):
+            return unary()
+        left = binary(level + 1)
+        while peek() == ops[level]:
+            take()
+            left = (ops[level], left, binary(level + 1))
+        return left
+
+    def unary() -> Formula:
+        tok = peek()
+        if tok is None:
+            raise ValueError("unexpected end")
+        if tok == "NOT":
+            take()
+            return ("not", unary())
+        if tok == "(":
+            take()
+            inner = binary(0)
+            if peek() != ")":
+                raise ValueError("missing )")
+            take()
+            return inner
+        if tok in ("0", "1"):
+            take()
+            return ("const", int(tok))
+        if tok.startswith("x"):
+            idx = int(take()[1:])
+            if not 1 <= idx <= n:
+                raise ValueError("variable out of range")
+            return ("var", idx)
+        raise ValueError(f"unexpected token {tok}")
+
+    try:
+        tree = binary(0)
+    except (ValueError, IndexError, RecursionError):
+        return None
+    if pos != len(tokens):
+        return None
+    return tree
+
+
+_QUERY_RE = re.compile(r"^\s*(?P<name>[A-Za-z]+|\*)?\s*\((?P<bits>[^()]*)\)\s*$")
+
+
+def _parse_bits(text: str, n: int) -> tuple[int, ...] | None:
+    parts = [p for p in re.split(r"[\s,;]+", text.strip()) if p]
+    if len(parts) == 1 and len(parts[0]) == n:
+        parts = list(parts[0])
+    if len(parts) != n or any(p not in ("0", "1") for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+class CircuitDecodingGame(InteractiveGame):
+    """Identify hidden Boolean circuits (see the module docstring).
+
+    Info keys of an interaction: ``circuits`` (names evaluated, ``[]`` when invalid),
+    ``assignment`` (tuple of bits or ``None``), ``outputs`` (name -> bit), ``hypothesis_size``
+    (total surviving classes), ``hypothesis_size_before``, ``hypothesis_sizes`` (name -> count),
+    ``formula_count`` (total surviving formulas), ``repeated_query``. ``action_is_effective`` is
+    True when the total class count shrank.
+    Answer info: ``valid`` (every circuit given and parsed), ``correct`` (name -> bool),
+    ``reward`` (fraction identified), ``success`` (all identified).
+
+    ``progress()`` = total surviving class count (float).
+    """
+
+    max_turns = 10
+    task_name = "CircuitDecoding"
+
+    def __init__(
+        self,
+        circuits: Sequence[str],
+        n_inputs: int = 3,
+        family: str = "default",
+        names: Sequence[str] | None = None,
+        max_turns: int | None = None,
+    ) -> None:
+        super().__init__(max_turns)
+        self.n = int(n_inputs)
+        self.family = family
+        self.classes = candidate_classes(self.n, family)
+        if not circuits:
+            raise ValueError("at least one circuit is needed")
+        names = list(names) if names is not None else [chr(ord("A") + i) for i in range(len(circuits))]
+        if len(names) != len(circuits) or len(set(n.upper() for n in names)) != len(names):
+            raise ValueError(f"need one distinct name per circuit, got {names}")
+        if any(not re.fullmatch(r"[A-Za-z]+", nm) for nm in names):
+            raise ValueError(f"circuit names must be letters, got {names}")
+        self.names = [nm.upper() for nm in names]
+        self.tables: list[int] = []
+        self.formulas: list[str] = []
+        for text in circuits:
+            tree = parse_formula(text, self.n)
+            if tree is None:
+                raise ValueError(f"cannot parse circuit formula {text!r} over {self.n} inputs")
+            table = truth_table(tree, self.n)
+            if table not in self.classes:
+                raise ValueError(f"circuit {text!r} is not in the {family!r} family")
+            self.tables.append(table)
+            self.formulas.append(formula_text(tree))
+        self.assignments = assignments(self.n)
+        self.alive: list[list[int]] = [list(self.classes) for _ in self.tables]
+        self.queries: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+
+    @classmethod
+    def generate(
+        cls,
+        seed: int,
+        split: str = "train",
+        num_circuits: int = 2,
+        n_inputs: int = 3,
+        family: str = "default",
+        **kwargs: Any,
+    ) -> "CircuitDecodingGame":
+        """Distinct hidden classes drawn uniformly (representative formulas). An instance is
+        ``"val"`` when the mixed-radix rank of its class tuple is divisible by 5, else ``"train"``
+        (disjoint splits)."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        classes = candidate_classes(n_inputs, family)
+        tables = sorted(classes)
+        if num_circuits > len(tables):
+            raise ValueError("more circuits than distinct candidate functions")
+        rng = random.Random(f"CircuitDecoding/{split}/{int(seed)}")
+        while True:
+            picks = rng.sample(range(len(tables)), num_circuits)
+            rank = 0
+            for p in picks:
+                rank = rank * len(tables) + p
+            if (rank % 5 == 0) == (split == "val"):
+                circuits = [classes[tables[p]][0] for p in picks]
+                return cls(circuits, n_inputs=n_inputs, family=family, **kwargs)
+
+    # ---- proxy -------------------------------------------------------------------------------
+    @property
+    def hypothesis_sizes(self) -> dict[str, int]:
+        return {nm: len(a) for nm, a in zip(self.names, self.alive)}
+
+    @property
+    def hypothesis_size(self) -> int:
+        return sum(len(a) for a in self.alive)
+
+    @property
+    def formula_count(self) -> int:
+        return sum(len(self.classes[t]) for a in self.alive for t in a)
+
+    def progress(self) -> float:
+        return float(self.hypothesis_size)
+
+    # ---- text --------------------------------------------------------------------------------
+    def _family_text(self) -> str:
+        base = "xi, NOT xi, xi OP xj, NOT (xi OP xj)"
+        if self.family == "default":
+            base += ", xi OP (xj OP xk)"
+        return base + " with OP one of AND, OR, XOR"
+
+    def _describe(self) -> str:
+        names = ", ".join(self.names)
+        xs = ", ".join(f"x{i}" for i in range(1, self.n + 1))
+        example = ",".join("1" if i % 2 == 0 else "0" for i in range(self.n))
+        return (
+            f"Identify {len(self.names)} hidden Boolean circuits ({names}) over inputs {xs}. "
+            f"Each circuit is one formula of the form {self._family_text()}. "
+            f"Ask <interact>{self.names[0]}({example})</interact> to get circuit {self.names[0]}'s "
+            f"output on that input, or <interact>({example})</interact> for every circuit at once. "
+            "Finish with <answer>"
+            + "; ".join(f"{nm} = <formula>" for nm in self.names)
+            + "</answer>; a formula is right when it computes the same function."
+        )
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def _invalid(self, query: str, why: str) -> tuple[str, dict[str, Any]]:
+        size = self.hypothesis_size
+        return f"Invalid query {query!r}: {why}", {
+            "valid": False,
+            "circuits": [],
+            "assignment": None,
+            "outputs": {},
+            "hypothesis_size": size,
+            "hypothesis_size_before": size,
+            "hypothesis_sizes": self.hypothesis_sizes,
+            "formula_count": self.formula_count,
+            "repeated_query": False,
+            "action_is_effective": False,
+        }
+
+    def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
+        example = f"{self.names[0]}({','.join(['1'] * self.n)})"
+        m = _QUERY_RE.match(query)
+        if not m:
+            return self._invalid(query, f"expected a circuit name and {self.n} bits, e.g. {example}.")
+        bits = _parse_bits(m.group("bits"), self.n)
+        if bits is None:
+            return self._invalid(query, f"expected exactly {self.n} bits (0 or 1), e.g. {example}.")
+        name = m.group("name")
+        if name is None or name == "*" or name.upper() == "ALL":
+            idxs = list(range(len(self.names)))
+        elif name.upper() in self.names:
+            idxs = [self.names.index(name.upper())]
+        else:
+            return self._invalid(
+                query, f"unknown circuit {name!r}; the circuits are {', '.join(self.names)}."
+            )
+        before = self.hypothesis_size
+        k = self.assignments.index(bits)
+        circuits = tuple(self.names[i] for i in idxs)
+        repeated = any(
+            b == bits and set(circuits) <= set(c) for c, b in self.queries
+        )
+        self.queries.append((circuits, bits))
+        outputs: dict[str, int] = {}
+        for i in idxs:
+            out = (self.tables[i] >> k) & 1
+            outputs[self.names[i]] = out
+            self.alive[i] = [t for t in self.alive[i] if (t >> k) & 1 == out]
+        bit_text = ",".join(map(str, bits))
+        feedback_text = ", ".join(f"{nm}({bit_text}) = {o}" for nm, o in outputs.items())
+        after = self.hypothesis_size
+        return feedback_text, {
+            "valid": True,
+            "circuits": list(circuits),
+            "assignment": bits,
+            "outputs": outputs,
+            "hypothesis_size": after,
+            "hypothesis_size_before": before,
+            "hypothesis_sizes": self.hypothesis_sizes,
+            "formula_count": self.formula_count,
+            "repeated_query": repeated,
+            "action_is_effective": after < before,
+        }
+
+    def parse_answer(self, text: str) -> dict[str, Formula | None]:
+        """Circuit name -> parsed formula (``None`` when missing or malformed)."""
+        out: dict[str, Formula | None] = {nm: None for nm in self.names}
+        pieces = [p for p in re.split(r"[;\n]+", text or "") if p.strip()]
+        for piece in pieces:
+            m = re.match(r"^\s*([A-Za-z]+)\s*[=:]\s*(.+?)\s*\.?\s*$", piece, re.DOTALL)
+            if m and m.group(1).upper() in self.names:
+                out[m.group(1).upper()] = parse_formula(m.group(2), self.n)
+            elif len(self.names) == 1 and len(pieces) == 1:
+                out[self.names[0]] = parse_formula(piece.strip().rstrip("."), self.n)
+        return out
+
+    def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
+        parsed = self.parse_answer(text)
+        correct = {}
+        for nm, table in zip(self.names, self.tables):
+            tree = parsed[nm]
+            correct[nm] = tree is not None and truth_table(tree, self.n) == table
+        valid = all(t is not None for t in parsed.values())
+        reward = sum(correct.values()) / len(self.names)
+        hidden = "; ".join(f"{nm} = {f}" for nm, f in zip(self.names, self.formulas))
+        fb = f"{sum(correct.values())} of {len(self.names)} circuits correct."
+        if reward < 1.0:
+            fb += f" The circuits were: {hidden}."
+        if not valid:
+            fb = "Some circuits were missing or malformed. " + fb
+        return reward, {"valid": valid, "correct": correct, "success": reward == 1.0, "feedback": fb}
+
+    # ---- demonstrator ------------------------------------------------------------------------
+    def _best_assignment(self) -> tuple[int, int]:
+        """Assignment index minimising the summed worst-case surviving classes (all circuits)."""
+        best_k, best_key = 0, None
+        for k in range(len(self.assignments)):
+            worst = 0
+            split = 0
+            for alive in self.alive:
+                if len(alive) <= 1:
+                    continue
+                ones = sum((t >> k) & 1 for t in alive)
+                worst += max(ones, len(alive) - ones)
+                split += min(ones, len(alive) - ones) > 0
+            key = (worst, -split)
+            if best_key is None or key < best_key:
+                best_k, best_key = k, key
+        return best_k, best_key[0] if best_key else 0
+
+    def _oracle_answer_text(self) -> str:
+        parts = []
+        for nm, alive in zip(self.names, self.alive):
+            formula = self.classes[alive[0]][0] if alive else "x1"
+            parts.append(f"{nm} = {formula}")
+        return "; ".join(parts)
+
+    def oracle_action(self) -> str:
+        if all(len(a) <= 1 for a in self.alive) or self.turns_left <= 1:
+            return self.ANSWER_PREFIX + self._oracle_answer_text()
+        k, _ = self._best_assignment()
+        return self.INTERACT_PREFIX + "(" + ",".join(map(str, self.assignments[k])) + ")"
+
+    def explain(self, action: str) -> str:
+        kind, payload = self.split_action(action)
+        sizes = ", ".join(f"{nm}: {len(a)}" for nm, a in zip(self.names, self.alive))
+        if kind == "answer":
+            if all(len(a) == 1 for a in self.alive):
+                return f"Each circuit has exactly one function left ({sizes}), so I answer {payload}."
+            return f"Functions still possible per circuit: {sizes}. I answer with my best guess."
+        if kind == "interact":
+            m = _QUERY_RE.match(payload)
+            bits = _parse_bits(m.group("bits"), self.n) if m else None
+            if bits is None:
+                return f"I ask {payload}."
+            k = self.assignments.index(bits)
+            worst = 0
+            for alive in self.alive:
+                if len(alive) > 1:
+                    ones = sum((t >> k) & 1 for t in alive)
+                    worst += max(ones, len(alive) - ones)
+            return (
+                f"Functions still possible per circuit: {sizes}. Input {','.join(map(str, bits))} "
+                f"splits them so that at most {worst} stay possible in the unsolved circuits."
+            )
+        return super().explain(action)

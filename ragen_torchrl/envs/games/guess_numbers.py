@@ -1,0 +1,455 @@
+"""GuessNumbers (T3 active reasoning) and the shared base of the interactive T3 games.
+
+**Task.** The secret is a string of 4 *distinct* digits; a leading zero is allowed, so there
+are 10·9·8·7 = 5040 possible secrets (``ALL_CODES``). A query is a guess of 4 distinct digits; the
+feedback is ``(A, B)``: A digits in the right place, B right digits in the wrong place, rendered as
+``"Guess 1234: 1 in place, 2 misplaced"``. The final answer is a 4-digit string; reward 1.0 for an
+exact match, else 0.0. ``max_turns`` = 10 (queries and the answer together).
+
+**Hypothesis set.** ``H_t`` = the secrets consistent with every valid feedback so far
+(:func:`consistent_candidates`, ``|H_0| = 5040``). It is tracked exactly; ``progress()`` is
+``|H_t|`` (lower is closer; 1 means solved in principle). T3 reads ``hypothesis_size`` and
+``guess_in_previous_hypotheses`` (was the guess in ``H_{t-1}``) from the step info.
+
+**Interactive game API** (all five T3 games, via :class:`InteractiveGame`):
+
+* ``interact(query) -> (feedback_text, info)`` — one question to the environment; never raises:
+  a malformed query gives ``"Invalid query ..."`` and ``info["valid"] = False`` (it still uses a turn).
+* ``answer(text) -> (reward, info)`` — the terminal answer; ends the episode. An unparsable answer
+  ends it too, with reward 0 and ``info["valid"] = False``.
+* ``step(action)`` keeps the :class:`TextGame` contract by dispatching on a prefix:
+  ``step("interact:" + query)`` returns ``(0.0, done, info)`` and ``step("answer:" + text)`` returns
+  ``(reward, True, info)``; the feedback text is in ``info["feedback"]``. Anything else is an invalid
+  action (a turn is used, nothing else changes).
+* ``oracle_action()`` returns the demonstrator's next action in the same ``"interact:..."`` /
+  ``"answer:..."`` form; ``explain(action)`` gives a short observation-dependent reason.
+* The game never ends itself on the number of turns: ``turn`` counts the actions taken and
+  ``max_turns`` holds the paper's budget, which the environment wrapper enforces (it may also
+  grant a final answer turn after a T3 truncation).
+
+Every interaction info has the keys ``kind`` (``"interact"``/``"answer"``/``"invalid"``),
+``valid``, ``feedback``, ``turn``, ``turns_left``, ``progress``, ``progress_before``, ``success`` and
+``action_is_effective``; each game adds its own keys (documented on the class).
+
+Example:
+    >>> game = GuessNumbersGame("0157")
+    >>> text, info = game.interact("0123")
+    >>> text, info["hypothesis_size"] < 5040
+    ('Guess 0123: 2 in place, 0 misplaced', True)
+    >>> game.answer("0157")[0]
+    1.0
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from abc import abstractmethod
+from collections import Counter
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+from ragen_torchrl.envs.games.base import TextGame
+
+__all__ = [
+    "ALL_CODES",
+    "GuessNumbersGame",
+    "InteractiveGame",
+    "consistent_candidates",
+    "feedback",
+    "is_valid_code",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# shared base of the interactive (T3) games
+# --------------------------------------------------------------------------------------------
+class InteractiveGame(TextGame):
+    """Base of the T3 games: ``interact``/``answer`` plus the prefix-dispatching ``step``.
+
+    Subclasses implement ``_interact(query) -> (feedback, info)``,
+    ``_answer(text) -> (reward, info)`` (``info`` must hold ``success`` and ``valid``),
+    ``_describe()`` (the task text shown above the history), ``progress()``, ``oracle_action()``
+    and ``explain()``.
+    """
+
+    action_names = None
+    #: the paper's turn budget (queries + answer); enforced by the wrapper
+    max_turns: int = 10
+    #: task name used by the T3 rule registry (:func:`ragen_torchrl.transforms.t3_rules.make_rule`)
+    task_name: str = ""
+
+    INTERACT_PREFIX = "interact:"
+    ANSWER_PREFIX = "answer:"
+
+    def __init__(self, max_turns: int | None = None) -> None:
+        if max_turns is not None:
+            if int(max_turns) < 1:
+                raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+            self.max_turns = int(max_turns)
+        self.turn = 0
+        self.done = False
+        self._success = False
+        self.final_reward = 0.0
+        #: ``(query, feedback)`` for every interaction, valid or not (answers included)
+        self.transcript: list[tuple[str, str]] = []
+        self.last_feedback = ""
+
+    # ---- hooks -------------------------------------------------------------------------------
+    @abstractmethod
+    def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
+        """Handle one query (already stripped); the turn is already counted."""
+
+    @abstractmethod
+    def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
+        """Score the final answer (already stripped)."""
+
+    @abstractmethod
+    def _describe(self) -> str:
+        """The task statement shown above the interaction history."""
+
+    # ---- public API --------------------------------------------------------------------------
+    @property
+    def turns_left(self) -> int:
+        return max(0, self.max_turns - self.turn)
+
+    def _base_info(self, kind: str, progress_before: float) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "valid": False,
+            "feedback": "",
+            "turn": self.turn,
+            "turns_left": self.turns_left,
+            "progress_before": float(progress_before),
+            "progress": float(self.progress()),
+            "success": bool(self.success),
+            "action_is_effective": False,
+        }
+
+    def _finish_info(self, info: dict[str, Any], feedback: str, kind: str, before: float) -> dict:
+        out = self._base_info(kind, before)
+        out.update(info)
+        out["feedback"] = feedback
+        out["turn"] = self.turn
+        out["turns_left"] = self.turns_left
+        out["progress"] = float(self.progress())
+        out["progress_before"] = float(before)
+        return out
+
+    def interact(self, query: str) -> tuple[str, dict[str, Any]]:
+        """Ask one query; returns ``(feedback, info)``. Never raises on a bad query."""
+        query = "" if query is None else str(query)
+        before = self.progress()
+        if self.done:
+            feedback = "The episode is over; no more queries are accepted."
+            return feedback, self._finish_info({"valid": False}, feedback, "interact", before)
+        self.turn += 1
+        feedback, info = self._interact(query.strip())
+        self.transcript.append((query.strip(), feedback))
+        self.last_feedback = feedback
+        info.setdefault("success", False)
+        return feedback, self._finish_info(info, feedback, "interact", before)
+
+    def answer(self, text: str) -> tuple[float, dict[str, Any]]:
+        """Give the final answer; returns ``(reward, info)`` and ends the episode."""
+        text = "" if text is None else str(text)
+        before = self.progress()
+        if self.done:
+            feedback = "The episode is over; the answer was already given."
+            info = self._finish_info({"valid": False, "reward": 0.0}, feedback, "answer", before)
+            return 0.0, info
+        self.turn += 1
+        reward, info = self._answer(text.strip())
+        reward = float(reward)
+        self.done = True
+        self._success = bool(info.get("success", False))
+        self.final_reward = reward
+        feedback = info.pop("feedback", "") or f"Answer received (reward {reward:g})."
+        self.transcript.append(("ANSWER " + text.strip(), feedback))
+        self.last_feedback = feedback
+        info["reward"] = reward
+        info["success"] = self._success
+        info["action_is_effective"] = True
+        return reward, self._finish_info(info, feedback, "answer", before)
+
+    def step(self, action: str) -> tuple[float, bool, dict[str, Any]]:
+        """``"interact:<query>"`` -> ``(0.0, done, info)``; ``"answer:<text>"`` -> ``(reward, True, info)``."""
+        text = "" if action is None else str(action)
+        head, sep, payload = text.partition(":")
+        kind = head.strip().lower()
+        if sep and kind == "interact":
+            _, info = self.interact(payload)
+            return 0.0, self.done, info
+        if sep and kind == "answer":
+            reward, info = self.answer(payload)
+            return reward, True, info
+        before = self.progress()
+        feedback = (
+            "Invalid action: use 'interact:<query>' to ask or 'answer:<answer>' to finish."
+        )
+        if not self.done:
+            self.turn += 1
+            self.transcript.append((text.strip(), feedback))
+            self.last_feedback = feedback
+        return 0.0, self.done, self._finish_info({"valid": False}, feedback, "invalid", before)
+
+    def render_text(self) -> str:
+        lines = [self._describe()]
+        if self.transcript:
+            lines.append("History:")
+            for i, (query, feedback) in enumerate(self.transcript, 1):
+                lines.append(f"Turn {i}: {query} -> {feedback}")
+        else:
+            lines.append("History: none yet.")
+        if self.done:
+            lines.append("The episode is over.")
+        else:
+            lines.append(f"Turns left: {self.turns_left}.")
+        return "\n".join(lines)
+
+    @staticmethod
+    def split_action(action: str) -> tuple[str, str]:
+        """``"interact:q"`` -> ``("interact", "q")``; anything else -> ``("", action)``."""
+        head, sep, payload = str(action).partition(":")
+        kind = head.strip().lower()
+        if sep and kind in ("interact", "answer"):
+            return kind, payload.strip()
+        return "", str(action)
+
+
+# --------------------------------------------------------------------------------------------
+# pure functions
+# --------------------------------------------------------------------------------------------
+#: all 5040 codes of 4 distinct digits, in lexicographic order (leading zero allowed)
+ALL_CODES: tuple[str, ...] = tuple("".join(p) for p in itertools.permutations("0123456789", 4))
+_CODE_INDEX = {c: i for i, c in enumerate(ALL_CODES)}
+#: the demonstrator's fixed first guess
+OPENER = "0123"
+
+
+def is_valid_code(code: object) -> bool:
+    """True for a string of exactly 4 distinct decimal digits."""
+    return isinstance(code, str) and code in _CODE_INDEX
+
+
+def _fb(secret: str, guess: str) -> tuple[int, int]:
+    a = (secret[0] == guess[0]) + (secret[1] == guess[1]) + (secret[2] == guess[2]) + (
+        secret[3] == guess[3]
+    )
+    common = len(set(secret) & set(guess))
+    return a, common - a
+
+
+def feedback(secret: str, guess: str) -> tuple[int, int]:
+    """``(A, B)``: digits of ``guess`` in the right place, and right digits in the wrong place.
+
+    Both arguments must be 4-distinct-digit strings (``ValueError`` otherwise).
+    """
+    if not is_valid_code(secret) or not is_valid_code(guess):
+        raise ValueError(f"secret and guess must be 4 distinct digits, got {secret!r}, {guess!r}")
+    return _fb(secret, guess)
+
+
+def consistent_candidates(
+    history: Iterable[tuple[str, tuple[int, int]]], candidates: Sequence[str] | None = None
+) -> list[str]:
+    """All codes (from ``candidates``, default :data:`ALL_CODES`) consistent with ``history``.
+
+    ``history`` is a sequence of ``(guess, (A, B))`` pairs; the result keeps the candidates'
+    order. With an empty history this is all 5040 codes.
+    """
+    pool = list(ALL_CODES if candidates is None else candidates)
+    for guess, fb in history:
+        if not is_valid_code(guess):
+            raise ValueError(f"invalid guess in history: {guess!r}")
+        target = (int(fb[0]), int(fb[1]))
+        pool = [c for c in pool if _fb(c, guess) == target]
+    return pool
+
+
+def _partition_sizes(guess: str, candidates: Sequence[str]) -> Counter:
+    return Counter(_fb(c, guess) for c in candidates)
+
+
+#: feedback evaluations the oracle may spend per decision (keeps a demo step well under 0.1 s)
+ORACLE_BUDGET = 60_000
+
+
+@lru_cache(maxsize=8192)
+def _oracle_guess(history: tuple[tuple[str, tuple[int, int]], ...]) -> str:
+    """Minimax guess from a bounded pool drawn from the consistent set (always inside H)."""
+    if not history:
+        return OPENER
+    cands = consistent_candidates(history)
+    if len(cands) <= 2:
+        return cands[0]
+    limit = max(8, ORACLE_BUDGET // len(cands))
+    if len(cands) <= limit:
+        pool = cands
+    else:  # evenly spaced deterministic subsample
+        stride = len(cands) / limit
+        pool = [cands[int(i * stride)] for i in range(limit)]
+    best, best_key = pool[0], None
+    for g in pool:
+        sizes = _partition_sizes(g, cands)
+        # minimise the worst case, then prefer more distinct outcomes (and a chance to hit)
+        key = (max(sizes.values()), -len(sizes))
+        if best_key is None or key < best_key:
+            best, best_key = g, key
+    return best
+
+
+def _fb_text(guess: str, fb: tuple[int, int]) -> str:
+    return f"Guess {guess}: {fb[0]} in place, {fb[1]} misplaced"
+
+
+_GUESS_RE = re.compile(r"^\s*(?:guess\s*[:=]?\s*)?(.*?)\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def _parse_code(text: str) -> str | None:
+    """A 4-distinct-digit code from loose text (``"1234"``, ``"1 2 3 4"``, ``"guess 1,2,3,4"``)."""
+    m = _GUESS_RE.match(text or "")
+    body = m.group(1) if m else ""
+    body = re.sub(r"[\s,;\-\[\]\(\)\"'`.]", "", body)
+    return body if is_valid_code(body) else None
+
+
+# --------------------------------------------------------------------------------------------
+# the game
+# --------------------------------------------------------------------------------------------
+class GuessNumbersGame(InteractiveGame):
+    """Bulls-and-cows over 4 distinct digits (see the module docstring).
+
+    Info keys of an interaction: ``guess`` (the parsed guess or ``None``), ``in_place``,
+    ``misplaced`` (``None`` when invalid), ``hypothesis_size`` (``|H_t|``),
+    ``hypothesis_size_before`` (``|H_{t-1}|``), ``guess_in_previous_hypotheses`` (False for an
+    invalid query), ``repeated_query``. ``action_is_effective`` is True when ``H`` shrank.
+    Answer info: ``valid``, ``answer``, ``success``, ``reward``.
+
+    ``progress()`` = ``|H_t|`` (float).
+    """
+
+    max_turns = 10
+    task_name = "GuessNumbers"
+    instructions = (
+        "Find the secret number: 4 distinct digits (a leading zero is allowed). "
+        "Ask with <interact>GUESS</interact> (4 distinct digits) and get how many digits are in "
+        "the right place and how many are right but misplaced. Finish with <answer>NUMBER</answer>."
+    )
+
+    def __init__(self, secret: str, max_turns: int | None = None) -> None:
+        super().__init__(max_turns)
+        if not is_valid_code(secret):
+            raise ValueError(f"secret must be 4 distinct digits, got {secret!r}")
+        self.secret = secret
+        self.history: list[tuple[str, tuple[int, int]]] = []
+        self.hypotheses: list[str] = list(ALL_CODES)
+
+    @classmethod
+    def generate(cls, seed: int, split: str = "train", **kwargs: Any) -> "GuessNumbersGame":
+        """A deterministic instance. Secrets with index % 5 == 0 (in :data:`ALL_CODES`) are the
+        ``"val"`` split (1008 secrets), the rest ``"train"`` (4032): the splits are disjoint."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        rng = random.Random(f"GuessNumbers/{split}/{int(seed)}")
+        while True:
+            idx = rng.randrange(len(ALL_CODES))
+            if (idx % 5 == 0) == (split == "val"):
+                return cls(ALL_CODES[idx], **kwargs)
+
+    # ---- proxy -------------------------------------------------------------------------------
+    @property
+    def hypothesis_size(self) -> int:
+        return len(self.hypotheses)
+
+    def progress(self) -> float:
+        return float(len(self.hypotheses))
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def _describe(self) -> str:
+        return self.instructions
+
+    def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
+        before = len(self.hypotheses)
+        guess = _parse_code(query)
+        if guess is None:
+            feedback_text = (
+                f"Invalid query {query!r}: a guess must be 4 distinct digits, for example 0123."
+            )
+            return feedback_text, {
+                "valid": False,
+                "guess": None,
+                "in_place": None,
+                "misplaced": None,
+                "hypothesis_size": before,
+                "hypothesis_size_before": before,
+                "guess_in_previous_hypotheses": False,
+                "repeated_query": False,
+                "action_is_effective": False,
+            }
+        repeated = any(g == guess for g, _ in self.history)
+        in_prev = guess in set(self.hypotheses)
+        fb = _fb(self.secret, guess)
+        self.history.append((guess, fb))
+        self.hypotheses = [c for c in self.hypotheses if _fb(c, guess) == fb]
+        after = len(self.hypotheses)
+        return _fb_text(guess, fb), {
+            "valid": True,
+            "guess": guess,
+            "in_place": fb[0],
+            "misplaced": fb[1],
+            "hypothesis_size": after,
+            "hypothesis_size_before": before,
+            "guess_in_previous_hypotheses": in_prev,
+            "repeated_query": repeated,
+            "action_is_effective": after < before,
+        }
+
+    def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
+        code = _parse_code(text)
+        if code is None:
+            return 0.0, {
+                "valid": False,
+                "answer": None,
+                "success": False,
+                "feedback": f"Invalid answer {text!r}: expected 4 distinct digits. Reward 0.",
+            }
+        ok = code == self.secret
+        fb = "Correct!" if ok else f"Wrong: the secret was {self.secret}."
+        return float(ok), {"valid": True, "answer": code, "success": ok, "feedback": fb}
+
+    # ---- demonstrator ------------------------------------------------------------------------
+    def oracle_action(self) -> str:
+        if len(self.hypotheses) == 1:
+            return self.ANSWER_PREFIX + self.hypotheses[0]
+        if self.turns_left <= 1 and self.hypotheses:
+            return self.ANSWER_PREFIX + self.hypotheses[0]
+        return self.INTERACT_PREFIX + _oracle_guess(tuple(self.history))
+
+    def explain(self, action: str) -> str:
+        kind, payload = self.split_action(action)
+        n = len(self.hypotheses)
+        t = len(self.history)
+        if kind == "answer":
+            code = _parse_code(payload)
+            if code is not None and n == 1 and code == self.hypotheses[0]:
+                return f"Only {code} fits all {t} feedback lines, so I answer {code}."
+            return f"{n} numbers still fit the feedback; I answer {payload}."
+        if kind == "interact":
+            guess = _parse_code(payload)
+            if guess is None:
+                return f"I ask {payload}."
+            worst = max(_partition_sizes(guess, self.hypotheses).values()) if n else 0
+            if t == 0:
+                return (
+                    f"No feedback yet, so all {n} numbers are possible. I open with {guess}; "
+                    f"at most {worst} stay possible after the reply."
+                )
+            inside = "it fits all feedback so far" if guess in self.hypotheses else "it is a probe"
+            return (
+                f"After {t} guess{'es' if t != 1 else ''}, {n} numbers still fit the feedback. "
+                f"I guess {guess} because "
+                f"{inside} and at most {worst} stay possible after the reply."
+            )
+        return super().explain(action)

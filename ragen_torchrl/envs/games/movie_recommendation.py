@@ -1,0 +1,535 @@
+"""MovieRecommendation (T3 active reasoning): learn a user's taste, then recommend an unseen movie.
+
+**Catalog.** Items with a ``title`` and an ``attributes`` vector. :func:`generate_catalog` makes a
+deterministic catalog with made-up titles from a small word list (attributes in ``[0, 1]``, 2
+decimals); :func:`load_catalog` reads a user file (JSON lines / JSON array / CSV, fields ``title``
+and ``attributes``) and raises ``ValueError`` naming the file and the fields when it is malformed.
+
+**Episode.** A hidden unit preference vector ``v*``; ``num_seen`` movies (default 8) the user has
+seen, listed with 1-based ids, and ``num_candidates`` unseen movies (default 8) listed by title;
+the agent sees every attribute vector. Queries are about *seen* movies only:
+
+* ``"rate 3"`` (or ``"rate <title>"``) -> ``"The user rates 'Title' 0.42."``: the user's score
+  ``v*·x`` rounded to 2 decimals (higher is better);
+* ``"compare 3 5"`` -> ``"The user prefers 'A' over 'B'."``;
+
+each may carry the agent's running estimate, ``"rate 3; estimate: 0.1, 0.5, -0.2, 0.3"`` (an
+estimate-only query is valid too), as in PreferenceEstimation. A malformed query never raises.
+
+**Answer.** The title of one unseen candidate (case-insensitive, quotes and a final period ignored).
+Reward 1.0 iff it is the candidate with the highest ``v*·x`` (exact match), else 0.0; a title that
+is not a candidate scores 0 with ``info["valid"] = False``. ``generate`` draws ``v*`` so that the best
+candidate leads the runner-up by at least ``min_margin`` (0.05), so the demonstrator's 4 ratings
+(at ``dim`` = 4) determine the answer despite the 2-decimal rounding. ``max_turns`` = 5.
+
+**Progress.** As PreferenceEstimation: ``progress()`` = ``cos(v̂_t, v*)`` (higher is closer).
+``estimate_source="agent"`` (default): ``v̂_t`` = the latest estimate the agent reported (0.0 before
+any). ``estimate_source="observations"``: the ridge least-squares fit of the ratings,
+``v̂ = (XᵀX + 1e-6·I)⁻¹ Xᵀr`` over the rated movies (the minimum-norm fit when fewer than ``dim``
+ratings), or, with comparisons only, the comparison estimate of PreferenceEstimation.
+
+Example:
+    >>> catalog = generate_catalog(0, num_items=12, dim=3)
+    >>> game = MovieRecommendationGame.generate(0, catalog=catalog, num_seen=4, num_candidates=4)
+    >>> text, info = game.interact("rate 1")
+    >>> text.startswith("The user rates")
+    True
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import random
+import re
+from typing import Any, Sequence
+
+from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+from ragen_torchrl.envs.games.preference_estimation import (
+    comparison_estimate,
+    cosine,
+    dot,
+    format_vector,
+    norm,
+    parse_compare,
+    parse_vector,
+    random_unit,
+    split_estimate,
+)
+
+__all__ = [
+    "MovieRecommendationGame",
+    "generate_catalog",
+    "least_squares_estimate",
+    "load_catalog",
+]
+
+Catalog = list[dict[str, Any]]
+
+_ADJECTIVES = (
+    "Silent", "Crimson", "Hidden", "Broken", "Golden", "Last", "Midnight", "Frozen", "Wild",
+    "Lost", "Electric", "Distant", "Secret", "Burning", "Quiet", "Velvet", "Iron", "Paper",
+)
+_NOUNS = (
+    "River", "Empire", "Garden", "Signal", "Horizon", "Mirror", "Harbor", "Machine", "Forest",
+    "Letter", "Voyage", "Kingdom", "Shadow", "Orchard", "Comet", "Lantern", "Island", "Echo",
+)
+
+
+def generate_catalog(seed: int = 0, num_items: int = 50, dim: int = 4) -> Catalog:
+    """A deterministic catalog of ``num_items`` movies with unique made-up titles
+    (``"The <Adjective> <Noun>"``, numbered sequels beyond the word list) and attribute vectors
+    in ``[0, 1]^dim`` rounded to 2 decimals."""
+    if num_items < 1 or dim < 1:
+        raise ValueError("num_items and dim must be positive")
+    rng = random.Random(f"MovieCatalog/{int(seed)}")
+    names = [f"The {a} {n}" for a in _ADJECTIVES for n in _NOUNS]
+    rng.shuffle(names)
+    titles = []
+    for i in range(num_items):
+        base = names[i % len(names)]
+        rnd = i // len(names)
+        titles.append(base if rnd == 0 else f"{base} {rnd + 1}")
+    return [
+        {"title": t, "attributes": [round(rng.random(), 2) for _ in range(dim)]} for t in titles
+    ]
+
+
+_FIELDS_HINT = "expected fields 'title' (text) and 'attributes' (a list of numbers)"
+
+
+def _coerce_attributes(value: Any) -> list[float] | None:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                return None
+        else:
+            parts = [p for p in re.split(r"[;|\s,]+", text) if p]
+            try:
+                value = [float(p) for p in parts]
+            except ValueError:
+                return None
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    out = []
+    for x in value:
+        if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+            return None
+        try:
+            f = float(x)
+        except ValueError:
+            return None
+        if f != f or f in (float("inf"), float("-inf")):
+            return None
+        out.append(f)
+    return out
+
+
+def load_catalog(path: str | os.PathLike) -> Catalog:
+    """Read a catalog from JSON lines (one object per line), a JSON array, or CSV (header with
+    ``title`` and ``attributes``; attributes as a JSON list or numbers separated by ``;``, ``|`` or
+    spaces). Raises ``ValueError`` naming the file and the expected fields when malformed."""
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    where = f"catalog file {path!r}"
+    rows: list[tuple[int, Any]] = []
+    if path.lower().endswith(".csv"):
+        reader = csv.DictReader(io.StringIO(text))
+        if not reader.fieldnames or not {"title", "attributes"} <= set(reader.fieldnames):
+            raise ValueError(f"{where}: header {reader.fieldnames}; {_FIELDS_HINT}")
+        rows = [(i + 2, row) for i, row in enumerate(reader)]
+    else:
+        stripped = text.strip()
+        if stripped.startswith("["):
+            try:
+                data = json.loads(stripped)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: invalid JSON ({err}); {_FIELDS_HINT}") from None
+            rows = [(i + 1, row) for i, row in enumerate(data)]
+        else:
+            for i, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append((i, json.loads(line)))
+                except json.JSONDecodeError:
+                    raise ValueError(f"{where}: line {i} is not JSON; {_FIELDS_HINT}") from None
+    catalog: Catalog = []
+    seen_titles: set[str] = set()
+    for line, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: entry {line} is not an object; {_FIELDS_HINT}")
+        title = row.get("title")
+        attrs = _coerce_attributes(row.get("attributes"))
+        if not isinstance(title, str) or not title.strip() or attrs is None:
+            raise ValueError(f"{where}: entry {line} is malformed; {_FIELDS_HINT}")
+        title = title.strip()
+        if title.lower() in seen_titles:
+            raise ValueError(f"{where}: entry {line} repeats the title {title!r}; titles must be unique")
+        seen_titles.add(title.lower())
+        catalog.append({"title": title, "attributes": attrs})
+    if not catalog:
+        raise ValueError(f"{where}: no entries; {_FIELDS_HINT}")
+    dims = {len(c["attributes"]) for c in catalog}
+    if len(dims) != 1:
+        raise ValueError(f"{where}: 'attributes' lengths differ ({sorted(dims)}); {_FIELDS_HINT}")
+    return catalog
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; ``None`` if singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                if f:
+                    m[r] = [x - f * y for x, y in zip(m[r], m[col])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def least_squares_estimate(
+    rows: Sequence[Sequence[float]], targets: Sequence[float], ridge: float = 1e-6
+) -> list[float] | None:
+    """Ridge least squares ``(XᵀX + ridge·I)⁻¹ Xᵀy``; ``None`` without rows."""
+    if not rows:
+        return None
+    d = len(rows[0])
+    xtx = [[sum(r[i] * r[j] for r in rows) + (ridge if i == j else 0.0) for j in range(d)] for i in range(d)]
+    xty = [sum(r[i] * y for r, y in zip(rows, targets)) for i in range(d)]
+    return _solve(xtx, xty)
+
+
+def _norm_title(text: str) -> str:
+    t = text.strip().strip("\"'`“”‘’").strip().rstrip(".").strip().strip("\"'`“”‘’")
+    return re.sub(r"\s+", " ", t).lower()
+
+
+class MovieRecommendationGame(InteractiveGame):
+    """Recommend the best unseen movie after asking about seen ones (see module docstring).
+
+    Info keys of an interaction: ``query_type`` (``"rate"``, ``"compare"``, ``"estimate"`` or
+    ``None``), ``rated`` (1-based seen id or ``None``), ``rating`` (float or ``None``), ``compared``
+    (1-based pair or ``None``), ``preferred`` (1-based id or ``None``), ``estimate``,
+    ``estimate_reported``, ``similarity`` (= ``progress()``), ``repeated_query``.
+    Answer info: ``valid``, ``recommended`` (title or ``None``), ``best`` (the right title),
+    ``success``, ``reward``.
+    """
+
+    max_turns = 5
+    task_name = "MovieRecommendation"
+    ESTIMATE_SOURCES = ("agent", "observations")
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        preference: Sequence[float],
+        seen: Sequence[int],
+        candidates: Sequence[int],
+        estimate_source: str = "agent",
+        max_turns: int | None = None,
+    ) -> None:
+        super().__init__(max_turns)
+        if estimate_source not in self.ESTIMATE_SOURCES:
+            raise ValueError(
+                f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}"
+            )
+        self.catalog = [{"title": c["title"], "attributes": [float(a) for a in c["attributes"]]} for c in catalog]
+        self.dim = len(self.catalog[0]["attributes"])
+        if len(preference) != self.dim or norm(preference) == 0:
+            raise ValueError("preference must be a non-zero vector of the catalog's dimension")
+        self.seen = [int(i) for i in seen]
+        self.candidates = [int(i) for i in candidates]
+        if not self.seen or not self.candidates:
+            raise ValueError("need at least one seen movie and one candidate")
+        if set(self.seen) & set(self.candidates):
+            raise ValueError("seen movies and candidates must not overlap")
+        if any(not 0 <= i < len(self.catalog) for i in self.seen + self.candidates):
+            raise ValueError("seen/candidate indices out of range")
+        self.preference = [float(a) for a in preference]
+        self.estimate_source = estimate_source
+        self.estimate: list[float] | None = None
+        self.ratings: dict[int, float] = {}  # seen position (0-based) -> rating
+        self.comparisons: list[tuple[int, int]] = []  # (winner, loser) seen positions
+        self.asked: set[tuple] = set()
+        utils = {i: dot(self.preference, self.catalog[i]["attributes"]) for i in self.candidates}
+        self.best = max(self.candidates, key=lambda i: utils[i])
+
+    @classmethod
+    def generate(
+        cls,
+        seed: int,
+        split: str = "train",
+        catalog: Catalog | None = None,
+        num_seen: int = 8,
+        num_candidates: int = 8,
+        min_margin: float = 0.05,
+        **kwargs: Any,
+    ) -> "MovieRecommendationGame":
+        """Draw ``v*``, the seen movies and the candidates from ``catalog`` (default
+        ``generate_catalog(0)``) with a split-specific random stream (train/val instances differ
+        with probability 1). ``v*`` is redrawn (up to 200 times) until the best candidate leads by
+        ``min_margin``."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        catalog = generate_catalog(0) if catalog is None else catalog
+        if num_seen + num_candidates > len(catalog):
+            raise ValueError(
+                f"catalog has {len(catalog)} movies, fewer than num_seen + num_candidates"
+            )
+        dim = len(catalog[0]["attributes"])
+        rng = random.Random(f"MovieRecommendation/{split}/{int(seed)}")
+        picks = rng.sample(range(len(catalog)), num_seen + num_candidates)
+        seen, cands = picks[:num_seen], picks[num_seen:]
+        for _ in range(200):
+            pref = [round(x, 4) for x in random_unit(rng, dim)]
+            utils = sorted((dot(pref, catalog[i]["attributes"]) for i in cands), reverse=True)
+            if len(utils) < 2 or utils[0] - utils[1] >= min_margin:
+                break
+        return cls(catalog, pref, seen, cands, **kwargs)
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _attrs(self, idx: int) -> list[float]:
+        return self.catalog[idx]["attributes"]
+
+    def _title(self, idx: int) -> str:
+        return self.catalog[idx]["title"]
+
+    def _seen_position(self, ref: str) -> int | None:
+        ref = ref.strip()
+        if re.fullmatch(r"#?\d+", ref):
+            pos = int(ref.lstrip("#")) - 1
+            return pos if 0 <= pos < len(self.seen) else None
+        key = _norm_title(ref)
+        for pos, idx in enumerate(self.seen):
+            if _norm_title(self._title(idx)) == key:
+                return pos
+        return None
+
+    def current_estimate(self) -> list[float] | None:
+        if self.estimate_source == "agent":
+            return self.estimate
+        if self.ratings:
+            rows = [self._attrs(self.seen[p]) for p in self.ratings]
+            return least_squares_estimate(rows, list(self.ratings.values()))
+        items = [self._attrs(i) for i in self.seen]
+        return comparison_estimate(items, self.comparisons)
+
+    def progress(self) -> float:
+        return float(cosine(self.current_estimate(), self.preference))
+
+    # ---- text --------------------------------------------------------------------------------
+    def _describe(self) -> str:
+        lines = [
+            f"Recommend a movie. Each movie has {self.dim} attributes; the user scores a movie by "
+            "a hidden weighted sum of its attributes. Ask about movies the user has seen with "
+            "<interact>rate ID; estimate: w1, ..., wd</interact> (the user's score) or "
+            "<interact>compare ID ID; estimate: w1, ..., wd</interact>, stating your current "
+            "estimate of the weights. Finish with <answer>TITLE</answer>: the unseen movie the user "
+            "will like most.",
+            "Seen movies:",
+        ]
+        for pos, idx in enumerate(self.seen, 1):
+            lines.append(f"{pos}. {self._title(idx)} ({format_vector(self._attrs(idx))})")
+        lines.append("Unseen movies:")
+        for idx in self.candidates:
+            lines.append(f"- {self._title(idx)} ({format_vector(self._attrs(idx))})")
+        return "\n".join(lines)
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def _info(self, valid: bool, **kw: Any) -> dict[str, Any]:
+        info = {
+            "valid": valid,
+            "query_type": None,
+            "rated": None,
+            "rating": None,
+            "compared": None,
+            "preferred": None,
+            "estimate": list(self.estimate) if self.estimate else None,
+            "estimate_reported": False,
+            "similarity": self.progress(),
+            "repeated_query": False,
+            "action_is_effective": False,
+        }
+        info.update(kw)
+        return info
+
+    def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
+        body, est_text = split_estimate(query)
+        est = None
+        if est_text is not None:
+            est = parse_vector(est_text, self.dim)
+            if est is None:
+                return f"Invalid query {query!r}: the estimate must be {self.dim} numbers.", self._info(False)
+        usage = "expected 'rate ID' or 'compare ID ID' about a seen movie"
+        action = None
+        m = re.match(r"^\s*rate\s+(.+?)\s*$", body, re.IGNORECASE | re.DOTALL)
+        if m:
+            pos = self._seen_position(m.group(1))
+            if pos is None:
+                return f"Invalid query {query!r}: {usage} (ids 1 to {len(self.seen)}).", self._info(False)
+            action = ("rate", pos)
+        elif body:
+            pair = parse_compare(body)
+            if pair is None:
+                return f"Invalid query {query!r}: {usage}.", self._info(False)
+            a, b = pair[0] - 1, pair[1] - 1
+            if not (0 <= a < len(self.seen) and 0 <= b < len(self.seen)) or a == b:
+                return (
+                    f"Invalid query {query!r}: compare two different seen movies (ids 1 to {len(self.seen)}).",
+                    self._info(False),
+                )
+            action = ("compare", a, b)
+        elif est is None:
+            return f"Invalid query {query!r}: {usage}.", self._info(False)
+        if est is not None:
+            self.estimate = est
+        if action is None:
+            return "Estimate recorded.", self._info(
+                True, query_type="estimate", estimate_reported=True, action_is_effective=True
+            )
+        key = action if action[0] == "rate" else ("compare", frozenset(action[1:]))
+        repeated = key in self.asked
+        self.asked.add(key)
+        if action[0] == "rate":
+            pos = action[1]
+            idx = self.seen[pos]
+            rating = round(dot(self.preference, self._attrs(idx)), 2)
+            self.ratings[pos] = rating
+            text = f"The user rates '{self._title(idx)}' {rating:.2f}."
+            return text, self._info(
+                True,
+                query_type="rate",
+                rated=pos + 1,
+                rating=rating,
+                estimate_reported=est is not None,
+                repeated_query=repeated,
+                action_is_effective=not repeated or est is not None,
+            )
+        a, b = action[1], action[2]
+        ua = dot(self.preference, self._attrs(self.seen[a]))
+        ub = dot(self.preference, self._attrs(self.seen[b]))
+        w, l = (a, b) if ua >= ub else (b, a)
+        self.comparisons.append((w, l))
+        text = f"The user prefers '{self._title(self.seen[w])}' over '{self._title(self.seen[l])}'."
+        return text, self._info(
+            True,
+            query_type="compare",
+            compared=(a + 1, b + 1),
+            preferred=w + 1,
+            estimate_reported=est is not None,
+            repeated_query=repeated,
+            action_is_effective=not repeated or est is not None,
+        )
+
+    def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
+        key = _norm_title(text)
+        best_title = self._title(self.best)
+        match = next((i for i in self.candidates if _norm_title(self._title(i)) == key), None)
+        if match is None:
+            seen = any(_norm_title(self._title(i)) == key for i in self.seen)
+            why = "the user has already seen it" if seen else "it is not one of the unseen movies"
+            return 0.0, {
+                "valid": False,
+                "recommended": None,
+                "best": best_title,
+                "success": False,
+                "feedback": f"Invalid recommendation {text!r}: {why}. Reward 0.",
+            }
+        ok = match == self.best
+        fb = "Correct: the user loves it." if ok else f"Wrong: the best choice was '{best_title}'."
+        return float(ok), {
+            "valid": True,
+            "recommended": self._title(match),
+            "best": best_title,
+            "success": ok,
+            "feedback": fb,
+        }
+
+    # ---- demonstrator ------------------------------------------------------------------------
+    def _oracle_estimate(self) -> list[float] | None:
+        if not self.ratings:
+            return None
+        rows = [self._attrs(self.seen[p]) for p in self.ratings]
+        return least_squares_estimate(rows, list(self.ratings.values()))
+
+    def _next_to_rate(self) -> int | None:
+        """The unrated seen movie whose attributes add the most new direction (Gram-Schmidt)."""
+        basis: list[list[float]] = []
+        for p in self.ratings:
+            v = list(self._attrs(self.seen[p]))
+            for q in basis:
+                c = dot(v, q)
+                v = [a - c * b for a, b in zip(v, q)]
+            n = norm(v)
+            if n > 1e-9:
+                basis.append([a / n for a in v])
+        best, best_res = None, -1.0
+        for pos in range(len(self.seen)):
+            if pos in self.ratings:
+                continue
+            v = list(self._attrs(self.seen[pos]))
+            for q in basis:
+                c = dot(v, q)
+                v = [a - c * b for a, b in zip(v, q)]
+            res = norm(v)
+            if res > best_res + 1e-12:
+                best, best_res = pos, res
+        return best
+
+    def _oracle_pick(self) -> int:
+        est = self._oracle_estimate()
+        if est is None:
+            return self.candidates[0]
+        return max(self.candidates, key=lambda i: dot(est, self._attrs(i)))
+
+    def oracle_action(self) -> str:
+        nxt = self._next_to_rate()
+        if self.turns_left <= 1 or len(self.ratings) >= self.dim or nxt is None:
+            return self.ANSWER_PREFIX + self._title(self._oracle_pick())
+        query = f"rate {nxt + 1}"
+        est = self._oracle_estimate()
+        if est is not None:
+            query += f"; estimate: {format_vector(est)}"
+        return self.INTERACT_PREFIX + query
+
+    def explain(self, action: str) -> str:
+        kind, payload = self.split_action(action)
+        r = len(self.ratings)
+        if kind == "answer":
+            est = self._oracle_estimate()
+            if est is None:
+                return f"I have no ratings, so I guess {payload}."
+            return (
+                f"{r} ratings fit the weights ({format_vector(est)}); under them {payload} has the "
+                "highest score among the unseen movies."
+            )
+        if kind == "interact":
+            body, _ = split_estimate(payload)
+            m = re.match(r"^\s*rate\s+(.+?)\s*$", body, re.IGNORECASE)
+            pos = self._seen_position(m.group(1)) if m else None
+            if pos is None:
+                return f"I ask {payload}."
+            need = max(0, self.dim - r)
+            title = self._title(self.seen[pos])
+            if r == 0:
+                return (
+                    f"I need {need} ratings to pin down {self.dim} weights. I start with "
+                    f"'{title}', whose attributes are the strongest overall."
+                )
+            return (
+                f"I have {r} ratings and need {need} more to pin down {self.dim} weights. "
+                f"'{title}' differs most from the movies already rated."
+            )
+        return super().explain(action)

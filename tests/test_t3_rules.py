@@ -1,0 +1,151 @@
+"""T3 stall rules: scripted progress sequences, registry, and the games feeding them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_torchrl.transforms.t3_rules import (
+    AnyRule,
+    ConsecutiveUnknownRule,
+    EstimateDriftRule,
+    OutsideHypothesisRule,
+    ShrinkStallRule,
+    SimilarityDecreaseRule,
+    TASK_NAMES,
+    make_rule,
+)
+
+
+def _run(rule, seq, infos=None, initial=None):
+    rule.reset(initial)
+    infos = infos or [{}] * len(seq)
+    return [rule.update(p, i) for p, i in zip(seq, infos)]
+
+
+def _first(fired):
+    return fired.index(True) + 1 if True in fired else None
+
+
+def test_shrink_stall_consecutive_vs_cumulative():
+    seq = [50, 50, 50, 40, 40, 40, 40]  # stalls at turns 2, 3, 5, 6, 7
+    assert _first(_run(ShrinkStallRule(3), seq, initial=100)) == 7
+    assert _first(_run(ShrinkStallRule(3, cumulative=True), seq, initial=100)) == 5
+    assert _run(ShrinkStallRule(1), [10, 10, 5], initial=10) == [True, True, False]
+    # without a baseline the first turn only records it
+    assert _run(ShrinkStallRule(1), [10, 10]) == [False, True]
+    # min_delta: a shrink of at most min_delta is a stall
+    assert _run(ShrinkStallRule(1, min_delta=2), [99, 90], initial=100) == [True, False]
+
+
+def test_progress_before_in_info_is_the_baseline():
+    rule = ShrinkStallRule(1)
+    rule.reset()
+    assert rule.update(30, {"progress_before": 30}) is True
+    assert rule.update(20, {"progress_before": 30}) is False
+
+
+def _reference_consecutive(seq, initial, k):
+    prev, count, out = initial, 0, []
+    for p in seq:
+        count = count + 1 if p >= prev else 0
+        out.append(count >= k)
+        prev = p
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=15), st.integers(1, 4))
+def test_shrink_stall_matches_reference(seq, k):
+    assert _run(ShrinkStallRule(k), seq, initial=5) == _reference_consecutive(seq, 5, k)
+    stalls, prev, cum = 0, 5, []
+    for p in seq:
+        stalls += p >= prev
+        cum.append(stalls >= k)
+        prev = p
+    assert _run(ShrinkStallRule(k, cumulative=True), seq, initial=5) == cum
+
+
+def test_outside_hypothesis_and_guess_numbers_combo():
+    assert _run(OutsideHypothesisRule(), [1, 1, 1], [
+        {"guess_in_previous_hypotheses": True}, {}, {"guess_in_previous_hypotheses": False}
+    ]) == [False, False, True]
+    rule = make_rule("GuessNumbers")
+    assert isinstance(rule, AnyRule)
+    seq = [1440, 200, 150, 150]
+    infos = [{"guess_in_previous_hypotheses": g} for g in (True, False, True, True)]
+    # turn 2 shrinks but the guess was outside H_{t-1}; turn 4 does not shrink
+    assert _run(rule, seq, infos, initial=5040) == [False, True, False, True]
+    assert rule.fired
+
+
+def test_consecutive_unknown():
+    answers = ["Unknown", "Unknown", "Yes", "Unknown", "Unknown", "Unknown", "Unknown", "Unknown"]
+    fired = _run(ConsecutiveUnknownRule(5), [0] * 8, [{"judge_answer": a} for a in answers])
+    assert _first(fired) == 8
+    # an invalid question (judge_answer None) counts as Unknown
+    assert _run(ConsecutiveUnknownRule(2), [0, 0], [{"judge_answer": None}, {"judge_answer": "Unknown"}]) == [False, True]
+    # without judge_answer, progress is the game's own consecutive count
+    assert _run(ConsecutiveUnknownRule(3), [1, 2, 0, 1, 2, 3]) == [False] * 5 + [True]
+
+
+def test_similarity_decrease():
+    seq = [0.1, 0.3, 0.2, 0.25, 0.2, 0.1, 0.05]
+    assert _run(SimilarityDecreaseRule(2), seq, initial=0.0) == [False] * 5 + [True, True]
+    assert _first(_run(SimilarityDecreaseRule(1), seq, initial=0.0)) == 3
+    # equal similarity is not a decrease and resets the count
+    assert _run(SimilarityDecreaseRule(2), [0.5, 0.4, 0.4, 0.3], initial=0.6) == [False, True, False, False]
+
+
+def test_estimate_drift():
+    moving = [[1, 0], [0, 1], [1, 0], [0, 1], [1, 0], [0, 1]]
+    assert not any(_run(EstimateDriftRule(4, 0.28), [0] * 6, [{"estimate": e} for e in moving]))
+    still = [[1, 0], [1, 0.01], [1, 0.02], [1, 0.0], [2, 0.0], None]
+    fired = _run(EstimateDriftRule(4, 0.28), [0] * 6, [{"estimate": e} for e in still])
+    assert fired == [False, False, False, False, True, True]
+
+
+def test_make_rule_defaults_and_errors():
+    cd = make_rule("CircuitDecoding")
+    assert isinstance(cd, ShrinkStallRule) and cd.k == 3 and cd.cumulative
+    assert not make_rule("circuit_decoding", cumulative=False).cumulative
+    assert make_rule("SituationPuzzles").k == 5
+    assert make_rule("preference-estimation").k == 2
+    assert isinstance(make_rule("MovieRecommendation"), SimilarityDecreaseRule)
+    assert isinstance(make_rule("MovieRecommendation", unsupervised=True), EstimateDriftRule)
+    gn = make_rule("GuessNumbers", k=2)
+    assert [type(r) for r in gn.rules] == [OutsideHypothesisRule, ShrinkStallRule] and gn.rules[1].k == 2
+    assert len(TASK_NAMES) == 5
+    with pytest.raises(ValueError) as err:
+        make_rule("Sokoban")
+    for name in TASK_NAMES:
+        assert name in str(err.value)
+    with pytest.raises(ValueError):
+        make_rule("SituationPuzzles", cumulative=True)
+    with pytest.raises(ValueError):
+        make_rule("GuessNumbers", unsupervised=True)
+    with pytest.raises(ValueError):
+        ShrinkStallRule(0)
+
+
+def test_rules_on_real_games():
+    from ragen_torchrl.envs.games.circuit_decoding import CircuitDecodingGame
+    from ragen_torchrl.envs.games.guess_numbers import GuessNumbersGame
+
+    game = GuessNumbersGame("0157")
+    rule = make_rule("GuessNumbers")
+    fired = []
+    for q in ["0123", "0123"]:
+        info = game.interact(q)[1]
+        fired.append(rule.update(info["progress"], info))
+    assert fired == [False, True]  # repeating a guess: outside H_{t-1} and no shrink
+
+    game = CircuitDecodingGame(["x1 AND x2", "NOT x3"])
+    consecutive, cumulative = make_rule("CircuitDecoding", cumulative=False), make_rule("CircuitDecoding")
+    out = []
+    for q in ["(1,1,1)", "(1,1,1)", "(0,0,0)", "(1,1,1)", "A(1,1,1)", "foo"]:
+        info = game.interact(q)[1]
+        out.append((consecutive.update(game.progress(), info), cumulative.update(game.progress(), info)))
+    # stalls at turns 2, 4, 5, 6: cumulative fires at 5 (third stall), consecutive at 6
+    assert out == [(False, False), (False, False), (False, False), (False, False), (False, True), (True, True)]
