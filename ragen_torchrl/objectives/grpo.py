@@ -1,0 +1,109 @@
+"""GRPO on multi-turn trajectories with torchrl's ``GRPOLoss``.
+
+The loss is torchrl's :class:`~torchrl.objectives.llm.GRPOLoss` with
+``masking_strategy="rlhf"`` (assistant tokens only: observations are never trained) and
+``aggregation="prompt_mean"`` (token mean per sequence, then mean over sequences). Its
+actor is a ``TransformersWrapper`` in log-prob mode (``generate=False``) over the same
+model that generates.
+
+Behaviour log-probs are recomputed with that same wrapper on exactly the token sequences
+that are trained (``compute_behaviour_log_probs``): torchrl's generate path sets the first
+response token's log-prob to 0 and decoding/re-tokenising a history is not token-exact,
+so log-probs from generation would not line up with the trained tokens.
+
+Per-row results are stored unpadded; ``GRPOLoss`` re-pads them on the left for each
+mini-batch, which matches the wrapper's left padding, so mini-batches can be reshuffled
+freely between PPO epochs.
+
+Example:
+    >>> from ragen_torchrl.objectives.grpo import masked_mean
+    >>> import torch
+    >>> masked_mean(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([True, True, False])).item()
+    2.0
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase, lazy_stack
+from torchrl.modules.llm import TransformersWrapper
+from torchrl.objectives.llm import GRPOLoss
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over ``mask`` (0 when the mask is empty)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp_min(1)
+
+
+def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
+    """History-mode ``TransformersWrapper`` that scores (does not generate) conversations."""
+    return TransformersWrapper(
+        model,
+        tokenizer=tokenizer,
+        input_mode="history",
+        generate=False,
+        return_log_probs=True,
+        pad_output=True,
+    )
+
+
+def make_grpo_loss(actor: TransformersWrapper, *, clip_epsilon=0.2, entropy_coeff: float = 0.001,
+                   kl_coeff: float = 0.0, aggregation: str = "prompt_mean") -> GRPOLoss:
+    """torchrl's GRPOLoss configured for multi-turn assistant-only training."""
+    return GRPOLoss(
+        actor,
+        clip_epsilon=clip_epsilon,
+        entropy_bonus=entropy_coeff > 0,
+        entropy_coeff=entropy_coeff,
+        kl_to_ref_coeff=kl_coeff if kl_coeff > 0 else None,
+        masking_strategy="rlhf",
+        aggregation=aggregation,
+    )
+
+
+def training_view(records: TensorDictBase) -> TensorDictBase:
+    """The input layout the log-prob wrapper expects: the conversation at ``("history", "prompt")``."""
+    td = records.copy()
+    td.set(("history", "prompt"), records.get(("history", "full")))
+    return td
+
+
+@torch.no_grad()
+def compute_behaviour_log_probs(actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32) -> TensorDictBase:
+    """Score every conversation with the current policy; return per-row unpadded tensors.
+
+    The result (lazy stack, one row per trajectory) holds ``("tokens", "full")``,
+    ``("log_probs", "full")``, ``("masks", "all_assistant_mask")`` and
+    ``("masks", "all_attention_mask")``, each cut to the row's real tokens.
+    """
+    n = records.batch_size[0]
+    rows = []
+    for start in range(0, n, chunk_size):
+        chunk = training_view(records[start : start + chunk_size])
+        out = actor(chunk)
+        attn = out.get(("masks", "all_attention_mask")).bool()
+        tokens = out.get(("tokens", "full"))
+        lps = out.get(("log_probs", "full"))
+        amask = out.get(("masks", "all_assistant_mask")).bool()
+        for i in range(attn.shape[0]):
+            keep = attn[i]
+            rows.append(
+                TensorDict(
+                    {
+                        ("tokens", "full"): tokens[i][keep],
+                        ("log_probs", "full"): lps[i][keep].float(),
+                        ("masks", "all_assistant_mask"): amask[i][keep],
+                        ("masks", "all_attention_mask"): keep[keep],
+                    },
+                    batch_size=[],
+                )
+            )
+    return lazy_stack(rows)
+
+
+def attach_training_data(records: TensorDictBase, behaviour: TensorDictBase) -> TensorDictBase:
+    """Records + behaviour tensors in the layout ``GRPOLoss`` reads."""
+    # row by row: the tensors are ragged, so they cannot be set as one stacked entry
+    view = training_view(records)
+    return lazy_stack([row.update(beh) for row, beh in zip(view.unbind(0), behaviour.unbind(0))])

@@ -1,0 +1,87 @@
+"""Group-relative advantages (GRPO): ``(R - mean_g R) / (std_g R + eps)`` per prompt group.
+
+Unlike torchrl's ``MCAdvantage`` this accepts ``None`` (so it can sit in a ``Compose``
+after a filter that dropped everything), works on a whole batch of groups at once, and
+can skip the std division (Dr.GRPO).
+
+Example:
+    >>> import torch
+    >>> adv = group_advantage(torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1]))
+    >>> [round(a, 4) for a in adv.tolist()]
+    [0.7071, -0.7071, 0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.envs.transforms import Transform
+
+
+def group_advantage(
+    returns: torch.Tensor, group_ids: torch.Tensor, *, scale: str = "std", eps: float = 1e-6
+) -> torch.Tensor:
+    """Per-trajectory advantage relative to its prompt group.
+
+    Args:
+        returns: episode returns, shape ``(N,)`` (raw, including format penalties).
+        group_ids: group of each trajectory, shape ``(N,)``.
+        scale: ``"std"`` divides by the unbiased in-group std plus ``eps`` (GRPO);
+            ``"none"`` keeps ``R - mean`` (Dr.GRPO).
+        eps: added to the std. A group of one, or with equal returns, gets advantage 0.
+    """
+    returns = torch.as_tensor(returns, dtype=torch.float32).reshape(-1)
+    group_ids = torch.as_tensor(group_ids).reshape(-1)
+    if returns.shape != group_ids.shape:
+        raise ValueError(f"returns {tuple(returns.shape)} and group_ids {tuple(group_ids.shape)} differ in shape")
+    if scale not in ("std", "none"):
+        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
+    if not torch.isfinite(returns).all():
+        raise ValueError("returns contain NaN or inf")
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(counts)).index_add_(0, inverse, returns)
+    means = sums / counts
+    centred = returns - means[inverse]
+    if scale == "none":
+        return centred
+    sq = torch.zeros(len(counts)).index_add_(0, inverse, centred**2)
+    std = (sq / (counts - 1).clamp_min(1)).sqrt()
+    return centred / (std[inverse] + eps)
+
+
+class GroupAdvantage(Transform):
+    """Write ``advantage`` (shape ``(N, 1, 1)``) from ``episode_return`` and ``group_id``.
+
+    Usable as a replay-buffer write-time transform (``_inv_call``) or called directly.
+    ``None`` passes through.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict(episode_return=torch.tensor([1.0, 0.0]), group_id=torch.tensor([0, 0]), batch_size=[2])
+        >>> GroupAdvantage()(td)["advantage"].shape
+        torch.Size([2, 1, 1])
+    """
+
+    def __init__(self, *, scale: str = "std", eps: float = 1e-6, return_key="episode_return",
+                 group_key="group_id", advantage_key="advantage") -> None:
+        super().__init__(in_keys=[return_key, group_key], out_keys=[advantage_key])
+        group_advantage(torch.zeros(1), torch.zeros(1), scale=scale)  # validate early
+        self.scale, self.eps = scale, eps
+
+    def _apply(self, td: TensorDictBase | None) -> TensorDictBase | None:
+        if td is None:
+            return None
+        ret_key, grp_key = self.in_keys
+        adv = group_advantage(td.get(ret_key), td.get(grp_key), scale=self.scale, eps=self.eps)
+        td.set(self.out_keys[0], adv.reshape(-1, 1, 1))
+        return td
+
+    def forward(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        return self._apply(tensordict)
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        return self._apply(next_tensordict)
+
+    def _inv_call(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        return self._apply(tensordict)
