@@ -130,6 +130,38 @@ class TextGameEnv(ChatEnv):
         """The user message for a game state (override to change the rendering)."""
         return f"{prefix}{game.render_text()}"
 
+    def feedback_prefix(self, game: TextGame) -> str:
+        """Text put before the observation after a valid turn (e.g. a game's feedback)."""
+        return ""
+
+    def format_reply(self, think: str, actions: list[str]) -> str:
+        """An assistant reply in this env's format (used by demonstrations)."""
+        return f"<think>{think}</think><answer>{' || '.join(actions)}</answer>"
+
+    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int) -> tuple[str, bool, int]:
+        """Play one demonstration turn on ``game``; return ``(reply, game_over, actions_used)``.
+
+        Each action is the oracle's, except with probability ``noise`` a non-optimal one:
+        the game's biased ``greedy_action`` when it has one (3 times out of 4), else a
+        uniformly random valid action. Free-form games (``action_names is None``) answer
+        once per turn with the oracle. Override for other reply formats.
+        """
+        k = rng.randint(1, self.max_actions_per_turn) if game.action_names else 1
+        actions, reasons, done = [], [], False
+        for _ in range(min(k, actions_left)):
+            action = game.oracle_action()
+            if game.action_names and rng.random() < noise:
+                if hasattr(game, "greedy_action") and rng.random() < 0.75:
+                    action = game.greedy_action()
+                else:
+                    action = rng.choice(list(game.action_names))
+            reasons.append(game.explain(action))
+            actions.append(action)
+            _, done, _ = game.step(action)
+            if done:
+                break
+        return self.format_reply(" ".join(reasons), actions), done, len(actions)
+
     # -- reset/step ---------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         if tensordict is None or "level_seed" not in tensordict.keys():
@@ -198,7 +230,7 @@ class TextGameEnv(ChatEnv):
                 prefix = "Invalid reply.\n"
             else:
                 valid[row] = True
-                prefix = ""
+                prefix = None
                 for action in actions:
                     r, finished, info = game.step(action)
                     reward += r
@@ -216,6 +248,8 @@ class TextGameEnv(ChatEnv):
             effective[row] = any_effect
             turns[row] = self._turns[idx]
             progress[row] = game.progress()
+            if prefix is None:
+                prefix = self.feedback_prefix(game)
             new_msgs.append(self._user_message(self.observation_text(game, prefix)))
         next_prompt = full.extend(lazy_stack(new_msgs), inplace=False, dim=-1)
         out = TensorDict(

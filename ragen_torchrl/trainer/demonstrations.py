@@ -25,14 +25,6 @@ import random
 from ..envs.text_env import TextGameEnv, sample_seed
 
 
-def _choose(game, rng: random.Random, noise: float) -> str:
-    if rng.random() >= noise:
-        return game.oracle_action()
-    if hasattr(game, "greedy_action") and rng.random() < 0.75:
-        return game.greedy_action()
-    return rng.choice(list(game.action_names))
-
-
 def make_demonstrations(
     env: TextGameEnv,
     num_episodes: int,
@@ -61,31 +53,18 @@ def make_demonstrations(
     for _ in range(num_episodes):
         level = level_seed_offset + rng.randrange(1 << 30)
         game = env.game_factory(level, sample_seed(level, 0))
-        if game.action_names is None:
-            raise ValueError(f"{type(game).__name__} has free-form answers; use its own demonstration builder")
         chat = [
             {"role": "system", "content": env.system_prompt},
             {"role": "user", "content": env.observation_text(game)},
         ]
-        actions_used, done = 0, False
+        actions_left = env.max_actions_per_traj
         for _turn in range(env.max_turn):
-            k = rng.randint(1, env.max_actions_per_turn)
-            actions, reasons = [], []
-            for _ in range(k):
-                if actions_used >= env.max_actions_per_traj:
-                    break
-                action = _choose(game, rng, noise)
-                reasons.append(game.explain(action))
-                actions.append(action)
-                _, done, _ = game.step(action)
-                actions_used += 1
-                if done:
-                    break
-            reply = f"<think>{' '.join(reasons)}</think><answer>{' || '.join(actions)}</answer>"
+            reply, done, used = env.demo_turn(game, rng, noise, actions_left)
+            actions_left -= used
             chat.append({"role": "assistant", "content": reply})
-            if done or actions_used >= env.max_actions_per_traj:
+            if done or actions_left <= 0:
                 break
-            chat.append({"role": "user", "content": env.observation_text(game)})
+            chat.append({"role": "user", "content": env.observation_text(game, env.feedback_prefix(game))})
         conversations.append(chat)
     return conversations
 

@@ -1,0 +1,323 @@
+"""The training loop: rollout -> (filter) -> advantage -> behaviour log-probs -> update.
+
+:class:`Trainer` is driven by a composed Hydra config (``configs/config.yaml``); the CLI
+(``ragen-train``) is a thin wrapper. It can also be used directly::
+
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=["trainer=smoke"])
+    summary = Trainer(cfg, run_dir="outputs/my_run").fit()
+
+Everything is logged to TensorBoard under ``run_dir/tb`` through torchrl's
+``TensorboardLogger``; checkpoints go to ``run_dir/checkpoints/last.pt`` (written to a
+temporary file, then renamed).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensordict
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDictBase
+
+from ..envs import make_env
+from ..models.loading import load_pretrained
+from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_grpo_loss, make_logprob_policy, masked_mean
+from ..transforms.advantage import GroupAdvantage
+from .config import validate_config
+from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
+
+log = logging.getLogger(__name__)
+
+ENV_META_KEYS = ("name",)
+
+
+def env_kwargs(env_cfg: DictConfig) -> dict[str, Any]:
+    """Constructor arguments of the env from its config node (everything but ``name``)."""
+    return {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items() if k not in ENV_META_KEYS}
+
+
+def summarize(records: TensorDictBase) -> dict[str, float]:
+    """Rollout statistics of a batch of trajectory records."""
+    ret = records.get("episode_return").float()
+    succ = records.get("success").float()
+    n = ret.numel()
+    return {
+        "reward_mean": ret.mean().item(),
+        "reward_std": ret.std().item() if n > 1 else 0.0,
+        "success": succ.mean().item(),
+        "success_stderr": math.sqrt(max(succ.mean().item() * (1 - succ.mean().item()), 0.0) / max(n, 1)),
+        "turns": records.get("num_turns").float().mean().item(),
+        "tokens": records.get("num_tokens").float().mean().item(),
+        "format_valid": records.get("format_valid").float().mean().item(),
+        "num_trajectories": float(n),
+    }
+
+
+def conversation_text(records: TensorDictBase, index: int) -> str:
+    """One trajectory as readable text (for TensorBoard)."""
+    hist = records[index].get(("history", "full"))
+    lines = [f"**{r}**: {c}" for r, c in zip(hist.role, hist.content)]
+    ret = records[index].get("episode_return").item()
+    return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"
+
+
+class Trainer:
+    """GRPO training of a chat policy on a TorchRL text environment.
+
+    Args:
+        cfg: composed config (see ``configs/config.yaml``).
+        run_dir: where TensorBoard logs and checkpoints go. When ``cfg.trainer.resume``
+            names a previous run dir, that dir is used instead and training continues
+            from its last checkpoint.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike) -> None:
+        validate_config(cfg)
+        tensordict.set_list_to_stack(True).set()
+        self.cfg = cfg
+        resume = cfg.trainer.get("resume")
+        self.run_dir = Path(resume if resume else run_dir)
+        self.ckpt_path = self.run_dir / "checkpoints" / "last.pt"
+        if resume and not self.ckpt_path.exists():
+            raise FileNotFoundError(f"trainer.resume={resume}: no checkpoint at {self.ckpt_path}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.model.get("threads"):
+            torch.set_num_threads(int(cfg.model.threads))
+        self._seed_everything(int(cfg.seed))
+
+        t = cfg.trainer
+        self.P, self.G = int(t.prompts_per_iter), int(t.group_size)
+        kwargs = env_kwargs(cfg.env)
+        self.env = make_env(cfg.env.name, num_envs=self.P * self.G, **kwargs)
+        self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **kwargs)
+
+        self.model_path = self._prepare_model()
+        self.model, self.tokenizer = load_pretrained(self.model_path, cfg.model.device, cfg.model.dtype)
+        self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
+        rcfg = cfg.rollout
+        self.policy = make_generation_policy(self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens,
+                                             temperature=rcfg.temperature)
+        self.val_policy = make_generation_policy(self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens,
+                                                 temperature=t.val_temperature)
+        self.actor = make_logprob_policy(self.model, self.tokenizer)
+        a = cfg.algo
+        clip = tuple(a.clip_epsilon) if OmegaConf.is_list(a.clip_epsilon) else float(a.clip_epsilon)
+        self.loss_module = make_grpo_loss(self.actor, clip_epsilon=clip, entropy_coeff=float(a.entropy_coeff),
+                                          kl_coeff=float(a.kl_coeff))
+        self.ref_actor = None
+        if float(a.kl_coeff) > 0:
+            ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.ref_actor = make_logprob_policy(ref_model, self.tokenizer)
+            self.loss_module.set_keys(ref_log_probs=("ref_log_probs", "full"))
+        self.advantage = GroupAdvantage(eps=float(a.adv_eps))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=float(a.lr), weight_decay=float(a.weight_decay))
+
+        from torchrl.record.loggers import TensorboardLogger
+
+        self.logger = TensorboardLogger(exp_name="tb", log_dir=str(self.run_dir))
+        self.iteration = 0
+        self.history: list[dict[str, float]] = []
+        if resume:
+            self.load_checkpoint(self.ckpt_path)
+
+    # -- setup -------------------------------------------------------------------------
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % (1 << 32))
+        torch.manual_seed(seed)
+
+    def _prepare_model(self) -> str:
+        """Path of the starting policy: an HF model, or the tiny model (warm-started)."""
+        cfg = self.cfg
+        if cfg.model.get("name_or_path"):
+            base = str(cfg.model.name_or_path)
+        else:
+            from ..models.tiny import TinyModelConfig, build_tiny_model
+            from .demonstrations import tokenizer_corpus
+
+            m = cfg.model
+            tiny = TinyModelConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+                                   intermediate_size=m.intermediate_size, num_layers=m.num_layers,
+                                   num_heads=m.num_heads, num_kv_heads=m.num_kv_heads)
+            base = build_tiny_model(tokenizer_corpus(self.env), tiny, m.cache_dir)
+        if cfg.sft.enabled and cfg.sft.steps > 0:
+            from .sft import warm_start
+
+            sft_cfg = OmegaConf.to_container(cfg.sft, resolve=True)
+            sft_cfg.pop("enabled", None)
+            t0 = time.time()
+            base = warm_start(base, self.env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype)
+            log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
+        return base
+
+    # -- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self, step: int) -> dict[str, float]:
+        """Greedy-ish (temperature ``val_temperature``) rollouts on the fixed held-out levels."""
+        t0 = time.time()
+        seeds = val_level_seeds(int(self.cfg.trainer.val_levels))
+        records = collect_rollouts(self.val_env, self.val_policy, seeds, 1, chunk_size=int(self.cfg.rollout.chunk_size))
+        stats = summarize(records)
+        stats["seconds"] = time.time() - t0
+        for k, v in stats.items():
+            self.logger.log_scalar(f"val/{k}", v, step=step)
+        n_text = int(self.cfg.trainer.get("log_text_samples", 0))
+        for i in range(min(n_text, records.batch_size[0])):
+            self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
+        return stats
+
+    # -- one iteration -------------------------------------------------------------------
+    def _update(self, batch: TensorDictBase) -> dict[str, float]:
+        a = self.cfg.algo
+        n = batch.batch_size[0]
+        mb = min(int(a.mini_batch_size), n)
+        sums: dict[str, float] = {}
+        steps = skipped = 0
+        for _epoch in range(int(a.ppo_epochs)):
+            order = torch.randperm(n)
+            for start in range(0, n, mb):
+                idx = order[start : start + mb]
+                out = self.loss_module(batch[idx])
+                loss = out.loss_objective.sum()
+                if out.loss_entropy is not None:
+                    loss = loss + out.loss_entropy.sum()
+                if out.loss_kl_to_ref is not None:
+                    loss = loss + out.loss_kl_to_ref.sum()
+                if not torch.isfinite(loss):
+                    # never step on a NaN/inf loss: the weights would be corrupted
+                    skipped += 1
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(a.max_grad_norm) or float("inf"))
+                if not torch.isfinite(grad_norm):
+                    skipped += 1
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                self.optimizer.step()
+                steps += 1
+                vals = {"loss": loss.item(), "loss_objective": out.loss_objective.sum().item(),
+                        "clip_fraction": out.clip_fraction.item(), "kl_approx": out.kl_approx.item(),
+                        "grad_norm": grad_norm.item(), "ESS": out.ESS.item()}
+                if out.entropy is not None:
+                    vals["entropy"] = out.entropy.item()
+                    vals["loss_entropy"] = out.loss_entropy.sum().item()
+                if out.kl_to_ref is not None:
+                    vals["kl_to_ref"] = out.kl_to_ref.item()
+                for k, v in vals.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        metrics = {k: v / max(steps, 1) for k, v in sums.items()}
+        metrics["optimizer_steps"] = float(steps)
+        metrics["skipped_nonfinite"] = float(skipped)
+        return metrics
+
+    def train_iteration(self) -> dict[str, float]:
+        it = self.iteration
+        t0 = time.time()
+        seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
+        records = collect_rollouts(self.env, self.policy, seeds, self.G, chunk_size=int(self.cfg.rollout.chunk_size))
+        t_rollout = time.time() - t0
+        stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
+        batch = self.advantage(records)
+        t1 = time.time()
+        behaviour = compute_behaviour_log_probs(self.actor, batch)
+        batch = attach_training_data(batch, behaviour)
+        if self.ref_actor is not None:
+            ref = compute_behaviour_log_probs(self.ref_actor, batch)
+            for row, r in zip(batch.unbind(0), ref.unbind(0)):
+                row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
+        train = self._update(batch)
+        t_update = time.time() - t1
+        stats.update({f"train/{k}": v for k, v in train.items()})
+        stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(("masks", "all_assistant_mask"), as_list=True)))
+        stats["timing/rollout"] = t_rollout
+        stats["timing/update"] = t_update
+        stats["timing/total"] = time.time() - t0
+        return stats
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        state = {
+            "iteration": self.iteration,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "history": self.history,
+            "model_path": self.model_path,
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+        }
+        self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.ckpt_path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.ckpt_path)  # atomic: a crash never leaves a half-written checkpoint
+        return self.ckpt_path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        rng = state["rng"]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.history = state.get("history", [])
+        self.iteration = int(state["iteration"]) + 1
+        log.info("resumed from %s at iteration %d", path, self.iteration)
+
+    # -- main loop -----------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        """Train for ``trainer.total_iterations``; returns a summary with start/end validation."""
+        t = self.cfg.trainer
+        total = int(t.total_iterations)
+        val_every = int(t.val_every)
+        t_start = time.time()
+        val_start = None
+        if self.iteration == 0:
+            val_start = self.validate(step=0)
+            print(f"[val] iteration 0: success {val_start['success']:.3f} ± {val_start['success_stderr']:.3f}, "
+                  f"return {val_start['reward_mean']:.3f}, format-valid {val_start['format_valid']:.3f}", flush=True)
+        val_end = val_start
+        while self.iteration < total:
+            stats = self.train_iteration()
+            step = self.iteration + 1
+            for k, v in stats.items():
+                self.logger.log_scalar(k, v, step=step)
+            self.history.append({"iteration": step, **stats})
+            print(f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
+                  f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
+                  f"loss {stats.get('train/loss', float('nan')):+.4f} {stats['timing/total']:.1f}s", flush=True)
+            last = step == total
+            if val_every and (step % val_every == 0) and not last:
+                v = self.validate(step=step)
+                print(f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f}", flush=True)
+            if (int(t.save_every) and step % int(t.save_every) == 0) or last:
+                self.save_checkpoint()
+            self.iteration += 1
+        if total > 0:
+            val_end = self.validate(step=total)
+        self.logger.experiment.flush()
+        summary = {"val_start": val_start, "val_end": val_end, "seconds": time.time() - t_start,
+                   "iterations": total, "run_dir": str(self.run_dir)}
+        if val_start is not None and val_end is not None:
+            print(f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
+                  f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
+                  f"({val_end.get('num_trajectories', 0):.0f} levels, {summary['seconds']:.0f}s)", flush=True)
+        elif val_end is not None:
+            print(f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}", flush=True)
+        return summary
