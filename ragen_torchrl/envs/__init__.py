@@ -12,11 +12,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .active_reasoning import (
+    CircuitDecodingEnv,
+    GuessNumbersEnv,
+    MovieRecommendationEnv,
+    PreferenceEstimationEnv,
+    SituationPuzzlesEnv,
+)
+from .bandit import BanditEnv
+from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
+from .metamathqa import MetaMathQAEnv
+from .sokoban import SokobanEnv
 from .text_env import TextGameEnv
 
 _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "frozenlake": FrozenLakeEnv,
+    "sokoban": SokobanEnv,
+    "bandit": BanditEnv,
+    "countdown": CountdownEnv,
+    "metamathqa": MetaMathQAEnv,
+    "guess_numbers": GuessNumbersEnv,
+    "circuit_decoding": CircuitDecodingEnv,
+    "preference_estimation": PreferenceEstimationEnv,
+    "movie_recommendation": MovieRecommendationEnv,
+    "situation_puzzles": SituationPuzzlesEnv,
 }
 
 

@@ -60,7 +60,7 @@ CHAT_TEMPLATE = (
 class TinyModelConfig:
     """Size of the tiny tokenizer and model (defaults: ~1M parameters)."""
 
-    vocab_size: int = 512
+    vocab_size: int = 768
     hidden_size: int = 128
     intermediate_size: int = 512
     num_layers: int = 4
@@ -91,7 +91,16 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # split only at spaces (each piece keeps its leading space), not at digits or
+    # punctuation, so frequent pieces such as "(2,1)," become single tokens; decoding is
+    # byte-exact either way
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(" ", behavior="merged_with_next"),
+            pre_tokenizers.Split("\n", behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

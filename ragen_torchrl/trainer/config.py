@@ -50,11 +50,11 @@ def check_positive_float(cfg: DictConfig, key: str, *, allow_zero: bool = False)
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` naming the first bad value."""
-    for key in ("trainer.total_iterations", "trainer.prompts_per_iter", "trainer.group_size",
+    for key in ("trainer.prompts_per_iter", "trainer.group_size",
                 "trainer.val_levels", "algo.ppo_epochs", "algo.mini_batch_size",
                 "rollout.max_new_tokens", "rollout.chunk_size"):
         check_positive_int(cfg, key)
-    for key in ("trainer.val_every", "trainer.save_every", "sft.steps", "sft.episodes"):
+    for key in ("trainer.total_iterations", "trainer.val_every", "trainer.save_every", "sft.steps", "sft.episodes"):
         check_positive_int(cfg, key, allow_zero=True)
     for key in ("env.success_rate", "env.p_frozen", "sft.noise"):
         check_probability(cfg, key)

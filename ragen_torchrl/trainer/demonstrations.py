@@ -71,7 +71,8 @@ def make_demonstrations(
 
 def tokenizer_corpus(env: TextGameEnv, num_episodes: int = 300, seed: int = 0) -> list[str]:
     """Text the tiny tokenizer is trained on: prompts, observations and replies."""
-    corpus = [env.system_prompt, "Invalid reply."]
+    # the chat template's own words, so "system"/"user"/"assistant" become single tokens
+    corpus = ["system\nuser\nassistant\n"] * num_episodes + ["Invalid reply."]
     for chat in make_demonstrations(env, num_episodes, noise=0.5, seed=seed):
-        corpus.extend(message["content"] for message in chat[1:])
+        corpus.extend(message["content"] for message in chat)
     return corpus

@@ -28,12 +28,15 @@ import numpy as np
 import tensordict
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, lazy_stack
 
+from ..diagnostics.collapse import CollapseMonitor
+from ..diagnostics.grad_snr import bucket_grad_norms, rv_buckets
 from ..envs import make_env
 from ..models.loading import load_pretrained
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_grpo_loss, make_logprob_policy, masked_mean
 from ..transforms.advantage import GroupAdvantage
+from ..transforms.snr import FilterGuard, build_filter, group_scores, loss_scale, validate_filter_config
 from .config import validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
 
@@ -123,6 +126,20 @@ class Trainer:
         self.advantage = GroupAdvantage(eps=float(a.adv_eps))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=float(a.lr), weight_decay=float(a.weight_decay))
 
+        # SNR-aware filtering (RAGEN-2 §3.3): runs on the trajectory records before any
+        # per-sample work (behaviour log-probs, update), so fewer kept groups = a cheaper step
+        self.filter_cfg = validate_filter_config(cfg.filter) if cfg.get("filter") else {"enabled": False}
+        self.snr = build_filter(self.filter_cfg) if self.filter_cfg.get("enabled") else None
+        self.guard = FilterGuard.from_config(self.filter_cfg) if self.snr is not None else None
+        self.empty_iterations = 0
+        self.stop_reason: str | None = None
+
+        mi = cfg.get("diagnostics", {}).get("mi", {})
+        self.collapse = None
+        if mi.get("enabled", False):
+            self.collapse = CollapseMonitor(self.model, self.tokenizer, num_pairs=int(mi.num_pairs),
+                                            every=int(mi.every), seed=int(cfg.seed))
+
         from torchrl.record.loggers import TensorboardLogger
 
         self.logger = TensorboardLogger(exp_name="tb", log_dir=str(self.run_dir))
@@ -179,7 +196,7 @@ class Trainer:
         return stats
 
     # -- one iteration -------------------------------------------------------------------
-    def _update(self, batch: TensorDictBase) -> dict[str, float]:
+    def _update(self, batch: TensorDictBase, scale: float = 1.0) -> dict[str, float]:
         a = self.cfg.algo
         n = batch.batch_size[0]
         mb = min(int(a.mini_batch_size), n)
@@ -195,6 +212,7 @@ class Trainer:
                     loss = loss + out.loss_entropy.sum()
                 if out.loss_kl_to_ref is not None:
                     loss = loss + out.loss_kl_to_ref.sum()
+                loss = loss * scale
                 if not torch.isfinite(loss):
                     # never step on a NaN/inf loss: the weights would be corrupted
                     skipped += 1
@@ -224,6 +242,30 @@ class Trainer:
         metrics["skipped_nonfinite"] = float(skipped)
         return metrics
 
+    def _grad_snr(self, batch: TensorDictBase) -> dict[str, float]:
+        """Gradient norms of the task and regulariser terms per reward-variance bucket.
+
+        Reproduces RAGEN-2's diagnostic: the task-gradient norm grows with the groups'
+        within-prompt reward variance while the entropy/KL gradient norms stay flat.
+        """
+        ids, rv = group_scores(batch.get("episode_return"), batch.get("group_id"), "reward_variance")
+        buckets = rv_buckets(rv, int(self.filter_cfg["grad_snr"]["buckets"]))
+        row_bucket = buckets[torch.searchsorted(ids, batch.get("group_id").reshape(-1))]
+        out: dict[str, float] = {}
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for b in row_bucket.unique().tolist():
+            rows = (row_bucket == b).nonzero().reshape(-1)
+            res = self.loss_module(batch[rows])
+            terms = {"task": res.loss_objective.sum()}
+            if res.loss_entropy is not None:
+                terms["entropy"] = res.loss_entropy.sum()
+            if res.loss_kl_to_ref is not None:
+                terms["kl"] = res.loss_kl_to_ref.sum()
+            out.update(bucket_grad_norms(params, {b: terms}))
+            rv_b = rv[(buckets == b)]
+            out[f"grad_snr/bucket{b}/reward_variance"] = float(rv_b.mean())
+        return out
+
     def train_iteration(self) -> dict[str, float]:
         it = self.iteration
         t0 = time.time()
@@ -231,19 +273,49 @@ class Trainer:
         records = collect_rollouts(self.env, self.policy, seeds, self.G, chunk_size=int(self.cfg.rollout.chunk_size))
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
-        batch = self.advantage(records)
+        stats["timing/rollout"] = t_rollout
+
+        # MI proxies on the pre-filter batch, scored by the pre-update policy
+        if self.collapse is not None and self.collapse.should_run(it):
+            stats.update(self.collapse(records))
+
+        batch, scale = records, 1.0
+        if self.snr is not None:
+            t_f = time.time()
+            batch = self.snr(records)
+            stats.update({f"filter/{k}": float(v) for k, v in self.snr.last_stats.items()})
+            stats["timing/filter"] = time.time() - t_f
+            self.stop_reason = self.guard.update(self.snr.last_stats)
+            if batch is None:
+                # nothing carries signal: skip the update rather than train on noise
+                self.empty_iterations += 1
+                stats["filter/skipped_update"] = 1.0
+                stats["timing/total"] = time.time() - t0
+                return stats
+            scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
+        batch = self.advantage(batch)
         t1 = time.time()
         behaviour = compute_behaviour_log_probs(self.actor, batch)
         batch = attach_training_data(batch, behaviour)
         if self.ref_actor is not None:
             ref = compute_behaviour_log_probs(self.ref_actor, batch)
-            for row, r in zip(batch.unbind(0), ref.unbind(0)):
-                row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
-        train = self._update(batch)
+            batch = lazy_stack([row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
+                                for row, r in zip(batch.unbind(0), ref.unbind(0))])
+        every = int(self.filter_cfg.get("grad_snr", {}).get("every", 0) or 0) if self.snr is not None else 0
+        if every and it % every == 0:
+            full = batch
+            if self.snr is not None and batch.batch_size[0] != records.batch_size[0]:
+                # the diagnostic needs every RV bucket, so it scores the unfiltered batch
+                full = self.advantage(records)
+                full = attach_training_data(full, compute_behaviour_log_probs(self.actor, full))
+            t_g = time.time()
+            stats.update(self._grad_snr(full))
+            stats["timing/grad_snr"] = time.time() - t_g
+        train = self._update(batch, scale)
         t_update = time.time() - t1
         stats.update({f"train/{k}": v for k, v in train.items()})
+        stats["train/loss_scale"] = scale
         stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(("masks", "all_assistant_mask"), as_list=True)))
-        stats["timing/rollout"] = t_rollout
         stats["timing/update"] = t_update
         stats["timing/total"] = time.time() - t0
         return stats
@@ -257,6 +329,8 @@ class Trainer:
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "history": self.history,
+            "guard": self.guard.state_dict() if self.guard is not None else None,
+            "collapse": self.collapse.state_dict() if self.collapse is not None else None,
             "model_path": self.model_path,
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
@@ -277,6 +351,10 @@ class Trainer:
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.history = state.get("history", [])
+        if self.guard is not None and state.get("guard"):
+            self.guard.load_state_dict(state["guard"])
+        if self.collapse is not None and state.get("collapse"):
+            self.collapse.load_state_dict(state["collapse"])
         self.iteration = int(state["iteration"]) + 1
         log.info("resumed from %s at iteration %d", path, self.iteration)
 
@@ -301,16 +379,22 @@ class Trainer:
             self.history.append({"iteration": step, **stats})
             print(f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
                   f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
-                  f"loss {stats.get('train/loss', float('nan')):+.4f} {stats['timing/total']:.1f}s", flush=True)
+                  f"loss {stats.get('train/loss', float('nan')):+.4f} {stats['timing/total']:.1f}s"
+                  + (f" kept {stats['filter/kept_ratio']:.2f}" if "filter/kept_ratio" in stats else ""), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
                 v = self.validate(step=step)
                 print(f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f}", flush=True)
+            if self.stop_reason:
+                print(f"[stop] {self.stop_reason}", flush=True)
+                last = True
             if (int(t.save_every) and step % int(t.save_every) == 0) or last:
                 self.save_checkpoint()
             self.iteration += 1
+            if self.stop_reason:
+                break
         if total > 0:
-            val_end = self.validate(step=total)
+            val_end = self.validate(step=self.iteration)
         self.logger.experiment.flush()
         summary = {"val_start": val_start, "val_end": val_end, "seconds": time.time() - t_start,
                    "iterations": total, "run_dir": str(self.run_dir)}

@@ -85,13 +85,16 @@ def supervised_finetune(
         raise ValueError(f"invalid SFT settings: steps={steps}, batch_size={batch_size}, lr={lr}")
     device = next(model.parameters()).device
     data = tokenize_conversations(tokenizer, conversations)
+    # length-sorted buckets: a batch of similar lengths wastes little compute on padding
+    data.sort(key=lambda pair: len(pair[0]))
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.1, 1 - s / max(steps, 1)))
     losses = []
     t0 = time.time()
     for step in range(steps):
-        batch = rng.sample(data, min(batch_size, len(data)))
+        start = rng.randrange(max(len(data) - batch_size, 0) + 1)
+        batch = data[start : start + batch_size]
         ids, attn, tgt = pad_batch(batch, tokenizer.pad_token_id, device)
         loss = assistant_token_loss(model, ids, attn, tgt)
         opt.zero_grad(set_to_none=True)
@@ -99,7 +102,7 @@ def supervised_finetune(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if log_every and (step + 1) % log_every == 0:
             log.info("sft step %d/%d loss %.4f (%.0fs)", step + 1, steps, loss.item(), time.time() - t0)
     model.eval()

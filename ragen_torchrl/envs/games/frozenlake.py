@@ -105,7 +105,7 @@ class FrozenLakeGame(TextGame):
     """
 
     action_names = ("Left", "Down", "Right", "Up")
-    instructions = "FrozenLake: reach the goal G and avoid holes O. P is you, _ is ice. Actions: Left, Down, Right, Up."
+    instructions = "FrozenLake. You are P. Reach G, avoid holes O. Actions: Left, Down, Right, Up."
 
     def __init__(
         self,

@@ -1,0 +1,155 @@
+"""Template-collapse monitor: MI proxies and entropy metrics on a batch of conversations.
+
+Works on any batch of trajectory records (a TensorDict whose ``("history", "full")`` holds
+the conversations, plus ``group_id``) and any Hugging Face causal LM + tokenizer. For each
+sampled (trajectory, turn) pair it builds
+
+* X: the chat-template text up to and including the opening ``<think>`` tag of that turn
+  (the generation prompt plus the tag), and
+* Z: the reasoning inside ``<think>…</think>`` (tags removed; empty reasoning is dropped
+  and the valid rate logged),
+
+cross-scores every Z against every sampled X with the model (:func:`cross_score`, which
+encodes each context once and reuses its KV cache), and turns the matrix into the proxy
+family of :func:`mi_proxies`. Both sampling schemes of the paper are computed:
+``first_turn`` (columns = prompt groups) and ``trajectory`` (uniform trajectory, then
+uniform turn; each pair its own column).
+
+Example (outside any trainer)::
+
+    monitor = CollapseMonitor(model, tokenizer, num_pairs=64)
+    metrics = monitor(records)          # {"collapse/first_turn/mi_estimate": ..., ...}
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import torch
+from tensordict import TensorDictBase
+
+from .cross_scoring import cross_score
+from .entropy import entropy_metrics, token_entropy
+from .mi import MIProxyTracker, equivalence_from_keys, sample_first_turn_pairs, sample_trajectory_uniform_pairs
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+def turn_pairs(history) -> list[tuple[list[dict], str]]:
+    """For each assistant turn of one conversation: (messages before it, reasoning text)."""
+    roles, contents = list(history.role), list(history.content)
+    out = []
+    for i, (role, content) in enumerate(zip(roles, contents)):
+        if role != "assistant":
+            continue
+        text = content if "<think>" in content else "<think>" + content
+        m = _THINK.search(text)
+        out.append(([{"role": r, "content": c} for r, c in zip(roles[:i], contents[:i])], m.group(1).strip() if m else ""))
+    return out
+
+
+class CollapseMonitor:
+    """Computes ``collapse/`` metrics every ``every`` calls (see module docstring).
+
+    Args:
+        model: the scoring policy (pre-update), any HF causal LM.
+        tokenizer: its tokenizer (with a chat template).
+        num_pairs: pairs per scheme (paper: 64).
+        every: compute on iterations ``0, every, 2*every, ...`` (paper: 5).
+        seed: sampling seed.
+        think_tag: the opening reasoning tag appended to the context.
+    """
+
+    def __init__(self, model, tokenizer, *, num_pairs: int = 64, every: int = 5, seed: int = 0,
+                 think_tag: str = "<think>") -> None:
+        if num_pairs < 1 or every < 1:
+            raise ValueError(f"num_pairs and every must be >= 1, got {num_pairs}, {every}")
+        self.model, self.tokenizer = model, tokenizer
+        self.num_pairs, self.every, self.think_tag = num_pairs, every, think_tag
+        self.generator = torch.Generator().manual_seed(seed)
+        self.trackers = {"first_turn": MIProxyTracker(), "trajectory": MIProxyTracker()}
+
+    def should_run(self, iteration: int) -> bool:
+        return iteration % self.every == 0
+
+    def _context_ids(self, messages: list[dict]) -> torch.Tensor:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return torch.tensor(self.tokenizer(text + self.think_tag, add_special_tokens=False)["input_ids"])
+
+    def _reasoning_ids(self, text: str) -> torch.Tensor:
+        return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+    def _scheme(self, name, sample, pairs_of, group_ids) -> dict[str, float]:
+        ctx_cache: dict[tuple[int, int], torch.Tensor] = {}
+
+        def ctx(t: int, k: int) -> torch.Tensor:
+            if (t, k) not in ctx_cache:
+                ctx_cache[(t, k)] = self._context_ids(pairs_of[t][k][0])
+            return ctx_cache[(t, k)]
+
+        contexts = [ctx(t, k) for t, k in zip(sample.col_traj_idx.tolist(), sample.col_turn_idx.tolist())]
+        zs = [self._reasoning_ids(pairs_of[t][k][1]) for t, k in zip(sample.traj_idx.tolist(), sample.turn_idx.tolist())]
+        keep = [i for i, z in enumerate(zs) if z.numel() > 0]
+        out = {"valid_rate": len(keep) / max(len(zs), 1), "reasoning_length": float(sum(len(z) for z in zs) / max(len(zs), 1))}
+        if not keep:
+            return out
+        mean_lp, sum_lp = cross_score(self.model, contexts, [zs[i] for i in keep])
+        equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
+        metrics = self.trackers[name](mean_lp, sample.true_cols[keep], seq_log_probs=sum_lp, col_equivalence=equiv)
+        out.update(metrics)
+        if name == "trajectory":
+            out.update(self._entropy(contexts, sample, zs, keep, group_ids))
+        return out
+
+    @torch.no_grad()
+    def _entropy(self, contexts, sample, zs, keep, group_ids) -> dict[str, float]:
+        """Mean token entropy of the reasoning under its own prompt, and its std across groups."""
+        device = next(self.model.parameters()).device
+        seqs, masks = [], []
+        for i in keep:
+            x = contexts[int(sample.true_cols[i])]
+            seqs.append(torch.cat([x, zs[i]]))
+            m = torch.zeros(len(x) + len(zs[i]), dtype=torch.bool)
+            m[len(x) - 1 : len(x) + len(zs[i]) - 1] = True  # positions that predict z
+            masks.append(m)
+        length = max(len(s) for s in seqs)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(seqs), length), pad, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids, dtype=torch.bool)
+        for r, (s, m) in enumerate(zip(seqs, masks)):
+            ids[r, : len(s)], attn[r, : len(s)], mask[r, : len(s)] = s, 1, m
+        logits = self.model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits.float().cpu()
+        ent = token_entropy(logits, mask)
+        groups = group_ids[sample.traj_idx[keep]]
+        return entropy_metrics(ent, groups)
+
+    @torch.no_grad()
+    def __call__(self, records: TensorDictBase) -> dict[str, float]:
+        """All ``collapse/`` metrics for one batch (pre-filter, pre-update)."""
+        t0 = time.time()
+        histories = records.get(("history", "full"))
+        pairs_of = [turn_pairs(histories[i]) for i in range(records.batch_size[0])]
+        group_ids = records.get("group_id").reshape(-1)
+        turns = torch.tensor([len(p) for p in pairs_of])
+        metrics: dict[str, float] = {}
+        samples = {
+            "first_turn": sample_first_turn_pairs(group_ids, self.num_pairs, self.generator),
+            "trajectory": sample_trajectory_uniform_pairs(turns, self.num_pairs, self.generator),
+        }
+        for name, sample in samples.items():
+            for k, v in self._scheme(name, sample, pairs_of, group_ids).items():
+                metrics[f"collapse/{name}/{k}"] = float(v)
+        metrics["timing/mi_seconds"] = time.time() - t0
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {k: t.state_dict() for k, t in self.trackers.items()} | {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, t in self.trackers.items():
+            if k in state:
+                t.load_state_dict(state[k])
+        if "generator" in state:
+            self.generator.set_state(state["generator"])
