@@ -68,6 +68,21 @@ def prepare_tokenizer(tokenizer, model=None):
     return tokenizer
 
 
+def wrapper_chat_template(tokenizer) -> str | None:
+    """The tokenizer's own chat template when it can produce assistant masks, else ``None``.
+
+    Pass it as ``chat_template=`` to torchrl's LLM wrappers: without it, torchrl picks a
+    built-in template by matching the tokenizer's ``name_or_path`` against model-family
+    names ("qwen", "llama", ...), so a directory such as ``tiny-qwen2-<hash>`` (or any
+    path containing such a word) silently swaps in a different template, whose assistant
+    mask leaves out the end-of-turn token (or whose format differs from SFT's altogether).
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and ("{% generation %}" in template or "{%- generation %}" in template):
+        return template
+    return None
+
+
 def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     """Load tokenizer + causal LM through ``from_pretrained`` and put the model in eval mode.
 

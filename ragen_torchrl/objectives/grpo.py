@@ -29,6 +29,8 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.objectives.llm import GRPOLoss
 
+from ..models.loading import wrapper_chat_template
+
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over ``mask`` (0 when the mask is empty)."""
@@ -41,6 +43,7 @@ def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
     return TransformersWrapper(
         model,
         tokenizer=tokenizer,
+        chat_template=wrapper_chat_template(tokenizer),
         input_mode="history",
         generate=False,
         return_log_probs=True,

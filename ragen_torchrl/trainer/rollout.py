@@ -26,6 +26,7 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.llm import TransformersWrapper
 
 from ..envs.text_env import TextGameEnv, sample_seed
+from ..models.loading import wrapper_chat_template
 
 #: training levels use seeds in [0, 2**30); validation levels [2**30, 2**30 + n);
 #: demonstrations [2**31, 2**31 + 2**30): the three sets never overlap
@@ -57,6 +58,7 @@ def make_generation_policy(model, tokenizer, *, max_new_tokens: int = 64, temper
     return TransformersWrapper(
         model,
         tokenizer=tokenizer,
+        chat_template=wrapper_chat_template(tokenizer),
         input_mode="history",
         generate=True,
         return_log_probs=False,

@@ -1,0 +1,61 @@
+"""Shared pytest fixtures.
+
+* ``tensordict.set_list_to_stack(True)`` is switched on before any test module builds a
+  ``History`` (torchrl's LLM history mode needs it).
+* torch runs on one CPU thread: the tiny models are far too small to gain from more, and
+  several processes share the test machines' cores (OpenMP threads that oversubscribe
+  the cores make the end-to-end tests several times slower).
+* one tiny tokenizer + model (FrozenLake corpus, hidden 32, 1 layer, vocab ~300) is built
+  once per session; tests load their own copy with :func:`load_tiny`.
+"""
+
+from __future__ import annotations
+
+import tensordict
+
+tensordict.set_list_to_stack(True).set()
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+#: sizes of the session's tiny model (small enough that a forward pass takes milliseconds)
+TINY_SIZES = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus() -> list[str]:
+    """Tokenizer corpus from FrozenLake demonstrations (what the trainer trains on, smaller)."""
+    from ragen_torchrl.envs import make_env
+    from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
+
+    return tokenizer_corpus(make_env("frozenlake", num_envs=1), num_episodes=40, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_corpus) -> str:
+    """Directory of the session's tiny model (``save_pretrained`` layout)."""
+    from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
+
+    return build_tiny_model(tiny_corpus, TinyModelConfig(**TINY_SIZES, seed=0), tmp_path_factory.mktemp("tiny_models"))
+
+
+def load_tiny(path: str):
+    """A fresh (model, tokenizer) from ``path`` on CPU/fp32, in eval mode."""
+    from ragen_torchrl.models.loading import load_pretrained
+
+    return load_pretrained(path, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def tiny_model(tiny_model_dir):
+    """A fresh copy of the session's tiny (model, tokenizer): tests may change it freely."""
+    torch.manual_seed(0)
+    return load_tiny(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def ragen_cache_dir(tmp_path_factory) -> str:
+    """``model.cache_dir`` shared by the end-to-end trainer tests (tiny build + SFT once)."""
+    return str(tmp_path_factory.mktemp("ragen_cache"))
