@@ -1,0 +1,168 @@
+"""DAPO (arXiv 2503.14476): clip-higher, token-level loss, dynamic sampling, overlong shaping.
+
+* **Clip-higher**: asymmetric clip ``(eps_low, eps_high) = (0.2, 0.28)`` lets unlikely
+  tokens grow faster than GRPO's symmetric 0.2 allows (against entropy collapse).
+* **Token-level loss**: ``sum over all tokens of the mini-batch / number of tokens``
+  (torchrl's ``aggregation="token_mean"``): every token weighs the same, so long
+  trajectories are not under-weighted as with GRPO's per-sequence mean.
+* **No KL** term by default.
+* **Dynamic sampling** (:class:`DynamicSampler`): groups whose rewards are all equal have
+  zero advantage and only dilute the batch; drop them and roll out new groups until the
+  batch is full again (bounded; a shortfall is logged, never raised).
+* **Soft overlong punishment**: a reward transform,
+  :class:`ragen_torchrl.transforms.overlong.OverlongPenalty`.
+
+The loss is torchrl's ``DAPO`` (a ``GRPOLoss`` that only changes the output type) with the
+masked-metrics mixin.
+
+Example:
+    >>> import torch
+    >>> informative_groups(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1, 2, 2]))
+    (tensor([0, 1, 2]), tensor([False,  True, False]))
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable
+
+import torch
+from tensordict import TensorDictBase, lazy_stack
+from torchrl.objectives.llm import DAPO
+
+from .metrics import TokenStatsMixin
+
+log = logging.getLogger(__name__)
+
+
+class DAPOLoss(TokenStatsMixin, DAPO):
+    """torchrl's ``DAPO`` loss with DAPO's defaults: clip ``(0.2, 0.28)``, ``token_mean``."""
+
+    def __init__(self, actor_network=None, *, clip_epsilon=(0.2, 0.28), aggregation: str = "token_mean",
+                 **kwargs) -> None:
+        super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kwargs)
+
+
+def informative_groups(returns: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6):
+    """Which prompt groups carry a learning signal (not all returns equal, up to ``tol``).
+
+    Returns ``(group_ids_sorted, keep)``: the unique group ids and a bool per group.
+    """
+    returns = torch.as_tensor(returns, dtype=torch.float32).reshape(-1)
+    group_ids = torch.as_tensor(group_ids).reshape(-1)
+    ids, inverse = torch.unique(group_ids, return_inverse=True)
+    hi = torch.full((len(ids),), -math.inf).scatter_reduce(0, inverse, returns, reduce="amax")
+    lo = torch.full((len(ids),), math.inf).scatter_reduce(0, inverse, returns, reduce="amin")
+    return ids, (hi - lo) > tol
+
+
+def _rows(td: TensorDictBase, index: torch.Tensor) -> list[TensorDictBase]:
+    return list(td[index].unbind(0)) if index.numel() else []
+
+
+class DynamicSampler:
+    """DAPO's dynamic sampling with refill.
+
+    ``sampler(records, collect_more) -> (records | None, stats)``: drops the prompt groups
+    whose ``episode_return`` values are all equal, then calls ``collect_more(num_groups)``
+    (which must roll out that many *new* groups of G trajectories and return their
+    records, as ``collect_rollouts`` does) until the batch again has as many informative
+    groups as it started with, at most ``max_extra_rollouts`` times. Extra groups beyond
+    the target are discarded (in arrival order). When the budget runs out the batch is
+    returned short and the shortfall is logged and reported in ``stats``; when no group at
+    all carries signal the records are ``None`` (the caller skips the update, as with an
+    empty SNR filter). Never raises for lack of signal.
+
+    New groups whose ``group_id`` collides with one already seen are renumbered after the
+    largest id seen, so groups stay distinct. ``reward_transform`` (e.g. the overlong
+    penalty) is applied to every refill before its groups are judged, so refills are
+    shaped exactly like the first batch; it must be idempotent (``OverlongPenalty`` is).
+
+    Args:
+        max_extra_rollouts: the most ``collect_more`` calls per batch (0 = drop only).
+        oversample: each call asks for ``ceil(missing * oversample)`` groups (>= 1);
+            above 1 fills faster when most groups are degenerate.
+        tol: returns closer than this count as equal.
+        reward_transform: callable applied to refill records (``None`` = none).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> def batch(rets, gids):
+        ...     return TensorDict(episode_return=torch.tensor(rets), group_id=torch.tensor(gids), batch_size=[len(rets)])
+        >>> first = batch([1.0, 1.0, 0.0, 1.0], [0, 0, 1, 1])   # group 0 all-success: dropped
+        >>> more = lambda n: batch([0.0, 1.0] * n, [g for g in range(n) for _ in range(2)])
+        >>> out, stats = DynamicSampler(max_extra_rollouts=2)(first, more)
+        >>> out["group_id"].tolist(), stats["dynamic_sampling/shortfall"]
+        ([1, 1, 2, 2], 0.0)
+    """
+
+    def __init__(self, *, max_extra_rollouts: int = 3, oversample: float = 1.0, tol: float = 1e-6,
+                 reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+                 return_key="episode_return", group_key="group_id") -> None:
+        if isinstance(max_extra_rollouts, bool) or int(max_extra_rollouts) != max_extra_rollouts or max_extra_rollouts < 0:
+            raise ValueError(f"max_extra_rollouts must be a non-negative integer, got {max_extra_rollouts!r}")
+        if not oversample >= 1.0:
+            raise ValueError(f"oversample must be >= 1, got {oversample!r}")
+        self.max_extra_rollouts = int(max_extra_rollouts)
+        self.oversample = float(oversample)
+        self.tol = float(tol)
+        self.reward_transform = reward_transform
+        self.return_key, self.group_key = return_key, group_key
+
+    def _split(self, records: TensorDictBase):
+        """``(kept rows grouped per kept group, number of groups, number dropped)``."""
+        gids = records.get(self.group_key).reshape(-1)
+        ids, keep = informative_groups(records.get(self.return_key), gids, tol=self.tol)
+        groups = [_rows(records, (gids == g).nonzero().reshape(-1)) for g in ids[keep].tolist()]
+        return groups, len(ids), int((~keep).sum())
+
+    def __call__(self, records: TensorDictBase, collect_more: Callable[[int], TensorDictBase | None]):
+        groups, target, dropped = self._split(records)
+        seen = set(records.get(self.group_key).reshape(-1).tolist())
+        calls = collected = 0
+        while len(groups) < target and calls < self.max_extra_rollouts:
+            request = max(1, math.ceil((target - len(groups)) * self.oversample))
+            more = collect_more(request)
+            calls += 1
+            if more is None or more.batch_size[0] == 0:
+                continue
+            if self.reward_transform is not None:
+                more = self.reward_transform(more)
+            more = self._renumber(more, seen)
+            new_groups, n_new, n_dropped = self._split(more)
+            collected += n_new
+            dropped += n_dropped
+            groups.extend(new_groups)
+        discarded = max(len(groups) - target, 0)
+        groups = groups[:target]
+        shortfall = target - len(groups)
+        stats = {
+            "dynamic_sampling/target_groups": float(target),
+            "dynamic_sampling/kept_groups": float(len(groups)),
+            "dynamic_sampling/dropped_groups": float(dropped),
+            "dynamic_sampling/extra_rollouts": float(calls),
+            "dynamic_sampling/extra_groups": float(collected),
+            "dynamic_sampling/discarded_groups": float(discarded),
+            "dynamic_sampling/shortfall": float(shortfall),
+        }
+        if shortfall:
+            log.warning("dynamic sampling: %d of %d groups carry signal after %d extra rollouts (shortfall %d)",
+                        len(groups), target, calls, shortfall)
+        if not groups:
+            return None, stats
+        if calls == 0 and dropped == 0:
+            return records, stats  # nothing changed: keep the caller's object and row order
+        return lazy_stack([row for g in groups for row in g]), stats
+
+    refill = __call__
+
+    def _renumber(self, more: TensorDictBase, seen: set[int]) -> TensorDictBase:
+        gids = more.get(self.group_key).reshape(-1)
+        if seen.intersection(gids.tolist()):
+            # shift the whole refill past every id seen so far (keeps its own grouping)
+            gids = gids - gids.min() + max(seen) + 1
+            more.set(self.group_key, gids.reshape(more.get(self.group_key).shape))
+        seen.update(gids.tolist())
+        return more

@@ -1,0 +1,189 @@
+"""Loss diagnostics averaged over assistant tokens only.
+
+torchrl's ``GRPOLoss`` logs ``entropy``, ``kl_approx`` and ``clip_fraction`` as plain means
+over the padded ``[B, T]`` mini-batch, so padding and observation tokens (where the
+log-weight is 0 and the entropy is 0) dilute them, and by how much depends on how long the
+conversations of the mini-batch are. :class:`TokenStatsMixin` keeps the per-token tensors
+of the last forward (detached) next to the loss mask, and :func:`masked_token_metrics`
+averages them over that mask. The loss outputs themselves are left as torchrl computes them.
+
+The mixin also replaces torchrl's KL-to-reference term by a masked one: torchrl averages
+the k3 estimator over every position of the padded batch, which makes the size of the
+KL gradient depend on the amount of padding. Here the per-token k3 goes through the loss's
+own aggregation (``_aggregate_loss_value``), so the KL is normalised exactly like the
+policy term.
+
+Example:
+    >>> import torch
+    >>> mask = torch.tensor([[False, True, True]])
+    >>> m = masked_token_metrics(mask, log_weight=torch.tensor([[9.0, 0.0, 0.0]]),
+    ...                          entropy=torch.tensor([[0.0, 1.0, 3.0]]))
+    >>> m["entropy"], m["kl_approx"], m["assistant_tokens"]
+    (2.0, 0.0, 2.0)
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import NestedKey, TensorDictBase, is_tensor_collection
+from tensordict.utils import expand_as_right
+from torchrl.objectives.llm import GRPOLoss
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    x = x.detach().float().reshape(mask.shape)
+    m = mask.to(x.dtype)
+    return float((torch.where(mask, x, torch.zeros_like(x)) * m).sum() / m.sum().clamp_min(1))
+
+
+def masked_token_metrics(
+    mask: torch.Tensor,
+    *,
+    log_weight: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    clipped: torch.Tensor | None = None,
+    kl_to_ref: torch.Tensor | None = None,
+    **_: torch.Tensor,
+) -> dict[str, float]:
+    """Per-token statistics averaged over ``mask`` (the assistant tokens), as floats.
+
+    Args:
+        mask: ``[B, T]`` bool, the tokens the loss trains on.
+        log_weight: ``[B, T]`` ``log pi_theta - log pi_old``.
+        entropy: ``[B, T]`` policy entropy per token.
+        clipped: ``[B, T]`` bool, the importance ratio fell outside the clip range.
+        kl_to_ref: ``[B, T]`` k3 estimate of KL(pi_theta || pi_ref) per token.
+
+    Returns ``assistant_tokens`` and, for the tensors given: ``kl_approx`` (k1,
+    ``mean(log pi_old - log pi_theta)``, the estimator torchrl logs), ``kl_k3``
+    (``mean(r - 1 - log r)``), ``ratio_mean``, ``ratio_max``, ``entropy``,
+    ``clip_fraction`` and ``kl_to_ref``. Extra keyword tensors are ignored, so the
+    stash of :class:`TokenStatsMixin` can be passed as ``**stash``.
+    """
+    mask = mask.bool()
+    out = {"assistant_tokens": float(mask.sum())}
+    if log_weight is not None:
+        lw = log_weight.detach().float().reshape(mask.shape)
+        out["kl_approx"] = _masked_mean(-lw, mask)
+        out["kl_k3"] = _masked_mean(lw.expm1() - lw, mask)
+        out["ratio_mean"] = _masked_mean(lw.exp(), mask)
+        out["ratio_max"] = float(lw.exp()[mask].max()) if mask.any() else 1.0
+    if entropy is not None:
+        out["entropy"] = _masked_mean(entropy, mask)
+    if clipped is not None:
+        out["clip_fraction"] = _masked_mean(clipped.float(), mask)
+    if kl_to_ref is not None:
+        out["kl_to_ref"] = _masked_mean(kl_to_ref, mask)
+    return out
+
+
+def loss_output_metrics(out) -> dict[str, float]:
+    """The scalar fields of a loss output (``loss_*`` terms summed, ``ESS``, ...) as floats."""
+    vals: dict[str, float] = {}
+    for name, value in out.items():
+        if value is None or is_tensor_collection(value) or not isinstance(value, torch.Tensor):
+            continue
+        vals[name] = float(value.detach().float().sum())
+    return vals
+
+
+class TokenStatsMixin:
+    """Mixin for ``GRPOLoss`` subclasses: stash per-token internals, mask the KL term.
+
+    After each forward, ``self.token_stats`` holds detached ``[B, T]`` tensors: ``mask``
+    (assistant tokens with a finite behaviour log-prob), ``log_weight``, ``clipped``, and
+    ``entropy`` / ``kl_to_ref`` when those terms are computed. Subclasses that compute
+    more (GSPO's sequence ratio, PPO's values) add entries with :meth:`_stash`.
+    Put the mixin first in the bases: ``class MyLoss(TokenStatsMixin, GRPOLoss)``.
+    """
+
+    token_stats: dict[str, torch.Tensor]
+
+    def _stash(self, **tensors: torch.Tensor) -> None:
+        stats = self.__dict__.setdefault("token_stats", {})
+        for k, v in tensors.items():
+            stats[k] = v.detach()
+
+    def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
+        log_weight, dist, kl_approx, mask = super()._log_weight(tensordict, adv_shape)
+        # a fresh stash per forward: nothing from the previous mini-batch leaks into metrics
+        self.__dict__["token_stats"] = {}
+        self._stash(mask=mask, log_weight=log_weight.squeeze(-1))
+        return log_weight, dist, kl_approx, mask
+
+    @property
+    def _loss_mask(self) -> torch.Tensor:
+        """Mask of the current forward (set by ``_log_weight``)."""
+        return self.token_stats["mask"]
+
+    def _get_entropy(self, dist, adv_shape: torch.Size):
+        entropy = super()._get_entropy(dist, adv_shape)
+        if not is_tensor_collection(entropy):
+            self._stash(entropy=entropy.squeeze(-1))
+        return entropy
+
+    def _compute_policy_objective(self, log_weight: torch.Tensor, advantage: torch.Tensor):
+        loss, clip_fraction = super()._compute_policy_objective(log_weight, advantage)
+        low, high = self._clip_bounds
+        self._stash(clipped=((log_weight < low) | (log_weight > high)).squeeze(-1))
+        return loss, clip_fraction
+
+    def _kl_to_ref(
+        self,
+        tensordict: TensorDictBase,
+        key: NestedKey = ("next", "ref_log_probs"),
+        ref_log_prob: torch.Tensor | None = None,
+        coeff: float | None = None,
+        mask: torch.Tensor | None = None,
+        dist=None,
+    ):
+        """k3 estimator of KL(pi_theta || pi_ref), averaged over the loss mask only.
+
+        Same inputs and padding conventions as torchrl's ``GRPOLoss._kl_to_ref``; the
+        difference is the reduction (see the module docstring). Returns
+        ``(coeff * aggregated k3, masked token-mean k3)``.
+        """
+        if coeff is None:
+            coeff = self.kl_to_ref_coeff
+        cur_log_prob = tensordict.get("_cur_log_prob")
+        if ref_log_prob is None:
+            ref_log_prob = tensordict.get(
+                key,
+                as_padded_tensor=True,
+                padding_side=self.ref_log_prob_padding_side,
+                padding_value=self.ref_log_prob_padding_value,
+            )
+            if ref_log_prob is None:
+                raise KeyError(f"Couldn't find the ref log-prob {key} in the input data.")
+            if ref_log_prob.ndim == cur_log_prob.ndim + 1:
+                ref_log_prob = ref_log_prob.squeeze(-1)
+        if ref_log_prob.shape != cur_log_prob.shape:
+            raise ValueError(
+                f"ref_log_prob {tuple(ref_log_prob.shape)} and cur_log_prob {tuple(cur_log_prob.shape)} differ: "
+                "store reference log-probs per row, unpadded, aligned with ('tokens', 'full')."
+            )
+        if mask is None:
+            mask = torch.ones_like(cur_log_prob, dtype=torch.bool)
+        # select, never multiply: padded positions may hold non-finite values
+        diff = torch.where(mask, ref_log_prob.to(cur_log_prob.dtype) - cur_log_prob, torch.zeros_like(cur_log_prob))
+        k3 = diff.expm1() - diff
+        name = "kl_to_inference" if key == self.tensor_keys.sample_log_prob else "kl_to_ref"
+        self._stash(**{name: k3})
+        loss = coeff * self._aggregate_loss_value(k3.unsqueeze(-1), mask, tensordict=tensordict)
+        m = mask.to(k3.dtype)
+        return loss, (k3 * m).sum() / m.sum().clamp_min(1)
+
+
+def masked_aggregate_sum(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-sequence sum of a ``[B, T, 1]`` per-token value over ``mask`` -> ``[B, 1]``."""
+    mask_exp = expand_as_right(mask, value)
+    return torch.where(mask_exp, value, torch.zeros_like(value)).sum(dim=-2)
+
+
+class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
+    """torchrl's ``GRPOLoss``, unchanged, plus the per-token stash for masked metrics.
+
+    Built with the arguments of :func:`ragen_torchrl.objectives.grpo.make_grpo_loss` it
+    computes the same ``loss_objective`` / ``loss_entropy``; only the KL-to-reference term
+    (off by default) is averaged over assistant tokens instead of the padded batch.
+    """

@@ -1,0 +1,397 @@
+"""PPO with a learned critic on multi-turn trajectories (token-level and bi-level GAE).
+
+torchrl's ``ClipPPOLoss`` is not token-mask aware on LLM data, so this builds on
+``GRPOLoss``'s masked log-weight machinery (assistant tokens only, behaviour log-probs
+re-padded on the left) and adds a value loss:
+
+* **Critic** (:class:`Critic`): a ``Linear(hidden, 1)`` head either on the policy's own
+  last hidden states (``critic="head"``: no extra forward, the value loss also trains the
+  shared trunk) or on a separate backbone (``critic="separate"``: a copy of the policy's
+  trunk, or another model). The value of the action token at position ``t`` is
+  ``V(prefix < t) = head(h[t-1])``, the same shift as the logits.
+* **Token-level GAE** over the assistant tokens of the whole trajectory (observation tokens
+  are skipped: the next value of an assistant token is that of the next assistant token),
+  episode reward on the last assistant token, ``gamma = lambda = 1`` by default, so that
+  ``A_t = R - V_t``.
+* **Bi-level GAE** (optional): turns are maximal runs of assistant tokens. First a GAE over
+  the turns' last tokens with ``gamma_turn`` (0.95) gives each turn a return ``G_k``; then
+  a token-level GAE inside each turn, with the turn's last token terminal and rewarded
+  ``G_k``.
+* **Value clipping**: ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``.
+* The critic has its own learning rate (see ``Objective.optimizer_param_groups``);
+  explained variance is logged.
+
+GAE runs once per batch in :func:`prepare_ppo_batch` (after the behaviour log-probs are
+attached, before the update); it writes per row, unpadded and aligned with
+``("tokens", "full")``: ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` (old values) and
+``value_target`` ``[L]``. The loss left-pads them like the log-probs.
+
+Example:
+    >>> import torch
+    >>> mask = torch.tensor([[False, True, True, False, True]])  # obs, 2 assistant, obs, 1 assistant
+    >>> values = torch.tensor([[0.0, 0.2, 0.4, 0.0, 0.5]])
+    >>> rewards = episode_token_rewards(mask, torch.tensor([1.0]))
+    >>> adv, ret = masked_gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    >>> [round(a, 4) for a in adv[0].tolist()], ret[0].tolist()   # A = R - V on assistant tokens
+    ([0.0, 0.8, 0.6, 0.0, 0.5], [0.0, 1.0, 1.0, 0.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase, lazy_stack
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from torchrl.objectives.llm import GRPOLoss
+from torchrl.objectives.llm.grpo import LLMLossOutput
+from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+from .metrics import TokenStatsMixin
+
+VALUE_KEY = "state_value"
+VALUE_TARGET_KEY = "value_target"
+
+
+# ----------------------------------------------------------------------------- pure math
+def episode_token_rewards(mask: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` rewards: each row's episode return on its last masked token, 0 elsewhere."""
+    mask = mask.bool()
+    B, T = mask.shape
+    rewards = torch.zeros(B, T, dtype=torch.float32, device=mask.device)
+    has = mask.any(-1)
+    last = T - 1 - mask.flip(-1).to(torch.int8).argmax(-1)
+    rows = has.nonzero().reshape(-1)
+    rewards[rows, last[rows]] = torch.as_tensor(returns, dtype=torch.float32, device=mask.device).reshape(-1)[rows]
+    return rewards
+
+
+def turn_ends(mask: torch.Tensor) -> torch.Tensor:
+    """Last token of each maximal run of masked (assistant) tokens: the end of each turn."""
+    mask = mask.bool()
+    nxt = torch.cat([mask[..., 1:], torch.zeros_like(mask[..., :1])], -1)
+    return mask & ~nxt
+
+
+def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float,
+               episode_ends: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE along the masked positions of each row, skipping the unmasked ones.
+
+    Args:
+        rewards, values, mask: ``[B, T]``. Only masked positions are read.
+        gamma, lam: discount and GAE lambda.
+        episode_ends: ``[B, T]`` bool; a masked position marked here is terminal (its next
+            value is 0 and no advantage flows back across it). Default: the last masked
+            position of each row.
+
+    Returns ``(advantage, value_target)``, ``[B, T]``, zero off the mask. Uses torchrl's
+    ``generalized_advantage_estimate`` on the rows compacted to their masked positions.
+    """
+    mask = mask.bool()
+    B, T = mask.shape
+    adv = torch.zeros_like(values, dtype=torch.float32)
+    ret = torch.zeros_like(values, dtype=torch.float32)
+    counts = mask.sum(-1)
+    n = int(counts.max()) if B else 0
+    if n == 0:
+        return adv, ret
+    # masked positions first, in their original order (stable sort), then the rest
+    order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)[:, :n]
+    steps = torch.arange(n, device=mask.device)
+    valid = steps[None] < counts[:, None]
+    zero = torch.zeros((), dtype=torch.float32, device=mask.device)
+    r = torch.where(valid, rewards.float().gather(1, order), zero)
+    v = torch.where(valid, values.float().gather(1, order), zero)
+    last = valid & (steps[None] == (counts[:, None] - 1))
+    ends = last if episode_ends is None else (episode_ends.bool().gather(1, order) & valid) | last
+    # padding steps are their own finished episodes: nothing flows into real steps
+    ends = ends | ~valid
+    next_v = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], 1)
+    a, tgt = generalized_advantage_estimate(gamma, lam, v[..., None], next_v[..., None], r[..., None],
+                                            ends[..., None], ends[..., None])
+    adv.scatter_(1, order, torch.where(valid, a[..., 0], zero))
+    ret.scatter_(1, order, torch.where(valid, tgt[..., 0], zero))
+    return adv, ret
+
+
+def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float,
+                turn_gamma: float, turn_lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bi-level GAE: turn level (``turn_gamma``, ``turn_lam``), then token level inside turns.
+
+    Turn level: over the turns' last tokens ``e_k``, ``delta_k = r(e_k) + turn_gamma V(e_{k+1})
+    - V(e_k)``; the turn return is ``G_k = A_k + V(e_k)``. Token level: each turn is an
+    episode whose last token earns ``G_k`` (other tokens keep their own reward) with
+    (``gamma``, ``lam``). With ``gamma = lam = 1``: ``A_t = G_k - V_t`` for the tokens of turn k.
+    """
+    ends = turn_ends(mask)
+    _, turn_return = masked_gae(rewards, values, ends, gamma=turn_gamma, lam=turn_lam)
+    token_rewards = torch.where(ends, turn_return, rewards.float())
+    return masked_gae(token_rewards, values, mask, gamma=gamma, lam=lam, episode_ends=ends)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / std`` over the masked entries (population variance); 0 off the mask."""
+    mask = mask.bool()
+    if not mask.any():
+        return torch.zeros_like(x)
+    vals = x[mask]
+    mean, var = vals.mean(), vals.var(unbiased=False)
+    return torch.where(mask, (x - mean) * torch.rsqrt(var + eps), torch.zeros_like(x))
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``0.5 * max((V - R)^2, (V_clip - R)^2)``, ``V_clip = V_old + clamp(V - V_old, -c, c)``.
+
+    Returns ``(loss, clipped)``; ``clipped`` marks tokens where the clipped branch is the
+    larger one (the gradient there is 0). ``clip=None`` gives the plain squared error.
+    """
+    err = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * err, torch.zeros_like(err, dtype=torch.bool)
+    v_clip = old_values + (values - old_values).clamp(-clip, clip)
+    err_clip = (v_clip - returns) ** 2
+    return 0.5 * torch.maximum(err, err_clip), err_clip > err
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """``1 - Var(R - V) / Var(R)`` over the masked tokens (NaN when the returns are constant)."""
+    mask = mask.bool()
+    if not mask.any():
+        return float("nan")
+    r, v = returns.detach().float()[mask], values.detach().float()[mask]
+    var_r = r.var(unbiased=False)
+    if var_r <= 1e-12:
+        return float("nan")
+    return float(1 - (r - v).var(unbiased=False) / var_r)
+
+
+# ----------------------------------------------------------------------------- critic
+class Critic(nn.Module):
+    """Token values ``V(prefix < t)`` from a backbone's last hidden states and a linear head.
+
+    Args:
+        hidden_size: width of the backbone's hidden states.
+        backbone: a separate trunk (an HF base model: ``backbone(input_ids=...,
+            attention_mask=...).last_hidden_state``), or ``None`` for a head on the policy's
+            own hidden states (the loss captures them from the policy forward; pass the
+            policy's trunk to :meth:`forward` to evaluate values without the loss).
+
+    The head starts at zero (``V = 0``): the first advantages are then the plain returns,
+    and a random head cannot inject noise into the policy gradient before it has learned.
+
+    Example:
+        >>> import torch
+        >>> critic = Critic(hidden_size=4)
+        >>> critic.values_from_hidden(torch.randn(2, 3, 4)).shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, hidden_size: int, backbone: nn.Module | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def values_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[B, T, H]`` hidden states -> ``[B, T]`` values; position ``t`` uses ``h[t-1]`` (``V = 0`` at 0)."""
+        v = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
+        return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], 1)
+
+    def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor,
+                backbone: nn.Module | None = None) -> torch.Tensor:
+        trunk = self.backbone if self.backbone is not None else backbone
+        if trunk is None:
+            raise ValueError("this critic is a head on the policy: pass the policy's trunk as `backbone`")
+        hidden = trunk(input_ids=tokens, attention_mask=attention_mask.long()).last_hidden_state
+        return self.values_from_hidden(hidden)
+
+
+def _left_padded_inputs(tokens: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    attn = pad_sequence([torch.ones_like(t, dtype=torch.bool) for t in tokens], batch_first=True,
+                        padding_value=False, padding_side="left")
+    ids = pad_sequence(tokens, batch_first=True, padding_value=0, padding_side="left")
+    return ids, attn
+
+
+@torch.no_grad()
+def compute_values(critic: Critic, tokens: list[torch.Tensor], *, backbone: nn.Module | None = None,
+                   chunk_size: int = 32) -> list[torch.Tensor]:
+    """Values of every token of every row (unpadded ``[L_i]`` float32), in chunks.
+
+    Inputs are left-padded like the policy's log-prob wrapper pads them, so the values
+    match those the loss computes on the same tokens.
+    """
+    device = critic.head.weight.device
+    out: list[torch.Tensor] = []
+    for start in range(0, len(tokens), chunk_size):
+        chunk = [t.to(device) for t in tokens[start : start + chunk_size]]
+        ids, attn = _left_padded_inputs(chunk)
+        v = critic(ids, attn, backbone=backbone).float()
+        out.extend(v[i, v.shape[1] - len(t) :] for i, t in enumerate(chunk))
+    return out
+
+
+def prepare_ppo_batch(batch: TensorDictBase, critic: Critic, *, gamma: float = 1.0, lam: float = 1.0,
+                      bi_level: bool = False, turn_gamma: float = 0.95, turn_lam: float = 1.0,
+                      whiten: bool = True, backbone: nn.Module | None = None, chunk_size: int = 32,
+                      return_key="episode_return") -> tuple[TensorDictBase, dict[str, float]]:
+    """Old values, GAE advantages and value targets for a batch with behaviour data attached.
+
+    Reads per row ``("tokens", "full")``, ``("masks", "all_assistant_mask")`` and
+    ``episode_return``; writes ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` and
+    ``value_target`` ``[L]`` per row. ``whiten`` standardises the advantages over all
+    assistant tokens of the batch (as verl/RAGEN's PPO does). Returns ``(batch, stats)``.
+    """
+    tokens = batch.get(("tokens", "full"), as_list=True)
+    masks = [m.bool() for m in batch.get(("masks", "all_assistant_mask"), as_list=True)]
+    values = compute_values(critic, tokens, backbone=backbone, chunk_size=chunk_size)
+    lengths = [len(t) for t in tokens]
+    # right padding is fine here: GAE only reads masked positions, in order
+    V = pad_sequence([v.cpu() for v in values], batch_first=True)
+    M = pad_sequence([m.cpu() for m in masks], batch_first=True, padding_value=False)
+    R = episode_token_rewards(M, batch.get(return_key).reshape(-1).float().cpu())
+    if bi_level:
+        adv, target = bilevel_gae(R, V, M, gamma=gamma, lam=lam, turn_gamma=turn_gamma, turn_lam=turn_lam)
+    else:
+        adv, target = masked_gae(R, V, M, gamma=gamma, lam=lam)
+    raw = adv
+    if whiten:
+        adv = masked_whiten(adv, M)
+    rows = []
+    for i, (row, L) in enumerate(zip(batch.unbind(0), lengths)):
+        device = tokens[i].device
+        row.set("advantage", adv[i, :L, None].to(device))
+        row.set(VALUE_KEY, V[i, :L].to(device))
+        row.set(VALUE_TARGET_KEY, target[i, :L].to(device))
+        rows.append(row)
+    stats = {
+        "ppo/old_value_mean": float(V[M].mean()) if M.any() else 0.0,
+        "ppo/value_target_mean": float(target[M].mean()) if M.any() else 0.0,
+        "ppo/advantage_raw_mean": float(raw[M].mean()) if M.any() else 0.0,
+        "ppo/advantage_raw_std": float(raw[M].std()) if int(M.sum()) > 1 else 0.0,
+        "ppo/explained_variance_old": explained_variance(V, target, M),
+    }
+    return lazy_stack(rows), stats
+
+
+# ----------------------------------------------------------------------------- loss
+class PPOLossOutput(LLMLossOutput):
+    """GRPO-style output plus the critic terms."""
+
+    loss_critic: torch.Tensor | None = None
+    explained_variance: torch.Tensor | None = None
+    value_clip_fraction: torch.Tensor | None = None
+
+
+class PPOLoss(TokenStatsMixin, GRPOLoss):
+    """Clipped PPO on token-level advantages plus a (clipped) value loss.
+
+    Args:
+        actor_network: the log-prob ``TransformersWrapper``.
+        critic: a :class:`Critic`. Without its own backbone, its head reads the last hidden
+            states of the policy forward that computes the log-probs (captured with a
+            forward pre-hook on the policy's output embedding, removed after each call).
+        policy_model: the HF model inside ``actor_network`` (head mode only; default
+            ``actor_network.model``).
+        value_clip: value clipping range ``c`` (``None`` = no clipping).
+        value_coeff: weight of the value loss in the total loss.
+        aggregation: ``"token_mean"`` (default), ``"prompt_mean"`` or ``"none"``; applies
+            to the policy, entropy, KL and value terms alike.
+        **kwargs: forwarded to ``GRPOLoss``.
+
+    Inputs per row (see :func:`prepare_ppo_batch`): ``advantage`` ``[L, 1]``,
+    ``state_value`` ``[L]``, ``value_target`` ``[L]``, plus the usual GRPO inputs.
+    """
+
+    output_type = PPOLossOutput
+
+    def __init__(self, actor_network, critic: Critic, *, policy_model: nn.Module | None = None,
+                 value_clip: float | None = 0.5, value_coeff: float = 1.0,
+                 aggregation: str = "token_mean", **kwargs) -> None:
+        super().__init__(actor_network, aggregation=aggregation, **kwargs)
+        self.critic = critic
+        if critic.backbone is None:
+            policy_model = policy_model if policy_model is not None else getattr(actor_network, "model", None)
+            if policy_model is None or policy_model.get_output_embeddings() is None:
+                raise ValueError("critic='head' needs the policy model (with an output embedding) to read hidden states")
+        # not registered as a submodule: the actor already owns it (no duplicate parameters)
+        self.__dict__["_policy_model"] = policy_model
+        self.value_clip = None if value_clip is None else float(value_clip)
+        self.value_coeff = float(value_coeff)
+
+    def _padded(self, td: TensorDictBase, key, dtype=torch.float32) -> torch.Tensor:
+        x = td.get(key, as_padded_tensor=True, padding_side="left", padding_value=0)
+        return x.to(dtype)
+
+    def forward(self, tensordict: TensorDictBase) -> PPOLossOutput:
+        td = tensordict.copy()
+        key = self.tensor_keys.advantage
+        present = set(td.keys(True))
+        for k in (key, VALUE_KEY, VALUE_TARGET_KEY):
+            if k not in present:
+                raise KeyError(f"{k!r} missing: run Objective.prepare (values and GAE) on the batch before the loss")
+        # token-level advantages are stored unpadded per row: pad them on the left, like the log-probs
+        adv = td.get(key, as_padded_tensor=True, padding_side="left", padding_value=0.0)
+        td.set(key, adv if adv.ndim == 3 else adv.unsqueeze(-1))
+
+        captured: dict[str, torch.Tensor] = {}
+        hook = None
+        if self.critic.backbone is None:
+            def grab(_module, args, kwargs):
+                captured["hidden"] = args[0] if args else kwargs["input"]
+
+            hook = self._policy_model.get_output_embeddings().register_forward_pre_hook(grab, with_kwargs=True)
+        try:
+            out = super().forward(td)
+        finally:
+            if hook is not None:
+                hook.remove()
+
+        mask = self._loss_mask
+        if self.critic.backbone is None:
+            hidden = captured.get("hidden")
+            if hidden is None or hidden.shape[:2] != mask.shape:
+                raise RuntimeError(
+                    "critic='head' could not read the policy's hidden states as [B, T, H] "
+                    f"(got {None if hidden is None else tuple(hidden.shape)}, mask {tuple(mask.shape)}); "
+                    "the log-prob wrapper must run the model on padded inputs (pad_model_input=True)"
+                )
+            values = self.critic.values_from_hidden(hidden)
+        else:
+            # stored tokens are unpadded per row: -1 (never a token id) marks the left padding
+            tokens = td.get(("tokens", "full"), as_padded_tensor=True, padding_side="left", padding_value=-1)
+            attn = tokens != -1
+            if ("masks", "all_attention_mask") in td.keys(True):
+                attn = attn & td.get(("masks", "all_attention_mask"), as_padded_tensor=True, padding_side="left",
+                                     padding_value=False).bool()
+            values = self.critic(torch.where(attn, tokens, torch.zeros_like(tokens)), attn)
+        old = self._padded(td, VALUE_KEY).to(values.device)
+        target = self._padded(td, VALUE_TARGET_KEY).to(values.device)
+        if old.shape != values.shape or target.shape != values.shape:
+            raise ValueError(f"stored values {tuple(old.shape)} / targets {tuple(target.shape)} do not line up "
+                             f"with the tokens {tuple(values.shape)}: run Objective.prepare on this batch")
+        per_token, vclipped = clipped_value_loss(values, old, target, self.value_clip)
+        loss_critic = self.value_coeff * self._aggregate_loss_value(per_token.unsqueeze(-1), mask, tensordict=td)
+        self._stash(values=values, old_values=old, value_target=target, value_clipped=vclipped)
+        m = mask.to(values.dtype)
+        out.loss_critic = loss_critic
+        out.explained_variance = torch.tensor(explained_variance(values, target, mask))
+        out.value_clip_fraction = (vclipped.to(m.dtype) * m).sum() / m.sum().clamp_min(1)
+        return out
+
+
+def value_metrics(stash: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Critic diagnostics over the assistant tokens of the last PPO forward."""
+    if "values" not in stash:
+        return {}
+    mask = stash["mask"].bool()
+    if not mask.any():
+        return {}
+    v, t = stash["values"][mask], stash["value_target"][mask]
+    return {
+        "value_mean": float(v.mean()),
+        "value_target_mean": float(t.mean()),
+        "value_clip_fraction": float(stash["value_clipped"][mask].float().mean()),
+        "explained_variance": explained_variance(stash["values"], stash["value_target"], mask),
+    }

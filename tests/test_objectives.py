@@ -1,0 +1,498 @@
+"""Policy objectives (GRPO, Dr.GRPO, DAPO, GSPO, PPO + critic), checked by hand.
+
+Most tests run the real torchrl forward of each loss on a stand-in actor whose
+distribution returns a *leaf* tensor of current log-probs, so ``d loss / d log pi(y_t)``
+can be compared with the per-token coefficient worked out by hand:
+
+    clipped surrogate  l_t = -min(r_t A, clip(r_t) A)
+    dl_t / dlog pi_t   = -A r_t  (unclipped branch)   or   0  (clipped branch)
+
+times the aggregation weight of the token (GRPO ``1/(B |y_i|)``, Dr.GRPO ``1/(B L_max)``,
+DAPO ``1/sum|y|``). One end-to-end test runs PPO on the tiny Qwen2 policy.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from torch import nn
+from torchrl.objectives.llm import GRPOLoss
+
+from ragen_torchrl.objectives import ALGORITHMS, PPOObjective, build_objective
+from ragen_torchrl.objectives.dapo import DAPOLoss
+from ragen_torchrl.objectives.drgrpo import DrGRPOLoss
+from ragen_torchrl.objectives.gspo import GSPOLoss, sequence_metrics
+from ragen_torchrl.objectives.metrics import MaskedStatsGRPOLoss, masked_token_metrics
+from ragen_torchrl.objectives.ppo import (
+    Critic,
+    PPOLoss,
+    bilevel_gae,
+    clipped_value_loss,
+    episode_token_rewards,
+    explained_variance,
+    masked_gae,
+    turn_ends,
+)
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "algo"
+
+
+# --------------------------------------------------------------------------- a stand-in actor
+class TokenDist(torch.distributions.Distribution):
+    """Masked per-token distribution whose log-prob of the taken token IS a given tensor."""
+
+    arg_constraints: dict = {}
+
+    def __init__(self, log_prob: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor) -> None:
+        super().__init__(batch_shape=log_prob.shape, validate_args=False)
+        self._lp, self.mask, self._ent = log_prob, mask, entropy
+
+    def log_prob(self, action):  # noqa: ARG002 - the taken tokens are implied
+        return torch.where(self.mask, self._lp, torch.zeros_like(self._lp))
+
+    def entropy(self):
+        return torch.where(self.mask, self._ent, torch.zeros_like(self._ent))
+
+
+class FakeActor(nn.Module):
+    """``log pi(y_t)`` is the parameter ``cur``; the mask is the batch's assistant mask (rlhf)."""
+
+    def __init__(self, cur: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.cur = nn.Parameter(cur.clone())
+        self.ent = nn.Parameter(torch.ones_like(cur) if entropy is None else entropy.clone())
+
+    def _get_rlhf_dist(self, td, **_):
+        mask = td.get(("masks", "all_assistant_mask"), as_padded_tensor=True, padding_side="left", padding_value=False)
+        return TokenDist(self.cur, mask.bool(), self.ent)
+
+    get_dist = _get_rlhf_dist
+
+
+def make_batch(cur: torch.Tensor, ratios: dict, mask: torch.Tensor, advantage: torch.Tensor) -> TensorDict:
+    """Behaviour log-probs chosen so that ``pi/pi_old`` at ``(b, t)`` is ``ratios[(b, t)]``."""
+    old = cur.clone()
+    for (b, t), r in ratios.items():
+        old[b, t] = cur[b, t] - math.log(r)
+    B, T = cur.shape
+    return TensorDict(
+        {
+            ("tokens", "full"): torch.arange(B * T).reshape(B, T),
+            ("log_probs", "full"): old,
+            ("masks", "all_assistant_mask"): mask,
+            "advantage": advantage.reshape(B, 1, 1),
+        },
+        batch_size=[B],
+    )
+
+
+# two sequences: 3 and 2 assistant tokens; position 0 and an observation token are not trained
+MASK = torch.tensor([[False, True, True, False, True], [False, False, False, True, True]])
+CUR = torch.tensor([[-9.0, -1.0, -2.0, -9.0, -0.5], [-9.0, -9.0, -9.0, -1.5, -0.7]], dtype=torch.float64)
+ADV = torch.tensor([1.0, -1.0])
+# A > 0 and r = 1.5: clipped high (no grad);  A < 0 and r = 0.5: clipped low (no grad);
+# A > 0, r = 0.5 and A < 0, r = 1.5: the unclipped branch is the minimum (grad -A r)
+RATIOS = {(0, 1): 1.5, (0, 2): 0.5, (0, 4): 1.1, (1, 3): 1.5, (1, 4): 0.5}
+
+
+def run(loss_cls, ratios=RATIOS, adv=ADV, **kwargs):
+    actor = FakeActor(CUR)
+    loss = loss_cls(actor, masking_strategy="rlhf", entropy_bonus=False, **kwargs)
+    out = loss(make_batch(CUR, ratios, MASK, adv))
+    out.loss_objective.sum().backward()
+    return loss, out, actor.cur.grad
+
+
+def grad_matrix(coefs: dict) -> torch.Tensor:
+    g = torch.zeros_like(CUR)
+    for (b, t), c in coefs.items():
+        g[b, t] = c
+    return g
+
+
+# --------------------------------------------------------------------------- GRPO / DAPO / Dr.GRPO
+def test_grpo_loss_and_gradient_by_hand():
+    loss, out, grad = run(MaskedStatsGRPOLoss, clip_epsilon=0.2, aggregation="prompt_mean")
+    # per-token losses: seq 0 (A=+1): -1.2 (r clipped to 1.2), -0.5, -1.1; seq 1 (A=-1): +1.5, +0.8 (r clipped to 0.8)
+    expected = ((-1.2 - 0.5 - 1.1) / 3 + (1.5 + 0.8) / 2) / 2
+    assert out.loss_objective.item() == pytest.approx(expected, abs=1e-6)
+    # prompt_mean weight 1/(B |y_i|): 1/6 for seq 0, 1/4 for seq 1
+    hand = grad_matrix({(0, 2): -1 * 0.5 / 6, (0, 4): -1 * 1.1 / 6, (1, 3): 1.5 / 4})
+    torch.testing.assert_close(grad, hand, rtol=0, atol=1e-6)
+
+
+def test_masked_stats_grpo_equals_torchrl_grpo():
+    """The GRPO objective keeps torchrl's numbers: only metrics are added."""
+    _, ours, g1 = run(MaskedStatsGRPOLoss, clip_epsilon=0.2, aggregation="prompt_mean")
+    _, ref, g2 = run(GRPOLoss, clip_epsilon=0.2, aggregation="prompt_mean")
+    assert ours.loss_objective.item() == ref.loss_objective.item()
+    torch.testing.assert_close(g1, g2)
+
+
+def test_dapo_clip_higher_and_token_mean_by_hand():
+    loss, out, grad = run(DAPOLoss)  # defaults: clip (0.2, 0.28), token_mean
+    assert (loss.clip_epsilon_low.item(), loss.clip_epsilon_high.item()) == pytest.approx((0.2, 0.28))
+    # r = 1.5 with A > 0 now clips at 1.28; the rest as for GRPO; sum over 5 tokens / 5
+    expected = (-1.28 - 0.5 - 1.1 + 1.5 + 0.8) / 5
+    assert out.loss_objective.item() == pytest.approx(expected, abs=1e-6)
+    hand = grad_matrix({(0, 2): -0.5 / 5, (0, 4): -1.1 / 5, (1, 3): 1.5 / 5})
+    torch.testing.assert_close(grad, hand, rtol=0, atol=1e-6)
+
+
+def test_drgrpo_sum_over_constant_length_by_hand():
+    loss, out, grad = run(DrGRPOLoss, max_length=8, clip_epsilon=0.2)
+    expected = ((-1.2 - 0.5 - 1.1) / 8 + (1.5 + 0.8) / 8) / 2
+    assert out.loss_objective.item() == pytest.approx(expected, abs=1e-6)
+    hand = grad_matrix({(0, 2): -0.5 / 16, (0, 4): -1.1 / 16, (1, 3): 1.5 / 16})
+    torch.testing.assert_close(grad, hand, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_cls, kwargs, weight", [
+    (MaskedStatsGRPOLoss, dict(aggregation="prompt_mean"), lambda n: 1 / (2 * n)),  # 1/(B |y_i|)
+    (DrGRPOLoss, dict(max_length=8), lambda n: 1 / (2 * 8)),                      # 1/(B L_max)
+    (DAPOLoss, dict(), lambda n: 1 / 6),                                            # 1/sum|y|
+])
+def test_length_bias_per_token_weights(loss_cls, kwargs, weight):
+    """Equal advantages, lengths 2 and 4, ratio 1: the weight each token gets."""
+    mask = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    cur = torch.full((2, 4), -1.0, dtype=torch.float64)
+    actor = FakeActor(cur)
+    loss = loss_cls(actor, masking_strategy="rlhf", entropy_bonus=False, **kwargs)
+    out = loss(make_batch(cur, {}, mask, torch.tensor([1.0, 1.0])))
+    out.loss_objective.sum().backward()
+    g = actor.cur.grad
+    assert g[0, 2:].tolist() == pytest.approx([-weight(2)] * 2)
+    assert g[1].tolist() == pytest.approx([-weight(4)] * 4)
+    assert g[0, :2].abs().sum() == 0
+    if loss_cls is DrGRPOLoss:
+        assert g[0, 2] == g[1, 0]  # no length bias: a short answer's token weighs the same
+    if loss_cls is MaskedStatsGRPOLoss:
+        assert g[0, 2] == 2 * g[1, 0]  # GRPO: half the length, twice the weight per token
+
+
+# --------------------------------------------------------------------------- GSPO
+def test_gspo_sequence_ratio_clipping_and_gradient_by_hand():
+    # four sequences of 3 tokens, per-token log-ratios with these sequence means:
+    #   seq 0: +5e-4, A=+1 -> s above 1+4e-4: clipped       seq 1: -4e-4, A=-1 -> below 1-3e-4: clipped
+    #   seq 2: +1e-4, A=+.5 -> inside: gradient             seq 3: +6e-4, A=-1 -> above but A<0: unclipped
+    lw = {0: [4e-4, 6e-4, 5e-4], 1: [-5e-4, -3e-4, -4e-4], 2: [1e-4, -1e-4, 3e-4], 3: [6e-4, 6e-4, 6e-4]}
+    adv = torch.tensor([1.0, -1.0, 0.5, -1.0])
+    mask = torch.tensor([[False, True, True, True]] * 4)
+    cur = torch.full((4, 4), -1.0, dtype=torch.float64)
+    ratios = {(b, t + 1): math.exp(x) for b, xs in lw.items() for t, x in enumerate(xs)}
+    actor = FakeActor(cur)
+    loss = GSPOLoss(actor, masking_strategy="rlhf", entropy_bonus=False)  # defaults (3e-4, 4e-4), prompt_mean
+    out = loss(make_batch(cur, ratios, mask, adv))
+    out.loss_objective.sum().backward()
+    s = [math.exp(sum(v) / 3) for v in lw.values()]
+    per_seq = [-min(si * a, min(max(si, 1 - 3e-4), 1 + 4e-4) * a) for si, a in zip(s, adv.tolist())]
+    assert per_seq[0] == pytest.approx(-1.0004) and per_seq[1] == pytest.approx(0.9997)
+    assert out.loss_objective.item() == pytest.approx(sum(per_seq) / 4, abs=1e-9)
+    # every token of sequence i gets -A_i s_i / (|y_i| B) when unclipped, 0 when clipped
+    g = actor.cur.grad
+    assert g[0].abs().sum() == 0 and g[1].abs().sum() == 0
+    assert g[2, 1:].tolist() == pytest.approx([-0.5 * s[2] / 12] * 3, abs=1e-9)
+    assert g[3, 1:].tolist() == pytest.approx([1.0 * s[3] / 12] * 3, abs=1e-9)
+    m = loss.token_stats
+    assert m["sequence_log_ratio"].tolist() == pytest.approx([5e-4, -4e-4, 1e-4, 6e-4], abs=1e-9)
+    # clip fraction counts ratios outside the range (as torchrl does, whichever branch the min
+    # picks): sequences 0, 1 and 3, i.e. 9 of the 12 assistant tokens
+    assert masked_token_metrics(**m)["clip_fraction"] == pytest.approx(0.75)
+    assert sequence_metrics(m)["seq_clip_fraction"] == pytest.approx(0.75)
+
+
+# --------------------------------------------------------------------------- metrics and KL
+def test_metrics_average_over_assistant_tokens_only():
+    ent = torch.full_like(CUR, 2.0)
+    ent[0, 1] = 5.0
+    actor = FakeActor(CUR, entropy=ent)
+    loss = MaskedStatsGRPOLoss(actor, masking_strategy="rlhf", clip_epsilon=0.2, entropy_coeff=0.001,
+                               aggregation="prompt_mean")
+    out = loss(make_batch(CUR, RATIOS, MASK, ADV))
+    obj = build_objective({"name": "grpo"}, actor, None)
+    obj.loss_module = loss
+    m = obj.metrics(out)
+    n = 5  # assistant tokens
+    assert m["assistant_tokens"] == n
+    assert m["entropy"] == pytest.approx((5.0 + 2.0 * 4) / n)
+    assert out.entropy.item() == pytest.approx((5.0 + 2.0 * 4) / 10)  # torchrl: diluted by padding
+    # r outside [0.8, 1.2] for 4 of the 5 tokens
+    assert m["clip_fraction"] == pytest.approx(4 / n)
+    assert out.clip_fraction.item() == pytest.approx(4 / 10)
+    lw = [math.log(r) for r in RATIOS.values()]
+    assert m["kl_approx"] == pytest.approx(-sum(lw) / n)
+    assert m["kl_k3"] == pytest.approx(sum(math.expm1(x) - x for x in lw) / n)
+    assert m["loss"] == pytest.approx(out.loss_objective.item() + out.loss_entropy.item())
+
+
+def test_kl_to_reference_is_masked_k3():
+    td = make_batch(CUR, RATIOS, MASK, ADV)
+    ref = CUR.clone()
+    ref[MASK] += torch.tensor([0.1, -0.2, 0.3, 0.05, -0.1], dtype=torch.float64)
+    ref[~MASK] = 50.0  # garbage where nothing is trained: must not leak in
+    td.set(("ref_log_probs", "full"), ref)
+    actor = FakeActor(CUR)
+    loss = DAPOLoss(actor, masking_strategy="rlhf", entropy_bonus=False, kl_to_ref_coeff=0.5)
+    loss.set_keys(ref_log_probs=("ref_log_probs", "full"))
+    out = loss(td)
+    d = torch.tensor([0.1, -0.2, 0.3, 0.05, -0.1], dtype=torch.float64)
+    k3 = (d.expm1() - d).mean().item()  # DAPO: token mean over the 5 assistant tokens
+    assert out.kl_to_ref.item() == pytest.approx(k3)
+    assert out.loss_kl_to_ref.item() == pytest.approx(0.5 * k3)
+
+
+# --------------------------------------------------------------------------- PPO math
+def test_token_gae_gamma_lambda_one_is_return_minus_value():
+    mask = torch.tensor([[False, True, True, False, True, True]])
+    values = torch.tensor([[9.0, 0.1, 0.2, 9.0, 0.3, 0.4]])  # 9 = observation positions, never read
+    rewards = episode_token_rewards(mask, torch.tensor([1.0]))
+    assert rewards.tolist() == [[0, 0, 0, 0, 0, 1.0]]
+    adv, ret = masked_gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    assert adv[0].tolist() == pytest.approx([0, 0.9, 0.8, 0, 0.7, 0.6])
+    assert ret[0].tolist() == pytest.approx([0, 1, 1, 0, 1, 1])
+
+
+def test_token_gae_by_hand():
+    # assistant values 0.5, 0.2, 0.1 (an observation token between the first two), R = 1, gamma .9, lambda .5
+    #   d3 = 1 - .1 = .9                  A3 = .9
+    #   d2 = .9 * .1 - .2 = -.11          A2 = -.11 + .45 * .9    = .295
+    #   d1 = .9 * .2 - .5 = -.32          A1 = -.32 + .45 * .295  = -.18725
+    mask = torch.tensor([[True, False, True, True], [True, True, False, False]])
+    values = torch.tensor([[0.5, 7.0, 0.2, 0.1], [0.3, 0.6, 0.0, 0.0]])
+    rewards = episode_token_rewards(mask, torch.tensor([1.0, -1.0]))
+    adv, ret = masked_gae(rewards, values, mask, gamma=0.9, lam=0.5)
+    assert adv[0].tolist() == pytest.approx([-0.18725, 0, 0.295, 0.9], abs=1e-6)
+    assert ret[0].tolist() == pytest.approx([0.31275, 0, 0.495, 1.0], abs=1e-6)
+    # row 2 (R = -1): d2 = -1 - .6 = -1.6; d1 = .9*.6 - .3 = .24, A1 = .24 + .45 * -1.6 = -.48
+    assert adv[1].tolist() == pytest.approx([-0.48, -1.6, 0, 0], abs=1e-6)
+
+
+@pytest.mark.parametrize("turn_lam, g1", [(1.0, 0.95), (0.5, 0.76)])
+def test_bilevel_gae_by_hand(turn_lam, g1):
+    # turns = runs of assistant tokens: (1, 2) and (5, 6); values .1 .2 | .3 .6; R = 1 on token 6
+    # turn level (gamma_turn .95): turn 2: d = 1 - .6 = .4, A = .4, G2 = 1
+    #   turn 1: d = .95 * .6 - .2 = .37, A = .37 + .95 * lam * .4, G1 = A + .2 (.95 for lam 1, .76 for lam .5)
+    # token level (gamma = lambda = 1), each turn ends at its last token with reward G_k: A_t = G_k - V_t
+    mask = torch.tensor([[False, True, True, False, False, True, True]])
+    values = torch.tensor([[0.0, 0.1, 0.2, 0.0, 0.0, 0.3, 0.6]])
+    assert turn_ends(mask).nonzero()[:, 1].tolist() == [2, 6]
+    rewards = episode_token_rewards(mask, torch.tensor([1.0]))
+    adv, ret = bilevel_gae(rewards, values, mask, gamma=1.0, lam=1.0, turn_gamma=0.95, turn_lam=turn_lam)
+    assert adv[0].tolist() == pytest.approx([0, g1 - 0.1, g1 - 0.2, 0, 0, 0.7, 0.4], abs=1e-6)
+    assert ret[0].tolist() == pytest.approx([0, g1, g1, 0, 0, 1.0, 1.0], abs=1e-6)
+    # with one turn, bi-level GAE is token-level GAE
+    one = torch.tensor([[False, True, True, True]])
+    v = torch.tensor([[0.0, 0.2, 0.5, 0.1]])
+    r = episode_token_rewards(one, torch.tensor([2.0]))
+    torch.testing.assert_close(bilevel_gae(r, v, one, gamma=0.9, lam=0.8, turn_gamma=0.5),
+                               masked_gae(r, v, one, gamma=0.9, lam=0.8))
+
+
+def test_clipped_value_loss_and_gradient_by_hand():
+    old = torch.tensor([0.0, 0.0, 0.0, 0.0])
+    ret = torch.tensor([1.0, 1.0, -1.0, 0.3])
+    values = torch.tensor([0.8, -0.7, 0.9, 0.2], requires_grad=True)
+    # token 0: V moved +.8 > clip .5 towards R: clipped V = .5 is farther (.25 vs .04): clipped branch, grad 0
+    # token 1: V moved -.7 away: clipped -.5 is closer (2.25 vs 2.89): unclipped branch, grad V - R = -1.7
+    # token 2: V = .9, R = -1: clipped .5 is closer (2.25 vs 3.61): unclipped, grad 1.9
+    # token 3: inside the clip range: grad V - R = -.1
+    loss, clipped = clipped_value_loss(values, old, ret, clip=0.5)
+    assert loss.tolist() == pytest.approx([0.5 * 0.25, 0.5 * 2.89, 0.5 * 3.61, 0.5 * 0.01])
+    assert clipped.tolist() == [True, False, False, False]
+    loss.sum().backward()
+    assert values.grad.tolist() == pytest.approx([0.0, -1.7, 1.9, -0.1])
+    assert explained_variance(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[1.0, 2.0, 3.0]]),
+                              torch.ones(1, 3, dtype=torch.bool)) == pytest.approx(1.0)
+    # V = mean(R): explains nothing
+    assert explained_variance(torch.full((1, 3), 2.0), torch.tensor([[1.0, 2.0, 3.0]]),
+                              torch.ones(1, 3, dtype=torch.bool)) == pytest.approx(0.0)
+
+
+class FakeTrunk(nn.Module):
+    """A 'backbone' whose last hidden state is a parameter (H = 1)."""
+
+    def __init__(self, hidden: torch.Tensor) -> None:
+        super().__init__()
+        self.h = nn.Parameter(hidden)
+
+    def forward(self, input_ids, attention_mask):
+        assert input_ids.shape == self.h.shape[:2]
+        return SimpleNamespace(last_hidden_state=self.h)
+
+
+def test_ppo_loss_token_advantages_and_value_loss_by_hand():
+    # V(t) = h[t-1] (head weight 1, bias 0); hidden chosen so assistant-token values are known
+    h = torch.zeros(2, 5, 1, dtype=torch.float64)
+    h[0, 0], h[0, 1], h[0, 3] = 0.2, 0.4, 0.9   # values at tokens 1, 2, 4
+    h[1, 2], h[1, 3] = -0.3, 0.1                # values at tokens 3, 4
+    critic = Critic(1, backbone=FakeTrunk(h)).double()
+    with torch.no_grad():
+        critic.head.weight.fill_(1.0)
+    actor = FakeActor(CUR)
+    loss = PPOLoss(actor, critic, masking_strategy="rlhf", entropy_bonus=False, clip_epsilon=0.2, value_clip=None)
+    td = make_batch(CUR, RATIOS, MASK, torch.zeros(2))
+    token_adv = torch.tensor([[0, 1.0, -2.0, 0, 0.5], [0, 0, 0, 1.0, -1.0]], dtype=torch.float64)
+    td.set("advantage", token_adv.unsqueeze(-1))
+    td.set("state_value", torch.zeros(2, 5, dtype=torch.float64))
+    target = torch.tensor([[0, 1.0, 1.0, 0, 1.0], [0, 0, 0, 0.5, 0.5]], dtype=torch.float64)
+    td.set("value_target", target)
+    out = loss(td)
+    # policy: token-level A; l = -min(rA, clip(r)A): (A=1,r=1.5) -1.2; (A=-2,r=.5) +1.6; (A=.5,r=1.1) -.55;
+    #         (A=1, r=1.5) -1.2; (A=-1, r=.5) +.8; token mean over 5
+    assert out.loss_objective.item() == pytest.approx((-1.2 + 1.6 - 0.55 - 1.2 + 0.8) / 5, abs=1e-6)
+    # critic: 0.5 * (V - R)^2 at V = .2 .4 .9 | -.3 .1, token mean
+    sq = [(0.2 - 1) ** 2, (0.4 - 1) ** 2, (0.9 - 1) ** 2, (-0.3 - 0.5) ** 2, (0.1 - 0.5) ** 2]
+    assert out.loss_critic.item() == pytest.approx(0.5 * sum(sq) / 5, abs=1e-6)
+    (out.loss_objective.sum() + out.loss_critic.sum()).backward()
+    # gradient only where the unclipped branch is the minimum: (0, 4) (A=.5, r=1.1 inside the range);
+    # (0, 1), (1, 3) are A>0 with r=1.5 and (0, 2), (1, 4) are A<0 with r=.5: clipped, no gradient
+    hand = grad_matrix({(0, 4): -0.5 * 1.1 / 5})
+    torch.testing.assert_close(actor.cur.grad, hand, rtol=0, atol=1e-6)
+    # value gradient (V - R) / 5 lands on the hidden state one position earlier
+    gh = critic.backbone.h.grad[..., 0]
+    assert gh[0, [0, 1, 3]].tolist() == pytest.approx([(0.2 - 1) / 5, (0.4 - 1) / 5, (0.9 - 1) / 5])
+    assert gh[1, [2, 3]].tolist() == pytest.approx([(-0.3 - 0.5) / 5, (0.1 - 0.5) / 5])
+
+
+# --------------------------------------------------------------------------- the factory and configs
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "ppo"])
+def test_build_objective_from_the_config_files(name):
+    cfg = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
+    assert set(OmegaConf.load(CONFIG_DIR / "grpo.yaml")) <= set(cfg)  # same keys as grpo.yaml, plus own
+    obj = build_objective(cfg, FakeActor(CUR), None)
+    lm = obj.loss_module
+    assert lm.masking_strategy == "rlhf"
+    expected = {"grpo": (MaskedStatsGRPOLoss, (0.2, 0.2), "prompt_mean"),
+                "drgrpo": (DrGRPOLoss, (0.2, 0.2), "dr_grpo"),
+                "dapo": (DAPOLoss, (0.2, 0.28), "token_mean"),
+                "gspo": (GSPOLoss, (3e-4, 4e-4), "prompt_mean")}[name]
+    assert type(lm) is expected[0]
+    assert (lm.clip_epsilon_low.item(), lm.clip_epsilon_high.item()) == pytest.approx(expected[1])
+    assert lm.aggregation == expected[2]
+    assert lm.kl_to_ref_coeff is None  # off by default everywhere
+    assert (obj.dynamic_sampling is not None) == (name == "dapo")
+    assert (obj.reward_transform is not None) == (name == "dapo")
+    recs = TensorDict(episode_return=torch.tensor([1.0, 0.0, 3.0, 3.0]), group_id=torch.tensor([0, 0, 1, 1]),
+                      num_tokens=torch.tensor([10, 230, 5, 5]), batch_size=[4])
+    recs = obj.advantage(obj.shape_rewards(recs))
+    adv = recs["advantage"].reshape(-1)
+    assert recs["advantage"].shape == (4, 1, 1)
+    if name == "drgrpo":
+        assert adv.tolist() == pytest.approx([0.5, -0.5, 0, 0])  # R - mean, no std
+    elif name == "dapo":  # 230 tokens > 240 - 48: penalty (192 - 230) / 48
+        assert recs["episode_return"][1].item() == pytest.approx(-38 / 48)
+    else:
+        assert adv[:2].tolist() == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2)], abs=1e-5)
+
+
+def test_build_objective_rejects_bad_configs():
+    with pytest.raises(ValueError, match="unknown algo.name"):
+        build_objective({"name": "reinforce"}, None, None)
+    with pytest.raises(ValueError, match="max_length"):
+        build_objective({"name": "drgrpo"}, None, None)
+    with pytest.raises(ValueError, match="aggregates"):
+        build_objective({"name": "drgrpo", "max_length": 8, "aggregation": "token_mean"}, None, None)
+    with pytest.raises(ValueError, match="critic"):
+        build_objective({"name": "ppo", "critic": "shared"}, None, nn.Linear(2, 2))
+
+
+# --------------------------------------------------------------------------- PPO on the tiny policy
+SCRIPTED = [
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "P___\n_O__\n___G"},
+        {"role": "assistant", "content": "<think>down</think><answer>Down</answer>"},
+        {"role": "user", "content": "obs two"},
+        {"role": "assistant", "content": "<answer>Right</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "obs"},
+        {"role": "assistant", "content": "<think>x</think><answer>Up</answer>"},
+    ],
+]
+
+
+def scripted_batch(obj, actor):
+    from torchrl.data.llm import History
+
+    from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs
+
+    recs = TensorDict(group_id=torch.tensor([0, 0]), episode_return=torch.tensor([1.0, -0.5]),
+                      num_tokens=torch.tensor([20, 12]), batch_size=[2]).to_lazystack(0)
+    recs.set(("history", "full"), History.from_chats(SCRIPTED))
+    recs = obj.advantage(obj.shape_rewards(recs))
+    return obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+
+
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "ppo"])
+def test_each_objective_on_the_tiny_policy(tiny_model, name):
+    """Real wrapper, real masks, ratio 1: the loss is minus the aggregated advantage."""
+    from ragen_torchrl.objectives.grpo import make_logprob_policy
+
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    cfg = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
+    cfg.entropy_coeff = 0.0
+    obj = build_objective(cfg, actor, model, tok)
+    batch = scripted_batch(obj, actor)
+    out = obj.loss_module(batch)
+    m = obj.metrics(out, batch)
+    n = [int(x.sum()) for x in batch.get(("masks", "all_assistant_mask"), as_list=True)]
+    a = batch.get("advantage").reshape(-1).tolist()
+    expected = {"grpo": -(a[0] + a[1]) / 2, "gspo": -(a[0] + a[1]) / 2,
+                "dapo": -(a[0] * n[0] + a[1] * n[1]) / (n[0] + n[1]),
+                "drgrpo": -(a[0] * n[0] + a[1] * n[1]) / (2 * cfg.get("max_length", 1))}[name]
+    assert out.loss_objective.item() == pytest.approx(expected, abs=1e-5)
+    assert m["assistant_tokens"] == sum(n) and abs(m["kl_approx"]) < 1e-5 and m["clip_fraction"] == 0
+    obj.total_loss(out).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert sum(p.grad.abs().sum() for p in model.parameters() if p.grad is not None) > 0
+
+
+@pytest.mark.parametrize("critic", ["head", "separate", "separate_from_path"])
+def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
+    from ragen_torchrl.objectives.grpo import make_logprob_policy
+
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    cfg = OmegaConf.load(CONFIG_DIR / "ppo.yaml")
+    cfg.critic, cfg.bi_level = critic.split("_")[0], True
+    if critic == "separate_from_path":
+        cfg.critic_path = tiny_model_dir  # a saved causal LM: its trunk starts the critic
+    obj = build_objective(cfg, actor, model, tok)
+    assert isinstance(obj, PPOObjective)
+    with torch.no_grad():  # a non-zero head, so values (and their agreement) are not trivially 0
+        obj.critic.head.weight.normal_(0, 0.5)
+    batch = scripted_batch(obj, actor)  # advantage() is the identity for PPO; prepare() runs GAE
+    for i in range(2):
+        L = batch[i].get(("tokens", "full")).shape[0]
+        assert batch[i].get("advantage").shape == (L, 1)
+        assert batch[i].get("state_value").shape == batch[i].get("value_target").shape == (L,)
+    assert "ppo/explained_variance_old" in obj.prepare_stats
+
+    out = obj.loss_module(batch)
+    stash = obj.loss_module.token_stats
+    mask = stash["mask"]
+    # same parameters: the loss's values are the old ones, the ratio is 1
+    torch.testing.assert_close(stash["values"][mask], stash["old_values"][mask], rtol=0, atol=1e-5)
+    m = obj.metrics(out, batch)
+    assert m["value_clip_fraction"] == 0 and abs(m["kl_approx"]) < 1e-5 and m["clip_fraction"] == 0
+    assert set(m) >= {"loss", "loss_objective", "loss_critic", "explained_variance", "entropy"}
+    obj.total_loss(out).backward()
+    assert obj.critic.head.weight.grad.abs().sum() > 0
+    groups = obj.optimizer_param_groups(1e-4)
+    assert [g["lr"] for g in groups] == [1e-4, 1e-3]
+    n_policy = sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for p in groups[0]["params"]) == n_policy
+    if critic == "head":  # just the head; its input is the policy's own last hidden state
+        assert sum(p.numel() for p in groups[1]["params"]) == model.config.hidden_size + 1
+    else:  # a trunk of its own
+        assert sum(p.numel() for p in groups[1]["params"]) > model.config.hidden_size + 1
+        assert all(p.grad is not None for p in obj.critic.backbone.parameters() if p.requires_grad)
