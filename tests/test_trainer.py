@@ -257,3 +257,37 @@ def test_all_non_finite_losses_leave_weights_unchanged(ragen_cache_dir, tmp_path
     assert stats["train/optimizer_steps"] == 0.0
     assert state_equal(trainer.model.state_dict(), initial)
     assert not trainer.optimizer.state
+
+
+# --------------------------------------------------------------------------- every algorithm and env
+@pytest.mark.parametrize("algo", ["grpo", "drgrpo", "dapo", "gspo", "ppo"])
+@pytest.mark.parametrize("env", ["frozenlake", "sokoban"])
+def test_every_algorithm_trains_end_to_end(ragen_cache_dir, tmp_path, algo, env):
+    cfg = make_cfg(ragen_cache_dir, f"algo={algo}", f"env={env}", "trainer.total_iterations=1",
+                   "trainer.val_every=0", "sft.episodes=4")
+    trainer = Trainer(cfg, run_dir=tmp_path / f"{algo}-{env}")
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    summary = trainer.fit()
+    assert summary["iterations"] == 1 and trainer.iteration == 1
+    stats = trainer.history[-1]
+    assert stats["rollout/num_trajectories"] >= 4
+    if stats.get("train/optimizer_steps", 0) > 0:
+        # an optimizer step happened: the policy changed and the losses were finite
+        assert not state_equal(before, trainer.model.state_dict())
+        assert math.isfinite(stats["train/loss"])
+    if algo == "ppo":
+        assert "train/explained_variance" in stats or stats.get("train/optimizer_steps", 0) == 0
+    if algo == "dapo":
+        assert any(k.startswith("dapo/") for k in stats)
+
+
+def test_t3_truncation_runs_in_the_trainer(ragen_cache_dir, tmp_path):
+    cfg = make_cfg(ragen_cache_dir, "env=guess_numbers", "t3.enabled=true", "trainer.total_iterations=1",
+                   "trainer.val_every=0", "sft.episodes=4")
+    trainer = Trainer(cfg, run_dir=tmp_path / "t3")
+    trainer.fit()
+    stats = trainer.history[-1]
+    for key in ("t3/rollout_tokens", "t3/truncation_rate", "t3/mean_turns_saved"):
+        assert key in stats
+    tags = scalars(tmp_path / "t3")
+    assert "t3/truncation_rate" in tags

@@ -34,10 +34,10 @@ from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import bucket_grad_norms, rv_buckets
 from ..envs import make_env
 from ..models.loading import load_pretrained
-from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_grpo_loss, make_logprob_policy, masked_mean
-from ..transforms.advantage import GroupAdvantage
+from ..objectives import build_objective
+from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
 from ..transforms.snr import FilterGuard, build_filter, group_scores, loss_scale, validate_filter_config
-from .config import validate_config
+from .config import ConfigError, validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,23 @@ class Trainer:
         t = cfg.trainer
         self.P, self.G = int(t.prompts_per_iter), int(t.group_size)
         kwargs = env_kwargs(cfg.env)
-        self.env = make_env(cfg.env.name, num_envs=self.P * self.G, **kwargs)
-        self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **kwargs)
+        try:
+            self.env = make_env(cfg.env.name, num_envs=self.P * self.G, **kwargs)
+            self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **kwargs)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"env={cfg.env.name}: {e}") from e
+        t3 = cfg.get("t3") or {}
+        self.t3_enabled = bool(t3.get("enabled", False))
+        if self.t3_enabled:
+            from ..transforms.t3 import T3Truncation
+
+            # training env only: validation always runs untruncated
+            try:
+                self.env = self.env.append_transform(
+                    T3Truncation(cfg.env.name, k=t3.get("k"), cumulative=t3.get("cumulative"))
+                )
+            except ValueError as e:
+                raise ConfigError(f"t3: {e}") from e
 
         self.model_path = self._prepare_model()
         self.model, self.tokenizer = load_pretrained(self.model_path, cfg.model.device, cfg.model.dtype)
@@ -115,16 +130,18 @@ class Trainer:
                                                  temperature=t.val_temperature)
         self.actor = make_logprob_policy(self.model, self.tokenizer)
         a = cfg.algo
-        clip = tuple(a.clip_epsilon) if OmegaConf.is_list(a.clip_epsilon) else float(a.clip_epsilon)
-        self.loss_module = make_grpo_loss(self.actor, clip_epsilon=clip, entropy_coeff=float(a.entropy_coeff),
-                                          kl_coeff=float(a.kl_coeff))
+        try:
+            self.objective = build_objective(a, self.actor, self.model, self.tokenizer)
+        except ValueError as e:
+            raise ConfigError(f"algo={a.get('name')}: {e}") from e
+        self.loss_module = self.objective.loss_module
         self.ref_actor = None
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_actor = make_logprob_policy(ref_model, self.tokenizer)
-            self.loss_module.set_keys(ref_log_probs=("ref_log_probs", "full"))
-        self.advantage = GroupAdvantage(eps=float(a.adv_eps))
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=float(a.lr), weight_decay=float(a.weight_decay))
+        self.optimizer = torch.optim.AdamW(self.objective.optimizer_param_groups(float(a.lr)), lr=float(a.lr),
+                                           weight_decay=float(a.weight_decay))
+        self._refills = 0
 
         # SNR-aware filtering (RAGEN-2 §3.3): runs on the trajectory records before any
         # per-sample work (behaviour log-probs, update), so fewer kept groups = a cheaper step
@@ -168,14 +185,15 @@ class Trainer:
             tiny = TinyModelConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
                                    intermediate_size=m.intermediate_size, num_layers=m.num_layers,
                                    num_heads=m.num_heads, num_kv_heads=m.num_kv_heads)
-            base = build_tiny_model(tokenizer_corpus(self.env), tiny, m.cache_dir)
+            base = build_tiny_model(tokenizer_corpus(self.val_env), tiny, m.cache_dir)
         if cfg.sft.enabled and cfg.sft.steps > 0:
             from .sft import warm_start
 
             sft_cfg = OmegaConf.to_container(cfg.sft, resolve=True)
             sft_cfg.pop("enabled", None)
             t0 = time.time()
-            base = warm_start(base, self.env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype)
+            # demonstrations come from the untransformed env (T3 only shapes RL rollouts)
+            base = warm_start(base, self.val_env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype)
             log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
         return base
 
@@ -206,13 +224,9 @@ class Trainer:
             order = torch.randperm(n)
             for start in range(0, n, mb):
                 idx = order[start : start + mb]
-                out = self.loss_module(batch[idx])
-                loss = out.loss_objective.sum()
-                if out.loss_entropy is not None:
-                    loss = loss + out.loss_entropy.sum()
-                if out.loss_kl_to_ref is not None:
-                    loss = loss + out.loss_kl_to_ref.sum()
-                loss = loss * scale
+                minibatch = batch[idx]
+                out = self.loss_module(minibatch)
+                loss = self.objective.total_loss(out) * scale
                 if not torch.isfinite(loss):
                     # never step on a NaN/inf loss: the weights would be corrupted
                     skipped += 1
@@ -220,21 +234,16 @@ class Trainer:
                     continue
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(a.max_grad_norm) or float("inf"))
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.objective.trainable_parameters(),
+                                                           float(a.max_grad_norm) or float("inf"))
                 if not torch.isfinite(grad_norm):
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
                     continue
                 self.optimizer.step()
                 steps += 1
-                vals = {"loss": loss.item(), "loss_objective": out.loss_objective.sum().item(),
-                        "clip_fraction": out.clip_fraction.item(), "kl_approx": out.kl_approx.item(),
-                        "grad_norm": grad_norm.item(), "ESS": out.ESS.item()}
-                if out.entropy is not None:
-                    vals["entropy"] = out.entropy.item()
-                    vals["loss_entropy"] = out.loss_entropy.sum().item()
-                if out.kl_to_ref is not None:
-                    vals["kl_to_ref"] = out.kl_to_ref.item()
+                vals = self.objective.metrics(out, minibatch)
+                vals.update(loss=loss.item(), grad_norm=grad_norm.item())
                 for k, v in vals.items():
                     sums[k] = sums.get(k, 0.0) + v
         metrics = {k: v / max(steps, 1) for k, v in sums.items()}
@@ -266,18 +275,52 @@ class Trainer:
             out[f"grad_snr/bucket{b}/reward_variance"] = float(rv_b.mean())
         return out
 
+    def _training_batch(self, records: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation."""
+        batch = self.objective.advantage(records)
+        behaviour = compute_behaviour_log_probs(self.actor, batch)
+        batch = attach_training_data(batch, behaviour)
+        if self.ref_actor is not None:
+            ref = compute_behaviour_log_probs(self.ref_actor, batch)
+            batch = lazy_stack([row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
+                                for row, r in zip(batch.unbind(0), ref.unbind(0))])
+        batch = self.objective.prepare(batch)
+        return batch, behaviour
+
+    def _collect_more(self, num_groups: int) -> TensorDictBase:
+        """Fresh groups on new levels (DAPO's refill); at most P groups per rollout call."""
+        self._refills += 1
+        seeds = train_level_seeds(int(self.cfg.seed) + 7919 * self._refills, self.iteration, num_groups)
+        parts = [collect_rollouts(self.env, self.policy, seeds[s : s + self.P], self.G,
+                                  chunk_size=int(self.cfg.rollout.chunk_size))
+                 for s in range(0, num_groups, self.P)]
+        return self.objective.shape_rewards(lazy_stack([r for p in parts for r in p.unbind(0)]))
+
     def train_iteration(self) -> dict[str, float]:
         it = self.iteration
         t0 = time.time()
         seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
         records = collect_rollouts(self.env, self.policy, seeds, self.G, chunk_size=int(self.cfg.rollout.chunk_size))
+        records = self.objective.shape_rewards(records)
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
         stats["timing/rollout"] = t_rollout
+        if self.t3_enabled:
+            from ..transforms.t3 import t3_token_stats
+
+            stats.update(t3_token_stats(records, self.env.max_turn))
 
         # MI proxies on the pre-filter batch, scored by the pre-update policy
         if self.collapse is not None and self.collapse.should_run(it):
             stats.update(self.collapse(records))
+
+        if self.objective.dynamic_sampling is not None:
+            records, ds_stats = self.objective.dynamic_sampling(records, self._collect_more)
+            stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
+            if records is None:
+                stats["dapo/skipped_update"] = 1.0
+                stats["timing/total"] = time.time() - t0
+                return stats
 
         batch, scale = records, 1.0
         if self.snr is not None:
@@ -293,21 +336,14 @@ class Trainer:
                 stats["timing/total"] = time.time() - t0
                 return stats
             scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
-        batch = self.advantage(batch)
         t1 = time.time()
-        behaviour = compute_behaviour_log_probs(self.actor, batch)
-        batch = attach_training_data(batch, behaviour)
-        if self.ref_actor is not None:
-            ref = compute_behaviour_log_probs(self.ref_actor, batch)
-            batch = lazy_stack([row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
-                                for row, r in zip(batch.unbind(0), ref.unbind(0))])
+        batch, behaviour = self._training_batch(batch)
         every = int(self.filter_cfg.get("grad_snr", {}).get("every", 0) or 0) if self.snr is not None else 0
         if every and it % every == 0:
             full = batch
             if self.snr is not None and batch.batch_size[0] != records.batch_size[0]:
                 # the diagnostic needs every RV bucket, so it scores the unfiltered batch
-                full = self.advantage(records)
-                full = attach_training_data(full, compute_behaviour_log_probs(self.actor, full))
+                full, _ = self._training_batch(records)
             t_g = time.time()
             stats.update(self._grad_snr(full))
             stats["timing/grad_snr"] = time.time() - t_g
@@ -315,6 +351,7 @@ class Trainer:
         t_update = time.time() - t1
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
+        stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
         stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(("masks", "all_assistant_mask"), as_list=True)))
         stats["timing/update"] = t_update
         stats["timing/total"] = time.time() - t0
@@ -330,6 +367,7 @@ class Trainer:
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "history": self.history,
             "guard": self.guard.state_dict() if self.guard is not None else None,
+            "objective": self.objective.state_dict(),
             "collapse": self.collapse.state_dict() if self.collapse is not None else None,
             "model_path": self.model_path,
             "config": OmegaConf.to_container(self.cfg, resolve=True),
@@ -343,6 +381,7 @@ class Trainer:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.model.load_state_dict(state["model"])
+        self.objective.load_state_dict(state.get("objective") or {})
         self.optimizer.load_state_dict(state["optimizer"])
         rng = state["rng"]
         random.setstate(rng["python"])

@@ -91,7 +91,8 @@ def collect_rollouts(
     ``("history", "full")`` (the whole conversation), ``group_id``, ``level_seed``,
     ``episode_return`` (rewards plus format penalties), ``success``, ``num_turns``,
     ``num_tokens`` (generated tokens), ``format_valid`` (fraction of valid turns) and
-    ``truncated_by_t3`` (always False here; set by T3 truncation).
+    ``truncated_by_t3`` (set when a :class:`~ragen_torchrl.transforms.t3.T3Truncation`
+    on the env cut the episode).
     """
     if group_size < 1 or not level_seeds:
         raise ValueError(f"need at least one level and group_size >= 1, got {len(level_seeds)} levels, G={group_size}")
@@ -107,6 +108,7 @@ def collect_rollouts(
     turns = torch.zeros(n, dtype=torch.long)
     tokens = torch.zeros(n, dtype=torch.long)
     valid_turns = torch.zeros(n)
+    t3_cut = torch.zeros(n, dtype=torch.bool)
     final: list = [None] * n
     while td is not None and td.batch_size[0] > 0:
         out = _generate(policy, td, chunk_size)
@@ -115,6 +117,8 @@ def collect_rollouts(
         returns[idx] += nxt["reward"].reshape(-1)
         turns[idx] = nxt["turn"]
         valid_turns[idx] += nxt["action_is_valid"].float()
+        if "truncated_by_t3" in nxt.keys():
+            t3_cut[idx] |= nxt["truncated_by_t3"].reshape(-1)
         response_tokens = out.get(("tokens", "response"), as_list=True)
         tokens[idx] += torch.tensor([len(t) for t in response_tokens], dtype=torch.long)
         done = nxt["done"].reshape(-1)
@@ -134,7 +138,7 @@ def collect_rollouts(
             "num_turns": turns,
             "num_tokens": tokens,
             "format_valid": valid_turns / turns.clamp_min(1),
-            "truncated_by_t3": torch.zeros(n, dtype=torch.bool),
+            "truncated_by_t3": t3_cut,
         },
         batch_size=[n],
     ).to_lazystack(0)
