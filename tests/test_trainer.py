@@ -291,3 +291,34 @@ def test_t3_truncation_runs_in_the_trainer(ragen_cache_dir, tmp_path):
         assert key in stats
     tags = scalars(tmp_path / "t3")
     assert "t3/truncation_rate" in tags
+
+
+@pytest.mark.parametrize("preset, kept_groups", [("snr_top_p", 1.0), ("snr_paper", 2.0)])
+def test_filter_presets_and_gradient_snr_probe(ragen_cache_dir, tmp_path, monkeypatch, preset, kept_groups):
+    # Returns by hand: group 0 = [1, 0] (std 0.707), group 1 = [0.5, 0.5] (std 0).
+    # top-p 0.9 linear without zero-score groups keeps group 0 only; the paper preset
+    # (softmax, zero groups included): softmax([0.707, 0]) = [0.67, 0.33], cumsum reaches
+    # 0.9 at the 2nd group -> keeps both.
+    real = loop_mod.collect_rollouts
+
+    def with_variance(*args, **kwargs):
+        records = real(*args, **kwargs)
+        records.set("episode_return", torch.tensor([1.0, 0.0, 0.5, 0.5]))
+        return records
+
+    monkeypatch.setattr(loop_mod, "collect_rollouts", with_variance)
+    run_dir = tmp_path / preset
+    cfg = make_cfg(ragen_cache_dir, f"filter={preset}", "filter.grad_snr.every=1", "trainer.total_iterations=1",
+                   "trainer.val_every=0")
+    trainer = Trainer(cfg, run_dir=run_dir)
+    trainer.fit()
+    logged = scalars(run_dir)
+    assert logged["filter/kept_groups"][0][1] == kept_groups
+    assert logged["filter/zero_variance_groups"][0][1] == 1.0
+    norms = {t: v[0][1] for t, v in logged.items() if t.startswith("grad_snr/") and t.endswith("task_grad_norm")}
+    rvs = {t: v[0][1] for t, v in logged.items() if t.startswith("grad_snr/") and t.endswith("reward_variance")}
+    assert len(norms) == 2 and len(rvs) == 2  # two RV buckets: variance 0.5 and 0
+    by_rv = sorted((rvs[t.replace("task_grad_norm", "reward_variance")], n) for t, n in norms.items())
+    # zero advantage -> zero task gradient; the high-variance bucket has a real gradient
+    assert by_rv[0] == (0.0, 0.0) and by_rv[1][1] > 0
+    assert any(t.endswith("entropy_grad_norm") for t in logged)
