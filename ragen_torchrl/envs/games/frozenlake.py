@@ -99,9 +99,11 @@ class FrozenLakeGame(TextGame):
         slip_seed: seed of the slip RNG; lets G samples of one level slip differently.
 
     Example:
-        >>> game = FrozenLakeGame(seed=3)
-        >>> print(game.render_text().splitlines()[0])  # doctest: +SKIP
-        _ _ O P
+        >>> game = FrozenLakeGame(desc=["SFH", "FFG"])
+        >>> print(game.render_text())
+        P_O
+        __G
+        Player (0,0) Goal (1,2) Holes (0,2)
     """
 
     action_names = ("Left", "Down", "Right", "Up")
