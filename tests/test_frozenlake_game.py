@@ -378,21 +378,29 @@ def test_progress_matches_bfs_on_every_tile():
 def test_render_text_symbols_and_coordinates():
     game = FrozenLakeGame(desc=["SF", "HG"])
     # P at the start (S is not shown), H rendered as O, F as _, G as G
-    assert game.render_text() == "P_\nOG\nPlayer (0,0) Goal (1,1) Holes (1,0)"
+    # neighbours of (0, 0): Left/Up are walls, Down (1, 0) is the hole, Right (0, 1) is ice
+    assert game.render_text() == (
+        "P_\nOG\nPlayer (0,0) Goal (1,1). Left wall, Down hole, Right ice, Up wall."
+    )
     game.step("Right")
-    assert game.render_text() == "_P\nOG\nPlayer (0,1) Goal (1,1) Holes (1,0)"
+    # from (0, 1): Left back to ice, Down onto the goal, Right/Up walls
+    assert game.render_text() == (
+        "_P\nOG\nPlayer (0,1) Goal (1,1). Left ice, Down goal, Right wall, Up wall."
+    )
     game.step("Down")
     # standing on the goal: P covers G
     assert game.render_grid() == "__\nOP"
 
 
 def test_render_text_without_holes_and_in_hole():
-    assert FrozenLakeGame(desc=["SG"]).render_text() == "PG\nPlayer (0,0) Goal (0,1) Holes none"
+    assert FrozenLakeGame(desc=["SG"]).render_text() == (
+        "PG\nPlayer (0,0) Goal (0,1). Left wall, Down wall, Right goal, Up wall."
+    )
     game = FrozenLakeGame(desc=["SH", "FG"])
     game.step("Right")
     # P covers the hole it fell into
     assert game.render_grid() == "_P\n_G"
-    assert "Holes (0,1)" in game.render_text()
+    assert "Player (0,1)" in game.render_text()
 
 
 def test_render_generated_map_shape_and_symbols():
@@ -414,14 +422,15 @@ def test_greedy_and_explain_are_observation_dependent():
     game = FrozenLakeGame(desc=["SFH", "FHF", "FFG"])
     # goal (2, 2) from (0, 0): |dc| = 2 >= |dr| = 2 and dc > 0 -> Right
     assert game.greedy_action() == "Right"
-    # Down from (0, 0) lands on (1, 0)
-    assert game.explain("Down") == "At (0,0), goal (2,2). Down to (1,0)."
+    # the goal is 2 down and 2 right of (0, 0); Down lands on (1, 0), ice
+    assert game.explain("Down") == "Goal is down right. Down is ice."
+    assert game.explain("Up") == "Goal is down right. Up is a wall."
     game.player = (1, 0)
-    # Right from (1, 0) lands on (1, 1), the hole (explain states the target, not safety)
-    assert game.explain("Right") == "At (1,0), goal (2,2). Right to (1,1)."
+    # Right from (1, 0) lands on (1, 1), the hole
+    assert game.explain("Right") == "Goal is down right. Right is a hole."
     game.player = (2, 1)
     # Right from (2, 1) lands on the goal (2, 2)
-    assert game.explain("Right") == "At (2,1), goal (2,2). Right reaches the goal."
+    assert game.explain("Right") == "Goal is right. Right is the goal."
 
 
 def test_textgame_is_abstract_and_success_defaults_false():

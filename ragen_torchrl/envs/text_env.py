@@ -141,9 +141,11 @@ class TextGameEnv(ChatEnv):
     def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int) -> tuple[str, bool, int]:
         """Play one demonstration turn on ``game``; return ``(reply, game_over, actions_used)``.
 
-        Each action is the oracle's, except with probability ``noise`` a non-optimal one:
-        the game's biased ``greedy_action`` when it has one (3 times out of 4), else a
-        uniformly random valid action. Free-form games (``action_names is None``) answer
+        Each action is the oracle's, except with probability ``noise`` the game's biased
+        ``greedy_action`` when it has one (e.g. FrozenLake's hole-blind walk to the goal),
+        else a uniformly random valid action. Biased noise shifts the most likely action in
+        the states where the heuristic is wrong, which leaves RL something systematic to
+        fix; uniform noise would only flatten the policy. Free-form games (``action_names is None``) answer
         once per turn with the oracle. Override for other reply formats.
         """
         k = rng.randint(1, self.max_actions_per_turn) if game.action_names else 1
@@ -151,7 +153,7 @@ class TextGameEnv(ChatEnv):
         for _ in range(min(k, actions_left)):
             action = game.oracle_action()
             if game.action_names and rng.random() < noise:
-                if hasattr(game, "greedy_action") and rng.random() < 0.75:
+                if hasattr(game, "greedy_action"):
                     action = game.greedy_action()
                 else:
                     action = rng.choice(list(game.action_names))

@@ -103,7 +103,7 @@ class FrozenLakeGame(TextGame):
         >>> print(game.render_text())
         P_O
         __G
-        Player (0,0) Goal (1,2) Holes (0,2)
+        Player (0,0) Goal (1,2). Left wall, Down ice, Right ice, Up wall.
     """
 
     action_names = ("Left", "Down", "Right", "Up")
@@ -206,12 +206,21 @@ class FrozenLakeGame(TextGame):
             rows.append("".join(cells))
         return "\n".join(rows)
 
+    def neighbours(self) -> str:
+        """What each move would reach: ``wall``, ``hole``, ``goal`` or ``ice``."""
+        parts = []
+        for action in self.action_names:
+            nxt = self._move(self.player, action)
+            tile = "wall" if nxt == self.player else {"H": "hole", "G": "goal"}.get(self.desc[nxt[0]][nxt[1]], "ice")
+            parts.append(f"{action} {tile}")
+        return ", ".join(parts)
+
     def render_text(self) -> str:
-        # short on purpose: every observation token is paid for at every later turn
-        holes = " ".join(f"({r},{c})" for r, c in self.holes) or "none"
+        # short on purpose (every observation token is paid for at every later turn); the
+        # coordinates and the four neighbours make the map readable for a tiny model
         return (
             f"{self.render_grid()}\n"
-            f"Player ({self.player[0]},{self.player[1]}) Goal ({self.goal[0]},{self.goal[1]}) Holes {holes}"
+            f"Player ({self.player[0]},{self.player[1]}) Goal ({self.goal[0]},{self.goal[1]}). {self.neighbours()}."
         )
 
     # -- oracle -----------------------------------------------------------------
@@ -245,9 +254,11 @@ class FrozenLakeGame(TextGame):
         return "Down" if dr > 0 else "Up"
 
     def explain(self, action: str) -> str:
-        r, c = self.player
+        dr, dc = self.goal[0] - self.player[0], self.goal[1] - self.player[1]
+        where = " ".join(w for w in ("down" if dr > 0 else "up" if dr < 0 else "", "right" if dc > 0 else "left" if dc < 0 else "") if w)
         nxt = self._move(self.player, action)
-        where = f"At ({r},{c}), goal ({self.goal[0]},{self.goal[1]})."
-        if nxt == self.goal:
-            return f"{where} {action} reaches the goal."
-        return f"{where} {action} to ({nxt[0]},{nxt[1]})."
+        if nxt == self.player:
+            what = "a wall"
+        else:
+            what = {"H": "a hole", "G": "the goal"}.get(self.desc[nxt[0]][nxt[1]], "ice")
+        return f"Goal is {where}. {action} is {what}."
