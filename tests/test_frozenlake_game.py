@@ -380,12 +380,12 @@ def test_render_text_symbols_and_coordinates():
     # P at the start (S is not shown), H rendered as O, F as _, G as G
     # neighbours of (0, 0): Left/Up are walls, Down (1, 0) is the hole, Right (0, 1) is ice
     assert game.render_text() == (
-        "P_\nOG\nPlayer (0,0) Goal (1,1). Left wall, Down hole, Right ice, Up wall."
+        "P_\nOG\nPlayer (0,0) Goal (1,1). Goal is down right. Left wall, Down hole, Right ice, Up wall."
     )
     game.step("Right")
     # from (0, 1): Left back to ice, Down onto the goal, Right/Up walls
     assert game.render_text() == (
-        "_P\nOG\nPlayer (0,1) Goal (1,1). Left ice, Down goal, Right wall, Up wall."
+        "_P\nOG\nPlayer (0,1) Goal (1,1). Goal is down. Left ice, Down goal, Right wall, Up wall."
     )
     game.step("Down")
     # standing on the goal: P covers G
@@ -394,7 +394,7 @@ def test_render_text_symbols_and_coordinates():
 
 def test_render_text_without_holes_and_in_hole():
     assert FrozenLakeGame(desc=["SG"]).render_text() == (
-        "PG\nPlayer (0,0) Goal (0,1). Left wall, Down wall, Right goal, Up wall."
+        "PG\nPlayer (0,0) Goal (0,1). Goal is right. Left wall, Down wall, Right goal, Up wall."
     )
     game = FrozenLakeGame(desc=["SH", "FG"])
     game.step("Right")

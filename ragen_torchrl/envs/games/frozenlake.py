@@ -103,7 +103,7 @@ class FrozenLakeGame(TextGame):
         >>> print(game.render_text())
         P_O
         __G
-        Player (0,0) Goal (1,2). Left wall, Down ice, Right ice, Up wall.
+        Player (0,0) Goal (1,2). Goal is down right. Left wall, Down ice, Right ice, Up wall.
     """
 
     action_names = ("Left", "Down", "Right", "Up")
@@ -220,8 +220,15 @@ class FrozenLakeGame(TextGame):
         # coordinates and the four neighbours make the map readable for a tiny model
         return (
             f"{self.render_grid()}\n"
-            f"Player ({self.player[0]},{self.player[1]}) Goal ({self.goal[0]},{self.goal[1]}). {self.neighbours()}."
+            f"Player ({self.player[0]},{self.player[1]}) Goal ({self.goal[0]},{self.goal[1]}). "
+            f"Goal is {self.goal_direction()}. {self.neighbours()}."
         )
+
+    def goal_direction(self) -> str:
+        """Where the goal is relative to the player, e.g. ``"down right"`` (``"here"`` on it)."""
+        dr, dc = self.goal[0] - self.player[0], self.goal[1] - self.player[1]
+        words = ("down" if dr > 0 else "up" if dr < 0 else "", "right" if dc > 0 else "left" if dc < 0 else "")
+        return " ".join(w for w in words if w) or "here"
 
     # -- oracle -----------------------------------------------------------------
     def progress(self) -> float:
@@ -254,8 +261,7 @@ class FrozenLakeGame(TextGame):
         return "Down" if dr > 0 else "Up"
 
     def explain(self, action: str) -> str:
-        dr, dc = self.goal[0] - self.player[0], self.goal[1] - self.player[1]
-        where = " ".join(w for w in ("down" if dr > 0 else "up" if dr < 0 else "", "right" if dc > 0 else "left" if dc < 0 else "") if w)
+        where = self.goal_direction()
         nxt = self._move(self.player, action)
         if nxt == self.player:
             what = "a wall"
