@@ -310,82 +310,44 @@ class ActiveReasoningEnv(TextGameEnv):
         size = info.get("hypothesis_size", getattr(game, "hypothesis_size", None))
         return float(size) if isinstance(size, (int, float)) else -1.0
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        full: History = tensordict.get(("history", "full"))
-        env_index = tensordict.get("env_index").reshape(-1).tolist()
-        replies = [h.content[-1] if h.role[-1] == "assistant" else "" for h in full.unbind(0)]
-        n = len(env_index)
-        rewards = torch.zeros(n, 1, 1)
-        done = torch.zeros(n, 1, dtype=torch.bool)
-        terminated = torch.zeros(n, 1, dtype=torch.bool)
-        truncated = torch.zeros(n, 1, dtype=torch.bool)
-        success = torch.zeros(n, dtype=torch.bool)
-        valid = torch.zeros(n, dtype=torch.bool)
-        effective = torch.zeros(n, dtype=torch.bool)
-        is_query = torch.zeros(n, dtype=torch.bool)
-        is_answer = torch.zeros(n, dtype=torch.bool)
-        in_prev = torch.ones(n, dtype=torch.bool)
-        turns = torch.zeros(n, dtype=torch.long)
-        progress = torch.zeros(n)
-        progress_before = torch.zeros(n)
-        hyp = torch.zeros(n)
-        new_msgs = []
-        for row, (idx, reply) in enumerate(zip(env_index, replies)):
-            game = self.games[idx]
-            parsed = parse_active_reply(reply, require_think=self.require_think)
-            if parsed.kind is None:
-                # the game's own invalid action: uses the turn, changes nothing else
-                reward, finished, info = game.step("")
-                reward = self.format_penalty
-                prefix = INVALID_REPLY + "\n"
-            else:
-                reward, finished, info = game.step(parsed.as_action())
-                prefix = self.feedback_prefix(game)
-                valid[row] = bool(info.get("valid", False))
-                is_query[row] = parsed.kind == "interact"
-                is_answer[row] = parsed.kind == "answer"
-                if finished:
-                    success[row] = bool(info.get("success", False))
-            self.last_infos[idx] = info
-            self._turns[idx] += 1
-            self._actions_used[idx] += 1
-            out_of_turns = self._turns[idx] >= self.max_turn
-            terminated[row] = finished
-            truncated[row] = out_of_turns and not finished
-            done[row] = finished or out_of_turns
-            rewards[row] = float(reward)
-            effective[row] = bool(info.get("action_is_effective", False))
-            in_prev[row] = info.get("guess_in_previous_hypotheses", True) is not False
-            turns[row] = self._turns[idx]
-            progress[row] = float(game.progress())
-            progress_before[row] = float(info.get("progress_before", progress[row]))
-            hyp[row] = self._hypothesis_size(game, info)
-            new_msgs.append(self._user_message(self.observation_text(game, prefix)))
-        next_prompt = full.extend(lazy_stack(new_msgs), inplace=False, dim=-1)
-        out = TensorDict(
-            {
-                "group_id": tensordict.get("group_id"),
-                "env_index": tensordict.get("env_index"),
-                "turn": turns,
-                "progress": progress,
-                "progress_before": progress_before,
-                "hypothesis_size": hyp,
-                "guess_in_previous_hypotheses": in_prev,
-                "is_query": is_query,
-                "is_answer": is_answer,
-                "success": success,
-                "action_is_valid": valid,
-                "action_is_effective": effective,
-                "reward": rewards,
-                "done": done,
-                "terminated": terminated,
-                "truncated": truncated,
-            },
-            batch_size=[n],
-            device=self.device,
-        ).to_lazystack(0)
-        out.set(("history", "prompt"), next_prompt)
-        return out
+    STEP_FIELDS = {
+        **TextGameEnv.STEP_FIELDS,
+        "progress_before": (torch.float32, 0.0),
+        "hypothesis_size": (torch.float32, -1.0),
+        "guess_in_previous_hypotheses": (torch.bool, True),
+        "is_query": (torch.bool, False),
+        "is_answer": (torch.bool, False),
+    }
+
+    def _apply_reply(self, idx: int, game: InteractiveGame, reply: str):
+        parsed = parse_active_reply(reply, require_think=self.require_think)
+        if parsed.kind is None:
+            # the game's own invalid action: uses the turn, changes nothing else
+            _, finished, info = game.step("")
+            reward, prefix, fields = self.format_penalty, INVALID_REPLY + "\n", {}
+        else:
+            reward, finished, info = game.step(parsed.as_action())
+            prefix = self.feedback_prefix(game)
+            fields = {
+                "action_is_valid": bool(info.get("valid", False)),
+                "is_query": parsed.kind == "interact",
+                "is_answer": parsed.kind == "answer",
+            }
+            if finished:
+                fields["success"] = bool(info.get("success", False))
+        self.last_infos[idx] = info
+        self._actions_used[idx] += 1
+        fields.update(
+            action_is_effective=bool(info.get("action_is_effective", False)),
+            guess_in_previous_hypotheses=info.get("guess_in_previous_hypotheses", True) is not False,
+            progress_before=float(info.get("progress_before", game.progress())),
+            hypothesis_size=self._hypothesis_size(game, info),
+        )
+        return float(reward), finished, fields, prefix
+
+    def _out_of_budget(self, idx: int) -> bool:
+        # one query or answer per turn: only the turn limit applies
+        return self._turns[idx] >= self.max_turn
 
     @classmethod
     def _complete_done(cls, done_spec: Composite, data: TensorDictBase) -> TensorDictBase:

@@ -206,71 +206,71 @@ class TextGameEnv(ChatEnv):
         out.set(("history", "prompt"), lazy_stack(histories))
         return out
 
+    #: per-row step outputs besides the contract's done flags: key -> (dtype, default)
+    STEP_FIELDS: dict[str, tuple[torch.dtype, Any]] = {
+        "success": (torch.bool, False),
+        "action_is_valid": (torch.bool, False),
+        "action_is_effective": (torch.bool, False),
+    }
+
+    def _apply_reply(self, idx: int, game: TextGame, reply: str) -> tuple[float, bool, dict[str, Any], str]:
+        """Apply one row's reply; return ``(reward, finished, fields, prefix)``.
+
+        ``fields`` fills :attr:`STEP_FIELDS`; ``prefix`` goes before the next observation.
+        Subclasses with another reply format override this (and :meth:`_out_of_budget`).
+        """
+        parsed = parse_response(reply, game.action_names, self.max_actions_per_turn)
+        budget = self.max_actions_per_traj - self._actions_used[idx]
+        actions = parsed.actions[: max(budget, 0)]
+        if not actions:
+            return self.format_penalty, False, {}, "Invalid reply.\n"
+        reward, finished, fields = 0.0, False, {"action_is_valid": True, "action_is_effective": False}
+        for action in actions:
+            r, finished, info = game.step(action)
+            reward += r
+            self._actions_used[idx] += 1
+            fields["action_is_effective"] |= bool(info.get("action_is_effective", False))
+            if finished:
+                fields["success"] = bool(info.get("success", False))
+                break
+        return reward, finished, fields, self.feedback_prefix(game)
+
+    def _out_of_budget(self, idx: int) -> bool:
+        return self._turns[idx] >= self.max_turn or self._actions_used[idx] >= self.max_actions_per_traj
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         full: History = tensordict.get(("history", "full"))
         env_index = tensordict.get("env_index").reshape(-1).tolist()
         replies = [h.content[-1] if h.role[-1] == "assistant" else "" for h in full.unbind(0)]
         n = len(env_index)
-        rewards = torch.zeros(n, 1, 1)
-        done = torch.zeros(n, 1, dtype=torch.bool)
-        terminated = torch.zeros(n, 1, dtype=torch.bool)
-        truncated = torch.zeros(n, 1, dtype=torch.bool)
-        success = torch.zeros(n, dtype=torch.bool)
-        valid = torch.zeros(n, dtype=torch.bool)
-        effective = torch.zeros(n, dtype=torch.bool)
-        turns = torch.zeros(n, dtype=torch.long)
-        progress = torch.zeros(n)
+        values: dict[str, list] = {key: [] for key in ("reward", "done", "terminated", "truncated", "turn", "progress", *self.STEP_FIELDS)}
         new_msgs = []
-        for row, (idx, reply) in enumerate(zip(env_index, replies)):
+        for idx, reply in zip(env_index, replies):
             game = self.games[idx]
-            parsed = parse_response(reply, game.action_names, self.max_actions_per_turn)
-            budget = self.max_actions_per_traj - self._actions_used[idx]
-            actions = parsed.actions[: max(budget, 0)]
-            reward, finished, any_effect = 0.0, False, False
-            if not actions:
-                reward = self.format_penalty
-                prefix = "Invalid reply.\n"
-            else:
-                valid[row] = True
-                prefix = None
-                for action in actions:
-                    r, finished, info = game.step(action)
-                    reward += r
-                    self._actions_used[idx] += 1
-                    any_effect |= bool(info.get("action_is_effective", False))
-                    if finished:
-                        success[row] = bool(info.get("success", False))
-                        break
+            reward, finished, fields, prefix = self._apply_reply(idx, game, reply)
             self._turns[idx] += 1
-            out_of_budget = self._turns[idx] >= self.max_turn or self._actions_used[idx] >= self.max_actions_per_traj
-            terminated[row] = finished
-            truncated[row] = out_of_budget and not finished
-            done[row] = finished or out_of_budget
-            rewards[row] = reward
-            effective[row] = any_effect
-            turns[row] = self._turns[idx]
-            progress[row] = game.progress()
-            if prefix is None:
-                prefix = self.feedback_prefix(game)
+            out_of_budget = self._out_of_budget(idx)
+            values["reward"].append(float(reward))
+            values["terminated"].append(bool(finished))
+            values["truncated"].append(out_of_budget and not finished)
+            values["done"].append(bool(finished) or out_of_budget)
+            values["turn"].append(self._turns[idx])
+            values["progress"].append(float(game.progress()))
+            for key, (_, default) in self.STEP_FIELDS.items():
+                values[key].append(fields.get(key, default))
             new_msgs.append(self._user_message(self.observation_text(game, prefix)))
         next_prompt = full.extend(lazy_stack(new_msgs), inplace=False, dim=-1)
-        out = TensorDict(
-            {
-                "group_id": tensordict.get("group_id"),
-                "env_index": tensordict.get("env_index"),
-                "turn": turns,
-                "progress": progress,
-                "success": success,
-                "action_is_valid": valid,
-                "action_is_effective": effective,
-                "reward": rewards,
-                "done": done,
-                "terminated": terminated,
-                "truncated": truncated,
-            },
-            batch_size=[n],
-            device=self.device,
-        ).to_lazystack(0)
+        data = {key: torch.tensor(values[key], dtype=dtype) for key, (dtype, _) in self.STEP_FIELDS.items()}
+        data.update(
+            group_id=tensordict.get("group_id"),
+            env_index=tensordict.get("env_index"),
+            turn=torch.tensor(values["turn"], dtype=torch.long),
+            progress=torch.tensor(values["progress"], dtype=torch.float32),
+            # torchrl's LLM convention: reward has two more dims than the batch
+            reward=torch.tensor(values["reward"], dtype=torch.float32).reshape(n, 1, 1),
+            **{k: torch.tensor(values[k], dtype=torch.bool).reshape(n, 1) for k in ("done", "terminated", "truncated")},
+        )
+        out = TensorDict(data, batch_size=[n], device=self.device).to_lazystack(0)
         out.set(("history", "prompt"), next_prompt)
         return out
 
