@@ -1,22 +1,23 @@
 """Rollout tokens with and without T3 truncation: the same policy on the same levels.
 
-**Policy: scripted and stochastic, not a model.** A warm-started tiny model would need an SFT run
-per task and minutes of CPU generation per mode, more than these shared machines allow, so the
-policy here is each game's *oracle that falls into belief traps*: every turn an agent that is not
-trapped yet becomes trapped with probability ``--p-trap`` (the paper's belief-trap region, which
-it does not leave); until then it plays the oracle. Trapped, its queries are uninformative: an
-earlier query repeated (GuessNumbers, CircuitDecoding), an off-topic question (SituationPuzzles,
-``env.random_query``), or an earlier comparison/rating with a reported estimate that drifts away
-from the truth by Gaussian noise (PreferenceEstimation, MovieRecommendation: belief deviation).
-It answers with the oracle's best guess when the oracle would answer (its last turn, or solved)
-or at once when the last user message asks it to present its answer (T3 fired). Its reasoning
-text is the demonstrator's (``game.explain``), so replies have realistic lengths.
+**Default policy: the trainer's warm-started model.** For each task the config is composed
+exactly as ``ragen-train env=<task>`` composes it (plus any ``--override``), and the starting
+policy is the one :class:`~ragen_torchrl.trainer.loop.Trainer` would train: the tiny model
+warm-started on the task's oracle demonstrations (cached by config hash, so a second run skips
+the SFT). Both modes then sample training rollouts (``rollout.temperature``) through
+``collect_rollouts`` on the same levels with the same group size and the same torch seed; the
+only difference is the :class:`~ragen_torchrl.transforms.t3.T3Truncation` transform on the env.
+Tokens are generated tokens (``num_tokens``).
 
+``--policy scripted`` instead plays a *scripted, stochastic* policy that isolates the mechanism:
+each game's oracle that falls into a belief trap with probability ``--p-trap`` per turn (and
+never leaves it); trapped, its queries are uninformative (an earlier query repeated for
+GuessNumbers/CircuitDecoding, an off-topic question for SituationPuzzles, an earlier comparison
+with a drifting estimate for PreferenceEstimation/MovieRecommendation). It answers with the
+oracle's best guess when the oracle would, or at once when T3 asks it to present its answer.
 Each row's random stream is seeded by (task, level, sample), so both modes make the same
-decisions until T3 cuts an episode. Tokens are the policy's generated tokens (what
-``collect_rollouts`` counts as ``num_tokens``), counted with the tiny model's byte-level BPE
-tokenizer trained on the task's text (+1 end-of-turn token per reply). Rows are stepped in
-sub-batches of running rows, as the trainer does, through ``RowTransformedEnv``.
+decisions until T3 cuts an episode; tokens are counted with a tiny BPE tokenizer trained on the
+task's text (+1 end-of-turn token per reply).
 
 Columns: success rate, mean episode return, total generated tokens, tokens per success, mean
 turns, T3 truncation rate, mean turns saved per truncated episode (``max_turn - turns``) and the
@@ -24,9 +25,10 @@ change in tokens relative to no truncation.
 
 Usage::
 
-    python benchmarks/t3_tokens.py                       # all five tasks, 16 levels x 4 samples
-    python benchmarks/t3_tokens.py --quick               # 4 levels x 2 samples
-    python benchmarks/t3_tokens.py --tasks guess_numbers --levels 64 --p-trap 0.3
+    python benchmarks/t3_tokens.py                        # all five tasks, warm-started models
+    python benchmarks/t3_tokens.py --quick                # 4 levels x 2 samples, 20 SFT steps
+    python benchmarks/t3_tokens.py --tasks guess_numbers --levels 64 -o sft.steps=300
+    python benchmarks/t3_tokens.py --policy scripted --p-trap 0.3
 
 Example (programmatic):
     >>> from benchmarks.t3_tokens import run_mode   # doctest: +SKIP
@@ -53,6 +55,9 @@ from ragen_torchrl.envs.games.situation_puzzles import SituationPuzzlesGame
 from ragen_torchrl.models.tiny import train_tokenizer
 from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
 from ragen_torchrl.transforms.t3 import DEFAULT_PROMPT, ENV_TASKS, T3Truncation, t3_token_stats
+from ragen_torchrl.models.loading import load_pretrained
+from ragen_torchrl.trainer.loop import env_kwargs, prepare_model
+from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 
 TASKS = tuple(ENV_TASKS)
 
@@ -133,31 +138,81 @@ def run_mode(task: str, levels: list[int], samples: int, p_trap: float, t3: bool
     return stats
 
 
+def compose_task_config(task: str, overrides: list[str]):
+    """The config ``ragen-train env=<task> <overrides>`` would run with."""
+    from hydra import compose, initialize_config_dir
+
+    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config import validate_config
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"env={task}", *overrides])
+    validate_config(cfg)
+    return cfg
+
+
+def run_model_mode(cfg, levels: list[int], samples: int, t3: bool, seed: int = 0) -> dict[str, float]:
+    """Rollouts of the trainer's warm-started policy for ``cfg`` with or without T3 truncation."""
+    task = cfg.env.name
+    n = len(levels) * samples
+    base = make_env(task, num_envs=n, **env_kwargs(cfg.env))
+    path = prepare_model(cfg, base)
+    model, tokenizer = load_pretrained(path, cfg.model.device, cfg.model.dtype)
+    model.eval()
+    policy = make_generation_policy(model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens),
+                                    temperature=float(cfg.rollout.temperature))
+    env = base.append_transform(T3Truncation(task, k=cfg.t3.get("k"), cumulative=cfg.t3.get("cumulative"))) if t3 else base
+    torch.manual_seed(seed)  # same sampling stream in both modes until T3 cuts an episode
+    records = collect_rollouts(env, policy, levels, samples, chunk_size=int(cfg.rollout.chunk_size))
+    stats = t3_token_stats(records, base.max_turn)
+    stats.update(success=records["success"].float().mean().item(),
+                 reward=records["episode_return"].float().mean().item(),
+                 turns=records["num_turns"].float().mean().item(), episodes=float(n))
+    return stats
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--policy", choices=("model", "scripted"), default="model",
+                        help="model: the trainer's warm-started policy (default); scripted: trap-prone oracle")
     parser.add_argument("--levels", type=int, default=16, help="levels per task")
     parser.add_argument("--samples", type=int, default=4, help="episodes per level (group size)")
-    parser.add_argument("--p-trap", type=float, default=0.15, help="per-turn probability of entering the belief trap")
-    parser.add_argument("--quick", action="store_true", help="4 levels x 2 samples")
+    parser.add_argument("--p-trap", type=float, default=0.15, help="scripted policy: per-turn trap probability")
+    parser.add_argument("-o", "--override", action="append", default=[],
+                        help="Hydra override for the model policy's config, e.g. -o sft.steps=300 (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="4 levels x 2 samples (model: 20 SFT steps)")
     args = parser.parse_args(argv)
     if args.quick:
         args.levels, args.samples = 4, 2
+        if args.policy == "model":
+            args.override = ["sft.steps=20", "sft.episodes=50", *args.override]
     tensordict.set_list_to_stack(True).set()
-    print(f"policy: scripted trap-prone oracle (p_trap={args.p_trap}), NOT a model; "
-          f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens (tiny BPE)")
+    if args.policy == "model":
+        print(f"policy: the trainer's warm-started model (overrides: {args.override or 'none'}); "
+              f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens")
+    else:
+        print(f"policy: scripted trap-prone oracle (p_trap={args.p_trap}), NOT a model; "
+              f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens (tiny BPE)")
     header = (f"{'task':<22} {'T3':<4} {'success':>7} {'return':>7} {'tokens':>8} {'tok/succ':>9} "
               f"{'turns':>6} {'trunc%':>7} {'saved':>6} {'Δtokens':>8} {'secs':>6}")
-    print(header)
+    print(header, flush=True)
     print("-" * len(header))
     for task in args.tasks:
-        corpus_env = make_env(task, num_envs=1)
-        tokenizer = train_tokenizer(tokenizer_corpus(corpus_env, num_episodes=40) + [DEFAULT_PROMPT], vocab_size=512)
         levels = list(range(args.levels))
+        if args.policy == "model":
+            cfg = compose_task_config(task, args.override)
+            cfg.model.threads and torch.set_num_threads(int(cfg.model.threads))
+            prepare_model(cfg, make_env(task, num_envs=1, **env_kwargs(cfg.env)))  # warm start outside the timed modes
+            run = lambda t3: run_model_mode(cfg, levels, args.samples, t3, seed=int(cfg.seed))  # noqa: E731
+        else:
+            corpus_env = make_env(task, num_envs=1)
+            tokenizer = train_tokenizer(tokenizer_corpus(corpus_env, num_episodes=40) + [DEFAULT_PROMPT], vocab_size=512)
+            run = lambda t3: run_mode(task, levels, args.samples, args.p_trap, t3, tokenizer)  # noqa: E731
         rows = {}
         for t3 in (False, True):
             t0 = time.time()
-            rows[t3] = run_mode(task, levels, args.samples, args.p_trap, t3, tokenizer)
+            rows[t3] = run(t3)
             rows[t3]["secs"] = time.time() - t0
         base_tokens = rows[False]["t3/rollout_tokens"]
         for t3, s in rows.items():
@@ -165,8 +220,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{task:<22} {'on' if t3 else 'off':<4} {s['success']:>7.3f} {s['reward']:>7.3f} "
                   f"{s['t3/rollout_tokens']:>8.0f} {s['t3/tokens_per_success']:>9.1f} {s['turns']:>6.2f} "
                   f"{100 * s['t3/truncation_rate']:>6.1f}% {s['t3/mean_turns_saved']:>6.2f} {delta:>+7.1f}% "
-                  f"{s['secs']:>6.1f}")
-
+                  f"{s['secs']:>6.1f}", flush=True)
 
 if __name__ == "__main__":
     main()

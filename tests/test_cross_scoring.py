@@ -177,3 +177,29 @@ def test_bad_input(model):
 def test_docstring_examples():
     result = doctest.testmod(cs_mod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("method,batch_size", [("cached", 64), ("cached", 3), ("naive", 5)])
+def test_own_context_entropy_matches_a_separate_forward(model, method, batch_size):
+    from ragen_torchrl.diagnostics.entropy import token_entropy
+
+    contexts, reasonings = _ragged(7)
+    own = torch.tensor([k % len(contexts) for k in range(len(reasonings))])
+    mean_lp, _, ent = cross_score(model, contexts, reasonings, method=method, batch_size=batch_size,
+                                  entropy_cols=own)
+    assert ent.shape == (len(reasonings),)
+    for i, z in enumerate(reasonings):
+        x = contexts[int(own[i])]
+        with torch.no_grad():
+            logits = model(input_ids=torch.cat([x, z])[None]).logits
+        mask = torch.zeros(1, len(x) + len(z), dtype=torch.bool)
+        mask[0, len(x) - 1 : len(x) + len(z) - 1] = True  # the positions that predict z
+        assert abs(float(ent[i]) - float(token_entropy(logits, mask)[0])) < 1e-4
+
+
+def test_entropy_cols_bad_input(model):
+    contexts, reasonings = _ragged(1)
+    with pytest.raises(ValueError, match="entropy_cols"):
+        cross_score(model, contexts, reasonings, entropy_cols=[0])
+    with pytest.raises(ValueError, match="entropy_cols"):
+        cross_score(model, contexts, reasonings, entropy_cols=[len(contexts)] * len(reasonings))

@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDictBase
 
 from .cross_scoring import cross_score
-from .entropy import entropy_metrics, token_entropy
+from .entropy import entropy_metrics
 from .mi import MIProxyTracker, equivalence_from_keys, sample_first_turn_pairs, sample_trajectory_uniform_pairs
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -94,36 +94,17 @@ class CollapseMonitor:
         out = {"valid_rate": len(keep) / max(len(zs), 1), "reasoning_length": float(sum(len(z) for z in zs) / max(len(zs), 1))}
         if not keep:
             return out
-        mean_lp, sum_lp = cross_score(self.model, contexts, [zs[i] for i in keep])
+        own = sample.true_cols[keep] if name == "trajectory" else None
+        # the trajectory scheme also yields each reasoning's entropy under its own prompt,
+        # read off the same cross-scoring passes (no extra forward)
+        scored = cross_score(self.model, contexts, [zs[i] for i in keep], entropy_cols=own)
+        mean_lp, sum_lp = scored[0], scored[1]
         equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
         metrics = self.trackers[name](mean_lp, sample.true_cols[keep], seq_log_probs=sum_lp, col_equivalence=equiv)
         out.update(metrics)
-        if name == "trajectory":
-            out.update(self._entropy(contexts, sample, zs, keep, group_ids))
+        if own is not None:
+            out.update(entropy_metrics(scored[2], group_ids[sample.traj_idx[keep]]))
         return out
-
-    @torch.no_grad()
-    def _entropy(self, contexts, sample, zs, keep, group_ids) -> dict[str, float]:
-        """Mean token entropy of the reasoning under its own prompt, and its std across groups."""
-        device = next(self.model.parameters()).device
-        seqs, masks = [], []
-        for i in keep:
-            x = contexts[int(sample.true_cols[i])]
-            seqs.append(torch.cat([x, zs[i]]))
-            m = torch.zeros(len(x) + len(zs[i]), dtype=torch.bool)
-            m[len(x) - 1 : len(x) + len(zs[i]) - 1] = True  # positions that predict z
-            masks.append(m)
-        length = max(len(s) for s in seqs)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(seqs), length), pad, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        mask = torch.zeros_like(ids, dtype=torch.bool)
-        for r, (s, m) in enumerate(zip(seqs, masks)):
-            ids[r, : len(s)], attn[r, : len(s)], mask[r, : len(s)] = s, 1, m
-        logits = self.model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits.float().cpu()
-        ent = token_entropy(logits, mask)
-        groups = group_ids[sample.traj_idx[keep]]
-        return entropy_metrics(ent, groups)
 
     @torch.no_grad()
     def __call__(self, records: TensorDictBase) -> dict[str, float]:

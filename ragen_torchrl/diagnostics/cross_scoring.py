@@ -61,6 +61,8 @@ from typing import Any
 
 import torch
 
+from .entropy import token_entropy
+
 __all__ = ["DEFAULT_BATCH_SIZE", "cross_score"]
 
 #: Default maximum number of (context, reasoning) rows per forward pass.
@@ -196,9 +198,20 @@ def _model_device(model: torch.nn.Module) -> torch.device:
         return torch.device("cpu")
 
 
-def _naive(model, contexts, reasonings, batch_size):
+def _own_entropy(ent, logits, valid, ii, jj, ent_cols) -> None:
+    """Write the reasoning's mean token entropy for the rows scored under their own context."""
+    if ent_cols is None:
+        return
+    own = (ent_cols[ii] == jj).nonzero().reshape(-1)
+    if own.numel():
+        own_dev = own.to(logits.device)
+        ent[ii[own]] = token_entropy(logits[own_dev], valid[own_dev]).cpu()
+
+
+def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
     device = _model_device(model)
     m, n = len(reasonings), len(contexts)
+    ent = torch.full((m,), float("nan"))
     ctx_len = torch.tensor([c.numel() for c in contexts])
     z_len = torch.tensor([z.numel() for z in reasonings])
     sum_lp = torch.zeros(m, n, dtype=torch.float32)
@@ -229,12 +242,14 @@ def _naive(model, contexts, reasonings, batch_size):
         logits = out.logits.gather(1, src.unsqueeze(-1).expand(-1, -1, out.logits.shape[-1]))
         targets = ids.gather(1, tgt_pos)
         sum_lp[ii, jj] = _token_log_probs(logits, targets, valid).cpu()
-    return sum_lp
+        _own_entropy(ent, logits, valid, ii, jj, ent_cols)
+    return sum_lp, ent
 
 
-def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep):
+def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
     device = _model_device(model)
     m, n = len(reasonings), len(contexts)
+    ent = torch.full((m,), float("nan"))
     ctx_len = torch.tensor([c.numel() for c in contexts])
     sum_lp = torch.zeros(m, n, dtype=torch.float32)
 
@@ -306,8 +321,9 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
                 valid = z_mask[rows_z].bool()
                 lp = _token_log_probs(logits, z_ids[rows_z], valid).view(cb, mb).cpu()
                 sum_lp[zi.unsqueeze(0), cols.unsqueeze(1)] = lp
+                _own_entropy(ent, logits, valid, zi[rows_z.cpu()], cols[rows_ctx.cpu()], ent_cols)
                 del out, kwargs
-    return sum_lp
+    return sum_lp, ent
 
 
 def cross_score(
@@ -317,7 +333,8 @@ def cross_score(
     *,
     method: str = "cached",
     batch_size: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    entropy_cols: Sequence[int] | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
     """Teacher-forced log-likelihood of every reasoning under every context.
 
     Args:
@@ -381,16 +398,23 @@ def cross_score(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ctx = _validate("contexts", contexts)
     zs = _validate("reasonings", reasonings)
+    ent_cols = None
+    if entropy_cols is not None:
+        ent_cols = torch.as_tensor(entropy_cols, dtype=torch.long).reshape(-1).cpu()
+        if ent_cols.numel() != len(zs) or (ent_cols.numel() and (ent_cols.min() < 0 or ent_cols.max() >= len(ctx))):
+            raise ValueError(f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}")
     cache_name, has_logits_to_keep = _forward_kwargs(model)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             if method == "naive":
-                sum_lp = _naive(model, ctx, zs, batch_size)
+                sum_lp, ent = _naive(model, ctx, zs, batch_size, ent_cols)
             else:
-                sum_lp = _cached(model, ctx, zs, batch_size, cache_name, has_logits_to_keep)
+                sum_lp, ent = _cached(model, ctx, zs, batch_size, cache_name, has_logits_to_keep, ent_cols)
     finally:
         model.train(was_training)
     z_len = torch.tensor([z.numel() for z in zs], dtype=torch.float32)
+    if ent_cols is not None:
+        return sum_lp / z_len.unsqueeze(1), sum_lp, ent
     return sum_lp / z_len.unsqueeze(1), sum_lp

@@ -279,7 +279,8 @@ class ActiveReasoningEnv(TextGameEnv):
         demonstrator then)."""
         return game.oracle_action()
 
-    def demo_turn(self, game: InteractiveGame, rng: random.Random, noise: float, actions_left: int) -> tuple[str, bool, int]:
+    def demo_turn(self, game: InteractiveGame, rng: random.Random, noise: float, actions_left: int,
+                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
         """One demonstration turn: the demonstrator's query or answer (:meth:`demo_action`); with
         probability ``noise`` a query is replaced by :meth:`noisy_query` (answers never are)."""
         off_oracle = bool(getattr(game, "_demo_off_oracle", False))

@@ -174,7 +174,8 @@ class CountdownEnv(TextGameEnv):
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
-    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int) -> tuple[str, bool, int]:
+    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int,
+                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
         """One demonstration answer: the solver's equation, or with probability ``noise``
         a wrong one that uses every number once in random order with random operators
         (mostly the 0.1 "right numbers, wrong value" case), so the warm-started policy is

@@ -192,7 +192,8 @@ class MetaMathQAEnv(TextGameEnv):
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
-    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int) -> tuple[str, bool, int]:
+    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int,
+                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
         """One demonstration attempt: the reference answer, or with probability ``noise``
         (for numeric answers, and never on the last attempt) a nearby wrong number, so the
         demonstrations also show recovering after "Incorrect. Please think again."."""

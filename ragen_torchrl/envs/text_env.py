@@ -42,6 +42,9 @@ from .parsing import parse_response
 FORMAT_INSTRUCTIONS = "Reply <think>reasoning</think><answer>action</answer>, up to {max_actions} actions split by ||."
 
 
+#: kinds of demonstration noise (see :meth:`TextGameEnv.demo_turn`)
+NOISE_KINDS = ("uniform", "heuristic")
+
 class TextGameEnv(ChatEnv):
     """Batched multi-turn chat env over :class:`TextGame` cores.
 
@@ -138,22 +141,27 @@ class TextGameEnv(ChatEnv):
         """An assistant reply in this env's format (used by demonstrations)."""
         return f"<think>{think}</think><answer>{' || '.join(actions)}</answer>"
 
-    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int) -> tuple[str, bool, int]:
+    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int,
+                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
         """Play one demonstration turn on ``game``; return ``(reply, game_over, actions_used)``.
 
-        Each action is the oracle's, except with probability ``noise`` the game's biased
-        ``greedy_action`` when it has one (e.g. FrozenLake's hole-blind walk to the goal),
-        else a uniformly random valid action. Biased noise shifts the most likely action in
-        the states where the heuristic is wrong, which leaves RL something systematic to
-        fix; uniform noise would only flatten the policy. Free-form games (``action_names is None``) answer
-        once per turn with the oracle. Override for other reply formats.
+        Each action is the oracle's, except with probability ``noise`` a non-optimal one:
+        ``noise_kind="heuristic"`` takes the game's biased ``greedy_action`` when it has one
+        (e.g. FrozenLake's hole-blind walk to the goal), which shifts the most likely action
+        in the states where the heuristic is wrong; ``"uniform"`` (and games without a
+        heuristic) take a uniformly random action, which keeps the oracle's action the most
+        likely one but flattens the policy. Free-form games (``action_names is None``)
+        answer once per turn with the oracle. Override for other reply formats (accept and
+        ignore ``noise_kind`` if it does not apply).
         """
+        if noise_kind not in NOISE_KINDS:
+            raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
         k = rng.randint(1, self.max_actions_per_turn) if game.action_names else 1
         actions, reasons, done = [], [], False
         for _ in range(min(k, actions_left)):
             action = game.oracle_action()
             if game.action_names and rng.random() < noise:
-                if hasattr(game, "greedy_action"):
+                if noise_kind == "heuristic" and hasattr(game, "greedy_action"):
                     action = game.greedy_action()
                 else:
                     action = rng.choice(list(game.action_names))

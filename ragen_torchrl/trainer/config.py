@@ -63,6 +63,10 @@ def validate_config(cfg: DictConfig) -> None:
     for key in ("algo.entropy_coeff", "algo.kl_coeff", "algo.max_grad_norm", "rollout.temperature",
                 "trainer.val_temperature"):
         check_positive_float(cfg, key, allow_zero=True)
+    if _get(cfg, "sft.noise_kind") not in (None, "uniform", "heuristic"):
+        raise ConfigError(f"sft.noise_kind must be 'uniform' or 'heuristic', got {_get(cfg, 'sft.noise_kind')!r}")
+    if _get(cfg, "algo.minibatch") not in (None, "group", "row"):
+        raise ConfigError(f"algo.minibatch must be 'group' or 'row', got {_get(cfg, 'algo.minibatch')!r}")
     clip = _get(cfg, "algo.clip_epsilon")
     clips = list(clip) if OmegaConf.is_list(clip) or isinstance(clip, (list, tuple)) else [clip]
     if not clips or any(isinstance(c, bool) or not isinstance(c, (int, float)) or c <= 0 for c in clips):

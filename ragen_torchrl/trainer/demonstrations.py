@@ -4,9 +4,12 @@ Each demonstration is a chat (list of ``{"role", "content"}`` dicts) rendered ex
 the environment renders its prompts, with assistant replies of the form
 ``<think>reason</think><answer>a1 || a2</answer>`` whose reasoning depends on the
 observation (``TextGame.explain``). A fraction ``noise`` of the actions is replaced by a
-non-optimal one: the game's biased heuristic (``greedy_action``, e.g. walking straight at
-the goal and ignoring holes) when it has one, else a uniformly random action. Biased noise
-shifts the most likely action, which leaves more for RL to fix than uniform noise.
+non-optimal one: a uniformly random action (``noise_kind="uniform"``), or the game's biased
+heuristic (``"heuristic"``: ``greedy_action``, e.g. walking straight at the goal and ignoring
+holes) when it has one. Uniform noise keeps the oracle's action the most likely one and
+leaves a flat policy that RL sharpens quickly; heuristic noise shifts the most likely action
+in the states where the heuristic is wrong, which RL only fixes once the policy learns to
+read those states (many more iterations on the tiny model; see the README).
 
 Example:
     >>> from ragen_torchrl.envs import make_env
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import random
 
-from ..envs.text_env import TextGameEnv, sample_seed
+from ..envs.text_env import NOISE_KINDS, TextGameEnv, sample_seed
 
 
 def make_demonstrations(
@@ -30,6 +33,7 @@ def make_demonstrations(
     num_episodes: int,
     *,
     noise: float = 0.3,
+    noise_kind: str = "uniform",
     seed: int = 0,
     level_seed_offset: int = 1 << 31,
 ) -> list[list[dict[str, str]]]:
@@ -40,12 +44,16 @@ def make_demonstrations(
             are reused so demonstrations look exactly like training prompts).
         num_episodes: number of conversations.
         noise: probability that an action is replaced by a non-optimal one.
+        noise_kind: ``"uniform"`` (a random action) or ``"heuristic"`` (the game's
+            ``greedy_action`` when it has one); see :meth:`TextGameEnv.demo_turn`.
         seed: RNG seed (levels and noise).
         level_seed_offset: demonstration levels are drawn from
             ``[offset, offset + 2**30)``, disjoint from training and validation seeds.
     """
     if not 0.0 <= noise <= 1.0:
         raise ValueError(f"sft.noise must be in [0, 1], got {noise}")
+    if noise_kind not in NOISE_KINDS:
+        raise ValueError(f"sft.noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     rng = random.Random(seed)
@@ -59,7 +67,7 @@ def make_demonstrations(
         ]
         actions_left = env.max_actions_per_traj
         for _turn in range(env.max_turn):
-            reply, done, used = env.demo_turn(game, rng, noise, actions_left)
+            reply, done, used = env.demo_turn(game, rng, noise, actions_left, noise_kind=noise_kind)
             actions_left -= used
             chat.append({"role": "assistant", "content": reply})
             if done or actions_left <= 0:

@@ -30,6 +30,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
+from ..data.minibatch import group_minibatches
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import bucket_grad_norms, rv_buckets
 from ..envs import make_env
@@ -73,6 +74,44 @@ def conversation_text(records: TensorDictBase, index: int) -> str:
     lines = [f"**{r}**: {c}" for r, c in zip(hist.role, hist.content)]
     ret = records[index].get("episode_return").item()
     return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"
+
+
+def prepare_model(cfg: DictConfig, env) -> str:
+    """Directory of the starting policy for ``cfg``: an HF model, or the tiny model, warm-started.
+
+    This is exactly what :class:`Trainer` starts from, so benchmarks can compare against the
+    trainer's own policy. The tiny model's tokenizer is trained on ``env``'s text and the warm
+    start uses ``env``'s oracle (both cached by config hash under ``cfg.model.cache_dir``).
+
+    Example:
+        >>> from hydra import compose, initialize_config_dir
+        >>> from ragen_torchrl.trainer.cli import CONFIG_DIR
+        >>> with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        ...     cfg = compose("config", overrides=["model.name_or_path=/models/qwen", "sft.enabled=false"])
+        >>> prepare_model(cfg, env=None)
+        '/models/qwen'
+    """
+    if cfg.model.get("name_or_path"):
+        base = str(cfg.model.name_or_path)
+    else:
+        from ..models.tiny import TinyModelConfig, build_tiny_model
+        from .demonstrations import tokenizer_corpus
+
+        m = cfg.model
+        tiny = TinyModelConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+                               intermediate_size=m.intermediate_size, num_layers=m.num_layers,
+                               num_heads=m.num_heads, num_kv_heads=m.num_kv_heads)
+        base = build_tiny_model(tokenizer_corpus(env), tiny, m.cache_dir)
+    if cfg.sft.enabled and cfg.sft.steps > 0:
+        from .sft import warm_start
+
+        sft_cfg = OmegaConf.to_container(cfg.sft, resolve=True)
+        sft_cfg.pop("enabled", None)
+        t0 = time.time()
+        # demonstrations come from the untransformed env (T3 only shapes RL rollouts)
+        base = warm_start(base, env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype)
+        log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
+    return base
 
 
 class Trainer:
@@ -173,29 +212,7 @@ class Trainer:
         torch.manual_seed(seed)
 
     def _prepare_model(self) -> str:
-        """Path of the starting policy: an HF model, or the tiny model (warm-started)."""
-        cfg = self.cfg
-        if cfg.model.get("name_or_path"):
-            base = str(cfg.model.name_or_path)
-        else:
-            from ..models.tiny import TinyModelConfig, build_tiny_model
-            from .demonstrations import tokenizer_corpus
-
-            m = cfg.model
-            tiny = TinyModelConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
-                                   intermediate_size=m.intermediate_size, num_layers=m.num_layers,
-                                   num_heads=m.num_heads, num_kv_heads=m.num_kv_heads)
-            base = build_tiny_model(tokenizer_corpus(self.val_env), tiny, m.cache_dir)
-        if cfg.sft.enabled and cfg.sft.steps > 0:
-            from .sft import warm_start
-
-            sft_cfg = OmegaConf.to_container(cfg.sft, resolve=True)
-            sft_cfg.pop("enabled", None)
-            t0 = time.time()
-            # demonstrations come from the untransformed env (T3 only shapes RL rollouts)
-            base = warm_start(base, self.val_env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype)
-            log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
-        return base
+        return prepare_model(self.cfg, self.val_env)
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
@@ -220,10 +237,16 @@ class Trainer:
         mb = min(int(a.mini_batch_size), n)
         sums: dict[str, float] = {}
         steps = skipped = 0
+        grouped = str(a.get("minibatch", "group")) == "group"
         for _epoch in range(int(a.ppo_epochs)):
-            order = torch.randperm(n)
-            for start in range(0, n, mb):
-                idx = order[start : start + mb]
+            if grouped:
+                # whole prompt groups per step: group-centred advantages then cancel on the
+                # tokens a group shares (see ragen_torchrl.data.minibatch)
+                batches = group_minibatches(batch.get("group_id"), mb)
+            else:
+                order = torch.randperm(n)
+                batches = [order[start : start + mb] for start in range(0, n, mb)]
+            for idx in batches:
                 minibatch = batch[idx]
                 out = self.loss_module(minibatch)
                 loss = self.objective.total_loss(out) * scale

@@ -112,7 +112,7 @@ def supervised_finetune(
 def warm_start(base_path: str, env, sft_cfg: dict, cache_dir: str, device: str = "auto", dtype: str = "auto") -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
-    ``sft_cfg`` keys: ``episodes``, ``noise``, ``steps``, ``batch_size``, ``lr``, ``seed``.
+    ``sft_cfg`` keys: ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``.
     """
     from ..models.loading import load_pretrained
     from .demonstrations import make_demonstrations
@@ -123,7 +123,8 @@ def warm_start(base_path: str, env, sft_cfg: dict, cache_dir: str, device: str =
         log.info("warm start: using cached model %s", target)
         return str(target)
     model, tokenizer = load_pretrained(base_path, device=device, dtype=dtype)
-    demos = make_demonstrations(env, int(sft_cfg["episodes"]), noise=float(sft_cfg["noise"]), seed=int(sft_cfg["seed"]))
+    demos = make_demonstrations(env, int(sft_cfg["episodes"]), noise=float(sft_cfg["noise"]),
+                                noise_kind=str(sft_cfg.get("noise_kind", "uniform")), seed=int(sft_cfg["seed"]))
     log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
     with torch.random.fork_rng():
         torch.manual_seed(int(sft_cfg["seed"]))
