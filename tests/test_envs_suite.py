@@ -445,3 +445,32 @@ def test_noise_free_demonstrations_succeed():
     noisy = make_demonstrations(env, num_episodes=20, noise=1.0, seed=3)
     assert all(len(chat) == 3 for chat in noisy)
     assert sum("which is not" in chat[2]["content"] for chat in noisy) > 10  # mostly wrong on purpose
+
+
+def _first_action(reply: str) -> str:
+    from ragen_torchrl.envs.parsing import parse_response
+
+    return parse_response(reply, ("Left", "Down", "Right", "Up"), 2).actions[0]
+
+
+def test_demonstration_noise_kinds():
+    import random
+
+    env = make_env("frozenlake", num_envs=1)
+    rng = random.Random(0)
+    counts = {a: 0 for a in ("Left", "Down", "Right", "Up")}
+    greedy_hits = n = 0
+    for level in range(400):
+        game = env.game_factory(level, sample_seed(level, 0))
+        greedy = game.greedy_action()
+        reply, _, _ = env.demo_turn(game, rng, 1.0, 10, noise_kind="heuristic")
+        greedy_hits += _first_action(reply) == greedy
+        game = env.game_factory(level, sample_seed(level, 0))
+        reply, _, _ = env.demo_turn(game, rng, 1.0, 10, noise_kind="uniform")
+        counts[_first_action(reply)] += 1
+        n += 1
+    assert greedy_hits == n  # heuristic noise always plays the biased heuristic
+    for a, c in counts.items():  # uniform: 1/4 each, within 4 binomial standard errors
+        assert abs(c / n - 0.25) < 4 * (0.25 * 0.75 / n) ** 0.5, (a, c)
+    with pytest.raises(ValueError, match="noise_kind"):
+        make_demonstrations(env, num_episodes=1, noise=0.5, noise_kind="gaussian")

@@ -185,6 +185,8 @@ def test_snr_filter_and_collapse_tags_are_logged(ragen_cache_dir, tmp_path):
         ("sft.noise=-0.1", "sft.noise"),
         ("algo.lr=0", "algo.lr"),
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
+        ("sft.noise_kind=gaussian", "sft.noise_kind"),
+        ("algo.minibatch=rows", "algo.minibatch"),
     ],
 )
 def test_config_errors_are_raised_before_any_model_is_built(override, key, tmp_path, monkeypatch):

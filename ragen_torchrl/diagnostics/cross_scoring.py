@@ -191,6 +191,20 @@ def _validate(name: str, seqs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
+def _unique(seqs: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Distinct sequences (first-seen order) and the index of each input among them."""
+    index: dict[tuple[int, ...], int] = {}
+    uniq: list[torch.Tensor] = []
+    of = []
+    for s in seqs:
+        key = tuple(s.tolist())
+        if key not in index:
+            index[key] = len(uniq)
+            uniq.append(s)
+        of.append(index[key])
+    return uniq, torch.tensor(of, dtype=torch.long)
+
+
 def _model_device(model: torch.nn.Module) -> torch.device:
     try:
         return next(model.parameters()).device
@@ -404,16 +418,34 @@ def cross_score(
         if ent_cols.numel() != len(zs) or (ent_cols.numel() and (ent_cols.min() < 0 or ent_cols.max() >= len(ctx))):
             raise ValueError(f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}")
     cache_name, has_logits_to_keep = _forward_kwargs(model)
+    # Identical token sequences score identically, so each distinct context and reasoning is
+    # scored once and the matrix is expanded afterwards. Templated reasoning (the thing this
+    # diagnostic looks for) repeats a lot, which makes this the cheapest speed-up there is.
+    u_ctx, ctx_of = _unique(ctx)
+    u_zs, z_of = _unique(zs)
+    u_ent_cols = None
+    if ent_cols is not None:
+        # entropy of each distinct (reasoning, own context) pair, scored as its own row
+        pairs = sorted({(int(z_of[i]), int(ctx_of[ent_cols[i]])) for i in range(len(zs))})
+        pair_of = {p: k for k, p in enumerate(pairs)}
+        z_rows = [p[0] for p in pairs]
+        u_zs_ent = [u_zs[r] for r in z_rows]
+        u_ent_cols = torch.tensor([p[1] for p in pairs], dtype=torch.long)
+        row_of = torch.tensor([pair_of[(int(z_of[i]), int(ctx_of[ent_cols[i]]))] for i in range(len(zs))])
+        # rows duplicated only for distinct own-contexts; the score matrix uses the same rows
+        u_zs, z_of = u_zs_ent, row_of
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             if method == "naive":
-                sum_lp, ent = _naive(model, ctx, zs, batch_size, ent_cols)
+                sum_u, ent_u = _naive(model, u_ctx, u_zs, batch_size, u_ent_cols)
             else:
-                sum_lp, ent = _cached(model, ctx, zs, batch_size, cache_name, has_logits_to_keep, ent_cols)
+                sum_u, ent_u = _cached(model, u_ctx, u_zs, batch_size, cache_name, has_logits_to_keep, u_ent_cols)
     finally:
         model.train(was_training)
+    sum_lp = sum_u[z_of][:, ctx_of]
+    ent = ent_u[z_of]
     z_len = torch.tensor([z.numel() for z in zs], dtype=torch.float32)
     if ent_cols is not None:
         return sum_lp / z_len.unsqueeze(1), sum_lp, ent
