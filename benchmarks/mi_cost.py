@@ -10,9 +10,15 @@ The naive path runs ``M * N * (|x| + |z|)`` token-forwards, the cached one
 ``N * |x| + M * N * (|z| + 1)``; the table prints the wall time of each, the speed-up and the
 largest disagreement between the two matrices.
 
+``--share K`` also runs the default ``ragen-train`` config (the cached warm start, built
+first if missing) for ``K`` training iterations with the MI diagnostics on their default
+schedule (every 5 iterations, 64 pairs, both sampling schemes) and prints the MI step's share
+of the training-iteration time: ``sum(timing/mi_seconds) / sum(timing/total)``.
+
 Usage::
 
     python benchmarks/mi_cost.py            # N = 8 and 64, M = 64, |x| = 240, |z| = 24
+    python benchmarks/mi_cost.py --share 20 # + MI share of 20 default training iterations
     python benchmarks/mi_cost.py --quick    # smaller M and N for a fast smoke run
     python benchmarks/mi_cost.py --columns 8 32 --reasonings 32 --context-len 480 --device cuda --dtype bfloat16
 
@@ -116,6 +122,33 @@ def run_case(
     }
 
 
+def training_share(iterations: int, overrides: list[str] | None = None) -> dict[str, float]:
+    """MI seconds / training-iteration seconds over ``iterations`` default iterations."""
+    import tempfile
+
+    import tensordict
+    from hydra import compose, initialize_config_dir
+
+    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.loop import Trainer
+
+    tensordict.set_list_to_stack(True).set()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=["trainer.val_levels=8", *(overrides or [])])
+    trainer = Trainer(cfg, run_dir=tempfile.mkdtemp(prefix="mi_share_"))
+    total = mi = 0.0
+    calls = 0
+    for _ in range(iterations):
+        stats = trainer.train_iteration()
+        trainer.iteration += 1
+        total += stats["timing/total"]
+        if "timing/mi_seconds" in stats:
+            mi += stats["timing/mi_seconds"]
+            calls += 1
+    return {"iterations": iterations, "train_s": total, "mi_s": mi, "mi_calls": calls,
+            "share": mi / total if total else float("nan")}
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     """Parse flags, run every column count, print the table (returns the rows).
 
@@ -134,6 +167,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--quick", action="store_true", help="N = 8 and 16, M = 16 (same lengths)")
+    p.add_argument("--share", type=int, default=0, metavar="K",
+                   help="also measure the MI share of K default training iterations (0 = skip)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -174,6 +209,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
             f"{row['naive_cpu_s']:>10.2f} {row['cpu_speedup']:>9.1f}x {row['max_abs_diff']:>10.1e}",
             flush=True,
         )
+    if args.share:
+        share = training_share(args.share)
+        print(f"default training, {share['iterations']} iterations: {share['train_s']:.1f} s, "
+              f"MI diagnostics {share['mi_s']:.1f} s in {share['mi_calls']} calls = "
+              f"{100 * share['share']:.1f}% of training-iteration time", flush=True)
     return rows
 
 

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         levels = list(range(args.levels))
         if args.policy == "model":
             cfg = compose_task_config(task, args.override)
-            cfg.model.threads and torch.set_num_threads(int(cfg.model.threads))
+            if cfg.model.get("threads"):
+                torch.set_num_threads(int(cfg.model.threads))
             prepare_model(cfg, make_env(task, num_envs=1, **env_kwargs(cfg.env)))  # warm start outside the timed modes
             run = lambda t3: run_model_mode(cfg, levels, args.samples, t3, seed=int(cfg.seed))  # noqa: E731
         else:
