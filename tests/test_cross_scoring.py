@@ -100,6 +100,18 @@ def test_hand_check_one_entry_against_direct_forward(model):
         assert mean_c[i, j].item() == pytest.approx(want / len(zs[i]), abs=1e-4)
 
 
+@pytest.mark.parametrize("batch_size", [3, 64])
+def test_cached_equals_naive_float64_to_rounding(batch_size):
+    # In float64 the two paths agree to ~1e-12: the cached algorithm is exact, and what is
+    # left in lower precisions is kernel rounding (see the bfloat16 test below).
+    model = _tiny_model(4).to(torch.float64)
+    ctx, zs = _ragged(4)
+    mean_n, sum_n = cross_score(model, ctx, zs, method="naive", batch_size=batch_size)
+    mean_c, sum_c = cross_score(model, ctx, zs, method="cached", batch_size=batch_size)
+    assert (sum_c - sum_n).abs().max() < 1e-9
+    assert (mean_c - mean_n).abs().max() < 1e-9
+
+
 def test_cached_equals_naive_bfloat16():
     model = _tiny_model(3).to(torch.bfloat16)
     ctx, zs = _ragged(3)
