@@ -151,16 +151,20 @@ def compose_task_config(task: str, overrides: list[str]):
     return cfg
 
 
-def run_model_mode(cfg, levels: list[int], samples: int, t3: bool, seed: int = 0) -> dict[str, float]:
-    """Rollouts of the trainer's warm-started policy for ``cfg`` with or without T3 truncation."""
+def load_policy(cfg):
+    """The trainer's starting policy for ``cfg`` (warm-started and cached) as a sampling wrapper."""
+    env = make_env(cfg.env.name, num_envs=1, **env_kwargs(cfg.env))
+    model, tokenizer = load_pretrained(prepare_model(cfg, env), cfg.model.device, cfg.model.dtype)
+    model.eval()
+    return make_generation_policy(model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens),
+                                  temperature=float(cfg.rollout.temperature))
+
+
+def run_model_mode(cfg, policy, levels: list[int], samples: int, t3: bool, seed: int = 0) -> dict[str, float]:
+    """Rollouts of ``policy`` (see :func:`load_policy`) with or without T3 truncation."""
     task = cfg.env.name
     n = len(levels) * samples
     base = make_env(task, num_envs=n, **env_kwargs(cfg.env))
-    path = prepare_model(cfg, base)
-    model, tokenizer = load_pretrained(path, cfg.model.device, cfg.model.dtype)
-    model.eval()
-    policy = make_generation_policy(model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens),
-                                    temperature=float(cfg.rollout.temperature))
     env = base.append_transform(T3Truncation(task, k=cfg.t3.get("k"), cumulative=cfg.t3.get("cumulative"))) if t3 else base
     torch.manual_seed(seed)  # same sampling stream in both modes until T3 cuts an episode
     records = collect_rollouts(env, policy, levels, samples, chunk_size=int(cfg.rollout.chunk_size))
@@ -204,8 +208,8 @@ def main(argv: list[str] | None = None) -> None:
             cfg = compose_task_config(task, args.override)
             if cfg.model.get("threads"):
                 torch.set_num_threads(int(cfg.model.threads))
-            prepare_model(cfg, make_env(task, num_envs=1, **env_kwargs(cfg.env)))  # warm start outside the timed modes
-            run = lambda t3: run_model_mode(cfg, levels, args.samples, t3, seed=int(cfg.seed))  # noqa: E731
+            policy = load_policy(cfg)  # warm start outside the timed modes
+            run = lambda t3: run_model_mode(cfg, policy, levels, args.samples, t3, seed=int(cfg.seed))  # noqa: E731
         else:
             corpus_env = make_env(task, num_envs=1)
             tokenizer = train_tokenizer(tokenizer_corpus(corpus_env, num_episodes=40) + [DEFAULT_PROMPT], vocab_size=512)

@@ -191,18 +191,17 @@ def _validate(name: str, seqs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def _unique(seqs: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Distinct sequences (first-seen order) and the index of each input among them."""
-    index: dict[tuple[int, ...], int] = {}
-    uniq: list[torch.Tensor] = []
+def _unique(keys: list) -> tuple[list[int], torch.Tensor]:
+    """Position of each distinct key's first occurrence, and each key's index among them."""
+    index: dict = {}
+    first: list[int] = []
     of = []
-    for s in seqs:
-        key = tuple(s.tolist())
-        if key not in index:
-            index[key] = len(uniq)
-            uniq.append(s)
-        of.append(index[key])
-    return uniq, torch.tensor(of, dtype=torch.long)
+    for i, k in enumerate(keys):
+        if k not in index:
+            index[k] = len(first)
+            first.append(i)
+        of.append(index[k])
+    return first, torch.tensor(of, dtype=torch.long)
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -421,19 +420,15 @@ def cross_score(
     # Identical token sequences score identically, so each distinct context and reasoning is
     # scored once and the matrix is expanded afterwards. Templated reasoning (the thing this
     # diagnostic looks for) repeats a lot, which makes this the cheapest speed-up there is.
-    u_ctx, ctx_of = _unique(ctx)
-    u_zs, z_of = _unique(zs)
-    u_ent_cols = None
+    ctx_first, ctx_of = _unique([tuple(c.tolist()) for c in ctx])
+    u_ctx = [ctx[i] for i in ctx_first]
+    # a reasoning whose entropy is wanted is distinct per own context (the entropy depends on it)
+    z_keys: list = [tuple(z.tolist()) for z in zs]
     if ent_cols is not None:
-        # entropy of each distinct (reasoning, own context) pair, scored as its own row
-        pairs = sorted({(int(z_of[i]), int(ctx_of[ent_cols[i]])) for i in range(len(zs))})
-        pair_of = {p: k for k, p in enumerate(pairs)}
-        z_rows = [p[0] for p in pairs]
-        u_zs_ent = [u_zs[r] for r in z_rows]
-        u_ent_cols = torch.tensor([p[1] for p in pairs], dtype=torch.long)
-        row_of = torch.tensor([pair_of[(int(z_of[i]), int(ctx_of[ent_cols[i]]))] for i in range(len(zs))])
-        # rows duplicated only for distinct own-contexts; the score matrix uses the same rows
-        u_zs, z_of = u_zs_ent, row_of
+        z_keys = [(k, int(ctx_of[c])) for k, c in zip(z_keys, ent_cols)]
+    z_first, z_of = _unique(z_keys)
+    u_zs = [zs[i] for i in z_first]
+    u_ent_cols = None if ent_cols is None else ctx_of[ent_cols[torch.tensor(z_first)]]
     was_training = model.training
     model.eval()
     try:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.envs.transforms import Transform
+
+from .records import RecordTransform
 
 
 def group_advantage(
@@ -49,7 +50,7 @@ def group_advantage(
     return centred / (std[inverse] + eps)
 
 
-class GroupAdvantage(Transform):
+class GroupAdvantage(RecordTransform):
     """Write ``advantage`` (shape ``(N, 1, 1)``) from ``episode_return`` and ``group_id``.
 
     Usable as a replay-buffer write-time transform (``_inv_call``) or called directly.
@@ -76,12 +77,3 @@ class GroupAdvantage(Transform):
         adv = group_advantage(td.get(ret_key), td.get(grp_key), scale=self.scale, eps=self.eps)
         td.set(self.out_keys[0], adv.reshape(-1, 1, 1))
         return td
-
-    def forward(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        return self._apply(tensordict)
-
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        return self._apply(next_tensordict)
-
-    def _inv_call(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        return self._apply(tensordict)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.envs.transforms import Transform
+
+from .records import RecordTransform
 
 
 def overlong_penalty(num_tokens: torch.Tensor, max_length: int, cache_length: int) -> torch.Tensor:
@@ -51,7 +52,7 @@ def _check_lengths(max_length: int, cache_length: int) -> None:
         raise ValueError(f"cache_length must be an integer in [0, max_length={max_length}], got {cache_length!r}")
 
 
-class OverlongPenalty(Transform):
+class OverlongPenalty(RecordTransform):
     """Add :func:`overlong_penalty` to ``episode_return`` of trajectory records.
 
     Writes the penalty to ``overlong_penalty`` as well (for logging). Applying it twice
@@ -86,12 +87,3 @@ class OverlongPenalty(Transform):
         td.set(return_key, ret + pen.to(ret.dtype))
         td.set(penalty_key, pen)
         return td
-
-    def forward(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        return self._apply(tensordict)
-
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        return self._apply(next_tensordict)
-
-    def _inv_call(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        return self._apply(tensordict)
