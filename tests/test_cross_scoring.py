@@ -71,15 +71,16 @@ def naive_reference(model):
     return cross_score(model, ctx, zs, method="naive", batch_size=7)
 
 
+@pytest.mark.parametrize("method", ["cached", "tree"])
 @pytest.mark.parametrize("batch_size", [3, 5, 64])
-def test_cached_equals_naive_float32(model, naive_reference, batch_size):
+def test_cached_equals_naive_float32(model, naive_reference, batch_size, method):
     # batch_size 3: prefixes encoded 3 at a time, one context per reasoning pass, reasonings
     # split 3 + 2 (the base cache is reused, so it must not be modified by a pass);
     # 5: one context with all 5 reasonings (expand view); 64: all 6 ragged contexts in one
     # prefix pass and 64 // 5 = 12 -> all 6 contexts in one reasoning pass (gathered rows).
     ctx, zs = _ragged(1)
     mean_n, sum_n = naive_reference
-    mean_c, sum_c = cross_score(model, ctx, zs, method="cached", batch_size=batch_size)
+    mean_c, sum_c = cross_score(model, ctx, zs, method=method, batch_size=batch_size)
     assert mean_c.shape == sum_c.shape == (len(zs), len(ctx))
     assert mean_c.dtype == torch.float32 and mean_c.device.type == "cpu"
     assert torch.isfinite(mean_c).all()
@@ -100,23 +101,26 @@ def test_hand_check_one_entry_against_direct_forward(model):
         assert mean_c[i, j].item() == pytest.approx(want / len(zs[i]), abs=1e-4)
 
 
+@pytest.mark.parametrize("method", ["cached", "tree"])
 @pytest.mark.parametrize("batch_size", [3, 64])
-def test_cached_equals_naive_float64_to_rounding(batch_size):
+def test_cached_equals_naive_float64_to_rounding(batch_size, method):
     # In float64 the two paths agree to ~1e-12: the cached algorithm is exact, and what is
     # left in lower precisions is kernel rounding (see the bfloat16 test below).
     model = _tiny_model(4).to(torch.float64)
     ctx, zs = _ragged(4)
     mean_n, sum_n = cross_score(model, ctx, zs, method="naive", batch_size=batch_size)
-    mean_c, sum_c = cross_score(model, ctx, zs, method="cached", batch_size=batch_size)
+    mean_c, sum_c = cross_score(model, ctx, zs, method=method, batch_size=batch_size)
+    assert sum_c.dtype == torch.float64  # a float64 model keeps its precision
     assert (sum_c - sum_n).abs().max() < 1e-9
     assert (mean_c - mean_n).abs().max() < 1e-9
 
 
-def test_cached_equals_naive_bfloat16():
+@pytest.mark.parametrize("method", ["cached", "tree"])
+def test_cached_equals_naive_bfloat16(method):
     model = _tiny_model(3).to(torch.bfloat16)
     ctx, zs = _ragged(3)
     mean_n, sum_n = cross_score(model, ctx, zs, method="naive", batch_size=8)
-    mean_c, sum_c = cross_score(model, ctx, zs, method="cached", batch_size=8)
+    mean_c, sum_c = cross_score(model, ctx, zs, method=method, batch_size=8)
     lengths = torch.tensor([len(z) for z in zs], dtype=torch.float32).unsqueeze(1)
     assert torch.isfinite(mean_c).all()
     assert (mean_c - mean_n).abs().max() < 5e-3
@@ -191,7 +195,7 @@ def test_docstring_examples():
     assert result.attempted > 0 and result.failed == 0
 
 
-@pytest.mark.parametrize("method,batch_size", [("cached", 64), ("cached", 3), ("naive", 5)])
+@pytest.mark.parametrize("method,batch_size", [("cached", 64), ("cached", 3), ("naive", 5), ("tree", 64), ("tree", 1)])
 def test_own_context_entropy_matches_a_separate_forward(model, method, batch_size):
     from ragen_torchrl.diagnostics.entropy import token_entropy
 
@@ -215,3 +219,50 @@ def test_entropy_cols_bad_input(model):
         cross_score(model, contexts, reasonings, entropy_cols=[0])
     with pytest.raises(ValueError, match="entropy_cols"):
         cross_score(model, contexts, reasonings, entropy_cols=[len(contexts)] * len(reasonings))
+
+
+def _templated(seed: int):
+    """Reasonings that share prefixes the way templated reasoning does: one is a prefix of
+    others, two are identical, one shares nothing, lengths 1 to 9."""
+    g = torch.Generator().manual_seed(seed)
+    stem = torch.randint(VOCAB, (6,), generator=g)
+    zs = [stem[:1], stem[:3], stem.clone(), stem.clone()]
+    zs += [torch.cat([stem[:3], torch.randint(VOCAB, (n,), generator=g)]) for n in (1, 4, 6)]
+    zs += [torch.randint(VOCAB, (5,), generator=g)]
+    ctx, _ = _ragged(seed)
+    return ctx, zs
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 64])
+def test_tree_equals_naive_on_shared_prefixes(model, batch_size):
+    # batch_size 1: a budget of ~4 tree slots -> several prefix trees, one context per pass;
+    # 64: one tree, all six contexts in one pass
+    ctx, zs = _templated(8)
+    own = torch.tensor([k % len(ctx) for k in range(len(zs))])
+    mean_n, sum_n, ent_n = cross_score(model, ctx, zs, method="naive", entropy_cols=own)
+    mean_t, sum_t, ent_t = cross_score(model, ctx, zs, method="tree", batch_size=batch_size, entropy_cols=own)
+    assert (sum_t - sum_n).abs().max() < 1e-4
+    assert (mean_t - mean_n).abs().max() < 1e-4
+    assert (ent_t - ent_n).abs().max() < 1e-4
+    torch.testing.assert_close(sum_t[2], sum_t[3])  # identical reasonings, identical rows
+    # and one entry by hand against a plain unpadded forward
+    assert sum_t[5, 4].item() == pytest.approx(_direct_sum_log_prob(model, ctx[4], zs[5]), abs=1e-4)
+
+
+def test_tree_is_the_default_where_supported_and_refused_where_not(model):
+    from ragen_torchrl.diagnostics.cross_scoring import tree_supported
+
+    assert tree_supported(model)
+    ctx, zs = _templated(9)
+    torch.testing.assert_close(cross_score(model, ctx, zs)[1], cross_score(model, ctx, zs, method="tree")[1])
+    torch.manual_seed(0)
+    sliding = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=4,
+        max_window_layers=0,
+    )).eval()
+    assert not tree_supported(sliding)
+    with pytest.raises(ValueError, match="tree"):
+        cross_score(sliding, ctx, zs, method="tree")
+    # "auto" falls back to the per-pair cached path for such models
+    torch.testing.assert_close(cross_score(sliding, ctx, zs)[1], cross_score(sliding, ctx, zs, method="cached")[1])

@@ -10,9 +10,16 @@ under the current policy. :func:`cross_score` computes it for any Hugging Face c
 
 * ``method="naive"``: score every concatenation ``[x_j | z_i]`` (``M * N`` sequences of length
   ``|x| + |z|``). Simple and obviously right; the reference the cached path is tested against.
-* ``method="cached"`` (default): encode every context once, keep its KV cache and score all
+* ``method="cached"``: encode every context once, keep its KV cache and score all
   reasonings against it. Contexts are typically ~10x longer than the reasoning, so this does
   ``N * |x| + M * N * |z|`` token-forwards instead of ``M * N * (|x| + |z|)``.
+* ``method="tree"``: the cached path, plus the reasonings laid out as one prefix tree
+  (:mod:`.prefix_tree`) scored in one pass per context with a tree attention mask: a prefix
+  shared by several reasonings ("Goal is up left. ...") is computed once, and the context's
+  cache is used as is instead of being replicated per reasoning. Templated reasoning shares
+  about half its tokens, so this halves the reasoning passes of a training batch.
+* ``method="auto"`` (default): ``"tree"`` where the model takes a custom 4-D attention mask
+  (:func:`tree_supported`: sdpa / eager attention, no sliding window), else ``"cached"``.
 
 Nothing here depends on the trainer: the example below scores a batch of conversations
 end to end with a tiny model built in-process. With a real model replace the tokenizer and
@@ -62,8 +69,12 @@ from typing import Any
 import torch
 
 from .entropy import token_entropy
+from .prefix_tree import build_prefix_tree, chunk_sorted_by_budget
 
-__all__ = ["DEFAULT_BATCH_SIZE", "cross_score"]
+__all__ = ["DEFAULT_BATCH_SIZE", "METHODS", "cross_score", "tree_supported"]
+
+#: Scoring methods of :func:`cross_score` (``"auto"`` = ``"tree"`` where supported, else ``"cached"``).
+METHODS = ("auto", "tree", "cached", "naive")
 
 #: Default maximum number of (context, reasoning) rows per forward pass.
 DEFAULT_BATCH_SIZE = 64
@@ -157,16 +168,21 @@ def _pad_right(seqs: Sequence[torch.Tensor], device: torch.device) -> tuple[torc
     return ids.to(device), lengths.to(device)
 
 
+def _score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores are float32, float64 for a float64 model (so that its precision is not lost)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _token_log_probs(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Per-row sum of ``log softmax(logits)[target]`` over valid positions.
 
-    Log-softmax in float32 whatever the model dtype: bf16 logsumexp over a vocabulary loses
+    Log-softmax in at least float32 whatever the model dtype: bf16 logsumexp over a vocabulary loses
     about two decimal digits, which would swamp the differences the MI proxies look at.
     ``logits`` is ``[R, T, V]``, ``targets`` / ``valid`` (bool) ``[R, T]``. Padded positions
     are zeroed with ``where`` rather than multiplied by 0, so a non-finite logit there (e.g.
     an fp16 overflow on a pad token) cannot turn the sum into NaN.
     """
-    logits = logits.float()
+    logits = logits.to(_score_dtype(logits.dtype))
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     lp = picked - torch.logsumexp(logits, dim=-1)
     return torch.where(valid, lp, torch.zeros_like(lp)).sum(-1)
@@ -211,6 +227,13 @@ def _model_device(model: torch.nn.Module) -> torch.device:
         return torch.device("cpu")
 
 
+def _model_dtype(model: torch.nn.Module) -> torch.dtype:
+    try:
+        return next(model.parameters()).dtype
+    except StopIteration:  # parameter-less wrapper
+        return torch.float32
+
+
 def _own_entropy(ent, logits, valid, ii, jj, ent_cols) -> None:
     """Write the reasoning's mean token entropy for the rows scored under their own context."""
     if ent_cols is None:
@@ -227,7 +250,7 @@ def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
     ent = torch.full((m,), float("nan"))
     ctx_len = torch.tensor([c.numel() for c in contexts])
     z_len = torch.tensor([z.numel() for z in reasonings])
-    sum_lp = torch.zeros(m, n, dtype=torch.float32)
+    sum_lp = torch.zeros(m, n, dtype=_score_dtype(_model_dtype(model)))
     # Column-major pair order keeps one context's pairs together (similar lengths per chunk).
     pairs = [(i, j) for j in range(n) for i in range(m)]
     for start in range(0, len(pairs), batch_size):
@@ -259,40 +282,27 @@ def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
     return sum_lp, ent
 
 
-def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
+def _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
+    """Encode the context prefixes ``x_j[:-1]``, longest first, up to ``batch_size`` per pass.
+
+    Yields ``(cols, lens, base, last_tok)``: the context indices of the pass (sorted by
+    length, descending), their lengths, the KV cache of their right-padded prefixes (``None``
+    when every context is one token long) and their last tokens. The last context token is
+    scored together with the reasoning (it produces the logits of ``z_0``), so only
+    ``x[:-1]`` is cached: no ragged per-context logit row has to be gathered from the prefix
+    pass (a ``[B, |x|, V]`` tensor for real vocabularies).
+    """
     device = _model_device(model)
-    m, n = len(reasonings), len(contexts)
-    ent = torch.full((m,), float("nan"))
     ctx_len = torch.tensor([c.numel() for c in contexts])
-    sum_lp = torch.zeros(m, n, dtype=torch.float32)
-
-    # Three levels of chunking, each pass holding at most `batch_size` rows:
-    # * prefix pass: up to `batch_size` contexts encoded together (never more rows, and
-    #   shorter rows, than a naive pass of the same batch size);
-    # * reasoning pass: `cb` contexts x `mb` reasonings. When all M reasonings fit, several
-    #   contexts share a pass (cb = batch_size // M); otherwise one context at a time and its
-    #   reasonings in chunks of `batch_size`. With one context per pass its cache rows are
-    #   an expand() view of the prefix cache: no per-pair copy.
-    # Contexts are sorted by length so contexts of similar length share passes (little
-    # padding), and every reasoning pass trims the cache to its own longest prefix.
-    per_ctx = min(m, batch_size)
-    ctx_per_pass = max(1, batch_size // m) if m <= batch_size else 1
+    # Sorted by length so contexts of similar length share passes (little padding).
     ctx_order = torch.argsort(ctx_len, descending=True, stable=True)
-    z_chunks = [list(range(s, min(s + per_ctx, m))) for s in range(0, m, per_ctx)]
-    z_padded = [_pad_right([reasonings[i] for i in zc], device) for zc in z_chunks]
-    z_index = [torch.tensor(zc) for zc in z_chunks]
-
-    for p0 in range(0, n, batch_size):
-        pcols = ctx_order[p0 : p0 + batch_size]
-        plens = ctx_len[pcols].to(device)
-        # The last context token is scored together with the reasoning (it produces the
-        # logits of z_0), so only the prefix x[:-1] is cached. That avoids gathering one
-        # logit row per ragged context from the prefix pass (a [B, |x|, V] tensor for real
-        # vocabularies) and keeps every cached row non-empty in what it attends.
-        width = int(plens.max()) - 1
+    for p0 in range(0, len(contexts), batch_size):
+        cols = ctx_order[p0 : p0 + batch_size]
+        lens = ctx_len[cols].to(device)
+        width = int(lens.max()) - 1
         base = None
         if width > 0:
-            prefix, _ = _pad_right([contexts[j][:-1] for j in pcols.tolist()], device)
+            prefix, _ = _pad_right([contexts[j][:-1] for j in cols.tolist()], device)
             # No attention mask: with right padding every real prefix token only attends to
             # real tokens before it (causal), so its keys/values are exact; the pads get
             # finite garbage keys/values that the reasoning pass masks out. (A padding mask
@@ -302,17 +312,43 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
             out = model(input_ids=prefix, use_cache=True, **kwargs)
             base = _output_cache(out)
             if base is None:
-                raise RuntimeError("model did not return a KV cache; cannot use method='cached'")
+                raise RuntimeError("model did not return a KV cache; use method='naive'")
             del out
-        last_tok = torch.stack([contexts[j][-1] for j in pcols.tolist()]).to(device)
+        last_tok = torch.stack([contexts[j][-1] for j in cols.tolist()]).to(device)
+        yield cols, lens, base, last_tok
 
+
+def _prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
+    """``[B, plen]`` 0/1 mask of the real (unpadded) cached prefix slots ``x_j[:-1]``."""
+    return (torch.arange(plen, device=lens.device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
+
+
+def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
+    device = _model_device(model)
+    m, n = len(reasonings), len(contexts)
+    ent = torch.full((m,), float("nan"))
+    sum_lp = torch.zeros(m, n, dtype=_score_dtype(_model_dtype(model)))
+
+    # Two levels of chunking below the prefix pass, each pass holding at most `batch_size`
+    # rows: `cb` contexts x `mb` reasonings. When all M reasonings fit, several contexts
+    # share a pass (cb = batch_size // M); otherwise one context at a time and its
+    # reasonings in chunks of `batch_size`. With one context per pass its cache rows are an
+    # expand() view of the prefix cache: no per-pair copy. Every reasoning pass trims the
+    # cache to its own longest prefix.
+    per_ctx = min(m, batch_size)
+    ctx_per_pass = max(1, batch_size // m) if m <= batch_size else 1
+    z_chunks = [list(range(s, min(s + per_ctx, m))) for s in range(0, m, per_ctx)]
+    z_padded = [_pad_right([reasonings[i] for i in zc], device) for zc in z_chunks]
+    z_index = [torch.tensor(zc) for zc in z_chunks]
+
+    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
         for c0 in range(0, pcols.numel(), ctx_per_pass):
             local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
             cols = pcols[local.cpu()]
             cb = local.numel()
             lens = plens[local]
-            plen = int(lens.max()) - 1  # sorted descending: the first one, <= width
-            pmask = (torch.arange(plen, device=device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
+            plen = int(lens.max()) - 1  # sorted descending: the first one
+            pmask = _prefix_mask(lens, plen)
             for zc, zi, (z_ids, z_lens) in zip(z_chunks, z_index, z_padded):
                 mb = len(zc)
                 rows_ctx = torch.arange(cb, device=device).repeat_interleave(mb)  # context-major
@@ -339,12 +375,105 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
     return sum_lp, ent
 
 
+def tree_supported(model: torch.nn.Module) -> bool:
+    """Whether ``method="tree"`` is exact for ``model``.
+
+    The tree pass hands the model a custom 4-D attention mask, which the ``sdpa`` and
+    ``eager`` attention implementations of ``transformers`` apply as given; flash-attention
+    kernels take no arbitrary mask, and sliding-window layers would not get their window.
+
+    Example:
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> tree_supported(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8,
+        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)))
+        True
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager", None):
+        return False
+    layer_types = getattr(config, "layer_types", None) or ()
+    if any("sliding" in str(t) for t in layer_types):
+        return False
+    return not (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
+
+
+def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
+    device = _model_device(model)
+    m, n = len(reasonings), len(contexts)
+    ent = torch.full((m,), float("nan"))
+    sum_lp = torch.zeros(m, n, dtype=_score_dtype(_model_dtype(model)))
+    dtype = _model_dtype(model)
+    # A pass feeds at most as many query tokens as a per-pair pass of `batch_size`
+    # reasonings would: `budget` slots per forward, split over the contexts of the pass.
+    # Each tree is capped at about one context length of slots: every slot attends to all
+    # slots of its tree through the dense mask, so a bigger tree would spend more on masked
+    # attention than the shared prefixes save (measured: trees of 128-256 slots fastest at
+    # 240-token contexts, of ~100 at the tiny policy's 100-200-token contexts).
+    mean_len = sum(z.numel() for z in reasonings) / m
+    budget = max(1, round(batch_size * mean_len))
+    mean_ctx = sum(c.numel() for c in contexts) / n
+    groups = chunk_sorted_by_budget(reasonings, max(1, min(budget, round(mean_ctx))))
+    trees = [build_prefix_tree([reasonings[i] for i in g]) for g in groups]
+    neg = torch.finfo(dtype).min
+
+    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
+        for g, tree in zip(groups, trees):
+            gi = torch.tensor(g)
+            s_in = tree.num_inputs
+            ctx_per_pass = max(1, budget // s_in)
+            inp_tree = tree.input_tokens.to(device)
+            anc = tree.ancestors.to(device)
+            depth = tree.depth.to(device)
+            node_parent, node_tokens = tree.node_parent.to(device), tree.node_tokens.to(device)
+            for c0 in range(0, pcols.numel(), ctx_per_pass):
+                local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
+                cols = pcols[local.cpu()]
+                cb = local.numel()
+                lens = plens[local]
+                plen = int(lens.max()) - 1  # sorted descending: the first one
+                inp = inp_tree.unsqueeze(0).repeat(cb, 1)
+                inp[:, 0] = last_tok[local]
+                # Additive 4-D mask [cb, 1, S, plen + S]: the real prefix slots, then the tree
+                # slots each query may see (itself and its ancestors).
+                visible = torch.cat([
+                    _prefix_mask(lens, plen).bool().unsqueeze(1).expand(cb, s_in, plen),
+                    anc.unsqueeze(0).expand(cb, s_in, s_in),
+                ], dim=2)
+                mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, neg)
+                pos = (lens - 1).unsqueeze(1) + depth.unsqueeze(0)
+                kwargs = {}
+                if base is not None and plen > 0:
+                    kwargs[cache_name] = _select_cache(base, local, plen)
+                out = model(input_ids=inp, attention_mask=mask.unsqueeze(1), position_ids=pos,
+                            use_cache=True, **kwargs)
+                logits = out.logits.to(sum_lp.dtype)
+                lse = torch.logsumexp(logits, dim=-1)                       # [cb, S]
+                node_lp = logits[:, node_parent, node_tokens] - lse[:, node_parent]  # [cb, T]
+                # each reasoning's sum over its path, in float64 so that the many zero terms
+                # cannot add rounding the per-pair sum does not have
+                lp = (node_lp.double() @ tree.path.to(device, torch.float64).T).to(sum_lp.dtype).cpu()
+                sum_lp[gi.unsqueeze(0), cols.unsqueeze(1)] = lp
+                if ent_cols is not None:
+                    own = (ent_cols[gi].unsqueeze(1) == cols.unsqueeze(0)).nonzero()  # (k in g, row)
+                    if own.numel():
+                        rows = own[:, 1].to(device)
+                        h = token_entropy(logits[rows].reshape(-1, 1, logits.shape[-1]),
+                                          torch.ones(rows.numel() * s_in, 1, dtype=torch.bool, device=device))
+                        h = h.view(rows.numel(), s_in).double()
+                        pred = tree.predictors[own[:, 0]].to(device, torch.float64)
+                        ent[gi[own[:, 0]]] = ((h * pred).sum(-1) / tree.lengths[own[:, 0]].to(device)).float().cpu()
+                del out, kwargs, logits
+    return sum_lp, ent
+
+
 def cross_score(
     model: torch.nn.Module,
     contexts: Sequence[torch.Tensor],
     reasonings: Sequence[torch.Tensor],
     *,
-    method: str = "cached",
+    method: str = "auto",
     batch_size: int | None = None,
     entropy_cols: Sequence[int] | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
@@ -360,15 +489,22 @@ def cross_score(
         contexts: ``N`` 1-D integer tensors, the token ids of ``x_j`` (everything up to and
             including the opening reasoning tag). Lengths may differ.
         reasonings: ``M`` non-empty 1-D integer tensors, the token ids of ``z_i``.
-        method: ``"cached"`` (default, encode each context once and reuse its KV cache) or
-            ``"naive"`` (score every concatenation; the reference).
+        method: ``"auto"`` (default: ``"tree"`` where :func:`tree_supported`, else
+            ``"cached"``), ``"tree"`` (KV cache + reasoning prefix tree), ``"cached"``
+            (KV cache, one row per pair) or ``"naive"`` (score every concatenation; the
+            reference). All agree to float rounding.
+        entropy_cols: optional ``[M]`` column index per reasoning; then a third output holds
+            each reasoning's mean token entropy under that column's context, read off the
+            same passes.
         batch_size: maximum number of (context, reasoning) rows per forward pass
-            (default :data:`DEFAULT_BATCH_SIZE` = 64). Lower it for large models / long
-            contexts; the cached path holds ``batch_size`` copies of a context's KV cache.
+            (default :data:`DEFAULT_BATCH_SIZE` = 64; the tree path feeds at most as many
+            tokens per pass). Lower it for large models / long contexts; the cached path
+            holds ``batch_size`` copies of a context's KV cache.
 
     Returns:
-        ``(mean_lp, sum_lp)``: two float32 CPU tensors of shape ``[M, N]``;
-        ``sum_lp[i, j] = sum_t log p(z_i,t | x_j, z_i,<t)`` and ``mean_lp = sum_lp / |z_i|``.
+        ``(mean_lp, sum_lp)``: two float32 CPU tensors (float64 for a float64 model) of shape ``[M, N]``;
+        ``sum_lp[i, j] = sum_t log p(z_i,t | x_j, z_i,<t)`` and ``mean_lp = sum_lp / |z_i|``;
+        with ``entropy_cols``, also ``[M]`` float32 mean token entropies (nats).
 
     Notes:
         The cached path sorts the contexts by length and encodes their prefixes
@@ -383,7 +519,15 @@ def cross_score(
         so padding inside a pass would shift their windows; use ``method="naive"`` (or
         equal-length contexts) for such models.
 
-        Float32 agrees with ``"naive"`` to ~2e-6 per entry. bfloat16 cannot reach 1e-4:
+        The tree path groups the sorted reasonings into prefix trees of at most about one
+        mean context length of slots and scores each tree against up to
+        ``batch_size * mean|z| // slots`` contexts per pass: every slot gets the position
+        ``|x_j| - 1 + depth`` and attends to the real prefix slots of its context and to its
+        own ancestors in the tree; each tree node's log-probability is read off its parent's
+        logits once and summed along every reasoning's path (in float64).
+
+        Float32 agrees with ``"naive"`` to ~2e-6 per entry, float64 to ~1e-14 (the outputs
+        are then float64). bfloat16 cannot reach 1e-4:
         even the naive path alone moves by ~1e-4 when the batch size changes (kernels round
         differently per shape); cached vs naive measured up to ~7e-4 nats (mean) and ~6e-3
         (sum) per entry on a tiny Qwen2, against ~2e-3 between bf16 and float32 themselves.
@@ -403,8 +547,15 @@ def cross_score(
         >>> bool(torch.allclose(mean_c, mean_n, atol=1e-4)), tuple(mean_c.shape)
         (True, (3, 2))
     """
-    if method not in ("cached", "naive"):
-        raise ValueError(f"method must be 'cached' or 'naive', got {method!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "tree" and not tree_supported(model):
+        raise ValueError(
+            "method='tree' needs full attention with a custom 4-D mask (sdpa or eager attention, no "
+            "sliding window); use method='cached' or 'auto' for this model"
+        )
+    if method == "auto":
+        method = "tree" if tree_supported(model) else "cached"
     if batch_size is None:
         batch_size = DEFAULT_BATCH_SIZE
     if batch_size < 1:
@@ -435,13 +586,15 @@ def cross_score(
         with torch.no_grad():
             if method == "naive":
                 sum_u, ent_u = _naive(model, u_ctx, u_zs, batch_size, u_ent_cols)
+            elif method == "tree":
+                sum_u, ent_u = _tree(model, u_ctx, u_zs, batch_size, cache_name, has_logits_to_keep, u_ent_cols)
             else:
                 sum_u, ent_u = _cached(model, u_ctx, u_zs, batch_size, cache_name, has_logits_to_keep, u_ent_cols)
     finally:
         model.train(was_training)
     sum_lp = sum_u[z_of][:, ctx_of]
     ent = ent_u[z_of]
-    z_len = torch.tensor([z.numel() for z in zs], dtype=torch.float32)
+    z_len = torch.tensor([z.numel() for z in zs], dtype=sum_lp.dtype)
     if ent_cols is not None:
         return sum_lp / z_len.unsqueeze(1), sum_lp, ent
     return sum_lp / z_len.unsqueeze(1), sum_lp
