@@ -1,14 +1,19 @@
-"""Cost of MI cross-scoring: KV-cached vs naive concatenation.
+"""Cost of MI cross-scoring: prefix-tree and KV-cached paths vs naive concatenation.
 
 Scores ``M`` reasonings against ``N`` prompt columns with a tiny randomly initialised Qwen2
 (hidden 128, 4 layers, vocabulary 64) built in-process, at paper-like shapes: contexts ~10x
-longer than the reasoning (240 vs 24 tokens by default, lengths jittered by +-25% so both
-paths deal with ragged batches), ``N`` = 8 (first-turn sampling, one column per prompt group)
+longer than the reasoning (240 vs 24 tokens by default, lengths jittered by +-25% so every
+path deals with ragged batches), ``N`` = 8 (first-turn sampling, one column per prompt group)
 and ``N`` = 64 (trajectory-uniform sampling, one column per pair), ``M`` = 64 pairs.
 
+Each shape runs twice: with random reasonings (nothing shared: the worst case for the tree)
+and with templated ones (``--shared``, default 0.5: the first half of every reasoning is one
+of 8 stems, about what the tiny policy's "Goal is up left. ..." reasonings share).
+
 The naive path runs ``M * N * (|x| + |z|)`` token-forwards, the cached one
-``N * |x| + M * N * (|z| + 1)``; the table prints the wall time of each, the speed-up and the
-largest disagreement between the two matrices.
+``N * |x| + M * N * (|z| + 1)``, the tree one ``N * (|x| + distinct prefixes)``; the table
+prints the wall time of each, the speed-ups over naive and the largest disagreement with
+the naive matrix.
 
 ``--share K`` also runs the default ``ragen-train`` config (the cached warm start, built
 first if missing) for ``K`` training iterations with the MI diagnostics on their default
@@ -17,7 +22,7 @@ of the training-iteration time: ``sum(timing/mi_seconds) / sum(timing/total)``.
 
 Usage::
 
-    python benchmarks/mi_cost.py            # N = 8 and 64, M = 64, |x| = 240, |z| = 24
+    python benchmarks/mi_cost.py            # N = 8 and 64, M = 64, |x| = 240, |z| = 24, random + templated
     python benchmarks/mi_cost.py --share 20 # + MI share of 20 default training iterations
     python benchmarks/mi_cost.py --quick    # smaller M and N for a fast smoke run
     python benchmarks/mi_cost.py --columns 8 32 --reasonings 32 --context-len 480 --device cuda --dtype bfloat16
@@ -70,6 +75,30 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+METHODS = ("tree", "cached", "naive")
+NUM_STEMS = 8
+
+
+def make_batch(num_columns: int, num_reasonings: int, context_len: int, reasoning_len: int,
+               jitter: float = 0.25, shared: float = 0.0, seed: int = 0):
+    """Random contexts and reasonings; with ``shared > 0`` each reasoning starts with one of
+    :data:`NUM_STEMS` stems of ``round(shared * reasoning_len)`` tokens (templated reasoning).
+
+    Example:
+        >>> ctx, zs = make_batch(2, 4, 10, 6, shared=0.5)
+        >>> len(ctx), len(zs), bool((zs[0][:3] == zs[NUM_STEMS % 4][:3]).all())
+        (2, 4, True)
+    """
+    g = torch.Generator().manual_seed(seed)
+    ctx = [torch.randint(VOCAB, (n,), generator=g) for n in _lengths(num_columns, context_len, jitter, g)]
+    stem_len = round(shared * reasoning_len)
+    stems = [torch.randint(VOCAB, (stem_len,), generator=g) for _ in range(NUM_STEMS)]
+    zs = []
+    for k, n in enumerate(_lengths(num_reasonings, reasoning_len - stem_len, jitter, g)):
+        zs.append(torch.cat([stems[k % NUM_STEMS], torch.randint(VOCAB, (n,), generator=g)]))
+    return ctx, zs
+
+
 def run_case(
     model: torch.nn.Module,
     *,
@@ -78,24 +107,24 @@ def run_case(
     context_len: int,
     reasoning_len: int,
     jitter: float = 0.25,
+    shared: float = 0.0,
     batch_size: int | None = None,
     repeats: int = 1,
     seed: int = 0,
+    methods: tuple[str, ...] = METHODS,
 ) -> dict[str, float]:
-    """Time both methods on one shape; returns seconds (best of ``repeats``) and the error.
+    """Time each method on one shape; returns seconds (best of ``repeats``) and errors vs naive.
 
     Example:
-        >>> run_case(tiny_model(), num_columns=2, num_reasonings=2, context_len=8, reasoning_len=2)["speedup"] > 0  # doctest: +SKIP
+        >>> run_case(tiny_model(), num_columns=2, num_reasonings=2, context_len=8, reasoning_len=2)["cached_speedup"] > 0  # doctest: +SKIP
         True
     """
-    g = torch.Generator().manual_seed(seed)
-    ctx = [torch.randint(VOCAB, (n,), generator=g) for n in _lengths(num_columns, context_len, jitter, g)]
-    zs = [torch.randint(VOCAB, (n,), generator=g) for n in _lengths(num_reasonings, reasoning_len, jitter, g)]
+    ctx, zs = make_batch(num_columns, num_reasonings, context_len, reasoning_len, jitter, shared, seed)
     device = str(next(model.parameters()).device)
-    times: dict[str, float] = {}
-    cpu: dict[str, float] = {}
+    row: dict[str, float] = {"N": num_columns, "M": num_reasonings, "ctx": context_len,
+                             "z": reasoning_len, "shared": shared}
     results = {}
-    for method in ("cached", "naive"):
+    for method in methods:
         best = best_cpu = float("inf")
         for _ in range(repeats):
             _sync(device)
@@ -104,22 +133,15 @@ def run_case(
             _sync(device)
             best = min(best, time.perf_counter() - t0)
             best_cpu = min(best_cpu, time.process_time() - c0)
-        times[method] = best
-        cpu[method] = best_cpu
-    err = (results["cached"][0] - results["naive"][0]).abs().max().item()
-    return {
-        "N": num_columns,
-        "M": num_reasonings,
-        "ctx": context_len,
-        "z": reasoning_len,
-        "cached_s": times["cached"],
-        "naive_s": times["naive"],
-        "speedup": times["naive"] / times["cached"],
-        "cached_cpu_s": cpu["cached"],
-        "naive_cpu_s": cpu["naive"],
-        "cpu_speedup": cpu["naive"] / cpu["cached"],
-        "max_abs_diff": err,
-    }
+        row[f"{method}_s"] = best
+        row[f"{method}_cpu_s"] = best_cpu
+    if "naive" in results:
+        for method in results:
+            if method != "naive":
+                row[f"{method}_speedup"] = row["naive_s"] / row[f"{method}_s"]
+                row[f"{method}_cpu_speedup"] = row["naive_cpu_s"] / row[f"{method}_cpu_s"]
+                row[f"{method}_max_abs_diff"] = (results[method][0] - results["naive"][0]).abs().max().item()
+    return row
 
 
 def training_share(iterations: int, overrides: list[str] | None = None) -> dict[str, float]:
@@ -161,6 +183,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     p.add_argument("--context-len", type=int, default=240, help="mean context length |x|")
     p.add_argument("--reasoning-len", type=int, default=24, help="mean reasoning length |z|")
     p.add_argument("--jitter", type=float, default=0.25, help="relative +- length jitter (ragged batches)")
+    p.add_argument("--shared", type=float, default=0.5,
+                   help="stem fraction of the templated reasonings (second row per N; 0 = random only)")
     p.add_argument("--batch-size", type=int, default=None, help="rows per forward (default 64)")
     p.add_argument("--repeats", type=int, default=1, help="best-of repeats per method")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -186,29 +210,34 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     # Wall time is what a user waits for; CPU (process) time is shown too because on a
     # shared CPU box other processes inflate wall time unevenly.
     header = (
-        f"{'N':>4} {'M':>4} {'|x|':>5} {'|z|':>4} {'cached s':>9} {'naive s':>9} {'speed-up':>9}"
-        f" {'cached cpu':>11} {'naive cpu':>10} {'cpu ratio':>10} {'max|diff|':>10}"
+        f"{'N':>4} {'M':>4} {'|x|':>5} {'|z|':>4} {'shared':>6} {'tree s':>7} {'cached s':>9} {'naive s':>8}"
+        f" {'tree x':>7} {'cached x':>9} {'tree cpu x':>11} {'cached cpu x':>13} {'max|diff|':>10}"
     )
     print(header)
     print("-" * len(header))
+    shares = [0.0] + ([args.shared] if args.shared > 0 else [])
     for n in columns:
-        row = run_case(
-            model,
-            num_columns=n,
-            num_reasonings=m,
-            context_len=args.context_len,
-            reasoning_len=args.reasoning_len,
-            jitter=args.jitter,
-            batch_size=args.batch_size,
-            repeats=args.repeats,
-        )
-        rows.append(row)
-        print(
-            f"{row['N']:>4} {row['M']:>4} {row['ctx']:>5} {row['z']:>4} {row['cached_s']:>9.2f} "
-            f"{row['naive_s']:>9.2f} {row['speedup']:>8.1f}x {row['cached_cpu_s']:>11.2f} "
-            f"{row['naive_cpu_s']:>10.2f} {row['cpu_speedup']:>9.1f}x {row['max_abs_diff']:>10.1e}",
-            flush=True,
-        )
+        for shared in shares:
+            row = run_case(
+                model,
+                num_columns=n,
+                num_reasonings=m,
+                context_len=args.context_len,
+                reasoning_len=args.reasoning_len,
+                jitter=args.jitter,
+                shared=shared,
+                batch_size=args.batch_size,
+                repeats=args.repeats,
+            )
+            rows.append(row)
+            diff = max(row["tree_max_abs_diff"], row["cached_max_abs_diff"])
+            print(
+                f"{row['N']:>4} {row['M']:>4} {row['ctx']:>5} {row['z']:>4} {shared:>6.2f} {row['tree_s']:>7.2f} "
+                f"{row['cached_s']:>9.2f} {row['naive_s']:>8.2f} {row['tree_speedup']:>6.1f}x "
+                f"{row['cached_speedup']:>8.1f}x {row['tree_cpu_speedup']:>10.1f}x "
+                f"{row['cached_cpu_speedup']:>12.1f}x {diff:>10.1e}",
+                flush=True,
+            )
     if args.share:
         share = training_share(args.share)
         print(f"default training, {share['iterations']} iterations: {share['train_s']:.1f} s, "

@@ -133,6 +133,17 @@ def test_monitor_is_reproducible_and_checkpointable(tiny_model, diverse_records)
     assert next_a == next_c
 
 
+def test_monitor_methods_agree(tiny_model, diverse_records):
+    # the default (prefix tree) and the reference naive scoring give the same metrics
+    model, tok = tiny_model
+    out = {}
+    for method in ("auto", "naive"):
+        out[method] = CollapseMonitor(model, tok, num_pairs=8, every=1, seed=5, method=method)(diverse_records)
+    for key, value in out["naive"].items():
+        if key.startswith("collapse/"):
+            assert out["auto"][key] == pytest.approx(value, abs=1e-4), key
+
+
 def test_monitor_with_no_reasoning_reports_zero_valid_rate(tiny_model):
     model, tok = tiny_model
     chats = [
@@ -170,3 +181,5 @@ def test_monitor_rejects_bad_settings(tiny_model):
         CollapseMonitor(model, tok, num_pairs=0)
     with pytest.raises(ValueError):
         CollapseMonitor(model, tok, every=0)
+    with pytest.raises(ValueError, match="method"):
+        CollapseMonitor(model, tok, method="fast")

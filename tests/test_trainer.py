@@ -187,6 +187,10 @@ def test_snr_filter_and_collapse_tags_are_logged(ragen_cache_dir, tmp_path):
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
         ("sft.noise_kind=gaussian", "sft.noise_kind"),
         ("algo.minibatch=rows", "algo.minibatch"),
+        ("diagnostics.mi.every=0", "diagnostics.mi.every"),
+        ("diagnostics.mi.num_pairs=-4", "diagnostics.mi.num_pairs"),
+        ("diagnostics.mi.method=fast", "diagnostics.mi.method"),
+        ("diagnostics.mi.dtype=int8", "diagnostics.mi.dtype"),
     ],
 )
 def test_config_errors_are_raised_before_any_model_is_built(override, key, tmp_path, monkeypatch):

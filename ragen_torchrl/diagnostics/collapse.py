@@ -29,7 +29,7 @@ import time
 import torch
 from tensordict import TensorDictBase
 
-from .cross_scoring import cross_score
+from .cross_scoring import METHODS, cross_score
 from .entropy import entropy_metrics
 from .mi import MIProxyTracker, equivalence_from_keys, sample_first_turn_pairs, sample_trajectory_uniform_pairs
 
@@ -59,12 +59,19 @@ class CollapseMonitor:
         every: compute on iterations ``0, every, 2*every, ...`` (paper: 5).
         seed: sampling seed.
         think_tag: the opening reasoning tag appended to the context.
+        method: :func:`cross_score` method (default ``"auto"``: the prefix-tree path where
+            the model supports it).
+        dtype: score in this dtype (e.g. ``"float32"`` for a bfloat16 policy; see
+            :func:`cross_score`); ``None`` = the model's own.
     """
 
     def __init__(self, model, tokenizer, *, num_pairs: int = 64, every: int = 5, seed: int = 0,
-                 think_tag: str = "<think>") -> None:
+                 think_tag: str = "<think>", method: str = "auto", dtype=None) -> None:
         if num_pairs < 1 or every < 1:
             raise ValueError(f"num_pairs and every must be >= 1, got {num_pairs}, {every}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.method, self.dtype = method, dtype
         self.model, self.tokenizer = model, tokenizer
         self.num_pairs, self.every, self.think_tag = num_pairs, every, think_tag
         self.generator = torch.Generator().manual_seed(seed)
@@ -97,7 +104,8 @@ class CollapseMonitor:
         own = sample.true_cols[keep] if name == "trajectory" else None
         # the trajectory scheme also yields each reasoning's entropy under its own prompt,
         # read off the same cross-scoring passes (no extra forward)
-        scored = cross_score(self.model, contexts, [zs[i] for i in keep], entropy_cols=own)
+        scored = cross_score(self.model, contexts, [zs[i] for i in keep], entropy_cols=own,
+                             method=self.method, dtype=self.dtype)
         mean_lp, sum_lp = scored[0], scored[1]
         equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
         metrics = self.trackers[name](mean_lp, sample.true_cols[keep], seq_log_probs=sum_lp, col_equivalence=equiv)

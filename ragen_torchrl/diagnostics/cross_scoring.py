@@ -476,6 +476,7 @@ def cross_score(
     method: str = "auto",
     batch_size: int | None = None,
     entropy_cols: Sequence[int] | torch.Tensor | None = None,
+    dtype: torch.dtype | str | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Teacher-forced log-likelihood of every reasoning under every context.
 
@@ -496,6 +497,11 @@ def cross_score(
         entropy_cols: optional ``[M]`` column index per reasoning; then a third output holds
             each reasoning's mean token entropy under that column's context, read off the
             same passes.
+        dtype: score in this dtype instead of the model's own (``None``, default). A
+            bfloat16 / float16 policy scored with ``dtype=torch.float32`` runs on a
+            temporary float32 copy of its weights (the model itself is untouched): the same
+            parameters, evaluated without half-precision rounding, so that the scoring
+            methods agree to ~1e-6 again (see Notes). Costs one float32 copy of the weights.
         batch_size: maximum number of (context, reasoning) rows per forward pass
             (default :data:`DEFAULT_BATCH_SIZE` = 64; the tree path feeds at most as many
             tokens per pass). Lower it for large models / long contexts; the cached path
@@ -549,6 +555,16 @@ def cross_score(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if dtype is not None:
+        if isinstance(dtype, str):
+            if not isinstance(getattr(torch, dtype, None), torch.dtype) or not getattr(torch, dtype).is_floating_point:
+                raise ValueError(f"dtype must be a floating torch dtype or its name, got {dtype!r}")
+            dtype = getattr(torch, dtype)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch dtype or its name, got {dtype!r}")
+        if dtype != _model_dtype(model):
+            # a throw-away copy: casting the policy in place would touch optimizer-held tensors
+            model = copy.deepcopy(model).to(dtype)
     if method == "tree" and not tree_supported(model):
         raise ValueError(
             "method='tree' needs full attention with a custom 4-D mask (sdpa or eager attention, no "

@@ -63,6 +63,16 @@ def validate_config(cfg: DictConfig) -> None:
     for key in ("algo.entropy_coeff", "algo.kl_coeff", "algo.max_grad_norm", "rollout.temperature",
                 "trainer.val_temperature"):
         check_positive_float(cfg, key, allow_zero=True)
+    if _get(cfg, "diagnostics.mi") is not None:
+        check_positive_int(cfg, "diagnostics.mi.every")
+        check_positive_int(cfg, "diagnostics.mi.num_pairs")
+        from ..diagnostics.cross_scoring import METHODS
+
+        if _get(cfg, "diagnostics.mi.method") not in (None, *METHODS):
+            raise ConfigError(f"diagnostics.mi.method must be one of {METHODS}, got {_get(cfg, 'diagnostics.mi.method')!r}")
+        dtype = _get(cfg, "diagnostics.mi.dtype")
+        if dtype not in (None, "float32", "float64", "bfloat16", "float16"):
+            raise ConfigError(f"diagnostics.mi.dtype must be null, float32, float64, bfloat16 or float16, got {dtype!r}")
     if _get(cfg, "sft.noise_kind") not in (None, "uniform", "heuristic"):
         raise ConfigError(f"sft.noise_kind must be 'uniform' or 'heuristic', got {_get(cfg, 'sft.noise_kind')!r}")
     if _get(cfg, "algo.minibatch") not in (None, "group", "row"):

@@ -194,7 +194,8 @@ class Trainer:
         self.collapse = None
         if mi.get("enabled", False):
             self.collapse = CollapseMonitor(self.model, self.tokenizer, num_pairs=int(mi.num_pairs),
-                                            every=int(mi.every), seed=int(cfg.seed))
+                                            every=int(mi.every), seed=int(cfg.seed),
+                                            method=mi.get("method") or "auto", dtype=mi.get("dtype"))
 
         from torchrl.record.loggers import TensorboardLogger
 
