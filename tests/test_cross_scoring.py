@@ -287,3 +287,19 @@ def test_bfloat16_policy_scored_in_float32_matches_naive_to_1e4(method):
         cross_score(model, ctx, zs, dtype="int8")
     with pytest.raises(ValueError, match="dtype"):
         cross_score(model, ctx, zs, dtype="flot32")
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_tree_on_llama_with_both_mask_taking_attention_kernels(attn):
+    # the tree mask is an additive 4-D float mask: both kernels must apply it as given
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, attn_implementation=attn,
+    )).eval()
+    ctx, zs = _templated(2)
+    _, sum_n = cross_score(llama, ctx, zs, method="naive")
+    _, sum_t = cross_score(llama, ctx, zs, method="tree", batch_size=2)
+    assert (sum_t - sum_n).abs().max() < 1e-4
