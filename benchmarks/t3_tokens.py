@@ -38,6 +38,7 @@ Example (programmatic):
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import time
 
@@ -222,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
         base_tokens = rows[False]["t3/rollout_tokens"]
         for t3, s in rows.items():
             delta = (s["t3/rollout_tokens"] - base_tokens) / base_tokens * 100 if base_tokens else 0.0
+            tps = s["t3/tokens_per_success"]
+            tps_text = "no succ" if math.isnan(tps) else f"{tps:.1f}"  # undefined without a success
             print(f"{task:<22} {'on' if t3 else 'off':<4} {s['success']:>7.3f} {s['reward']:>7.3f} "
-                  f"{s['t3/rollout_tokens']:>8.0f} {s['t3/tokens_per_success']:>9.1f} {s['turns']:>6.2f} "
+                  f"{s['t3/rollout_tokens']:>8.0f} {tps_text:>9} {s['turns']:>6.2f} "
                   f"{100 * s['t3/truncation_rate']:>6.1f}% {s['t3/mean_turns_saved']:>6.2f} {delta:>+7.1f}% "
                   f"{s['secs']:>6.1f}", flush=True)
 
