@@ -427,6 +427,7 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
             anc = tree.ancestors.to(device)
             depth = tree.depth.to(device)
             node_parent, node_tokens = tree.node_parent.to(device), tree.node_tokens.to(device)
+            path = tree.path.to(device, torch.float64)
             for c0 in range(0, pcols.numel(), ctx_per_pass):
                 local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
                 cols = pcols[local.cpu()]
@@ -451,17 +452,20 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
                 logits = out.logits.to(sum_lp.dtype)
                 lse = torch.logsumexp(logits, dim=-1)                       # [cb, S]
                 node_lp = logits[:, node_parent, node_tokens] - lse[:, node_parent]  # [cb, T]
-                # each reasoning's sum over its path, in float64 so that the many zero terms
-                # cannot add rounding the per-pair sum does not have
-                lp = (node_lp.double() @ tree.path.to(device, torch.float64).T).to(sum_lp.dtype).cpu()
+                # each reasoning's sum over its path; in float64 because the order of the terms
+                # differs from a per-pair sum, whose float32 rounding we want to stay within
+                lp = (node_lp.double() @ path.T).to(sum_lp.dtype).cpu()
                 sum_lp[gi.unsqueeze(0), cols.unsqueeze(1)] = lp
                 if ent_cols is not None:
                     own = (ent_cols[gi].unsqueeze(1) == cols.unsqueeze(0)).nonzero()  # (k in g, row)
                     if own.numel():
-                        rows = own[:, 1].to(device)
+                        # per-slot entropy of each context row needed (once per row), then each
+                        # reasoning's mean over the slots that predict its tokens
+                        rows, row_of = own[:, 1].unique(return_inverse=True)
+                        rows = rows.to(device)
                         h = token_entropy(logits[rows].reshape(-1, 1, logits.shape[-1]),
                                           torch.ones(rows.numel() * s_in, 1, dtype=torch.bool, device=device))
-                        h = h.view(rows.numel(), s_in).double()
+                        h = h.view(rows.numel(), s_in).double()[row_of.to(device)]
                         pred = tree.predictors[own[:, 0]].to(device, torch.float64)
                         ent[gi[own[:, 0]]] = ((h * pred).sum(-1) / tree.lengths[own[:, 0]].to(device)).float().cpu()
                 del out, kwargs, logits
