@@ -303,3 +303,42 @@ def test_tree_on_llama_with_both_mask_taking_attention_kernels(attn):
     _, sum_n = cross_score(llama, ctx, zs, method="naive")
     _, sum_t = cross_score(llama, ctx, zs, method="tree", batch_size=2)
     assert (sum_t - sum_n).abs().max() < 1e-4
+
+
+def _chat_like(seed: int):
+    """Contexts with a shared head (like a system prompt), including two that differ only in
+    their last token and one that is the head plus one token, and templated reasonings."""
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(VOCAB, (9,), generator=g)
+    tails = [torch.randint(VOCAB, (n,), generator=g) for n in (1, 4, 11, 6)]
+    ctx = [torch.cat([head, t]) for t in tails]
+    ctx.append(torch.cat([head, tails[1][:-1], (tails[1][-1:] + 1) % VOCAB]))  # last token differs
+    _, zs = _templated(seed)
+    return ctx, zs
+
+
+@pytest.mark.parametrize("method", ["cached", "tree"])
+@pytest.mark.parametrize("batch_size", [2, 64])
+def test_shared_context_head_is_encoded_once_and_exactly(model, method, batch_size):
+    ctx, zs = _chat_like(10)
+    _, sum_n = cross_score(model, ctx, zs, method="naive")
+    fed = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append(int(kwargs["input_ids"].numel())), with_kwargs=True)
+    try:
+        _, sum_c = cross_score(model, ctx, zs, method=method, batch_size=batch_size)
+    finally:
+        hook.remove()
+    assert (sum_c - sum_n).abs().max() < 1e-4
+    if batch_size == 64:  # one prefix pass: the 9-token head once, then 5 rests of width 10
+        assert fed[:2] == [9, 5 * 10]
+
+
+def test_contexts_differing_only_in_their_last_token(model):
+    # their cached prefixes are all the shared head: no per-context rest pass at all
+    ctx, zs = _chat_like(11)
+    pair = [ctx[1], ctx[4]]
+    _, sum_n = cross_score(model, pair, zs, method="naive")
+    for method in ("cached", "tree"):
+        _, sum_c = cross_score(model, pair, zs, method=method)
+        assert (sum_c - sum_n).abs().max() < 1e-4

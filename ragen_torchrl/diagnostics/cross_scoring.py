@@ -282,12 +282,30 @@ def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
     return sum_lp, ent
 
 
-def _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
+def _common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
+    """Number of leading tokens shared by every sequence."""
+    n = min(int(t.numel()) for t in seqs)
+    if n == 0:
+        return 0
+    stacked = torch.stack([t[:n] for t in seqs])
+    same = (stacked == stacked[:1]).all(0)
+    return n if bool(same.all()) else int((~same).nonzero()[0])
+
+
+def _checked_cache(out: Any) -> Any:
+    cache = _output_cache(out)
+    if cache is None:
+        raise RuntimeError("model did not return a KV cache; use method='naive'")
+    return cache
+
+
+def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
     """Encode the context prefixes ``x_j[:-1]``, longest first, up to ``batch_size`` per pass.
 
     Yields ``(cols, lens, base, last_tok)``: the context indices of the pass (sorted by
     length, descending), their lengths, the KV cache of their right-padded prefixes (``None``
-    when every context is one token long) and their last tokens. The last context token is
+    when every context is one token long) and their last tokens. A head shared by all the
+    prefixes of a pass is encoded once. The last context token is
     scored together with the reasoning (it produces the logits of ``z_0``), so only
     ``x[:-1]`` is cached: no ragged per-context logit row has to be gathered from the prefix
     pass (a ``[B, |x|, V]`` tensor for real vocabularies).
@@ -300,21 +318,36 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
         cols = ctx_order[p0 : p0 + batch_size]
         lens = ctx_len[cols].to(device)
         width = int(lens.max()) - 1
+        last_tok = torch.stack([contexts[j][-1] for j in cols.tolist()]).to(device)
         base = None
         if width > 0:
-            prefix, _ = _pad_right([contexts[j][:-1] for j in cols.tolist()], device)
-            # No attention mask: with right padding every real prefix token only attends to
-            # real tokens before it (causal), so its keys/values are exact; the pads get
-            # finite garbage keys/values that the reasoning pass masks out. (A padding mask
-            # here would leave all-masked query rows for 1-token contexts, whose undefined
-            # outputs would then leak into the cache through later layers.)
+            prefixes = [contexts[j][:-1] for j in cols.tolist()]
             kwargs = {"logits_to_keep": 1} if has_logits_to_keep else {}
-            out = model(input_ids=prefix, use_cache=True, **kwargs)
-            base = _output_cache(out)
-            if base is None:
-                raise RuntimeError("model did not return a KV cache; use method='naive'")
+            # No attention mask: with right padding every real prefix token only attends to
+            # real tokens before it (causal), so its keys/values are exact; the pads get finite
+            # garbage keys/values that the reasoning pass masks out. (A padding mask here would
+            # leave all-masked query rows for 1-token contexts, whose undefined outputs would
+            # then leak into the cache through later layers.)
+            # Chat-templated contexts share a long head (system prompt, instructions): it is
+            # encoded once, and each context's rest on top of it (right-padded the same way).
+            shared = _common_prefix_len(prefixes) if len(prefixes) > 1 else 0
+            if shared >= 2:
+                out = model(input_ids=prefixes[0][:shared].unsqueeze(0).to(device), use_cache=True, **kwargs)
+                head = _select_cache(_checked_cache(out), torch.zeros(len(prefixes), dtype=torch.long, device=device), shared)
+                del out
+                rest = [p[shared:] for p in prefixes]
+                rest_ids, _ = _pad_right(rest, device)
+                if rest_ids.shape[1] == 0:  # the prefixes are all the shared head
+                    yield cols, lens, head, last_tok
+                    continue
+                pos = shared + torch.arange(rest_ids.shape[1], device=device)
+                out = model(input_ids=rest_ids, position_ids=pos.unsqueeze(0).expand(len(rest), -1),
+                            use_cache=True, **{cache_name: head}, **kwargs)
+            else:
+                prefix, _ = _pad_right(prefixes, device)
+                out = model(input_ids=prefix, use_cache=True, **kwargs)
+            base = _checked_cache(out)
             del out
-        last_tok = torch.stack([contexts[j][-1] for j in cols.tolist()]).to(device)
         yield cols, lens, base, last_tok
 
 
@@ -341,7 +374,7 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
     z_padded = [_pad_right([reasonings[i] for i in zc], device) for zc in z_chunks]
     z_index = [torch.tensor(zc) for zc in z_chunks]
 
-    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
+    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
         for c0 in range(0, pcols.numel(), ctx_per_pass):
             local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
             cols = pcols[local.cpu()]
@@ -418,7 +451,7 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
     trees = [build_prefix_tree([reasonings[i] for i in g]) for g in groups]
     neg = torch.finfo(dtype).min
 
-    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep):
+    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
         for g, tree in zip(groups, trees):
             gi = torch.tensor(g)
             s_in = tree.num_inputs
