@@ -356,6 +356,19 @@ def _prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
     return (torch.arange(plen, device=lens.device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
 
 
+def _context_chunks(pcols: torch.Tensor, plens: torch.Tensor, per_pass: int):
+    """Split one prefix pass's contexts into scoring passes of ``per_pass`` contexts.
+
+    Yields ``(local, cols, lens, plen)``: row indices into the prefix cache (on the model's
+    device), the context indices, their lengths and the longest cached prefix of the chunk
+    (the chunk's first, as the pass is sorted by length, descending).
+    """
+    for c0 in range(0, pcols.numel(), per_pass):
+        local = torch.arange(c0, min(c0 + per_pass, pcols.numel()), device=plens.device)
+        lens = plens[local]
+        yield local, pcols[local.cpu()], lens, int(lens.max()) - 1
+
+
 def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
     device = _model_device(model)
     m, n = len(reasonings), len(contexts)
@@ -375,12 +388,8 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
     z_index = [torch.tensor(zc) for zc in z_chunks]
 
     for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
-        for c0 in range(0, pcols.numel(), ctx_per_pass):
-            local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
-            cols = pcols[local.cpu()]
+        for local, cols, lens, plen in _context_chunks(pcols, plens, ctx_per_pass):
             cb = local.numel()
-            lens = plens[local]
-            plen = int(lens.max()) - 1  # sorted descending: the first one
             pmask = _prefix_mask(lens, plen)
             for zc, zi, (z_ids, z_lens) in zip(z_chunks, z_index, z_padded):
                 mb = len(zc)
@@ -436,8 +445,8 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
     device = _model_device(model)
     m, n = len(reasonings), len(contexts)
     ent = torch.full((m,), float("nan"))
-    sum_lp = torch.zeros(m, n, dtype=_score_dtype(_model_dtype(model)))
     dtype = _model_dtype(model)
+    sum_lp = torch.zeros(m, n, dtype=_score_dtype(dtype))
     # A pass feeds at most as many query tokens as a per-pair pass of `batch_size`
     # reasonings would: `budget` slots per forward, split over the contexts of the pass.
     # Each tree is capped at about one context length of slots: every slot attends to all
@@ -461,12 +470,8 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
             depth = tree.depth.to(device)
             node_parent, node_tokens = tree.node_parent.to(device), tree.node_tokens.to(device)
             path = tree.path.to(device, torch.float64)
-            for c0 in range(0, pcols.numel(), ctx_per_pass):
-                local = torch.arange(c0, min(c0 + ctx_per_pass, pcols.numel()), device=device)
-                cols = pcols[local.cpu()]
+            for local, cols, lens, plen in _context_chunks(pcols, plens, ctx_per_pass):
                 cb = local.numel()
-                lens = plens[local]
-                plen = int(lens.max()) - 1  # sorted descending: the first one
                 inp = inp_tree.unsqueeze(0).repeat(cb, 1)
                 inp[:, 0] = last_tok[local]
                 # Additive 4-D mask [cb, 1, S, plen + S]: the real prefix slots, then the tree
@@ -593,12 +598,10 @@ def cross_score(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if dtype is not None:
-        if isinstance(dtype, str):
-            if not isinstance(getattr(torch, dtype, None), torch.dtype) or not getattr(torch, dtype).is_floating_point:
-                raise ValueError(f"dtype must be a floating torch dtype or its name, got {dtype!r}")
-            dtype = getattr(torch, dtype)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+        if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
             raise ValueError(f"dtype must be a floating torch dtype or its name, got {dtype!r}")
+        dtype = resolved
         if dtype != _model_dtype(model):
             # a throw-away copy: casting the policy in place would touch optimizer-held tensors
             model = copy.deepcopy(model).to(dtype)
