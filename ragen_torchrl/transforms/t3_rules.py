@@ -7,28 +7,35 @@ step ``info``; it returns True when the trajectory should be truncated at this t
 returning True while the condition holds). ``reset(initial_progress=None)`` starts a new episode;
 the optional initial progress is the baseline of the first comparison.
 
+A malformed turn (``info["malformed"] = True``: no parsable query) makes no epistemic progress, so
+every rule counts it as a stalled turn (REFERENCE §3: "a malformed turn makes no epistemic progress,
+so it counts toward the stall window").
+
 Baseline of "did it improve": ``info["progress_before"]`` when present (the T3 games always put it
 there), else the previous ``update``'s progress, else ``reset``'s ``initial_progress``; with none of
 them the first update only records the baseline and never fires.
 
 Rules and the paper defaults (:func:`make_rule`):
 
-* GuessNumbers: :class:`OutsideHypothesisRule` OR :class:`ShrinkStallRule`, k = 1 (a guess
-  outside ``H_{t-1}``, or ``|H|`` not shrinking).
-* CircuitDecoding: :class:`ShrinkStallRule`, k = 3, ``cumulative=True`` like the reference code
-  (stalled turns are counted over the episode and never reset); ``cumulative=False`` counts
-  consecutive stalls as the paper's text reads.
+* GuessNumbers: :class:`ShrinkStallRule`, k = 1 (``|H|`` not shrinking: the rule of the T3 paper,
+  "Reducing Belief Deviation in RL for Active Reasoning"). ``outside_trigger=True`` adds
+  :class:`OutsideHypothesisRule` (k guesses outside ``H_{t-1}``; not in the paper, off by default).
+* CircuitDecoding: :class:`ShrinkStallRule`, k = 3, ``cumulative=False``: k *consecutive* stalls,
+  the paper's "for all tau in [t-k, t)"; ``cumulative=True`` is the reference code (stalled turns
+  counted over the episode, never reset).
 * SituationPuzzles: :class:`ConsecutiveUnknownRule`, k = 5.
-* PreferenceEstimation: :class:`SimilarityDecreaseRule`, k = 2.
+* PreferenceEstimation: :class:`SimilarityDecreaseRule`, k = 2: k consecutive turns without an
+  improvement of ``cos(v̂_t, v*)`` (not increasing, or no new estimate), counted once a first
+  estimate exists.
 * MovieRecommendation: :class:`SimilarityDecreaseRule`, k = 2; with ``unsupervised=True``
-  :class:`EstimateDriftRule` (mean of the last 4 estimate steps below 0.28).
+  :class:`EstimateDriftRule` (mean of the last 4 raw estimate steps below 0.28).
 
 Example:
     >>> rule = make_rule("GuessNumbers")
     >>> rule.reset(5040)
-    >>> rule.update(1440, {"guess_in_previous_hypotheses": True})
+    >>> rule.update(1440, {})
     False
-    >>> rule.update(1440, {"guess_in_previous_hypotheses": True})
+    >>> rule.update(1440, {})  # |H| did not shrink for k = 1 turn
     True
 """
 
@@ -53,7 +60,10 @@ __all__ = [
 
 
 class StallRule(ABC):
-    """Common interface: ``update(progress, info) -> bool`` and ``reset(initial_progress=None)``."""
+    """Common interface: ``update(progress, info) -> bool`` and ``reset(initial_progress=None)``.
+
+    ``info["malformed"]`` True marks a turn without a parsable query: a stalled turn for every rule.
+    """
 
     def __init__(self) -> None:
         self._prev: float | None = None
@@ -111,9 +121,9 @@ class ShrinkStallRule(StallRule):
         self.stalls = 0
 
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
-        if before is None:
+        if before is None and not info.get("malformed", False):
             return False
-        if before - progress <= self.min_delta:
+        if info.get("malformed", False) or before - progress <= self.min_delta:
             self.stalls += 1
         elif not self.cumulative:
             self.stalls = 0
@@ -121,11 +131,33 @@ class ShrinkStallRule(StallRule):
 
 
 class OutsideHypothesisRule(StallRule):
-    """GuessNumbers: fires at once when the guess was outside ``H_{t-1}``
-    (``info["guess_in_previous_hypotheses"] is False``; a missing key never fires)."""
+    """GuessNumbers option (not in the paper): fires once ``k`` consecutive guesses were outside
+    ``H_{t-1}`` (``info["guess_in_previous_hypotheses"] is False``; a missing key counts as inside;
+    a malformed turn counts as outside). ``cumulative=True`` counts them over the episode.
+
+    Example:
+        >>> rule = OutsideHypothesisRule(k=2)
+        >>> [rule.update(10, {"guess_in_previous_hypotheses": v}) for v in (False, True, False, False)]
+        [False, False, False, True]
+    """
+
+    def __init__(self, k: int = 1, cumulative: bool = False) -> None:
+        super().__init__()
+        if int(k) < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = int(k)
+        self.cumulative = bool(cumulative)
+        self.outside = 0
+
+    def _reset_state(self) -> None:
+        self.outside = 0
 
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
-        return info.get("guess_in_previous_hypotheses", True) is False
+        if info.get("malformed", False) or info.get("guess_in_previous_hypotheses", True) is False:
+            self.outside += 1
+        elif not self.cumulative:
+            self.outside = 0
+        return self.outside >= self.k
 
 
 class ConsecutiveUnknownRule(StallRule):
@@ -147,7 +179,9 @@ class ConsecutiveUnknownRule(StallRule):
         self.count = 0
 
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
-        if "judge_answer" in info:
+        if info.get("malformed", False):
+            self.count += 1  # no question asked: no answer either
+        elif "judge_answer" in info:
             self.count = 0 if info["judge_answer"] in ("Yes", "No") else self.count + 1
         else:
             self.count = int(progress)
@@ -155,37 +189,90 @@ class ConsecutiveUnknownRule(StallRule):
 
 
 class SimilarityDecreaseRule(StallRule):
-    """PreferenceEstimation / MovieRecommendation: ``progress`` = ``cos(v̂_t, v*)`` decreased (by
-    more than ``min_delta``) on ``k`` consecutive turns; any other turn resets the count."""
+    """PreferenceEstimation / MovieRecommendation: ``progress`` = ``cos(v̂_t, v*)``.
 
-    def __init__(self, k: int = 2, min_delta: float = 0.0) -> None:
+    A turn is a *stall* when it does not improve the similarity: the cosine did not increase by
+    more than ``min_delta``, or the turn carried no new estimate (``info["estimate_updated"]``, or
+    ``info["estimate_reported"]``, is False; with neither key every turn counts as carrying one),
+    or it was malformed. Stalls are counted only once a first estimate exists: the turn that gives
+    the first estimate is the baseline, not a comparison (a first estimate with a negative cosine
+    is not a decrease). ``k`` consecutive stalls fire; an improving turn resets the count.
+
+    ``require_decrease=True`` counts only strict decreases as stalls (a turn without a new
+    estimate, or with an equal cosine, then resets the count) -- the literal "similarity
+    decreases" reading of the paper's summary; off by default.
+
+    Example:
+        >>> rule = SimilarityDecreaseRule(k=2)
+        >>> [rule.update(c, {"estimate_updated": True}) for c in (-0.3, 0.5, 0.5)]
+        [False, False, False]
+        >>> rule.update(0.5, {"estimate_updated": False})  # repeating itself: second stall
+        True
+    """
+
+    def __init__(self, k: int = 2, min_delta: float = 0.0, require_decrease: bool = False) -> None:
         super().__init__()
         if int(k) < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         self.k = int(k)
         self.min_delta = float(min_delta)
+        self.require_decrease = bool(require_decrease)
         self.decreases = 0
+        self.started = False
+        self._last_cos: float | None = None
 
     def _reset_state(self) -> None:
         self.decreases = 0
+        self.started = False
+        self._last_cos = None
+
+    @staticmethod
+    def _estimate_updated(info: Mapping[str, Any]) -> bool:
+        if "estimate_updated" in info:
+            return bool(info["estimate_updated"])
+        if "estimate_reported" in info:
+            return bool(info["estimate_reported"])
+        return True
 
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
-        if before is not None and progress < before - self.min_delta:
-            self.decreases += 1
+        malformed = bool(info.get("malformed", False))
+        updated = not malformed and self._estimate_updated(info)
+        if not self.started:
+            # the first estimate is the baseline of the comparisons, never a stall itself
+            if updated:
+                self.started = True
+                self._last_cos = progress
+            return False
+        # baseline: the similarity of the previous estimate (the game's progress_before when given)
+        base = before if before is not None else self._last_cos
+        if self.require_decrease:
+            stall = updated and base is not None and progress < base - self.min_delta
         else:
-            self.decreases = 0
+            stall = (not updated) or base is None or progress <= base + self.min_delta
+        if updated:
+            self._last_cos = progress
+        self.decreases = self.decreases + 1 if stall else 0
         return self.decreases >= self.k
 
 
-def _unit(v: Sequence[float]) -> list[float]:
-    n = math.sqrt(sum(x * x for x in v))
-    return [x / n for x in v] if n > 0 else [0.0 for _ in v]
-
-
 class EstimateDriftRule(StallRule):
-    """Unsupervised MovieRecommendation variant: the agent's estimate stopped moving — the mean of
-    the last ``window`` step sizes ``||v̂_t - v̂_{t-1}||`` (unit-normalised estimates, read from
-    ``info["estimate"]``) is below ``threshold``. Turns without an estimate are skipped."""
+    """Unsupervised MovieRecommendation variant (reference code): the agent's estimate stopped
+    moving -- the mean of the last ``window`` step sizes ``||v̂_t - v̂_{t-1}||`` over the *raw*,
+    unnormalised estimates (``info["estimate"]`` when ``info["estimate_updated"]``, or
+    ``info["estimate_reported"]``, is True) is below ``threshold``. Once a first estimate exists, a
+    turn without a new estimate (or a malformed turn) is a step of size 0 (zero movement).
+
+    Example:
+        >>> rule = EstimateDriftRule(window=2, threshold=0.28)
+        >>> rule.update(0, {"estimate": [1.0, 0.0], "estimate_reported": True})
+        False
+        >>> rule.update(0, {"estimate": [2.0, 0.0], "estimate_reported": True})  # step 1.0
+        False
+        >>> rule.update(0, {"estimate_reported": False})  # steps [1.0, 0.0]: mean 0.5
+        False
+        >>> rule.update(0, {"estimate_reported": False})  # steps [0.0, 0.0]
+        True
+    """
 
     def __init__(self, window: int = 4, threshold: float = 0.28) -> None:
         super().__init__()
@@ -202,11 +289,19 @@ class EstimateDriftRule(StallRule):
 
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
         est = info.get("estimate")
-        if est is not None:
-            cur = _unit([float(x) for x in est])
-            if self._last is not None and len(self._last) == len(cur):
-                self.steps.append(math.sqrt(sum((a - b) ** 2 for a, b in zip(cur, self._last))))
+        updated = not info.get("malformed", False) and est is not None
+        if updated and ("estimate_updated" in info or "estimate_reported" in info):
+            updated = bool(info.get("estimate_updated", info.get("estimate_reported")))
+        if updated:
+            cur = [float(x) for x in est]
+            if self._last is not None:
+                if len(self._last) == len(cur):
+                    self.steps.append(math.sqrt(sum((a - b) ** 2 for a, b in zip(cur, self._last))))
+                else:
+                    self.steps.append(0.0)
             self._last = cur
+        elif self._last is not None:
+            self.steps.append(0.0)  # no new estimate: the belief did not move
         if len(self.steps) < self.window:
             return False
         recent = self.steps[-self.window:]
@@ -243,7 +338,7 @@ class AnyRule(StallRule):
 #: task name -> (k, cumulative) paper defaults
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "GuessNumbers": {"k": 1, "cumulative": False},
-    "CircuitDecoding": {"k": 3, "cumulative": True},
+    "CircuitDecoding": {"k": 3, "cumulative": False},
     "SituationPuzzles": {"k": 5, "cumulative": None},
     "PreferenceEstimation": {"k": 2, "cumulative": None},
     "MovieRecommendation": {"k": 2, "cumulative": None},
@@ -264,12 +359,21 @@ def make_rule(
     k: int | None = None,
     cumulative: bool | None = None,
     unsupervised: bool = False,
+    outside_trigger: bool = False,
 ) -> StallRule:
     """The T3 rule of a task with the paper defaults (``k``/``cumulative`` override them).
 
     Task names are matched ignoring case, ``_``, ``-`` and spaces (``"guess_numbers"`` works).
     ``cumulative`` applies to the hypothesis-shrink tasks only (GuessNumbers, CircuitDecoding).
     ``unsupervised=True`` (MovieRecommendation only) gives :class:`EstimateDriftRule`.
+    ``outside_trigger=True`` (GuessNumbers only) adds :class:`OutsideHypothesisRule` with the same
+    ``k`` and ``cumulative`` (a guess outside ``H_{t-1}``; not in the paper, off by default).
+
+    Example:
+        >>> make_rule("circuit_decoding").cumulative  # the paper: consecutive stalls
+        False
+        >>> type(make_rule("GuessNumbers", outside_trigger=True)).__name__
+        'AnyRule'
 
     Raises:
         ValueError: unknown task (the message lists the valid names), or an option that does not
@@ -286,9 +390,15 @@ def make_rule(
         )
     if unsupervised and task != "MovieRecommendation":
         raise ValueError(f"unsupervised applies to MovieRecommendation only, not {task}")
+    if outside_trigger and task != "GuessNumbers":
+        raise ValueError(f"outside_trigger applies to GuessNumbers only, not {task}")
+    if kk < 1:
+        raise ValueError(f"t3.k must be >= 1, got {k}")
     cum = defaults["cumulative"] if cumulative is None else bool(cumulative)
     if task == "GuessNumbers":
-        rule: StallRule = AnyRule(OutsideHypothesisRule(), ShrinkStallRule(kk, cumulative=cum))
+        rule: StallRule = ShrinkStallRule(kk, cumulative=cum)
+        if outside_trigger:
+            rule = AnyRule(OutsideHypothesisRule(kk, cumulative=cum), rule)
     elif task == "CircuitDecoding":
         rule = ShrinkStallRule(kk, cumulative=cum)
     elif task == "SituationPuzzles":
