@@ -159,3 +159,30 @@ def test_after_a_filter_that_drops_everything_nothing_is_written():
     rb = ReplayBuffer(storage=LazyStackStorage(max_size=100), transform=Compose(GroupAdvantage(), DropEverything()))
     rb.extend(records())
     assert len(rb) == 0
+
+
+# --------------------------------------------------------------------------- float rounding of equal returns
+@pytest.mark.parametrize("G", range(2, 17))
+@pytest.mark.parametrize("scale", ["std", "none"])
+def test_all_equal_group_is_exactly_zero_at_every_group_size(G, scale):
+    # reference notes: "A group whose rewards are all equal has advantage exactly 0 (compute group
+    # statistics in float64: float32 rounding of e.g. -0.1 otherwise yields spurious advantages)"
+    # float32 returns k * 0.1 (e.g. -0.1: one invalid turn); the old float32 code gave up to +-0.19 here
+    for k in range(-20, 21):
+        returns = torch.full((G,), k * 0.1, dtype=torch.float32)
+        adv = group_advantage(returns, torch.zeros(G, dtype=torch.long), scale=scale)
+        assert adv.dtype == torch.float32
+        assert adv.tolist() == [0.0] * G, (G, k)
+
+
+def test_equal_group_next_to_an_informative_one():
+    # group 0: sixteen returns of -0.1 (no signal: exactly 0); group 1: -0.1 and 0.9 (mean .4, unbiased std
+    # sqrt(.5)), whose advantages are the float64 hand numbers rounded once to float32
+    returns = torch.tensor([-0.1] * 16 + [-0.1, 0.9], dtype=torch.float32)
+    groups = torch.tensor([0] * 16 + [1, 1])
+    adv = group_advantage(returns, groups, eps=1e-6)
+    assert adv[:16].tolist() == [0.0] * 16
+    d = 0.9 - float(torch.tensor(-0.1, dtype=torch.float32))  # the float32 spread, computed in float64
+    hand = (d / 2) / (math.sqrt(d * d / 2) + 1e-6)
+    assert adv[16:].tolist() == pytest.approx([-hand, hand], abs=1e-7)
+    assert group_advantage(returns, groups, scale="none")[:16].tolist() == [0.0] * 16

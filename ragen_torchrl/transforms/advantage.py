@@ -4,6 +4,11 @@ Unlike torchrl's ``MCAdvantage`` this accepts ``None`` (so it can sit in a ``Com
 after a filter that dropped everything), works on a whole batch of groups at once, and
 can skip the std division (Dr.GRPO).
 
+Group statistics are computed in float64 and a group whose returns are all equal gets
+advantage exactly 0: in float32 the mean of e.g. sixteen returns of -0.1 (one invalid
+turn) is off by an ulp, the std is then ~1e-8 instead of 0, and ``(R - mean) / (std + eps)``
+reaches +-0.19 at G = 8-16 for a group that carries no signal at all.
+
 Example:
     >>> import torch
     >>> adv = group_advantage(torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1]))
@@ -12,6 +17,8 @@ Example:
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from tensordict import TensorDictBase
@@ -29,25 +36,31 @@ def group_advantage(
         group_ids: group of each trajectory, shape ``(N,)``.
         scale: ``"std"`` divides by the unbiased in-group std plus ``eps`` (GRPO);
             ``"none"`` keeps ``R - mean`` (Dr.GRPO).
-        eps: added to the std. A group of one, or with equal returns, gets advantage 0.
+        eps: added to the std. A group of one, or with equal returns, gets advantage
+            exactly 0 (statistics in float64; the result is float32).
     """
-    returns = torch.as_tensor(returns, dtype=torch.float32).reshape(-1)
+    returns = torch.as_tensor(returns).reshape(-1)
     group_ids = torch.as_tensor(group_ids).reshape(-1)
     if returns.shape != group_ids.shape:
         raise ValueError(f"returns {tuple(returns.shape)} and group_ids {tuple(group_ids.shape)} differ in shape")
     if scale not in ("std", "none"):
         raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
+    # float64 statistics: float32 sums of equal returns such as -0.1 are not exact
+    returns = returns.to(torch.float64)
     if not torch.isfinite(returns).all():
         raise ValueError("returns contain NaN or inf")
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(counts)).index_add_(0, inverse, returns)
-    means = sums / counts
-    centred = returns - means[inverse]
+    n = len(counts)
+    means = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, returns) / counts
+    hi = torch.full((n,), -math.inf, dtype=torch.float64).scatter_reduce(0, inverse, returns, reduce="amax")
+    lo = torch.full((n,), math.inf, dtype=torch.float64).scatter_reduce(0, inverse, returns, reduce="amin")
+    flat = (hi == lo)[inverse]  # all-equal groups (and groups of one): exactly 0, whatever the rounding
+    centred = torch.where(flat, torch.zeros_like(returns), returns - means[inverse])
     if scale == "none":
-        return centred
-    sq = torch.zeros(len(counts)).index_add_(0, inverse, centred**2)
+        return centred.to(torch.float32)
+    sq = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, centred**2)
     std = (sq / (counts - 1).clamp_min(1)).sqrt()
-    return centred / (std[inverse] + eps)
+    return (centred / (std[inverse] + eps)).to(torch.float32)
 
 
 class GroupAdvantage(RecordTransform):
