@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, ParsedResponse, parse_response
+from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, ParsedResponse, parse_response, select_actions
 
 NAMES = ("Left", "Down", "Right", "Up")
 
@@ -52,23 +52,52 @@ def test_repeated_actions_are_kept():
 
 
 def test_unknown_names_counted_invalid_but_valid_ones_kept():
-    # "Fly" and "Jump" are not in NAMES -> 2 invalid; Up is kept
+    # reference code: truncate to max_actions_per_turn tokens, then keep the valid ones;
+    # tokens [Fly, Up] are read -> Up kept, 1 invalid; Jump (third) is never read
     r = parse_response(reply("Fly || Up || Jump"), NAMES, max_actions=2)
-    assert r.actions == ["Up"] and r.num_invalid == 2 and r.is_valid
+    assert r.actions == ["Up"] and r.num_invalid == 1 and r.is_valid and r.penalised
 
 
-def test_invalid_before_valid_does_not_consume_budget():
-    # max_actions counts valid actions only: Fly is skipped, Left and Down are kept
+def test_invalid_token_takes_a_slot_and_later_ones_are_not_pulled_in():
+    # REFERENCE §4: "takes the first max_actions_per_turn action tokens, executes the valid
+    # ones in order, and adds the -0.1 format penalty when any of them is invalid"
+    r = parse_response(reply("Fly || Up || Left"), NAMES, max_actions=2)
+    assert r.actions == ["Up"] and r.num_invalid == 1 and r.penalised
     r = parse_response(reply("Fly || Left || Down || Up"), NAMES, max_actions=2)
-    assert r.actions == ["Left", "Down"] and r.num_invalid == 1
+    assert r.actions == ["Left"] and r.num_invalid == 1 and r.penalised
+    # an invalid token after the read window is not looked at: no penalty
+    r = parse_response(reply("Left || Down || Fly"), NAMES, max_actions=2)
+    assert r.actions == ["Left", "Down"] and r.num_invalid == 0 and not r.penalised
+    # empty pieces are dropped before the window is taken (reference: `if action.strip()`)
+    r = parse_response(reply("Up ||  || Left ||"), NAMES, max_actions=2)
+    assert r.actions == ["Up", "Left"] and r.num_invalid == 0 and not r.penalised
+
+
+@pytest.mark.parametrize(
+    "answer, max_actions, actions, invalid",
+    [
+        ("Up", 2, ["Up"], 0),
+        ("Fly", 2, [], 1),
+        ("Up || Fly", 1, ["Up"], 0),
+        ("Fly || Up", 1, [], 1),
+        ("Fly || Up || Down || Jump", 3, ["Up", "Down"], 1),
+        ("Jump || Fly || Up", 2, [], 2),
+    ],
+)
+def test_select_actions_window(answer, max_actions, actions, invalid):
+    # reference code: actions[:max_actions_per_turn], then the valid ones in order
+    assert select_actions(answer, NAMES, max_actions) == (actions, invalid)
+    r = parse_response(reply(answer), NAMES, max_actions=max_actions)
+    assert r.penalised == (invalid > 0 or not actions)
 
 
 @pytest.mark.parametrize("answer", ["Fly", "Fly || Jump", "Left Right", "go left", "Left,Down", "0", ""])
 def test_reply_with_only_unknown_names_is_invalid(answer):
     r = parse_response(reply(answer), NAMES)
     # the format is fine (tags present) but no action parsed -> not a valid turn
-    assert r.format_ok and not r.is_valid and r.actions == []
-    assert r.num_invalid == len(answer.split("||"))
+    assert r.format_ok and not r.is_valid and r.actions == [] and r.penalised
+    # at most max_actions (2) non-empty tokens are read; "" has none
+    assert r.num_invalid == min(2, len([p for p in answer.split("||") if p.strip()]))
 
 
 def test_custom_separator():
@@ -153,7 +182,7 @@ def test_non_ascii_and_emoji():
     assert r.is_valid and r.think == "向右走 🚀 ñ"
     # non-ASCII look-alikes of action names are not actions
     r = parse_response(reply("Ríght || 右 || 🚀"), NAMES)
-    assert r.actions == [] and r.num_invalid == 3 and not r.is_valid
+    assert r.actions == [] and r.num_invalid == 2 and not r.is_valid  # 2 tokens read
     # fullwidth letters are not folded to ASCII
     assert parse_response(reply("Ｕｐ"), NAMES).actions == []
     assert not parse_response("🚀" * 1000, NAMES).is_valid
@@ -234,8 +263,9 @@ def test_never_raises_and_respects_invariants(parts, max_actions):
     r = parse_response(text, NAMES, max_actions=max_actions)
     assert len(r.actions) <= max_actions
     assert all(a in NAMES for a in r.actions)
-    assert r.num_invalid >= 0
+    assert r.num_invalid >= 0 and len(r.actions) + r.num_invalid <= max_actions
     assert r.is_valid == (r.format_ok and bool(r.actions))
+    assert r.penalised == (not r.is_valid or r.num_invalid > 0)
     if not r.format_ok:
         assert r.actions == [] and r.num_invalid == 0
 

@@ -3,11 +3,21 @@
 Pure functions: they never raise on model output, however malformed; they report what
 was valid instead, and the env turns an invalid turn into the format penalty.
 
+Action selection follows the RAGEN reference (RAGEN-2, arXiv 2604.06268, REFERENCE
+environments): the answer is split on ``||`` (empty pieces dropped), only the first
+``max_actions`` pieces are kept, the valid ones among them are executed in order, and the
+turn is penalised when any kept piece is invalid. An invalid piece therefore uses up a
+slot: ``"Fly || Up || Left"`` with ``max_actions=2`` executes ``Up`` only, with the penalty.
+
 Example:
     >>> r = parse_response("<think>go right</think><answer>Right || up</answer>",
     ...                    action_names=("Left", "Down", "Right", "Up"), max_actions=2)
-    >>> r.actions, r.format_ok, r.think
-    (['Right', 'Up'], True, 'go right')
+    >>> r.actions, r.format_ok, r.think, r.penalised
+    (['Right', 'Up'], True, 'go right', False)
+    >>> r = parse_response("<think>x</think><answer>Fly || Up || Left</answer>",
+    ...                    action_names=("Left", "Down", "Right", "Up"), max_actions=2)
+    >>> r.actions, r.num_invalid, r.penalised
+    (['Up'], 1, True)
 """
 
 from __future__ import annotations
@@ -28,12 +38,14 @@ class ParsedResponse:
     """What a reply contained.
 
     Attributes:
-        actions: valid actions in canonical spelling (at most ``max_actions``), or the
-            single free-form answer when ``action_names`` is ``None``.
+        actions: the valid actions among the first ``max_actions`` action tokens, in
+            order and canonical spelling, or the single free-form answer when
+            ``action_names`` is ``None``.
         format_ok: the reply had an ``<answer>`` block (and, when required, a think block).
         think: the reasoning text (stripped), ``""`` when absent.
         answer: the raw text inside ``<answer>``, ``""`` when absent.
-        num_invalid: tokens between ``||`` that were not valid actions.
+        num_invalid: invalid tokens among the first ``max_actions`` (tokens after those
+            are never looked at, valid or not).
     """
 
     actions: list[str] = field(default_factory=list)
@@ -46,6 +58,17 @@ class ParsedResponse:
     def is_valid(self) -> bool:
         """A turn is valid when the format is right and at least one action parsed."""
         return self.format_ok and bool(self.actions)
+
+    @property
+    def penalised(self) -> bool:
+        """Whether the turn gets the format penalty (reference rule): a format error, no
+        valid action, or any invalid action among the kept tokens.
+
+        Example:
+            >>> ParsedResponse(actions=["Up"], format_ok=True, num_invalid=1).penalised
+            True
+        """
+        return not self.is_valid or self.num_invalid > 0
 
 
 def parse_response(
@@ -63,7 +86,8 @@ def parse_response(
             generation was primed with it; it is then assumed).
         action_names: canonical names matched case-insensitively; ``None`` keeps the
             answer as one free-form action.
-        max_actions: keep at most this many valid actions (extra ones are dropped).
+        max_actions: look at the first this many action tokens (non-empty pieces between
+            separators); later tokens are dropped unread.
         require_think: a reply without ``</think>`` is a format error.
         separator: action separator inside ``<answer>``.
 
@@ -91,13 +115,29 @@ def parse_response(
     answer = answer_m.group(1).strip()
     if action_names is None:
         return ParsedResponse(actions=[answer] if answer else [], format_ok=True, think=think, answer=answer)
-    lookup = {name.lower(): name for name in action_names}
-    actions: list[str] = []
-    invalid = 0
-    for part in answer.split(separator):
-        name = lookup.get(part.strip().lower())
-        if name is None:
-            invalid += 1
-        elif len(actions) < max_actions:
-            actions.append(name)
+    actions, invalid = select_actions(answer, action_names, max_actions, separator=separator)
     return ParsedResponse(actions=actions, format_ok=True, think=think, answer=answer, num_invalid=invalid)
+
+
+def select_actions(
+    answer: str, action_names: tuple[str, ...], max_actions: int, *, separator: str = "||"
+) -> tuple[list[str], int]:
+    """The valid actions among the first ``max_actions`` tokens of ``answer``, and how many
+    of those tokens were invalid.
+
+    Pieces between separators are stripped and empty ones dropped (``"Up ||"`` is one
+    token); names match case-insensitively. An invalid token takes a slot, so a later
+    valid one is not pulled in (reference: truncate to ``max_actions_per_turn``, then
+    keep the valid ones).
+
+    Example:
+        >>> select_actions("Fly || Up || Left", ("Left", "Up"), 2)
+        (['Up'], 1)
+        >>> select_actions("up ||  || LEFT || Up", ("Left", "Up"), 2)
+        (['Up', 'Left'], 0)
+    """
+    lookup = {name.lower(): name for name in action_names}
+    tokens = [piece.strip() for piece in answer.split(separator)]
+    tokens = [t for t in tokens if t][:max_actions]
+    names = [lookup.get(t.lower()) for t in tokens]
+    return [n for n in names if n is not None], sum(n is None for n in names)

@@ -50,13 +50,18 @@ class TextGameEnv(ChatEnv):
 
     Args:
         game_factory: ``game_factory(level_seed, sample_seed) -> TextGame``. Rows with the
-            same ``level_seed`` get the same level; ``sample_seed`` only varies stochastic
-            dynamics (slips) between the G samples of a group.
+            same ``level_seed`` get the same level; a game may use ``sample_seed`` to vary
+            stochastic outcomes between the G samples of a group (Bandit payouts do;
+            FrozenLake slips follow the level seed by default).
         num_envs: batch size B used for specs (rows are addressed by ``env_index``).
         max_turn: turns per episode before truncation.
-        max_actions_per_turn: actions kept from one reply.
-        max_actions_per_traj: actions per episode before truncation.
-        format_penalty: reward of a turn with no valid action (state unchanged).
+        max_actions_per_turn: action tokens read from one reply: the valid ones among the
+            first ``max_actions_per_turn`` run in order, an invalid one takes its slot.
+        max_actions_per_traj: actions per episode before truncation (executed actions
+            count; a reply is cut to the actions left).
+        format_penalty: added once to a turn's reward when the reply is malformed, has no
+            valid action (state unchanged) or has any invalid action among the tokens read
+            (the valid ones still run): ``"Fly || Up || Left"`` moves Up and adds it.
         system_prompt: overrides the default (game instructions + format rules).
         device: device of the reward/done tensors.
 
@@ -214,7 +219,9 @@ class TextGameEnv(ChatEnv):
         out.set(("history", "prompt"), lazy_stack(histories))
         return out
 
-    #: per-row step outputs besides the contract's done flags: key -> (dtype, default)
+    #: per-row step outputs besides the contract's done flags: key -> (dtype, default).
+    #: ``action_is_valid`` is True for a turn without format penalty (every token read was
+    #: a valid action); ``action_is_effective`` when an executed action changed the state.
     STEP_FIELDS: dict[str, tuple[torch.dtype, Any]] = {
         "success": (torch.bool, False),
         "action_is_valid": (torch.bool, False),
@@ -232,7 +239,11 @@ class TextGameEnv(ChatEnv):
         actions = parsed.actions[: max(budget, 0)]
         if not actions:
             return self.format_penalty, False, {}, "Invalid reply.\n"
-        reward, finished, fields = 0.0, False, {"action_is_valid": True, "action_is_effective": False}
+        # reference rule (RAGEN-2 envs): the valid actions among the first
+        # max_actions_per_turn tokens run in order; one penalty per turn if any was invalid
+        reward = self.format_penalty if parsed.penalised else 0.0
+        finished = False
+        fields = {"action_is_valid": not parsed.penalised, "action_is_effective": False}
         for action in actions:
             r, finished, info = game.step(action)
             reward += r
