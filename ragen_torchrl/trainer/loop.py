@@ -51,6 +51,19 @@ def env_kwargs(env_cfg: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items() if k not in ENV_META_KEYS}
 
 
+def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
+    """Multiply every row's ``advantage`` by ``scale`` (rows may be ragged, e.g. PPO's per-token GAE).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict, lazy_stack
+        >>> b = lazy_stack([TensorDict(advantage=torch.ones(2, 1)), TensorDict(advantage=-torch.ones(3, 1))])
+        >>> [a.reshape(-1).tolist() for a in scale_advantages(b, 0.5).get("advantage", as_list=True)]
+        [[0.5, 0.5], [-0.5, -0.5, -0.5]]
+    """
+    return lazy_stack([row.set("advantage", row.get("advantage") * scale) for row in batch.unbind(0)])
+
+
 def summarize(records: TensorDictBase) -> dict[str, float]:
     """Rollout statistics of a batch of trajectory records."""
     ret = records.get("episode_return").float()
@@ -140,24 +153,14 @@ class Trainer:
 
         t = cfg.trainer
         self.P, self.G = int(t.prompts_per_iter), int(t.group_size)
-        kwargs = env_kwargs(cfg.env)
-        try:
-            self.env = make_env(cfg.env.name, num_envs=self.P * self.G, **kwargs)
-            self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **kwargs)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"env={cfg.env.name}: {e}") from e
         t3 = cfg.get("t3") or {}
         self.t3_enabled = bool(t3.get("enabled", False))
-        if self.t3_enabled:
-            from ..transforms.t3 import T3Truncation
-
-            # training env only: validation always runs untruncated
-            try:
-                self.env = self.env.append_transform(
-                    T3Truncation(cfg.env.name, k=t3.get("k"), cumulative=t3.get("cumulative"))
-                )
-            except ValueError as e:
-                raise ConfigError(f"t3: {e}") from e
+        self._train_envs: dict[int, Any] = {}
+        try:
+            self.env = self._train_env(self.P)
+            self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **env_kwargs(cfg.env))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"env={cfg.env.name}: {e}") from e
 
         self.model_path = self._prepare_model()
         self.model, self.tokenizer = load_pretrained(self.model_path, cfg.model.device, cfg.model.dtype)
@@ -206,6 +209,28 @@ class Trainer:
             self.load_checkpoint(self.ckpt_path)
 
     # -- setup -------------------------------------------------------------------------
+    def _train_env(self, num_groups: int):
+        """The training env for ``num_groups`` x G rows (T3-truncated when enabled), built once per size.
+
+        The main batch uses P groups; DAPO's refill asks for any number of groups, and an env's
+        row count is fixed at construction, so each size gets its own env.
+        """
+        if num_groups in self._train_envs:
+            return self._train_envs[num_groups]
+        cfg = self.cfg
+        env = make_env(cfg.env.name, num_envs=num_groups * self.G, **env_kwargs(cfg.env))
+        if self.t3_enabled:
+            from ..transforms.t3 import T3Truncation
+
+            t3 = cfg.get("t3") or {}
+            # training env only: validation always runs untruncated
+            try:
+                env = env.append_transform(T3Truncation(cfg.env.name, k=t3.get("k"), cumulative=t3.get("cumulative")))
+            except ValueError as e:
+                raise ConfigError(f"t3: {e}") from e
+        self._train_envs[num_groups] = env
+        return env
+
     @staticmethod
     def _seed_everything(seed: int) -> None:
         random.seed(seed)
@@ -232,7 +257,7 @@ class Trainer:
         return stats
 
     # -- one iteration -------------------------------------------------------------------
-    def _update(self, batch: TensorDictBase, scale: float = 1.0) -> dict[str, float]:
+    def _update(self, batch: TensorDictBase) -> dict[str, float]:
         a = self.cfg.algo
         n = batch.batch_size[0]
         mb = min(int(a.mini_batch_size), n)
@@ -250,7 +275,7 @@ class Trainer:
             for idx in batches:
                 minibatch = batch[idx]
                 out = self.loss_module(minibatch)
-                loss = self.objective.total_loss(out) * scale
+                loss = self.objective.total_loss(out)
                 if not torch.isfinite(loss):
                     # never step on a NaN/inf loss: the weights would be corrupted
                     skipped += 1
@@ -299,8 +324,13 @@ class Trainer:
             out[f"grad_snr/bucket{b}/reward_variance"] = float(rv_b.mean())
         return out
 
-    def _training_batch(self, records: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation."""
+    def _training_batch(self, records: TensorDictBase, scale: float = 1.0) -> tuple[TensorDictBase, TensorDictBase]:
+        """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
+
+        ``scale`` (the filter's kept-ratio loss scaling) multiplies the advantages, i.e. the
+        policy-gradient (task) term only, as RAGEN-2's reference does; entropy, KL and critic
+        terms keep their weight.
+        """
         batch = self.objective.advantage(records)
         behaviour = compute_behaviour_log_probs(self.actor, batch)
         batch = attach_training_data(batch, behaviour)
@@ -309,15 +339,21 @@ class Trainer:
             batch = lazy_stack([row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
                                 for row, r in zip(batch.unbind(0), ref.unbind(0))])
         batch = self.objective.prepare(batch)
+        if scale != 1.0:
+            batch = scale_advantages(batch, scale)
         return batch, behaviour
 
     def _collect_more(self, num_groups: int) -> TensorDictBase:
         """Fresh groups on new levels (DAPO's refill); at most P groups per rollout call."""
         self._refills += 1
+        if num_groups < 1:
+            return None
         seeds = train_level_seeds(int(self.cfg.seed) + 7919 * self._refills, self.iteration, num_groups)
-        parts = [collect_rollouts(self.env, self.policy, seeds[s : s + self.P], self.G,
-                                  chunk_size=int(self.cfg.rollout.chunk_size))
-                 for s in range(0, num_groups, self.P)]
+        parts = []
+        for s in range(0, num_groups, self.P):
+            part = seeds[s : s + self.P]  # the last part may hold fewer than P groups
+            parts.append(collect_rollouts(self._train_env(len(part)), self.policy, part, self.G,
+                                          chunk_size=int(self.cfg.rollout.chunk_size), group_offset=s))
         return self.objective.shape_rewards(lazy_stack([r for p in parts for r in p.unbind(0)]))
 
     def train_iteration(self) -> dict[str, float]:
@@ -361,7 +397,7 @@ class Trainer:
                 return stats
             scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
         t1 = time.time()
-        batch, behaviour = self._training_batch(batch)
+        batch, behaviour = self._training_batch(batch, scale)
         every = int(self.filter_cfg.get("grad_snr", {}).get("every", 0) or 0) if self.snr is not None else 0
         if every and it % every == 0:
             full = batch
@@ -371,7 +407,7 @@ class Trainer:
             t_g = time.time()
             stats.update(self._grad_snr(full))
             stats["timing/grad_snr"] = time.time() - t_g
-        train = self._update(batch, scale)
+        train = self._update(batch)
         t_update = time.time() - t1
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale

@@ -26,6 +26,7 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.llm import TransformersWrapper
 
 from ..envs.text_env import TextGameEnv, sample_seed
+from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from ..models.loading import wrapper_chat_template
 
 #: training levels use seeds in [0, 2**30); validation levels [2**30, 2**30 + n);
@@ -55,7 +56,7 @@ def make_generation_policy(model, tokenizer, *, max_new_tokens: int = 64, temper
         kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0)
     else:
         kwargs.update(do_sample=False)
-    return TransformersWrapper(
+    policy = TransformersWrapper(
         model,
         tokenizer=tokenizer,
         chat_template=wrapper_chat_template(tokenizer),
@@ -65,14 +66,37 @@ def make_generation_policy(model, tokenizer, *, max_new_tokens: int = 64, temper
         pad_output=False,
         generate_kwargs=kwargs,
     )
+    # per-trajectory token entropy for the SNR filter's entropy ablations, read off the
+    # logits generate computes anyway (no extra forward pass)
+    policy.entropy_recorder = attach_entropy_recorder(policy)
+    return policy
 
 
-def _generate(policy, td: TensorDictBase, chunk_size: int) -> TensorDictBase:
+def _response_lengths(out: TensorDictBase) -> list[int]:
+    return [len(t) for t in out.get(("tokens", "response"), as_list=True)]
+
+
+def _generate_part(policy, td: TensorDictBase) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
+    rec: EntropyRecorder | None = getattr(policy, "entropy_recorder", None)
+    if rec is not None:
+        rec.clear()
+    out = policy(td)
+    if rec is None or rec.num_steps == 0:
+        return out, None, None
+    sums, counts = rec.row_sums(_response_lengths(out))
+    return out, sums, counts
+
+
+def _generate(policy, td: TensorDictBase, chunk_size: int) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
+    """Generate replies in chunks; also the per-row entropy sums and counts when recorded."""
     n = td.batch_size[0]
     if n <= chunk_size:
-        return policy(td)
-    parts = [policy(td[i : i + chunk_size]) for i in range(0, n, chunk_size)]
-    return lazy_stack([row for part in parts for row in part.unbind(0)])
+        return _generate_part(policy, td)
+    parts = [_generate_part(policy, td[i : i + chunk_size]) for i in range(0, n, chunk_size)]
+    out = lazy_stack([row for part in parts for row in part[0].unbind(0)])
+    if any(p[1] is None for p in parts):
+        return out, None, None
+    return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
 
 
 @torch.no_grad()
@@ -92,11 +116,21 @@ def collect_rollouts(
     ``episode_return`` (rewards plus format penalties), ``success``, ``num_turns``,
     ``num_tokens`` (generated tokens), ``format_valid`` (fraction of valid turns) and
     ``truncated_by_t3`` (set when a :class:`~ragen_torchrl.transforms.t3.T3Truncation`
-    on the env cut the episode).
+    on the env cut the episode) and ``entropy`` (mean next-token entropy of the policy over the
+    trajectory's generated tokens, recorded during generation when the policy comes from
+    :func:`make_generation_policy`; 0 for a policy that does not record it).
+
+    ``env`` must have exactly ``len(level_seeds) * group_size`` rows.
     """
     if group_size < 1 or not level_seeds:
         raise ValueError(f"need at least one level and group_size >= 1, got {len(level_seeds)} levels, G={group_size}")
     n = len(level_seeds) * group_size
+    env_rows = int(env.batch_size[0]) if len(env.batch_size) else 1
+    if env_rows != n:
+        raise ValueError(
+            f"collect_rollouts: {len(level_seeds)} levels x G={group_size} = {n} rows, but the env has {env_rows} "
+            f"rows (num_envs); build the env with num_envs={n}"
+        )
     levels = torch.tensor([s for s in level_seeds for _ in range(group_size)], dtype=torch.long)
     groups = torch.arange(len(level_seeds)).repeat_interleave(group_size) + group_offset
     samples = torch.tensor(
@@ -109,11 +143,16 @@ def collect_rollouts(
     tokens = torch.zeros(n, dtype=torch.long)
     valid_turns = torch.zeros(n)
     t3_cut = torch.zeros(n, dtype=torch.bool)
+    ent_sum = torch.zeros(n, dtype=torch.float64)
+    ent_count = torch.zeros(n, dtype=torch.long)
     final: list = [None] * n
     while td is not None and td.batch_size[0] > 0:
-        out = _generate(policy, td, chunk_size)
+        out, h_sum, h_count = _generate(policy, td, chunk_size)
         nxt = env.step(out)["next"]
         idx = nxt["env_index"]
+        if h_sum is not None:
+            ent_sum.index_add_(0, idx, h_sum)
+            ent_count.index_add_(0, idx, h_count)
         returns[idx] += nxt["reward"].reshape(-1)
         turns[idx] = nxt["turn"]
         valid_turns[idx] += nxt["action_is_valid"].float()
@@ -139,6 +178,7 @@ def collect_rollouts(
             "num_tokens": tokens,
             "format_valid": valid_turns / turns.clamp_min(1),
             "truncated_by_t3": t3_cut,
+            "entropy": (ent_sum / ent_count.clamp_min(1)).float(),
         },
         batch_size=[n],
     ).to_lazystack(0)

@@ -1,0 +1,66 @@
+"""Every shipped preset runs one training iteration at its default batch shape.
+
+A preset that crashes only at the default P x G (e.g. DAPO's refill asking for more or fewer
+groups than P) is still a crash, so these runs keep ``trainer.prompts_per_iter`` and
+``trainer.group_size`` at their defaults (16 x 4), the default rollout length and the MI
+diagnostic on; only the validation set, the warm start and the model width are small.
+The presets are read from ``configs/``, so a new preset file is covered without editing this test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.loop import Trainer
+
+pytestmark = pytest.mark.slow
+
+
+def presets(group: str) -> list[str]:
+    return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
+
+
+SMALL = [
+    "trainer.total_iterations=1",
+    "trainer.val_levels=2",
+    "trainer.log_text_samples=0",
+    "sft.steps=2",
+    "sft.episodes=4",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=1",
+    "model.vocab_size=300",
+    "model.device=cpu",
+    "model.threads=1",
+]
+
+CASES = (
+    [pytest.param("algo", name, id=f"algo={name}") for name in presets("algo")]
+    + [pytest.param("filter", name, id=f"filter={name}") for name in presets("filter")]
+    + [pytest.param("env", name, id=f"env={name}") for name in presets("env")]
+)
+
+
+def test_preset_lists_are_not_empty():
+    for group in ("algo", "filter", "env"):
+        assert len(presets(group)) >= 2, group
+
+
+@pytest.mark.parametrize("group,name", CASES)
+def test_preset_runs_one_iteration_at_default_shape(group, name, ragen_cache_dir, tmp_path):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"{group}={name}", f"model.cache_dir={ragen_cache_dir}", *SMALL])
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    # the default batch shape, not a tiny one
+    assert (trainer.P, trainer.G) == (16, 4)
+    stats = trainer.train_iteration()
+    assert stats["rollout/num_trajectories"] == 64.0
+    assert all(v == v for k, v in stats.items() if k.startswith(("rollout/", "train/"))), stats  # no NaN
+    if not stats.get("filter/skipped_update") and not stats.get("dapo/skipped_update"):
+        assert stats["train/optimizer_steps"] >= 1
