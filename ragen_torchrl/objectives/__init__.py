@@ -40,6 +40,7 @@ from torchrl.objectives import LossModule
 
 from ..transforms.advantage import GroupAdvantage
 from ..transforms.overlong import OverlongPenalty
+from .dapo import CRITERIA as DS_CRITERIA
 from .dapo import DAPOLoss, DynamicSampler
 from .drgrpo import DrGRPOLoss
 from .gspo import GSPOLoss, sequence_metrics
@@ -188,6 +189,13 @@ def _clip(value, default):
     return vals
 
 
+def _choice(value, allowed, key: str) -> str:
+    value = str(value)
+    if value not in allowed:
+        raise ValueError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 def _node(cfg, key) -> dict[str, Any]:
     sub = cfg.get(key)
     if sub is None:
@@ -285,6 +293,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
                 max_extra_rollouts=int(ds.get("max_extra_rollouts", 3)),
                 oversample=float(ds.get("oversample", 1.0)),
                 tol=float(ds.get("tol", 1e-6)),
+                criterion=_choice(ds.get("criterion", "success"), DS_CRITERIA, "algo.dynamic_sampling.criterion"),
                 reward_transform=reward_transform,
             )
     elif name == "gspo":

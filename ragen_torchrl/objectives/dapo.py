@@ -6,9 +6,10 @@
   (torchrl's ``aggregation="token_mean"``): every token weighs the same, so long
   trajectories are not under-weighted as with GRPO's per-sequence mean.
 * **No KL** term by default.
-* **Dynamic sampling** (:class:`DynamicSampler`): groups whose rewards are all equal have
-  zero advantage and only dilute the batch; drop them and roll out new groups until the
-  batch is full again (bounded; a shortfall is logged, never raised).
+* **Dynamic sampling** (:class:`DynamicSampler`): groups whose trajectories all succeed or
+  all fail (the paper's accuracy rule; ``criterion="return"``: all shaped returns equal)
+  have no learning signal and only dilute the batch; drop them and roll out new groups
+  until the batch is full again (bounded; a shortfall is logged, never raised).
 * **Soft overlong punishment**: a reward transform,
   :class:`ragen_torchrl.transforms.overlong.OverlongPenalty`.
 
@@ -44,16 +45,17 @@ class DAPOLoss(TokenStatsMixin, DAPO):
         super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kwargs)
 
 
-def informative_groups(returns: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6):
-    """Which prompt groups carry a learning signal (not all returns equal, up to ``tol``).
+def informative_groups(values: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6):
+    """Which prompt groups carry a learning signal (not all values equal, up to ``tol``).
 
-    Returns ``(group_ids_sorted, keep)``: the unique group ids and a bool per group.
+    ``values`` are per-trajectory outcomes (``success`` booleans or returns); compared in
+    float64. Returns ``(group_ids_sorted, keep)``: the unique group ids and a bool per group.
     """
-    returns = torch.as_tensor(returns, dtype=torch.float32).reshape(-1)
+    values = torch.as_tensor(values).reshape(-1).to(torch.float64)
     group_ids = torch.as_tensor(group_ids).reshape(-1)
     ids, inverse = torch.unique(group_ids, return_inverse=True)
-    hi = torch.full((len(ids),), -math.inf).scatter_reduce(0, inverse, returns, reduce="amax")
-    lo = torch.full((len(ids),), math.inf).scatter_reduce(0, inverse, returns, reduce="amin")
+    hi = torch.full((len(ids),), -math.inf, dtype=torch.float64).scatter_reduce(0, inverse, values, reduce="amax")
+    lo = torch.full((len(ids),), math.inf, dtype=torch.float64).scatter_reduce(0, inverse, values, reduce="amin")
     return ids, (hi - lo) > tol
 
 
@@ -61,77 +63,124 @@ def _rows(td: TensorDictBase, index: torch.Tensor) -> list[TensorDictBase]:
     return list(td[index].unbind(0)) if index.numel() else []
 
 
+CRITERIA = ("success", "return")
+
+
 class DynamicSampler:
     """DAPO's dynamic sampling with refill.
 
     ``sampler(records, collect_more) -> (records | None, stats)``: drops the prompt groups
-    whose ``episode_return`` values are all equal, then calls ``collect_more(num_groups)``
-    (which must roll out that many *new* groups of G trajectories and return their
-    records, as ``collect_rollouts`` does) until the batch again has as many informative
-    groups as it started with, at most ``max_extra_rollouts`` times. Extra groups beyond
-    the target are discarded (in arrival order). When the budget runs out the batch is
-    returned short and the shortfall is logged and reported in ``stats``; when no group at
-    all carries signal the records are ``None`` (the caller skips the update, as with an
-    empty SNR filter). Never raises for lack of signal.
+    that carry no learning signal, then calls ``collect_more(num_groups)`` for new groups
+    until the batch again has as many groups as it started with (its target), all informative,
+    at most ``max_extra_rollouts`` times. Extra groups beyond the target are discarded (in
+    arrival order). When the budget runs out the batch is returned short and the shortfall
+    is logged and reported in ``stats``; when no group at all carries signal the records are
+    ``None`` (the caller skips the update, as with an empty SNR filter). Never raises for
+    lack of signal.
 
-    New groups whose ``group_id`` collides with one already seen are renumbered after the
-    largest id seen, so groups stay distinct. ``reward_transform`` (e.g. the overlong
-    penalty) is applied to every refill before its groups are judged, so refills are
-    shaped exactly like the first batch; it must be idempotent (``OverlongPenalty`` is).
+    Which groups carry no signal (``criterion``):
+
+    * ``"success"`` (default; the DAPO paper, arXiv 2503.14476 Eq. 11:
+      ``0 < |{correct}| < G``): every trajectory of the group succeeded, or every one
+      failed, by the records' boolean ``success`` column (the task outcome).
+    * ``"return"``: all ``episode_return`` values equal up to ``tol`` (the shaped return,
+      format and overlong penalties included: a group of failures that differ only in
+      penalties is kept).
+
+    ``collect_more(num_groups)`` should roll out ``num_groups`` *new* groups (any number,
+    more or fewer than a rollout batch) and return their records, as ``collect_rollouts``
+    does. It may return fewer or more rows than asked, partial groups, or ``None`` /
+    an empty batch: all of that counts against the budget, nothing raises. Group ids must
+    be distinct *within* one return (ids that collide with ones already seen are renumbered
+    after the largest id seen, so groups of different calls stay distinct).
+    ``reward_transform`` (e.g. the overlong penalty) is applied to every refill before its
+    groups are judged, so refills are shaped exactly like the first batch; it must be
+    idempotent (``OverlongPenalty`` is).
+
+    Work is bounded: at most ``max_extra_rollouts`` calls of at most
+    ``ceil(target * oversample)`` groups each. Each call asks for
+    ``ceil(missing * oversample)`` groups, ``missing`` being the informative groups still
+    needed (so at the default P = 16 with 12 groups dropped it asks for 12).
 
     Args:
         max_extra_rollouts: the most ``collect_more`` calls per batch (0 = drop only).
         oversample: each call asks for ``ceil(missing * oversample)`` groups (>= 1);
             above 1 fills faster when most groups are degenerate.
-        tol: returns closer than this count as equal.
+        tol: values closer than this count as equal.
+        criterion: ``"success"`` or ``"return"`` (see above).
         reward_transform: callable applied to refill records (``None`` = none).
 
     Example:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> def batch(rets, gids):
-        ...     return TensorDict(episode_return=torch.tensor(rets), group_id=torch.tensor(gids), batch_size=[len(rets)])
-        >>> first = batch([1.0, 1.0, 0.0, 1.0], [0, 0, 1, 1])   # group 0 all-success: dropped
-        >>> more = lambda n: batch([0.0, 1.0] * n, [g for g in range(n) for _ in range(2)])
+        >>> def batch(wins, gids):
+        ...     return TensorDict(success=torch.tensor(wins), episode_return=torch.tensor(wins).float(),
+        ...                       group_id=torch.tensor(gids), batch_size=[len(wins)])
+        >>> first = batch([True, True, False, True], [0, 0, 1, 1])   # group 0 all-success: dropped
+        >>> more = lambda n: batch([False, True] * n, [g for g in range(n) for _ in range(2)])
         >>> out, stats = DynamicSampler(max_extra_rollouts=2)(first, more)
         >>> out["group_id"].tolist(), stats["dynamic_sampling/shortfall"]
         ([1, 1, 2, 2], 0.0)
     """
 
     def __init__(self, *, max_extra_rollouts: int = 3, oversample: float = 1.0, tol: float = 1e-6,
+                 criterion: str = "success",
                  reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
-                 return_key="episode_return", group_key="group_id") -> None:
+                 return_key="episode_return", group_key="group_id", success_key="success") -> None:
         if isinstance(max_extra_rollouts, bool) or int(max_extra_rollouts) != max_extra_rollouts or max_extra_rollouts < 0:
             raise ValueError(f"max_extra_rollouts must be a non-negative integer, got {max_extra_rollouts!r}")
         if not oversample >= 1.0:
             raise ValueError(f"oversample must be >= 1, got {oversample!r}")
+        if criterion not in CRITERIA:
+            raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
         self.max_extra_rollouts = int(max_extra_rollouts)
         self.oversample = float(oversample)
         self.tol = float(tol)
+        self.criterion = criterion
         self.reward_transform = reward_transform
-        self.return_key, self.group_key = return_key, group_key
+        self.return_key, self.group_key, self.success_key = return_key, group_key, success_key
+
+    def _outcomes(self, records: TensorDictBase) -> torch.Tensor:
+        key = self.success_key if self.criterion == "success" else self.return_key
+        if key not in records.keys(True):
+            raise ValueError(f"dynamic sampling with criterion={self.criterion!r} reads the records' {key!r} "
+                             f"column, which is missing (keys: {sorted(map(str, records.keys()))})")
+        return records.get(key)
 
     def _split(self, records: TensorDictBase):
-        """``(kept rows grouped per kept group, number of groups, number dropped)``."""
+        """``(kept rows grouped per kept group, number of groups, number dropped, largest group)``."""
         gids = records.get(self.group_key).reshape(-1)
-        ids, keep = informative_groups(records.get(self.return_key), gids, tol=self.tol)
+        ids, keep = informative_groups(self._outcomes(records), gids, tol=self.tol)
         groups = [_rows(records, (gids == g).nonzero().reshape(-1)) for g in ids[keep].tolist()]
-        return groups, len(ids), int((~keep).sum())
+        largest = int(torch.unique(gids, return_counts=True)[1].max()) if gids.numel() else 0
+        return groups, len(ids), int((~keep).sum()), largest
 
-    def __call__(self, records: TensorDictBase, collect_more: Callable[[int], TensorDictBase | None]):
-        groups, target, dropped = self._split(records)
-        seen = set(records.get(self.group_key).reshape(-1).tolist())
-        calls = collected = 0
+    def __call__(self, records: TensorDictBase | None,
+                 collect_more: Callable[[int], TensorDictBase | None]):
+        if records is None or records.batch_size[0] == 0:
+            groups, target, dropped, group_size = [], 0, 0, 0
+        else:
+            records = _flat(records)
+            groups, target, dropped, group_size = self._split(records)
+        seen = set(records.get(self.group_key).reshape(-1).tolist()) if target else set()
+        cap = math.ceil(target * self.oversample)
+        calls = collected = requested = rows_in = 0
         while len(groups) < target and calls < self.max_extra_rollouts:
-            request = max(1, math.ceil((target - len(groups)) * self.oversample))
+            request = min(max(1, math.ceil((target - len(groups)) * self.oversample)), cap)
             more = collect_more(request)
             calls += 1
+            requested += request
             if more is None or more.batch_size[0] == 0:
                 continue
+            more = _flat(more)
             if self.reward_transform is not None:
                 more = self.reward_transform(more)
             more = self._renumber(more, seen)
-            new_groups, n_new, n_dropped = self._split(more)
+            new_groups, n_new, n_dropped, largest = self._split(more)
+            if largest > group_size:
+                log.warning("dynamic sampling: collect_more returned a group of %d rows (the batch's groups have %d):"
+                            " group ids must be distinct within one return", largest, group_size)
+            rows_in += more.batch_size[0]
             collected += n_new
             dropped += n_dropped
             groups.extend(new_groups)
@@ -143,7 +192,9 @@ class DynamicSampler:
             "dynamic_sampling/kept_groups": float(len(groups)),
             "dynamic_sampling/dropped_groups": float(dropped),
             "dynamic_sampling/extra_rollouts": float(calls),
+            "dynamic_sampling/requested_groups": float(requested),
             "dynamic_sampling/extra_groups": float(collected),
+            "dynamic_sampling/extra_rows": float(rows_in),
             "dynamic_sampling/discarded_groups": float(discarded),
             "dynamic_sampling/shortfall": float(shortfall),
         }
@@ -166,3 +217,8 @@ class DynamicSampler:
             more.set(self.group_key, gids.reshape(more.get(self.group_key).shape))
         seen.update(gids.tolist())
         return more
+
+
+def _flat(td: TensorDictBase) -> TensorDictBase:
+    """One row per trajectory (a ``[groups, G]`` batch is flattened)."""
+    return td.reshape(-1) if td.batch_dims > 1 else td
