@@ -1,0 +1,72 @@
+"""Trainer-level fidelity fixes, at the default P x G (16 x 4).
+
+* DAPO's refill asks for any number of groups (fewer or more than P) and gets them.
+* The filter's kept-ratio loss scaling multiplies the advantages (the task term) only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.loop import Trainer
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "trainer.val_levels=2",
+    "sft.steps=2",
+    "sft.episodes=4",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=1",
+    "model.vocab_size=300",
+    "model.device=cpu",
+    "model.threads=1",
+    "rollout.max_new_tokens=8",
+    "diagnostics.mi.enabled=false",
+]
+
+
+def make_trainer(cache_dir, tmp_path, *extra):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"model.cache_dir={cache_dir}", *SMALL, *extra])
+    torch.manual_seed(0)
+    return Trainer(cfg, run_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("missing", [5, 20])
+def test_dapo_refill_collects_any_number_of_groups(ragen_cache_dir, tmp_path, missing):
+    # issue: "Refill must work for any number of missing groups (fewer or more than P)"
+    trainer = make_trainer(ragen_cache_dir, tmp_path, "algo=dapo")
+    assert (trainer.P, trainer.G) == (16, 4)
+    more = trainer._collect_more(missing)
+    assert more.batch_size[0] == missing * trainer.G
+    assert len(set(more.get("group_id").tolist())) == missing
+    # every group holds G rows of one level
+    for g in set(more.get("group_id").tolist()):
+        rows = (more.get("group_id") == g).nonzero().reshape(-1)
+        assert rows.numel() == trainer.G
+        assert len(set(more.get("level_seed")[rows].tolist())) == 1
+
+
+def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
+    # RAGEN-2 reference: the kept-ratio scale multiplies the advantages; entropy/KL are not scaled
+    trainer = make_trainer(ragen_cache_dir, tmp_path, "trainer.prompts_per_iter=2", "algo.kl_coeff=0.01")
+    from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds
+
+    torch.manual_seed(1)
+    records = collect_rollouts(trainer.env, trainer.policy, train_level_seeds(0, 0, 2), trainer.G)
+    # give the groups within-group variance so the advantages are not all zero
+    records.set("episode_return", torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.2, 0.0]))
+    full, _ = trainer._training_batch(records, 1.0)
+    half, _ = trainer._training_batch(records, 0.5)
+    for a, b in zip(full.get("advantage", as_list=True), half.get("advantage", as_list=True)):
+        torch.testing.assert_close(b, 0.5 * a)
+    out_full, out_half = trainer.loss_module(full), trainer.loss_module(half)
+    # on-policy (ratio 1, nothing clipped): the policy-gradient term halves exactly
+    torch.testing.assert_close(out_half.loss_objective, 0.5 * out_full.loss_objective)
+    torch.testing.assert_close(out_half.loss_entropy, out_full.loss_entropy)
+    torch.testing.assert_close(out_half.loss_kl_to_ref, out_full.loss_kl_to_ref)
