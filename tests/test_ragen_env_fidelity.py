@@ -80,3 +80,89 @@ def test_no_valid_action_leaves_state_unchanged_and_traj_cap_still_applies():
     td = step(env, td, [ok("Fly || Down")])
     assert env.games[0].player == (1, 2) and td["reward"].item() == pytest.approx(-0.1)
     assert td["truncated"].item() and td["done"].item() and not td["terminated"].item()
+
+
+# --------------------------------------------------------------------------- FrozenLake
+def test_frozenlake_group_samples_share_slips():
+    # REFERENCE §4: "All samples of a group share the level seed, slips included".
+    # Level 42, success_rate 0.5: the slip RNG is random.Random(42); its first draw 0.639 is
+    # in [0.5, 0.75) -> Down slips to its first perpendicular, Left, into the wall: every
+    # sample stays at (0, 0). Second draw 0.025 < 0.5 -> Right happens: (0, 1) for all.
+    env = FrozenLakeEnv(num_envs=4, desc=OPEN4, success_rate=0.5)
+    td = reset(env, [42] * 4, sample_seeds=[sample_seed(42, g) for g in range(4)])
+    td = step(env, td, [ok("Down")] * 4)
+    assert [g.player for g in env.games] == [(0, 0)] * 4
+    assert not td["action_is_effective"].any() and td["action_is_valid"].all()
+    step(env, td, [ok("Right")] * 4)
+    assert [g.player for g in env.games] == [(0, 1)] * 4
+
+
+def walk(game, actions):
+    for action in actions:
+        game.step(action)
+        yield game.player
+
+
+def test_frozenlake_slips_do_not_depend_on_the_sample_seed():
+    # same level, any sample seed: the same action sequence gives the same trajectory
+    env = FrozenLakeEnv(num_envs=1, success_rate=0.34)
+    paths = set()
+    for sample in range(6):
+        game = env.game_factory(5, sample_seed(5, sample))
+        paths.add(tuple(walk(game, ("Right", "Down", "Down", "Left"))))
+    assert len(paths) == 1
+    # the ablation switch gives each sample its own slips
+    env = FrozenLakeEnv(num_envs=1, success_rate=0.34, slip_seeding="sample")
+    paths = set()
+    for sample in range(6):
+        game = env.game_factory(5, sample_seed(5, sample))
+        paths.add(tuple(walk(game, ("Right", "Down", "Down", "Left"))))
+    assert len(paths) > 1
+
+
+PAPER_SF_HG = "P_\nOG\nBoard size: 2 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (1, 1)\nPlayer: (0, 0)\nHoles: (1, 0)"
+
+
+def test_frozenlake_paper_observation_is_grid_plus_coordinates():
+    # REFERENCE §4 (FrozenLake): "Observation: the grid and coordinates"
+    env = FrozenLakeEnv(num_envs=1, desc=["SF", "HG"], observation="paper")
+    td = reset(env, [0])
+    assert td["history", "prompt"][0].content[-1] == PAPER_SF_HG
+    nxt = step(env, td, [ok("Right")])
+    assert nxt["history", "prompt"][0].content[-1] == PAPER_SF_HG.replace("P_", "_P").replace(
+        "Player: (0, 0)", "Player: (0, 1)"
+    )
+    # no per-move annotations in the paper format
+    assert "ice" not in PAPER_SF_HG and "Goal is" not in PAPER_SF_HG
+
+
+def test_frozenlake_paper_observation_on_goal_and_in_hole():
+    game = FrozenLakeEnv(num_envs=1, desc=["SF", "HG"], observation="paper").game_factory(0, 0)
+    game.step("Down")  # into the hole (1, 0)
+    assert game.render_text() == (
+        "__\nPG\nBoard size: 2 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (1, 1)\n"
+        "Player in hole: (1, 0)\nHoles: (1, 0)"
+    )
+    game = FrozenLakeEnv(num_envs=1, desc=["SG"], observation="paper").game_factory(0, 0)
+    game.step("Right")
+    assert game.render_text() == "_P\nBoard size: 1 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (0, 1)\nPlayer on goal: (0, 1)"
+
+
+def test_frozenlake_default_observation_is_annotated():
+    # the shipped preset keeps the annotated observation (the tiny model's format)
+    import yaml
+    from pathlib import Path
+
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "configs/env/frozenlake.yaml").read_text())
+    assert cfg["observation"] == "annotated" and cfg["slip_seeding"] == "level"
+    for env in (FrozenLakeEnv(num_envs=1, desc=["SF", "HG"]), make_env("frozenlake", num_envs=1, desc=["SF", "HG"])):
+        td = reset(env, [0])
+        assert td["history", "prompt"][0].content[-1] == (
+            "P_\nOG\nPlayer (0,0) Goal (1,1). Goal is down right. Left wall, Down hole, Right ice, Up wall."
+        )
+
+
+@pytest.mark.parametrize("key, value", [("observation", "grid"), ("slip_seeding", "row")])
+def test_frozenlake_bad_switch_values_raise(key, value):
+    with pytest.raises(ValueError, match=f"{key}.*{value}"):
+        FrozenLakeEnv(num_envs=1, **{key: value})

@@ -442,20 +442,31 @@ def test_oracle_rollout_with_running_rows_only():
 
 
 # --------------------------------------------------------------------------- slips across a group
-def test_group_rows_share_level_but_slip_independently():
-    # success_rate 0.5 on OPEN4: Down from (0, 0) slips Left (wall) or Right (0, 1) half
-    # the time. 8 rows of one level with default sample seeds 0..7 -> different slip draws
+def test_group_rows_share_level_and_slips():
+    # REFERENCE §4: "All samples of a group share the level seed, slips included".
+    # success_rate 0.5: 8 rows of one level with different sample seeds, same actions ->
+    # same slips, same positions
     env = FrozenLakeEnv(num_envs=8, success_rate=0.5)
-    td = reset(env, [42] * 8)
+    td = reset(env, [42] * 8, sample_seeds=[sample_seed(42, s) for s in range(8)])
     assert len({last_user(td, r) for r in range(8)}) == 1
-    expected_seeds = [sample_seed(42, s) for s in range(8)]
-    assert len(set(expected_seeds)) == 8
+    for _ in range(3):
+        td = step(env, td, [ok("Down || Right")] * 8)
+    positions = [g.player for g in env.games]
+    assert len(set(positions)) == 1
+
+
+def test_slip_seeding_sample_lets_group_rows_slip_independently():
+    # slip_seeding="sample" (ablation): slips follow each row's sample_seed
+    env = FrozenLakeEnv(num_envs=8, success_rate=0.5, slip_seeding="sample")
+    seeds = [sample_seed(42, s) for s in range(8)]
+    td = reset(env, [42] * 8, sample_seeds=seeds)
+    assert len({last_user(td, r) for r in range(8)}) == 1
     for _ in range(3):
         td = step(env, td, [ok("Down || Right")] * 8)
     positions = [g.player for g in env.games]
     assert len(set(positions)) > 1
     # reproducible: the same seeds give the same trajectories
-    td = reset(env, [42] * 8)
+    td = reset(env, [42] * 8, sample_seeds=seeds)
     for _ in range(3):
         td = step(env, td, [ok("Down || Right")] * 8)
     assert [g.player for g in env.games] == positions

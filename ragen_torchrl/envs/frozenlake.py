@@ -4,6 +4,11 @@ The rules live in :class:`~ragen_torchrl.envs.games.frozenlake.FrozenLakeGame` (
 Python); :class:`FrozenLakeEnv` is the batched :class:`~ragen_torchrl.envs.text_env.TextGameEnv`
 around it.
 
+All G samples of a group share the level seed, slips included (REFERENCE rules of RAGEN-2,
+arXiv 2604.06268): the slip RNG is seeded by the level seed, so samples that take the same
+actions see the same slips and reward differences come from the policy, not from luck.
+``slip_seeding="sample"`` gives each sample its own slips instead (an ablation).
+
 Example:
     >>> import tensordict, torch
     >>> tensordict.set_list_to_stack(True).set()
@@ -22,10 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .games.frozenlake import FrozenLakeGame
+from .games.frozenlake import OBSERVATIONS, FrozenLakeGame
 from .text_env import TextGameEnv, sample_seed
 
-__all__ = ["FrozenLakeEnv", "FrozenLakeGame"]
+__all__ = ["FrozenLakeEnv", "FrozenLakeGame", "OBSERVATIONS", "SLIP_SEEDINGS"]
+
+#: what seeds the slip RNG of a row: its level seed (shared by the group) or its sample seed
+SLIP_SEEDINGS = ("level", "sample")
 
 
 class FrozenLakeEnv(TextGameEnv):
@@ -37,7 +45,19 @@ class FrozenLakeEnv(TextGameEnv):
         p_frozen: frozen-tile probability of generated maps (default 0.9).
         success_rate: probability that the intended move happens (1.0 = not slippery).
         desc: a fixed map for every row (tests, demos); levels are generated per seed otherwise.
+        observation: ``"annotated"`` (default: grid, coordinates, goal direction and what
+            each move reaches; the tiny model learns from it) or ``"paper"`` (RAGEN-2's grid
+            plus coordinate listing); see :mod:`ragen_torchrl.envs.games.frozenlake`.
+        slip_seeding: ``"level"`` (default, reference: slips follow the level seed, shared
+            by the group) or ``"sample"`` (slips follow the row's ``sample_seed``).
         **kwargs: turn/action limits and format penalty of :class:`TextGameEnv`.
+
+    Example:
+        >>> env = FrozenLakeEnv(num_envs=2, success_rate=0.5)
+        >>> a, b = (env.game_factory(7, sample_seed(7, g)) for g in (0, 1))  # 2 samples of level 7
+        >>> moves = [(a.step(m)[0], b.step(m)[0]) for m in ("Right", "Down", "Right")]
+        >>> a.player == b.player  # same actions, same slips
+        True
     """
 
     def __init__(
@@ -48,13 +68,20 @@ class FrozenLakeEnv(TextGameEnv):
         p_frozen: float = 0.9,
         success_rate: float = 1.0,
         desc: list[str] | None = None,
+        observation: str = "annotated",
+        slip_seeding: str = "level",
         **kwargs: Any,
     ) -> None:
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+        if slip_seeding not in SLIP_SEEDINGS:
+            raise ValueError(f"slip_seeding must be one of {SLIP_SEEDINGS}, got {slip_seeding!r}")
         if not 0.0 <= success_rate <= 1.0:
             raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
         if not 0.0 < p_frozen <= 1.0:
             raise ValueError(f"p_frozen must be in (0, 1], got {p_frozen}")
         self.size, self.p_frozen, self.success_rate, self.desc = size, p_frozen, success_rate, desc
+        self.observation, self.slip_seeding = observation, slip_seeding
 
         def factory(level_seed: int, sample: int) -> FrozenLakeGame:
             return FrozenLakeGame(
@@ -63,7 +90,9 @@ class FrozenLakeEnv(TextGameEnv):
                 size=size,
                 p_frozen=p_frozen,
                 success_rate=success_rate,
-                slip_seed=sample_seed(level_seed, sample),
+                # None: the game seeds its slip RNG with the level seed
+                slip_seed=sample_seed(level_seed, sample) if slip_seeding == "sample" else None,
+                observation=observation,
             )
 
         super().__init__(factory, num_envs=num_envs, **kwargs)

@@ -9,6 +9,17 @@ Rules follow gymnasium's FrozenLake (>= 1.0) with RAGEN's text rendering:
 * moving into the border leaves the player in place; falling into a hole ends the
   episode with reward 0; reaching the goal ends it with reward 1 (``success``).
 
+Two observation formats (``observation=``, see :data:`OBSERVATIONS`):
+
+* ``"annotated"`` (default): the grid, player and goal coordinates, the goal's direction
+  and what each of the four moves would reach. The per-move annotations are this
+  project's addition: a tiny model trained from scratch does not learn to read a 2-D grid
+  from a line-broken string in a few hundred updates, so the annotations spell out what
+  the grid implies.
+* ``"paper"``: what RAGEN-2 (arXiv 2604.06268) shows: the grid plus a coordinate listing
+  (board size, start, goal, player, holes), nothing derived from them. Use it with a
+  pretrained model (Qwen2.5 scale), as the paper does.
+
 Example:
     >>> game = FrozenLakeGame(desc=["SF", "HG"])
     >>> game.oracle_action()
@@ -41,6 +52,8 @@ PERPENDICULAR: dict[str, tuple[str, str]] = {
     "Down": ("Left", "Right"),
 }
 _VALID_TILES = set("SFHG")
+#: observation formats of :meth:`FrozenLakeGame.render_text`
+OBSERVATIONS = ("annotated", "paper")
 
 
 def _shortest_distances(desc: list[str], goal: tuple[int, int]) -> dict[tuple[int, int], int]:
@@ -96,7 +109,9 @@ class FrozenLakeGame(TextGame):
         size: side of generated maps.
         p_frozen: probability that a generated tile is frozen.
         success_rate: probability that the intended move happens (1.0 = not slippery).
-        slip_seed: seed of the slip RNG; lets G samples of one level slip differently.
+        slip_seed: seed of the slip RNG (default: ``seed``, so every sample of a level
+            that takes the same actions sees the same slips, as in the reference).
+        observation: ``"annotated"`` (default) or ``"paper"``; see the module docstring.
 
     Example:
         >>> game = FrozenLakeGame(desc=["SFH", "FFG"])
@@ -118,9 +133,13 @@ class FrozenLakeGame(TextGame):
         p_frozen: float = 0.9,
         success_rate: float = 1.0,
         slip_seed: int | None = None,
+        observation: str = "annotated",
     ) -> None:
         if not 0.0 <= success_rate <= 1.0:
             raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+        self.observation = observation
         if desc is None:
             if seed is None:
                 raise ValueError("FrozenLakeGame needs either `desc` or `seed`")
@@ -216,6 +235,38 @@ class FrozenLakeGame(TextGame):
         return ", ".join(parts)
 
     def render_text(self) -> str:
+        """The observation in the format chosen by ``observation``."""
+        return self.render_paper() if self.observation == "paper" else self.render_annotated()
+
+    def render_paper(self) -> str:
+        """RAGEN-2's observation: the grid, then the coordinates of every entity.
+
+        Example:
+            >>> print(FrozenLakeGame(desc=["SFH", "FFG"], observation="paper").render_text())
+            P_O
+            __G
+            Board size: 2 rows x 3 cols (zero-indexed).
+            Start: (0, 0)
+            Goal: (1, 2)
+            Player: (0, 0)
+            Holes: (0, 2)
+        """
+        r, c = self.player
+        tile = self.desc[r][c]
+        player = {"G": "Player on goal", "H": "Player in hole"}.get(tile, "Player")
+        lines = [
+            self.render_grid(),
+            f"Board size: {self.n_rows} rows x {self.n_cols} cols (zero-indexed).",
+            f"Start: ({self.start[0]}, {self.start[1]})",
+            f"Goal: ({self.goal[0]}, {self.goal[1]})",
+            f"{player}: ({r}, {c})",
+        ]
+        if self.holes:
+            lines.append("Holes: " + ", ".join(f"({hr}, {hc})" for hr, hc in self.holes))
+        return "\n".join(lines)
+
+    def render_annotated(self) -> str:
+        """The grid with coordinates, the goal's direction and each move's target tile."""
         # short on purpose (every observation token is paid for at every later turn); the
         # coordinates and the four neighbours make the map readable for a tiny model
         return (
