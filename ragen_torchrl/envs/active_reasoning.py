@@ -10,14 +10,19 @@ full task description (``game.render_text()``); later ones are only
 
 Rules (on top of :class:`~ragen_torchrl.envs.text_env.TextGameEnv`'s TensorDict contract):
 
+* rewards are terminal only: a query returns reward 0; the answer ends the episode
+  (``terminated``) with the game's terminal reward (exact match, fraction of circuits, binary
+  similarity, word F1 ...);
 * a reply without a well-formed ``<think>`` block followed by a non-empty ``<interact>`` or
-  ``<answer>`` block gets ``format_penalty`` (−0.1); the game state is unchanged except that the
-  turn is used (so a model cannot stall forever with malformed replies);
-* a query returns reward 0; the answer ends the episode (``terminated``) with the game's terminal
-  reward (exact match, fraction of circuits, binary similarity, word F1 ...);
+  ``<answer>`` block is *malformed*. ``malformed="end"`` (default, the reference code) ends the
+  episode there (``terminated``, reward 0, no success); ``malformed="penalty"`` gives
+  ``format_penalty`` (−0.1) and continues with the game state unchanged except that the turn is
+  used (so a model cannot stall forever with malformed replies);
 * ``max_turn`` (queries, answers and malformed replies together; paper defaults: GuessNumbers 10,
   CircuitDecoding 10, SituationPuzzles 15, PreferenceEstimation 10, MovieRecommendation 5) ends the
-  episode as ``truncated`` with reward 0 for that turn when no answer was given.
+  episode as ``truncated`` with reward 0 for that turn when no answer was given. The user message
+  before the last turn asks for the answer (:data:`LAST_TURN_PROMPT`), as the reference does when
+  the budget runs out.
 
 Besides the base keys (``progress`` = the game's ``progress()`` after the turn), every step
 writes the per-turn information the T3 truncation transform
@@ -87,6 +92,8 @@ __all__ = [
     "PreferenceEstimationEnv",
     "SituationPuzzlesEnv",
     "INVALID_REPLY",
+    "LAST_TURN_PROMPT",
+    "MALFORMED_MODES",
     "parse_active_reply",
 ]
 
@@ -101,6 +108,13 @@ INVALID_REPLY = (
     "Invalid reply: reason inside <think>...</think>, then use <interact>QUERY</interact> or "
     "<answer>ANSWER</answer>."
 )
+
+#: appended to the user message before the last turn of the budget (reference: "... Now present
+#: your answer inside <answer> and </answer> ..."); the T3 transform uses the same sentence
+LAST_TURN_PROMPT = "This is your last turn. Now present your answer inside <answer> and </answer>."
+#: what a malformed reply does: ``"end"`` the episode with reward 0 (reference code, default) or
+#: ``"penalty"``: ``format_penalty`` and the episode continues
+MALFORMED_MODES = ("end", "penalty")
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ACTION_RE = re.compile(r"<(interact|answer)>(.*?)</\1>", re.DOTALL)
@@ -172,7 +186,9 @@ class ActiveReasoningEnv(TextGameEnv):
             demonstrator's decision to answer). The subclasses pass it through.
         num_envs: batch size B.
         max_turn: turns per episode (queries + answer + malformed replies).
-        format_penalty: reward of a reply without valid tags (default −0.1).
+        malformed: ``"end"`` (default, reference code): a reply without valid tags ends the
+            episode with reward 0; ``"penalty"``: it gets ``format_penalty`` and the episode goes on.
+        format_penalty: reward of a reply without valid tags with ``malformed="penalty"`` (−0.1).
         require_think: a reply without ``</think>`` is a format error (default True).
         noise_repeat: in demonstrations, share of noisy queries that repeat an earlier query
             (a belief-trap action); the rest are random queries (:meth:`random_query`).
@@ -199,6 +215,7 @@ class ActiveReasoningEnv(TextGameEnv):
         *,
         num_envs: int = 1,
         max_turn: int = 10,
+        malformed: str = "end",
         format_penalty: float = -0.1,
         require_think: bool = True,
         noise_repeat: float = 0.5,
@@ -207,6 +224,9 @@ class ActiveReasoningEnv(TextGameEnv):
     ) -> None:
         if not 0.0 <= float(noise_repeat) <= 1.0:
             raise ValueError(f"noise_repeat must be in [0, 1], got {noise_repeat}")
+        if malformed not in MALFORMED_MODES:
+            raise ValueError(f"malformed must be one of {', '.join(MALFORMED_MODES)}, got {malformed!r}")
+        self.malformed = malformed
         self.require_think = bool(require_think)
         self.noise_repeat = float(noise_repeat)
         super().__init__(
@@ -243,10 +263,15 @@ class ActiveReasoningEnv(TextGameEnv):
 
     # -- rendering hooks ----------------------------------------------------------
     def observation_text(self, game: InteractiveGame, prefix: str = "") -> str:
-        """Full task text before the first turn; afterwards ``prefix`` + turns left."""
+        """Full task text before the first turn; afterwards ``prefix`` + turns left, and
+        :data:`LAST_TURN_PROMPT` when one turn is left (the reference asks for the answer then)."""
         if game.turn == 0:
-            return f"{prefix}{game.render_text()}"
-        return f"{prefix}Turns left: {game.turns_left}."
+            text = f"{prefix}{game.render_text()}"
+        else:
+            text = f"{prefix}Turns left: {game.turns_left}."
+        if game.turns_left == 1 and not game.done:
+            text += f"\n{LAST_TURN_PROMPT}"
+        return text
 
     def feedback_prefix(self, game: InteractiveGame) -> str:
         """The game's feedback on the last query (``info["feedback"]``)."""
@@ -325,7 +350,13 @@ class ActiveReasoningEnv(TextGameEnv):
         if parsed.kind is None:
             # the game's own invalid action: uses the turn, changes nothing else
             _, finished, info = game.step("")
-            reward, prefix, fields = self.format_penalty, INVALID_REPLY + "\n", {}
+            if self.malformed == "end":
+                # reference code: a malformed reply ends the episode, unrewarded
+                game.done = True
+                reward, finished, fields = 0.0, True, {"success": False}
+                prefix = INVALID_REPLY + " The episode is over.\n"
+            else:
+                reward, prefix, fields = self.format_penalty, INVALID_REPLY + "\n", {}
         else:
             reward, finished, info = game.step(parsed.as_action())
             prefix = self.feedback_prefix(game)
@@ -435,16 +466,18 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
 
     def random_query(self, game: InteractiveGame, rng: random.Random) -> str:
         bits = ",".join(rng.choice("01") for _ in range(game.n))
-        name = rng.choice(game.names + [""])
-        return f"{name}({bits})"
+        return f"{rng.choice(game.names)}({bits})"  # a query names one circuit
 
 
 class PreferenceEstimationEnv(ActiveReasoningEnv):
-    """PreferenceEstimation: estimate a hidden preference vector from pairwise comparisons;
-    reward 1 iff ``cos(v̂, v*) > threshold``.
+    """PreferenceEstimation: estimate a hidden preference vector from pairwise questions
+    ("Would you prefer item A over item B?" -> Yes / Equal / No); reward 1 iff
+    ``cos(v̂, v*) > threshold``.
 
     Args:
-        num_items, dim: instance size; threshold: success cosine (0.88);
+        num_items, dim: instance size (20 items, 8 dimensions as the reference);
+        nonnegative: ``v*`` has non-negative weights (default True, the reference);
+        threshold: success cosine (0.88);
         estimate_source: ``"agent"`` (progress from the estimates the model reports, the paper's
             proxy) or ``"observations"`` (closed-form estimate from the comparisons).
 
@@ -461,7 +494,8 @@ class PreferenceEstimationEnv(ActiveReasoningEnv):
         num_envs: int = 1,
         max_turn: int = PreferenceEstimationGame.max_turns,
         num_items: int = 20,
-        dim: int = 4,
+        dim: int = 8,
+        nonnegative: bool = True,
         threshold: float = 0.88,
         estimate_source: str = "agent",
         oracle_particles: int = 500,
@@ -471,7 +505,8 @@ class PreferenceEstimationEnv(ActiveReasoningEnv):
 
         def factory(level_seed: int, sample: int) -> PreferenceEstimationGame:
             return PreferenceEstimationGame.generate(
-                level_seed, level_split(level_seed), num_items=num_items, dim=dim, threshold=threshold,
+                level_seed, level_split(level_seed), num_items=num_items, dim=dim,
+                nonnegative=nonnegative, threshold=threshold,
                 estimate_source=estimate_source, oracle_particles=oracle_particles, max_turns=max_turn,
             )
 
@@ -479,15 +514,15 @@ class PreferenceEstimationEnv(ActiveReasoningEnv):
 
     def random_query(self, game: InteractiveGame, rng: random.Random) -> str:
         a, b = rng.sample(range(1, len(game.items) + 1), 2)
-        query = f"compare {a} {b}"
+        query = f"Would you prefer item {a} over item {b}?"
         if game.estimate is not None:  # keep reporting the current estimate, as the oracle does
-            query += "; estimate: " + ", ".join(f"{x:.2f}" for x in game.estimate)
+            query += " estimate: " + ", ".join(f"{x:.2f}" for x in game.estimate)
         return query
 
 
 class MovieRecommendationEnv(ActiveReasoningEnv):
-    """MovieRecommendation: rate/compare seen movies, then recommend the best unseen one;
-    reward = exact match.
+    """MovieRecommendation: pairwise questions about seen movies ("Would you prefer 3 over 5?" ->
+    Yes / Equal / No), then recommend the best unseen one; reward = exact match.
 
     Args:
         num_seen, num_candidates: movies listed per episode; estimate_source: as
@@ -525,9 +560,10 @@ class MovieRecommendationEnv(ActiveReasoningEnv):
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
 
     def random_query(self, game: InteractiveGame, rng: random.Random) -> str:
-        query = f"rate {rng.randint(1, len(game.seen))}"
+        a, b = rng.sample(range(1, len(game.seen) + 1), 2)
+        query = f"Would you prefer {a} over {b}?"
         if game.estimate is not None:
-            query += "; estimate: " + ", ".join(f"{x:.2f}" for x in game.estimate)
+            query += " estimate: " + ", ".join(f"{x:.2f}" for x in game.estimate)
         return query
 
 

@@ -11,17 +11,24 @@ simply shorter):
    (``"Now present your answer inside <answer> and </answer>."``, the reference's wording
    shortened) is appended, on a new line, to the next user message (after the query's feedback);
 2. turn t + 1 is the one *forced-answer* turn: an ``<answer>`` is scored by the env as usual
-   (normal terminal reward); anything else (a query, or a malformed reply) ends the episode
-   there: ``done`` = ``truncated`` = True, ``terminated`` = False, reward 0 for a query (a
-   malformed reply keeps the env's format penalty).
+   (normal terminal reward); anything else (a query, or a malformed reply that the env lets
+   continue) ends the episode there: ``done`` = ``truncated`` = True, ``terminated`` = False,
+   reward 0 for a query (a malformed reply keeps the env's format penalty).
 
-The rule is fed only by well-formed queries (``is_query``); the answer and malformed replies
-(already punished by the format penalty) are not interactions. Turns on which the env ends the
-episode itself (answer, ``max_turn``) never fire. T3 never extends the turn budget: a rule
-firing on the last turn changes nothing.
+The rule is fed by every turn the env does not end itself: well-formed queries (``is_query``)
+and malformed replies (neither query nor answer), which make no epistemic progress and count
+toward the stall window (REFERENCE §3; only reachable with the env's ``malformed="penalty"``,
+since ``"end"`` ends the episode). Turns on which the env ends the episode itself (answer,
+malformed reply, ``max_turn``) never fire. T3 never extends the turn budget: a rule firing on
+the last turn changes nothing.
 
-Output key: ``truncated_by_t3`` (bool, ``(B,)``) is True on the firing turn and on the
-forced-answer turn of a truncated episode, so ``any`` over an episode's steps marks it.
+Output keys (bool, ``(B,)``), kept apart so that metrics can tell "the rule fired" from "the
+episode ended truncated" (``any`` over an episode's steps marks the episode):
+
+* ``t3_rule_fired``: True on the turn the rule fired;
+* ``truncated_by_t3``: True on the forced-answer turn when the episode ends there *without*
+  success (a query, a malformed reply, or a wrong answer). A correct answer on the forced-answer
+  turn is a success, not a truncation.
 
 Training only: the transform is a no-op (it still writes ``truncated_by_t3 = False``) when
 ``enabled`` is False (``T3Truncation(enabled=False)`` or ``transform.set_enabled(False)``);
@@ -43,8 +50,8 @@ Example:
     >>> from ragen_torchrl.envs import make_env
     >>> env = make_env("guess_numbers", num_envs=2).append_transform(T3Truncation())
     >>> td = env.reset(TensorDict(level_seed=torch.tensor([1, 1]), group_id=torch.tensor([0, 0]), batch_size=[2]))
-    >>> td["truncated_by_t3"].tolist()
-    [False, False]
+    >>> td["truncated_by_t3"].tolist(), td["t3_rule_fired"].tolist()
+    ([False, False], [False, False])
     >>> env.transform.set_enabled(False).active  # validation: no truncation
     False
 """
@@ -121,20 +128,23 @@ class T3Truncation(Transform):
             ``None`` takes ``task_name`` from the wrapped env at the first reset.
         k: stall window (``None``: paper default of the task, :func:`t3_config_defaults`).
         cumulative: GuessNumbers/CircuitDecoding only: count stalled turns over the episode
-            (True, the reference CircuitDecoding code) or consecutively (False).
+            (True, the reference CircuitDecoding code) or consecutively (False, the paper's text
+            and the default).
+        outside_trigger: GuessNumbers only: also fire after ``k`` guesses outside ``H_{t-1}``
+            (not in the paper; default False). Config key ``t3.outside_trigger``.
         unsupervised: MovieRecommendation only: the estimate-drift rule (needs ``estimate``
             in the env's ``last_infos``).
         enabled: False makes the transform a no-op (validation).
         prompt: text appended to the next user message when the rule fires.
 
     Keys read from each step: ``env_index``, ``progress``, ``progress_before``, ``is_query``,
-    ``guess_in_previous_hypotheses``, ``done`` (and the base env's ``last_infos[env_index]``
-    when it has them, for rule inputs that are not tensors). Keys written: ``truncated_by_t3``;
-    on a forced-answer turn without an answer also ``done``, ``truncated``, ``terminated``,
-    ``reward``.
+    ``is_answer``, ``success``, ``guess_in_previous_hypotheses``, ``done`` (and the base env's
+    ``last_infos[env_index]`` when it has them, for rule inputs that are not tensors). Keys
+    written: ``t3_rule_fired``, ``truncated_by_t3``; on a forced-answer turn without an answer
+    also ``done``, ``truncated``, ``terminated``, ``reward``.
 
     Example:
-        >>> t3 = T3Truncation("circuit_decoding", k=3, cumulative=False)
+        >>> t3 = T3Truncation("circuit_decoding", k=3, cumulative=True)
         >>> t3.active, t3.set_enabled(False).active, t3.set_enabled(True).active
         (True, False, True)
     """
@@ -146,6 +156,7 @@ class T3Truncation(Transform):
         k: int | None = None,
         cumulative: bool | None = None,
         unsupervised: bool = False,
+        outside_trigger: bool = False,
         enabled: bool = True,
         prompt: str = DEFAULT_PROMPT,
     ) -> None:
@@ -154,10 +165,11 @@ class T3Truncation(Transform):
         self.k = None if k is None else int(k)
         self.cumulative = cumulative
         self.unsupervised = bool(unsupervised)
+        self.outside_trigger = bool(outside_trigger)
         self.enabled = bool(enabled)
         self.prompt = str(prompt)
         if self.task is not None:
-            make_rule(self.task, self.k, self.cumulative, self.unsupervised)  # fail early on bad options
+            self._make()  # fail early on bad options
         self._rules: dict[int, StallRule] = {}
         # rows granted their one forced-answer turn, waiting for it
         self._forced: set[int] = set()
@@ -187,13 +199,17 @@ class T3Truncation(Transform):
                 if not task:
                     raise RuntimeError("T3Truncation(task=None) needs an env with a task_name (an ActiveReasoningEnv)")
                 self.task = _task_name(task)
-            rule = self._rules[index] = make_rule(self.task, self.k, self.cumulative, self.unsupervised)
+            rule = self._rules[index] = self._make()
         return rule
+
+    def _make(self) -> StallRule:
+        return make_rule(self.task, self.k, self.cumulative, self.unsupervised, self.outside_trigger)
 
     # -- specs -----------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
-        observation_spec["truncated_by_t3"] = Bounded(0, 1, shape=observation_spec.shape, dtype=torch.bool,
-                                                      device=observation_spec.device)
+        for key in ("truncated_by_t3", "t3_rule_fired"):
+            observation_spec[key] = Bounded(0, 1, shape=observation_spec.shape, dtype=torch.bool,
+                                            device=observation_spec.device)
         return observation_spec
 
     # -- reset/step --------------------------------------------------------------------
@@ -204,38 +220,50 @@ class T3Truncation(Transform):
         for i, p in zip(index, progress):
             self._rule(i).reset(p)
             self._forced.discard(i)
-        tensordict_reset.set("truncated_by_t3", torch.zeros(n, dtype=torch.bool, device=tensordict_reset.device))
+        for key in ("truncated_by_t3", "t3_rule_fired"):
+            tensordict_reset.set(key, torch.zeros(n, dtype=torch.bool, device=tensordict_reset.device))
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         n = next_tensordict.batch_size[0]
         fired = torch.zeros(n, dtype=torch.bool, device=next_tensordict.device)
+        cut = torch.zeros(n, dtype=torch.bool, device=next_tensordict.device)
         if not self.active:
-            next_tensordict.set("truncated_by_t3", fired)
+            next_tensordict.set("t3_rule_fired", fired)
+            next_tensordict.set("truncated_by_t3", cut)
             return next_tensordict
-        index = next_tensordict.get("env_index").reshape(-1).tolist()
-        done = next_tensordict.get("done").reshape(-1).tolist()
-        is_query = next_tensordict.get("is_query").reshape(-1).tolist()
-        progress = next_tensordict.get("progress").reshape(-1).tolist()
-        before = next_tensordict.get("progress_before", None)
-        before = before.reshape(-1).tolist() if before is not None else [None] * n
-        in_prev = next_tensordict.get("guess_in_previous_hypotheses", None)
-        in_prev = in_prev.reshape(-1).tolist() if in_prev is not None else [None] * n
+
+        def column(key: str) -> list:
+            value = next_tensordict.get(key, None)
+            return value.reshape(-1).tolist() if value is not None else [None] * n
+
+        index = column("env_index")
+        done = column("done")
+        is_query = column("is_query")
+        is_answer = column("is_answer")
+        success = column("success")
+        progress = column("progress")
+        before = column("progress_before")
+        in_prev = column("guess_in_previous_hypotheses")
         infos = getattr(self._base_env(), "last_infos", None)
         end_rows, prompt_rows = [], []
         for row, i in enumerate(index):
             if i in self._forced:  # the forced-answer turn
                 self._forced.discard(i)
-                fired[row] = True
+                # the episode ends here; only a successful answer is not a truncation
+                cut[row] = not bool(success[row])
                 if not done[row]:
                     end_rows.append(row)
                 continue
-            if done[row] or not is_query[row]:
+            if done[row] or is_answer[row]:
                 continue
-            info: dict[str, Any] = dict(infos[i]) if infos is not None and i < len(infos) else {}
+            if is_query[row]:
+                info: dict[str, Any] = dict(infos[i]) if infos is not None and i < len(infos) else {}
+            else:  # malformed reply (the env let the episode continue): no progress, a stall
+                info = {"malformed": True}
             if before[row] is not None:
                 info["progress_before"] = before[row]
-            if in_prev[row] is not None:
+            if in_prev[row] is not None and is_query[row]:
                 info["guess_in_previous_hypotheses"] = bool(in_prev[row])
             if self._rule(i).update(progress[row], info):
                 fired[row] = True
@@ -245,7 +273,8 @@ class T3Truncation(Transform):
             self._end(next_tensordict, end_rows, is_query)
         if prompt_rows:
             self._append_prompt(next_tensordict, prompt_rows)
-        next_tensordict.set("truncated_by_t3", fired)
+        next_tensordict.set("t3_rule_fired", fired)
+        next_tensordict.set("truncated_by_t3", cut)
         return next_tensordict
 
     def _end(self, next_tensordict: TensorDictBase, rows: list[int], is_query: list[bool]) -> None:
@@ -266,6 +295,8 @@ class T3Truncation(Transform):
         histories = list(next_tensordict.get(("history", "prompt")).unbind(0))
         for row in rows:
             h: History = histories[row]
+            if self.prompt in h.content[-1]:
+                continue  # the env already asks for the answer (last turn of the budget)
             msg = History(role="user", content=f"{h.content[-1]}\n{self.prompt}", batch_size=(1,))
             histories[row] = h[:-1].extend(msg, inplace=False, dim=-1)
         next_tensordict.set(("history", "prompt"), lazy_stack(histories))
@@ -286,7 +317,7 @@ def t3_config_defaults() -> dict[str, dict[str, Any]]:
 
     Example:
         >>> t3_config_defaults()["circuit_decoding"]
-        {'k': 3, 'cumulative': True}
+        {'k': 3, 'cumulative': False}
         >>> t3_config_defaults()["situation_puzzles"]
         {'k': 5}
     """
@@ -304,7 +335,9 @@ def t3_token_stats(records: Mapping[str, Any] | TensorDictBase, max_turn: int) -
 
     Args:
         records: one row per trajectory with ``num_tokens`` (generated tokens), ``success``,
-            ``num_turns`` and ``truncated_by_t3`` (a TensorDict or a mapping of sequences).
+            ``num_turns`` and ``truncated_by_t3`` (the episode ended truncated by T3), optionally
+            ``t3_rule_fired`` (the rule fired in the episode) (a TensorDict or a mapping of
+            sequences).
         max_turn: the env's turn budget.
 
     Returns:
@@ -312,16 +345,24 @@ def t3_token_stats(records: Mapping[str, Any] | TensorDictBase, max_turn: int) -
         ``t3/tokens_per_trajectory``: their mean;
         ``t3/tokens_per_success``: rollout tokens / number of successful trajectories (NaN
         without any success);
-        ``t3/truncation_rate``: fraction of trajectories truncated by T3;
+        ``t3/truncation_rate``: fraction of trajectories that *ended* truncated by T3 (a correct
+        answer on the forced-answer turn is a success, not a truncation);
         ``t3/mean_turns_saved``: mean of ``max_turn - num_turns`` over the truncated
         trajectories (0.0 when none): the turns left unused in the budget, an upper bound on
-        what the untruncated episode would have spent (it might have answered earlier).
+        what the untruncated episode would have spent (it might have answered earlier);
+        with ``t3_rule_fired``: ``t3/rule_fire_rate`` (fraction of trajectories whose rule fired)
+        and ``t3/forced_answer_success_rate`` (success among those; NaN when the rule never
+        fired).
 
     Example:
         >>> stats = t3_token_stats({"num_tokens": [100, 40], "success": [True, False],
         ...                         "num_turns": [10, 4], "truncated_by_t3": [False, True]}, max_turn=10)
         >>> stats["t3/rollout_tokens"], stats["t3/tokens_per_success"], stats["t3/mean_turns_saved"]
         (140.0, 140.0, 6.0)
+        >>> stats = t3_token_stats({"num_tokens": [30, 40], "success": [True, False], "num_turns": [4, 4],
+        ...                         "truncated_by_t3": [False, True], "t3_rule_fired": [True, True]}, max_turn=10)
+        >>> stats["t3/truncation_rate"], stats["t3/rule_fire_rate"], stats["t3/forced_answer_success_rate"]
+        (0.5, 1.0, 0.5)
     """
     if int(max_turn) < 1:
         raise ValueError(f"max_turn must be >= 1, got {max_turn}")
@@ -340,10 +381,17 @@ def t3_token_stats(records: Mapping[str, Any] | TensorDictBase, max_turn: int) -
     total = float(tokens.sum())
     wins = int(success.sum())
     saved = (float(max_turn) - turns[cut]).clamp_min(0)
+    extra: dict[str, float] = {}
+    if (records.get("t3_rule_fired") if hasattr(records, "get") else None) is not None:
+        rule = col("t3_rule_fired", torch.bool)
+        fired = int(rule.sum())
+        extra["t3/rule_fire_rate"] = fired / n if n else 0.0
+        extra["t3/forced_answer_success_rate"] = float(success[rule].float().mean()) if fired else math.nan
     return {
         "t3/rollout_tokens": total,
         "t3/tokens_per_trajectory": total / n if n else 0.0,
         "t3/tokens_per_success": total / wins if wins else math.nan,
         "t3/truncation_rate": float(cut.float().mean()) if n else 0.0,
         "t3/mean_turns_saved": float(saved.mean()) if saved.numel() else 0.0,
+        **extra,
     }

@@ -9,10 +9,10 @@
 
 with ``OP`` in ``AND``, ``OR``, ``XOR`` (51 formulas, 45 distinct truth tables for n = 3; 152 and 128 for n = 4).
 
-**Queries.** ``A(1,0,1)`` evaluates circuit A on x1=1, x2=0, x3=1 and returns its bit
-(``"A(1,0,1) = 1"``). Without a name, ``(1,0,1)`` (or ``*(1,0,1)``) evaluates every circuit on the
-assignment at once; with it the demonstrator always finishes within ``2**n`` queries. Bits may be
-written ``1,0,1``, ``1 0 1`` or ``101``. A malformed query never raises (``info["valid"] = False``).
+**Queries.** A query names **one** circuit: ``A(1,0,1)`` evaluates circuit A on x1=1, x2=0, x3=1
+and returns its bit (``"A(1,0,1) = 1"``), as in the reference. A query without a name (``(1,0,1)``,
+``*(1,0,1)``), which would read every circuit at once, is invalid. Bits may be written ``1,0,1``,
+``1 0 1`` or ``101``. A malformed query never raises (``info["valid"] = False``).
 
 **Hypothesis set.** Two formulas with the same truth table cannot be told apart by any query, so
 the candidates are the truth-table *equivalence classes* of the family. ``H_t`` = for each circuit,
@@ -362,7 +362,7 @@ class CircuitDecodingGame(InteractiveGame):
             f"Identify {len(self.names)} hidden Boolean circuits ({names}) over inputs {xs}. "
             f"Each circuit is one formula of the form {self._family_text()}. "
             f"Ask <interact>{self.names[0]}({example})</interact> to get circuit {self.names[0]}'s "
-            f"output on that input, or <interact>({example})</interact> for every circuit at once. "
+            "output on that input (one circuit per query). "
             "Finish with <answer>"
             + "; ".join(f"{nm} = <formula>" for nm in self.names)
             + "</answer>; a formula is right when it computes the same function."
@@ -394,8 +394,11 @@ class CircuitDecodingGame(InteractiveGame):
             return self._invalid(query, f"expected exactly {self.n} bits (0 or 1), e.g. {example}.")
         name = m.group("name")
         if name is None or name == "*" or name.upper() == "ALL":
-            idxs = list(range(len(self.names)))
-        elif name.upper() in self.names:
+            # reference rule: one circuit per query (reading all of them at once is not allowed)
+            return self._invalid(
+                query, f"name one circuit ({', '.join(self.names)}) per query, e.g. {example}."
+            )
+        if name.upper() in self.names:
             idxs = [self.names.index(name.upper())]
         else:
             return self._invalid(
@@ -458,22 +461,20 @@ class CircuitDecodingGame(InteractiveGame):
         return reward, {"valid": valid, "correct": correct, "success": reward == 1.0, "feedback": fb}
 
     # ---- demonstrator ------------------------------------------------------------------------
-    def _best_assignment(self) -> tuple[int, int]:
-        """Assignment index minimising the summed worst-case surviving classes (all circuits)."""
-        best_k, best_key = 0, None
-        for k in range(len(self.assignments)):
-            worst = 0
-            split = 0
-            for alive in self.alive:
-                if len(alive) <= 1:
-                    continue
+    def _best_query(self) -> tuple[int, int]:
+        """``(circuit index, assignment index)`` of the named query with the smallest worst-case
+        number of surviving classes (ties: the largest circuit first, then the lowest index)."""
+        best, best_key = (0, 0), None
+        for i, alive in enumerate(self.alive):
+            if len(alive) <= 1:
+                continue
+            for k in range(len(self.assignments)):
                 ones = sum((t >> k) & 1 for t in alive)
-                worst += max(ones, len(alive) - ones)
-                split += min(ones, len(alive) - ones) > 0
-            key = (worst, -split)
-            if best_key is None or key < best_key:
-                best_k, best_key = k, key
-        return best_k, best_key[0] if best_key else 0
+                worst = max(ones, len(alive) - ones)
+                key = (worst - len(alive), worst, i, k)  # largest expected removal first
+                if best_key is None or key < best_key:
+                    best, best_key = (i, k), key
+        return best
 
     def _oracle_answer_text(self) -> str:
         parts = []
@@ -485,8 +486,8 @@ class CircuitDecodingGame(InteractiveGame):
     def oracle_action(self) -> str:
         if all(len(a) <= 1 for a in self.alive) or self.turns_left <= 1:
             return self.ANSWER_PREFIX + self._oracle_answer_text()
-        k, _ = self._best_assignment()
-        return self.INTERACT_PREFIX + "(" + ",".join(map(str, self.assignments[k])) + ")"
+        i, k = self._best_query()
+        return self.INTERACT_PREFIX + f"{self.names[i]}(" + ",".join(map(str, self.assignments[k])) + ")"
 
     def explain(self, action: str) -> str:
         kind, payload = self.split_action(action)
@@ -501,13 +502,14 @@ class CircuitDecodingGame(InteractiveGame):
             if bits is None:
                 return f"I ask {payload}."
             k = self.assignments.index(bits)
-            worst = 0
-            for alive in self.alive:
-                if len(alive) > 1:
-                    ones = sum((t >> k) & 1 for t in alive)
-                    worst += max(ones, len(alive) - ones)
+            name = (m.group("name") or "").upper()
+            if name not in self.names:
+                return f"I ask {payload}."
+            alive = self.alive[self.names.index(name)]
+            ones = sum((t >> k) & 1 for t in alive)
+            worst = max(ones, len(alive) - ones)
             return (
                 f"Functions still possible per circuit: {sizes}. Input {','.join(map(str, bits))} "
-                f"splits them so that at most {worst} stay possible in the unsolved circuits."
+                f"splits circuit {name}'s {len(alive)} so that at most {worst} stay possible."
             )
         return super().explain(action)

@@ -7,33 +7,31 @@ and ``attributes``) and raises ``ValueError`` naming the file and the fields whe
 
 **Episode.** A hidden unit preference vector ``v*``; ``num_seen`` movies (default 8) the user has
 seen, listed with 1-based ids, and ``num_candidates`` unseen movies (default 8) listed by title;
-the agent sees every attribute vector. Queries are about *seen* movies only:
-
-* ``"rate 3"`` (or ``"rate <title>"``) -> ``"The user rates 'Title' 0.42."``: the user's score
-  ``v*·x`` rounded to 2 decimals (higher is better);
-* ``"compare 3 5"`` -> ``"The user prefers 'A' over 'B'."``;
-
-each may carry the agent's running estimate, ``"rate 3; estimate: 0.1, 0.5, -0.2, 0.3"`` (an
-estimate-only query is valid too), as in PreferenceEstimation. A malformed query never raises.
+the agent sees every attribute vector. Queries are pairwise questions about *seen* movies only, as
+in the reference (no query reveals a numeric score): ``"Would you prefer 3 over 5?"`` (also
+``"compare 3 5"``) -> ``"Yes: the user prefers 'A' over 'B'."`` (``Yes`` / ``Equal`` / ``No``).
+A question may carry the agent's running estimate, ``"Would you prefer 3 over 5? estimate: 0.1,
+0.5, -0.2, 0.3"`` (an estimate-only query is valid too), as in PreferenceEstimation. A malformed
+query never raises.
 
 **Answer.** The title of one unseen candidate (case-insensitive, quotes and a final period ignored).
 Reward 1.0 iff it is the candidate with the highest ``v*·x`` (exact match), else 0.0; a title that
 is not a candidate scores 0 with ``info["valid"] = False``. ``generate`` draws ``v*`` so that the best
-candidate leads the runner-up by at least ``min_margin`` (0.05), so the demonstrator's 4 ratings
-(at ``dim`` = 4) determine the answer despite the 2-decimal rounding. ``max_turns`` = 5.
+candidate leads the runner-up by at least ``min_margin`` (0.05). ``max_turns`` = 5.
 
 **Progress.** As PreferenceEstimation: ``progress()`` = ``cos(v̂_t, v*)`` (higher is closer).
 ``estimate_source="agent"`` (default): ``v̂_t`` = the latest estimate the agent reported (0.0 before
-any). ``estimate_source="observations"``: the ridge least-squares fit of the ratings,
-``v̂ = (XᵀX + 1e-6·I)⁻¹ Xᵀr`` over the rated movies (the minimum-norm fit when fewer than ``dim``
-ratings), or, with comparisons only, the comparison estimate of PreferenceEstimation.
+any). ``estimate_source="observations"``: the closed-form comparison estimate of
+PreferenceEstimation over the seen movies. The demonstrator asks the question that splits a
+particle belief most evenly (:class:`~ragen_torchrl.envs.games.preference_estimation.PreferencePosterior`)
+and recommends the candidate with the highest utility under the belief's mean.
 
 Example:
     >>> catalog = generate_catalog(0, num_items=12, dim=3)
     >>> game = MovieRecommendationGame.generate(0, catalog=catalog, num_seen=4, num_candidates=4)
-    >>> text, info = game.interact("rate 1")
-    >>> text.startswith("The user rates")
-    True
+    >>> text, info = game.interact("Would you prefer 1 over 2?")
+    >>> text.split(":")[0] in ("Yes", "Equal", "No"), info["reply"] == text.split(":")[0]
+    (True, True)
 """
 
 from __future__ import annotations
@@ -48,12 +46,14 @@ from typing import Any, Sequence
 
 from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
 from ragen_torchrl.envs.games.preference_estimation import (
+    PreferencePosterior,
     comparison_estimate,
     cosine,
     dot,
     format_vector,
     norm,
-    parse_compare,
+    pair_answer,
+    parse_pair,
     parse_vector,
     random_unit,
     split_estimate,
@@ -219,10 +219,11 @@ def _norm_title(text: str) -> str:
 class MovieRecommendationGame(InteractiveGame):
     """Recommend the best unseen movie after asking about seen ones (see module docstring).
 
-    Info keys of an interaction: ``query_type`` (``"rate"``, ``"compare"``, ``"estimate"`` or
-    ``None``), ``rated`` (1-based seen id or ``None``), ``rating`` (float or ``None``), ``compared``
-    (1-based pair or ``None``), ``preferred`` (1-based id or ``None``), ``estimate``,
-    ``estimate_reported``, ``similarity`` (= ``progress()``), ``repeated_query``.
+    Info keys of an interaction: ``query_type`` (``"compare"``, ``"estimate"`` or ``None``),
+    ``compared`` (1-based pair or ``None``), ``reply`` (``"Yes"``/``"Equal"``/``"No"`` or
+    ``None``), ``preferred`` (1-based id, ``None`` for Equal), ``estimate``, ``estimate_reported``,
+    ``estimate_updated`` (as PreferenceEstimation), ``similarity`` (= ``progress()``),
+    ``repeated_query``.
     Answer info: ``valid``, ``recommended`` (title or ``None``), ``best`` (the right title),
     ``success``, ``reward``.
     """
@@ -239,6 +240,8 @@ class MovieRecommendationGame(InteractiveGame):
         candidates: Sequence[int],
         estimate_source: str = "agent",
         max_turns: int | None = None,
+        oracle_particles: int = 500,
+        oracle_seed: int | str = 0,
     ) -> None:
         super().__init__(max_turns)
         if estimate_source not in self.ESTIMATE_SOURCES:
@@ -260,11 +263,14 @@ class MovieRecommendationGame(InteractiveGame):
         self.preference = [float(a) for a in preference]
         self.estimate_source = estimate_source
         self.estimate: list[float] | None = None
-        self.ratings: dict[int, float] = {}  # seen position (0-based) -> rating
         self.comparisons: list[tuple[int, int]] = []  # (winner, loser) seen positions
         self.asked: set[tuple] = set()
         utils = {i: dot(self.preference, self.catalog[i]["attributes"]) for i in self.candidates}
         self.best = max(self.candidates, key=lambda i: utils[i])
+        self._oracle_particles = int(oracle_particles)
+        self._oracle_seed = oracle_seed
+        self._posterior: PreferencePosterior | None = None
+        self._posterior_seen = 0
 
     @classmethod
     def generate(
@@ -297,6 +303,7 @@ class MovieRecommendationGame(InteractiveGame):
             utils = sorted((dot(pref, catalog[i]["attributes"]) for i in cands), reverse=True)
             if len(utils) < 2 or utils[0] - utils[1] >= min_margin:
                 break
+        kwargs.setdefault("oracle_seed", f"{split}/{int(seed)}")
         return cls(catalog, pref, seen, cands, **kwargs)
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -320,9 +327,6 @@ class MovieRecommendationGame(InteractiveGame):
     def current_estimate(self) -> list[float] | None:
         if self.estimate_source == "agent":
             return self.estimate
-        if self.ratings:
-            rows = [self._attrs(self.seen[p]) for p in self.ratings]
-            return least_squares_estimate(rows, list(self.ratings.values()))
         items = [self._attrs(i) for i in self.seen]
         return comparison_estimate(items, self.comparisons)
 
@@ -334,10 +338,9 @@ class MovieRecommendationGame(InteractiveGame):
         lines = [
             f"Recommend a movie. Each movie has {self.dim} attributes; the user scores a movie by "
             "a hidden weighted sum of its attributes. Ask about movies the user has seen with "
-            "<interact>rate ID; estimate: w1, ..., wd</interact> (the user's score) or "
-            "<interact>compare ID ID; estimate: w1, ..., wd</interact>, stating your current "
-            "estimate of the weights. Finish with <answer>TITLE</answer>: the unseen movie the user "
-            "will like most.",
+            "<interact>Would you prefer ID over ID? estimate: w1, ..., wd</interact>; the user "
+            "answers Yes, Equal or No. State your current estimate of the weights in each question. "
+            "Finish with <answer>TITLE</answer>: the unseen movie the user will like most.",
             "Seen movies:",
         ]
         for pos, idx in enumerate(self.seen, 1):
@@ -352,12 +355,12 @@ class MovieRecommendationGame(InteractiveGame):
         info = {
             "valid": valid,
             "query_type": None,
-            "rated": None,
-            "rating": None,
             "compared": None,
+            "reply": None,
             "preferred": None,
             "estimate": list(self.estimate) if self.estimate else None,
             "estimate_reported": False,
+            "estimate_updated": False,
             "similarity": self.progress(),
             "repeated_query": False,
             "action_is_effective": False,
@@ -372,63 +375,53 @@ class MovieRecommendationGame(InteractiveGame):
             est = parse_vector(est_text, self.dim)
             if est is None:
                 return f"Invalid query {query!r}: the estimate must be {self.dim} numbers.", self._info(False)
-        usage = "expected 'rate ID' or 'compare ID ID' about a seen movie"
-        action = None
-        m = re.match(r"^\s*rate\s+(.+?)\s*$", body, re.IGNORECASE | re.DOTALL)
-        if m:
-            pos = self._seen_position(m.group(1))
-            if pos is None:
-                return f"Invalid query {query!r}: {usage} (ids 1 to {len(self.seen)}).", self._info(False)
-            action = ("rate", pos)
-        elif body:
-            pair = parse_compare(body)
-            if pair is None:
+        usage = "expected a question 'Would you prefer ID over ID?' about two seen movies"
+        pair = None
+        if body:
+            ids = parse_pair(body)
+            if ids is None:
                 return f"Invalid query {query!r}: {usage}.", self._info(False)
-            a, b = pair[0] - 1, pair[1] - 1
+            a, b = ids[0] - 1, ids[1] - 1
             if not (0 <= a < len(self.seen) and 0 <= b < len(self.seen)) or a == b:
                 return (
                     f"Invalid query {query!r}: compare two different seen movies (ids 1 to {len(self.seen)}).",
                     self._info(False),
                 )
-            action = ("compare", a, b)
+            pair = (a, b)
         elif est is None:
             return f"Invalid query {query!r}: {usage}.", self._info(False)
         if est is not None:
             self.estimate = est
-        if action is None:
+        agent = self.estimate_source == "agent"
+        if pair is None:
             return "Estimate recorded.", self._info(
-                True, query_type="estimate", estimate_reported=True, action_is_effective=True
+                True, query_type="estimate", estimate_reported=True, estimate_updated=agent,
+                action_is_effective=True,
             )
-        key = action if action[0] == "rate" else ("compare", frozenset(action[1:]))
+        a, b = pair
+        key = frozenset(pair)
         repeated = key in self.asked
         self.asked.add(key)
-        if action[0] == "rate":
-            pos = action[1]
-            idx = self.seen[pos]
-            rating = round(dot(self.preference, self._attrs(idx)), 2)
-            self.ratings[pos] = rating
-            text = f"The user rates '{self._title(idx)}' {rating:.2f}."
-            return text, self._info(
-                True,
-                query_type="rate",
-                rated=pos + 1,
-                rating=rating,
-                estimate_reported=est is not None,
-                repeated_query=repeated,
-                action_is_effective=not repeated or est is not None,
-            )
-        a, b = action[1], action[2]
         ua = dot(self.preference, self._attrs(self.seen[a]))
         ub = dot(self.preference, self._attrs(self.seen[b]))
-        w, l = (a, b) if ua >= ub else (b, a)
-        self.comparisons.append((w, l))
-        text = f"The user prefers '{self._title(self.seen[w])}' over '{self._title(self.seen[l])}'."
+        reply = pair_answer(ua, ub)
+        preferred, observed = None, False
+        if reply == "Equal":
+            text = f"Equal: the user likes '{self._title(self.seen[a])}' and '{self._title(self.seen[b])}' the same."
+        else:
+            w, l = (a, b) if reply == "Yes" else (b, a)
+            observed = (w, l) not in self.comparisons
+            self.comparisons.append((w, l))
+            preferred = w + 1
+            text = f"{reply}: the user prefers '{self._title(self.seen[w])}' over '{self._title(self.seen[l])}'."
         return text, self._info(
             True,
             query_type="compare",
             compared=(a + 1, b + 1),
-            preferred=w + 1,
+            reply=reply,
+            preferred=preferred,
             estimate_reported=est is not None,
+            estimate_updated=(est is not None) if agent else observed,
             repeated_query=repeated,
             action_is_effective=not repeated or est is not None,
         )
@@ -458,35 +451,24 @@ class MovieRecommendationGame(InteractiveGame):
         }
 
     # ---- demonstrator ------------------------------------------------------------------------
-    def _oracle_estimate(self) -> list[float] | None:
-        if not self.ratings:
-            return None
-        rows = [self._attrs(self.seen[p]) for p in self.ratings]
-        return least_squares_estimate(rows, list(self.ratings.values()))
+    def posterior(self) -> PreferencePosterior:
+        """The demonstrator's belief over ``v*``, conditioned on every answer so far."""
+        if self._posterior is None:
+            items = [self._attrs(i) for i in self.seen]
+            self._posterior = PreferencePosterior(items, self._oracle_particles, seed=self._oracle_seed)
+            self._posterior_seen = 0
+        while self._posterior_seen < len(self.comparisons):
+            self._posterior.observe(*self.comparisons[self._posterior_seen])
+            self._posterior_seen += 1
+        return self._posterior
 
-    def _next_to_rate(self) -> int | None:
-        """The unrated seen movie whose attributes add the most new direction (Gram-Schmidt)."""
-        basis: list[list[float]] = []
-        for p in self.ratings:
-            v = list(self._attrs(self.seen[p]))
-            for q in basis:
-                c = dot(v, q)
-                v = [a - c * b for a, b in zip(v, q)]
-            n = norm(v)
-            if n > 1e-9:
-                basis.append([a / n for a in v])
-        best, best_res = None, -1.0
-        for pos in range(len(self.seen)):
-            if pos in self.ratings:
-                continue
-            v = list(self._attrs(self.seen[pos]))
-            for q in basis:
-                c = dot(v, q)
-                v = [a - c * b for a, b in zip(v, q)]
-            res = norm(v)
-            if res > best_res + 1e-12:
-                best, best_res = pos, res
-        return best
+    def _oracle_estimate(self) -> list[float] | None:
+        return self.posterior().mean() if self.comparisons else None
+
+    def _oracle_pair(self) -> tuple[int, int] | None:
+        n = len(self.seen)
+        pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if frozenset((a, b)) not in self.asked]
+        return self.posterior().best_pair(pairs) if pairs else None
 
     def _oracle_pick(self) -> int:
         est = self._oracle_estimate()
@@ -495,41 +477,37 @@ class MovieRecommendationGame(InteractiveGame):
         return max(self.candidates, key=lambda i: dot(est, self._attrs(i)))
 
     def oracle_action(self) -> str:
-        nxt = self._next_to_rate()
-        if self.turns_left <= 1 or len(self.ratings) >= self.dim or nxt is None:
+        pair = self._oracle_pair()
+        if self.turns_left <= 1 or pair is None:
             return self.ANSWER_PREFIX + self._title(self._oracle_pick())
-        query = f"rate {nxt + 1}"
+        query = f"Would you prefer {pair[0] + 1} over {pair[1] + 1}?"
         est = self._oracle_estimate()
         if est is not None:
-            query += f"; estimate: {format_vector(est)}"
+            query += f" estimate: {format_vector(est)}"
         return self.INTERACT_PREFIX + query
 
     def explain(self, action: str) -> str:
         kind, payload = self.split_action(action)
-        r = len(self.ratings)
+        r = len(self.comparisons)
         if kind == "answer":
             est = self._oracle_estimate()
             if est is None:
-                return f"I have no ratings, so I guess {payload}."
+                return f"I have no answers yet, so I guess {payload}."
             return (
-                f"{r} ratings fit the weights ({format_vector(est)}); under them {payload} has the "
+                f"{r} answers fit the weights ({format_vector(est)}); under them {payload} has the "
                 "highest score among the unseen movies."
             )
         if kind == "interact":
             body, _ = split_estimate(payload)
-            m = re.match(r"^\s*rate\s+(.+?)\s*$", body, re.IGNORECASE)
-            pos = self._seen_position(m.group(1)) if m else None
-            if pos is None:
+            ids = parse_pair(body)
+            if ids is None or not (1 <= ids[0] <= len(self.seen) and 1 <= ids[1] <= len(self.seen)):
                 return f"I ask {payload}."
-            need = max(0, self.dim - r)
-            title = self._title(self.seen[pos])
-            if r == 0:
-                return (
-                    f"I need {need} ratings to pin down {self.dim} weights. I start with "
-                    f"'{title}', whose attributes are the strongest overall."
-                )
+            a, b = ids[0] - 1, ids[1] - 1
+            post = self.posterior()
+            wins, total = post.split(a, b), len(post.particles)
+            ta, tb = self._title(self.seen[a]), self._title(self.seen[b])
             return (
-                f"I have {r} ratings and need {need} more to pin down {self.dim} weights. "
-                f"'{title}' differs most from the movies already rated."
+                f"After {r} answer{'s' if r != 1 else ''}, the weights that fit split {wins} to "
+                f"{total - wins} on '{ta}' versus '{tb}', so this question is the most informative."
             )
         return super().explain(action)

@@ -1,16 +1,20 @@
 """PreferenceEstimation (T3 active reasoning): estimate a hidden preference vector by comparisons.
 
-**Task.** A user has a hidden preference vector ``v*`` over ``dim`` item attributes (default 4;
-``v*`` is a uniformly random unit vector, so weights may be negative). ``num_items`` items
-(default 20) have attribute vectors in ``[0, 1]^dim`` (2 decimals), listed with 1-based ids. The user
-prefers item ``a`` over ``b`` when ``v*·x_a > v*·x_b``.
+**Task.** A user has a hidden preference vector ``v*`` over ``dim`` item attributes (default 8
+non-negative weights, as in the reference: ``v*`` is uniform on the non-negative part of the unit
+sphere; ``nonnegative=False`` allows negative weights). ``num_items`` items (default 20) have
+attribute vectors in ``[0, 1]^dim`` (2 decimals), listed with 1-based ids. The user prefers item
+``a`` over ``b`` when ``v*·x_a > v*·x_b``.
 
-**Queries.** ``"compare 3 7"`` (also ``"3 vs 7"``, ``"3, 7"``) returns ``"The user prefers item 3
-over item 7."``. The agent reports its running estimate ``v̂_t`` in the same query:
-``"compare 3 7; estimate: 0.5, -0.1, 0.3, 0.2"``; an estimate-only query (``"estimate: ..."``) is
-valid too and just records the estimate. The estimate written at turn t reflects what the agent
-knew *before* that turn's feedback. A query that cannot be parsed as a whole (bad ids, a pair of
-equal ids, an estimate of the wrong length) is invalid and changes nothing.
+**Queries.** Pairwise questions only, as in the reference (no query reveals a score):
+``"Would you prefer item 3 over item 7?"`` (also ``"prefer 3 over 7"``, ``"compare 3 7"``,
+``"3 vs 7"``) is answered ``Yes`` / ``Equal`` / ``No`` (``"Yes: the user prefers item 3 over item
+7."``). The agent reports its running estimate ``v̂_t`` in the same query:
+``"Would you prefer item 3 over item 7? estimate: 0.5, 0.1, ..."``; an estimate-only query
+(``"estimate: ..."``) is valid too and just records the estimate. The estimate written at turn t
+reflects what the agent knew *before* that turn's feedback. A query that cannot be parsed as a
+whole (bad ids, a pair of equal ids, an estimate of the wrong length) is invalid and changes
+nothing.
 
 **Answer.** The final estimate, e.g. ``"0.5, -0.1, 0.3, 0.2"`` (brackets and an ``estimate:`` prefix
 are fine). Reward 1.0 iff ``cos(v̂, v*) > threshold`` (0.88), else 0.0 (binary similarity).
@@ -25,8 +29,8 @@ posterior mean of a sample-based belief (see :class:`PreferencePosterior`) in ev
 
 Example:
     >>> game = PreferenceEstimationGame([[1.0, 0.0], [0.0, 1.0]], [0.8, 0.6])
-    >>> game.interact("compare 1 2; estimate: 1, 1")[0]
-    'The user prefers item 1 over item 2.'
+    >>> game.interact("Would you prefer item 1 over item 2? estimate: 1, 1")[0]
+    'Yes: the user prefers item 1 over item 2.'
     >>> round(game.progress(), 3)
     0.99
     >>> game.answer("0.8, 0.6")[0]
@@ -48,6 +52,8 @@ __all__ = [
     "comparison_estimate",
     "cosine",
     "format_vector",
+    "pair_answer",
+    "parse_pair",
     "parse_vector",
     "split_estimate",
 ]
@@ -123,10 +129,48 @@ _COMPARE_RE = re.compile(
 )
 
 
+_PREFER_RE = re.compile(
+    r"^\s*(?:would|do|does)?\s*(?:you|the\s+user)?\s*prefer\s+(?:items?\s*)?#?(\d+)\s+"
+    r"(?:over|to|than)\s+(?:items?\s*)?#?(\d+)\s*[?.]?\s*$",
+    re.IGNORECASE,
+)
+
+
 def parse_compare(text: str) -> tuple[int, int] | None:
     """``"compare 3 7"`` -> ``(3, 7)`` (ids as written); ``None`` if not a comparison."""
     m = _COMPARE_RE.match(text or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_pair(text: str) -> tuple[int, int] | None:
+    """A pairwise question -> the two ids as written; ``None`` if it is not one.
+
+    Example:
+        >>> parse_pair("Would you prefer item 3 over item 7?"), parse_pair("compare 3 7")
+        ((3, 7), (3, 7))
+        >>> parse_pair("rate 3") is None
+        True
+    """
+    m = _PREFER_RE.match(text or "")
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return parse_compare(text)
+
+
+#: utilities closer than this are "Equal" (attributes have 2 decimals, so real ties are exact)
+EQUAL_TOL = 1e-9
+
+
+def pair_answer(u_first: float, u_second: float, tol: float = EQUAL_TOL) -> str:
+    """The user's reply to "Would you prefer the first over the second?": Yes / Equal / No.
+
+    Example:
+        >>> pair_answer(0.5, 0.2), pair_answer(0.2, 0.2), pair_answer(0.1, 0.2)
+        ('Yes', 'Equal', 'No')
+    """
+    if abs(u_first - u_second) <= tol:
+        return "Equal"
+    return "Yes" if u_first > u_second else "No"
 
 
 def comparison_estimate(
@@ -144,9 +188,12 @@ def comparison_estimate(
     return normalize(acc) if norm(acc) > 0 else None
 
 
-def random_unit(rng: random.Random, dim: int) -> Vector:
+def random_unit(rng: random.Random, dim: int, nonnegative: bool = False) -> Vector:
+    """A uniform unit vector (on the non-negative part of the sphere with ``nonnegative``)."""
     while True:
         v = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+        if nonnegative:
+            v = [abs(x) for x in v]
         if norm(v) > 1e-9:
             return normalize(v)
 
@@ -154,7 +201,7 @@ def random_unit(rng: random.Random, dim: int) -> Vector:
 class PreferencePosterior:
     """A particle belief over unit preference vectors, conditioned on comparisons.
 
-    Particles start uniform on the sphere; every comparison ``(winner, loser)`` keeps the particles
+    Particles start uniform on the sphere (its non-negative part with ``nonnegative``); every comparison ``(winner, loser)`` keeps the particles
     that agree. When fewer than ``min_particles`` remain, survivors are jittered (Gaussian noise,
     renormalised, kept only if consistent with every comparison) to refill the population —
     deterministic given ``seed``. Used by the demonstrators of PreferenceEstimation and
@@ -167,20 +214,24 @@ class PreferencePosterior:
         num_particles: int = 500,
         seed: int | str = 0,
         min_particles: int = 100,
+        nonnegative: bool = False,
     ) -> None:
         self.items = [list(map(float, x)) for x in items]
+        self.nonnegative = bool(nonnegative)
         self.dim = len(self.items[0])
         self.num_particles = int(num_particles)
         self.min_particles = int(min_particles)
         self.rng = random.Random(f"PreferencePosterior/{seed}")
         self.constraints: list[Vector] = []  # d with d·v > 0
-        self.particles = [random_unit(self.rng, self.dim) for _ in range(self.num_particles)]
+        self.particles = [random_unit(self.rng, self.dim, self.nonnegative) for _ in range(self.num_particles)]
         self._utils = [self._utilities(p) for p in self.particles]
 
     def _utilities(self, v: Sequence[float]) -> list[float]:
         return [dot(v, x) for x in self.items]
 
     def _consistent(self, v: Sequence[float]) -> bool:
+        if self.nonnegative and any(x < 0 for x in v):
+            return False
         return all(dot(c, v) > 0 for c in self.constraints)
 
     def observe(self, winner: int, loser: int) -> None:
@@ -211,7 +262,7 @@ class PreferencePosterior:
                 base = seeds[attempts % len(seeds)]
                 v = normalize([b + self.rng.gauss(0.0, sigma) for b in base])
             else:  # nothing survived (ties/rounding): sample afresh
-                v = random_unit(self.rng, self.dim)
+                v = random_unit(self.rng, self.dim, self.nonnegative)
             if norm(v) > 0 and self._consistent(v):
                 self.particles.append(v)
                 self._utils.append(self._utilities(v))
@@ -253,10 +304,12 @@ class PreferencePosterior:
 class PreferenceEstimationGame(InteractiveGame):
     """Estimate a hidden preference vector from pairwise comparisons (see module docstring).
 
-    Info keys of an interaction: ``compared`` (1-based ``(a, b)`` or ``None``), ``preferred``
-    (1-based id or ``None``), ``estimate`` (latest reported estimate as a list, or ``None``),
-    ``estimate_reported`` (this query carried one), ``similarity`` (= ``progress()``),
-    ``repeated_query``. ``action_is_effective``: a new pair was compared or an estimate reported.
+    Info keys of an interaction: ``compared`` (1-based ``(a, b)`` or ``None``), ``reply``
+    (``"Yes"``/``"Equal"``/``"No"`` or ``None``), ``preferred`` (1-based id, ``None`` for Equal),
+    ``estimate`` (latest reported estimate as a list, or ``None``), ``estimate_reported`` (this
+    query carried one), ``estimate_updated`` (``v̂_t`` was updated this turn: an estimate was
+    reported, or with ``estimate_source="observations"`` a strict preference was observed),
+    ``similarity`` (= ``progress()``), ``repeated_query``. ``action_is_effective``: a new pair was compared or an estimate reported.
     Answer info: ``valid``, ``estimate``, ``similarity`` (cos with ``v*``), ``success``, ``reward``.
     """
 
@@ -273,8 +326,11 @@ class PreferenceEstimationGame(InteractiveGame):
         max_turns: int | None = None,
         oracle_particles: int = 500,
         oracle_seed: int | str = 0,
+        nonnegative: bool = False,
     ) -> None:
         super().__init__(max_turns)
+        #: ``v*`` is known to be non-negative (told to the agent, used by the demonstrator's prior)
+        self.nonnegative = bool(nonnegative)
         if estimate_source not in self.ESTIMATE_SOURCES:
             raise ValueError(
                 f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}"
@@ -300,17 +356,26 @@ class PreferenceEstimationGame(InteractiveGame):
 
     @classmethod
     def generate(
-        cls, seed: int, split: str = "train", num_items: int = 20, dim: int = 4, **kwargs: Any
+        cls,
+        seed: int,
+        split: str = "train",
+        num_items: int = 20,
+        dim: int = 8,
+        nonnegative: bool = True,
+        **kwargs: Any,
     ) -> "PreferenceEstimationGame":
         """Random items and ``v*`` from a split-specific stream (``"train"``/``"val"`` draw from
-        different seeds, so instances differ with probability 1)."""
+        different seeds, so instances differ with probability 1). Defaults as the reference:
+        8 non-negative preference dimensions."""
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        if int(dim) < 1 or int(num_items) < 2:
+            raise ValueError(f"need dim >= 1 and num_items >= 2, got dim={dim}, num_items={num_items}")
         rng = random.Random(f"PreferenceEstimation/{split}/{int(seed)}")
         items = [[round(rng.random(), 2) for _ in range(dim)] for _ in range(num_items)]
-        pref = [round(x, 4) for x in random_unit(rng, dim)]
+        pref = [round(x, 4) for x in random_unit(rng, dim, nonnegative)]
         kwargs.setdefault("oracle_seed", f"{split}/{int(seed)}")
-        return cls(items, pref, **kwargs)
+        return cls(items, pref, nonnegative=nonnegative, **kwargs)
 
     # ---- proxy -------------------------------------------------------------------------------
     def current_estimate(self) -> Vector | None:
@@ -324,12 +389,13 @@ class PreferenceEstimationGame(InteractiveGame):
     # ---- text --------------------------------------------------------------------------------
     def _describe(self) -> str:
         lines = [
-            f"Estimate a user's hidden preference weights over {self.dim} item attributes. "
-            "The user prefers the item with the larger weighted sum of attributes. "
-            "Ask <interact>compare A B; estimate: w1, ..., wd</interact> to learn which of items "
-            "A and B the user prefers while stating your current estimate of the weights; finish "
-            f"with <answer>w1, ..., w{self.dim}</answer>. The direction of the weights is scored "
-            f"(cosine similarity above {self.threshold:g}).",
+            f"Estimate a user's hidden preference weights over {self.dim} item attributes"
+            + (" (every weight is non-negative)" if self.nonnegative else "")
+            + ". The user prefers the item with the larger weighted sum of attributes. "
+            "Ask <interact>Would you prefer item A over item B? estimate: w1, ..., wd</interact>; "
+            "the user answers Yes, Equal or No. State your current estimate of the weights in each "
+            f"question; finish with <answer>w1, ..., w{self.dim}</answer>. The direction of the "
+            f"weights is scored (cosine similarity above {self.threshold:g}).",
             "Items:",
         ]
         for i, x in enumerate(self.items, 1):
@@ -341,9 +407,11 @@ class PreferenceEstimationGame(InteractiveGame):
         return f"Invalid query {query!r}: {why}", {
             "valid": False,
             "compared": None,
+            "reply": None,
             "preferred": None,
             "estimate": list(self.estimate) if self.estimate else None,
             "estimate_reported": False,
+            "estimate_updated": False,
             "similarity": self.progress(),
             "repeated_query": False,
             "action_is_effective": False,
@@ -351,7 +419,7 @@ class PreferenceEstimationGame(InteractiveGame):
 
     def _parse_ids(self, pair: tuple[int, int] | None) -> tuple[int, int] | str:
         if pair is None:
-            return "expected 'compare A B' with two item ids"
+            return "expected a pairwise question 'Would you prefer item A over item B?'"
         a, b = pair
         n = len(self.items)
         if not (1 <= a <= n and 1 <= b <= n):
@@ -369,34 +437,50 @@ class PreferenceEstimationGame(InteractiveGame):
                 return self._invalid(query, f"the estimate must be {self.dim} numbers.")
         ids = None
         if body:
-            parsed = self._parse_ids(parse_compare(body))
+            parsed = self._parse_ids(parse_pair(body))
             if isinstance(parsed, str):
-                return self._invalid(query, parsed + ", e.g. 'compare 1 2; estimate: ...'.")
+                return self._invalid(
+                    query, parsed + ", e.g. 'Would you prefer item 1 over item 2? estimate: ...'."
+                )
             ids = parsed
         elif est is None:
-            return self._invalid(query, "expected 'compare A B' and/or 'estimate: w1, ..., wd'.")
+            return self._invalid(
+                query, "expected 'Would you prefer item A over item B?' and/or 'estimate: w1, ..., wd'."
+            )
         if est is not None:
             self.estimate = est
-        parts = []
-        compared = preferred = None
+        compared = preferred = reply = None
         repeated = False
+        observed = False
         if ids is not None:
             a, b = ids
             repeated = frozenset(ids) in self.asked
             self.asked.add(frozenset(ids))
             ua, ub = dot(self.preference, self.items[a]), dot(self.preference, self.items[b])
-            w, l = (a, b) if ua >= ub else (b, a)
-            self.comparisons.append((w, l))
-            compared, preferred = (a + 1, b + 1), w + 1
-            parts.append(f"The user prefers item {w + 1} over item {l + 1}.")
+            reply = pair_answer(ua, ub)
+            compared = (a + 1, b + 1)
+            if reply == "Equal":
+                text = f"Equal: the user likes items {a + 1} and {b + 1} the same."
+            else:
+                w, l = (a, b) if reply == "Yes" else (b, a)
+                observed = (w, l) not in self.comparisons
+                self.comparisons.append((w, l))
+                preferred = w + 1
+                text = f"{reply}: the user prefers item {w + 1} over item {l + 1}."
         else:
-            parts.append("Estimate recorded.")
-        return " ".join(parts), {
+            text = "Estimate recorded."
+        if self.estimate_source == "observations":
+            updated = observed
+        else:
+            updated = est is not None
+        return text, {
             "valid": True,
             "compared": compared,
+            "reply": reply,
             "preferred": preferred,
             "estimate": list(self.estimate) if self.estimate else None,
             "estimate_reported": est is not None,
+            "estimate_updated": updated,
             "similarity": self.progress(),
             "repeated_query": repeated,
             "action_is_effective": (ids is not None and not repeated) or est is not None,
@@ -423,7 +507,7 @@ class PreferenceEstimationGame(InteractiveGame):
         """The demonstrator's belief, conditioned on every comparison so far."""
         if self._posterior is None:
             self._posterior = PreferencePosterior(
-                self.items, self._oracle_particles, seed=self._oracle_seed
+                self.items, self._oracle_particles, seed=self._oracle_seed, nonnegative=self.nonnegative
             )
             self._posterior_seen = 0
         while self._posterior_seen < len(self.comparisons):
@@ -444,9 +528,9 @@ class PreferenceEstimationGame(InteractiveGame):
         pair = self._oracle_pair()
         if self.turns_left <= 1 or pair is None:
             return self.ANSWER_PREFIX + format_vector(mean or [1.0] * self.dim)
-        query = f"compare {pair[0] + 1} {pair[1] + 1}"
+        query = f"Would you prefer item {pair[0] + 1} over item {pair[1] + 1}?"
         if self.comparisons and mean is not None:
-            query += f"; estimate: {format_vector(mean)}"
+            query += f" estimate: {format_vector(mean)}"
         return self.INTERACT_PREFIX + query
 
     def explain(self, action: str) -> str:
@@ -459,7 +543,7 @@ class PreferenceEstimationGame(InteractiveGame):
             )
         if kind == "interact":
             body, _ = split_estimate(payload)
-            ids = self._parse_ids(parse_compare(body))
+            ids = self._parse_ids(parse_pair(body))
             if isinstance(ids, str):
                 return f"I ask {payload}."
             a, b = ids
