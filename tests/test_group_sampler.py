@@ -21,8 +21,9 @@ def batch(group_ids, returns):
     )
 
 
-# std per group: 0 -> {1, 0} .7071, 1 -> {1, 1} 0, 2 -> {0, 2} 1.4142
-# top_p .9 linear: thr .9 * 2.1213 - .01 = 1.8992 -> groups 2, 0 -> storage rows 0, 1, 4, 5
+# unbiased variance per group (the default metric): 0 -> {1, 0} .5, 1 -> {1, 1} 0, 2 -> {0, 2} 2
+# top_p .9 linear: thr .9 * 2.5 - .01 = 2.24 -> groups 2, 0 -> storage rows 0, 1, 4, 5
+# (std: .7071, 0, 1.4142, thr .9 * 2.1213 - .01 = 1.8992 -> the same groups 2, 0)
 FIRST = batch([0, 0, 1, 1, 2, 2], [1.0, 0.0, 1.0, 1.0, 0.0, 2.0])
 
 
@@ -40,8 +41,18 @@ def test_samples_only_top_groups_and_recomputes_after_write():
     assert set(info["index"].tolist()) <= {0, 1, 4, 5}
     assert set(sample["group_id"].tolist()) == {0, 2}  # 64 draws from 4 rows: both groups appear
     assert rb.sampler.last_stats["kept_groups"] == 2.0
-    # group 3 {0, 10}: std 7.0711. Scores .7071, 0, 1.4142, 7.0711, sum 9.1924,
+    # group 3 {0, 10}: variance 50. Scores .5, 0, 2, 50, sum 52.5,
+    # thr .9 * 52.5 - .01 = 47.24: 50 >= thr -> group 3 alone -> rows 6, 7
+    rb.extend(batch([3, 3], [0.0, 10.0]))
+    assert rb.sampler.kept_rows(rb.storage).tolist() == [6, 7]
+    assert set(rb.sample()["group_id"].tolist()) == {3}
+
+
+def test_reference_std_metric_keeps_more_groups():
+    # reference code ranks by std: scores .7071, 0, 1.4142, 7.0711 (group 3 {0, 10}), sum 9.1924,
     # thr .9 * 9.1924 - .01 = 8.2632: 7.0711 -> 8.4853 >= thr -> groups 3, 2 -> rows 4..7
+    rb = make_rb(metric="reward_std")
+    rb.extend(FIRST)
     rb.extend(batch([3, 3], [0.0, 10.0]))
     assert rb.sampler.kept_rows(rb.storage).tolist() == [4, 5, 6, 7]
     assert set(rb.sample()["group_id"].tolist()) == {2, 3}
@@ -122,7 +133,10 @@ def test_state_dict_dumps_loads_and_empty(tmp_path):
 def test_from_config_and_validation():
     sampler = TopVarianceGroupSampler.from_config({"strategy": "top_k", "value": 0.5, "enabled": False})
     assert (sampler.strategy, sampler.value, sampler.largest) == ("top_k", 0.5, True)
-    assert "TopVarianceGroupSampler(metric=reward_std" in repr(sampler)
+    assert "TopVarianceGroupSampler(metric=reward_variance" in repr(sampler)  # paper-text default
+    # out-of-range values are config errors here too (via SNRFilter)
+    with pytest.raises(ValueError, match=r"value must be in \(0, 1\] for strategy top_k, got 4"):
+        TopVarianceGroupSampler.from_config({"strategy": "top_k", "value": 4})
     with pytest.raises(ValueError, match="top_p, top_k"):
         TopVarianceGroupSampler(strategy="bogus")
     with pytest.raises(ValueError, match="without_replacement"):

@@ -16,6 +16,7 @@ from ragen_torchrl.transforms.snr import (
     FILTER_CONFIG_DEFAULTS,
     FilterGuard,
     SNRFilter,
+    ValidationStop,
     build_filter,
     validate_filter_config,
 )
@@ -24,8 +25,9 @@ tensordict.set_list_to_stack(True).set()
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "filter"
 
-# Three groups of two: std {1, 0} = .7071, {1, 1} = 0, {0, 2} = 1.4142.
-# top_p .9 linear: thr .9 * 2.1213 - .01 = 1.8992 -> group 2 (1.4142), then group 0 (2.1213).
+# Three groups of two: variance (the default metric) {1, 0} = .5, {1, 1} = 0, {0, 2} = 2.
+# top_p .9 linear: thr .9 * 2.5 - .01 = 2.24 -> group 2 (2.0), then group 0 (2.5).
+# (std .7071, 0, 1.4142: thr .9 * 2.1213 - .01 = 1.8992 -> the same groups 2, 0.)
 GROUPS = [0, 0, 1, 1, 2, 2]
 RETURNS = [1.0, 0.0, 1.0, 1.0, 0.0, 2.0]
 KEPT_ROWS = [0, 1, 4, 5]
@@ -218,8 +220,10 @@ CONFIG_FILES = sorted(CONFIG_DIR.glob("*.yaml"))
 
 def test_config_files_exist():
     names = {p.stem for p in CONFIG_FILES}
-    presets = {"none", "snr_top_p", "snr_paper", "snr_top_k", "snr_smallest", "snr_entropy", "snr_length"}
+    presets = {"none", "snr_top_p", "snr_reference", "snr_top_k", "snr_smallest", "snr_entropy",
+               "snr_entropy_variance", "snr_length"}
     assert presets <= names
+    assert "snr_paper" not in names  # renamed to snr_reference (it is the reference code's rule)
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.stem)
@@ -227,26 +231,34 @@ def test_every_config_has_exactly_the_schema(path):
     raw = yaml.safe_load(path.read_text())
     assert list(raw) == list(FILTER_CONFIG_DEFAULTS)
     assert set(raw["collapse_stop"]) == {"enabled", "warmup", "patience", "ratio"}
+    assert set(raw["val_stop"]) == {"enabled", "threshold", "patience"}
     assert set(raw["grad_snr"]) == {"every", "buckets"}
     assert raw["name"] == path.stem
     cfg = validate_filter_config(OmegaConf.load(path))  # DictConfig works too
     filt = build_filter(OmegaConf.load(path))
     assert (filt is None) == (not cfg["enabled"])
-    assert isinstance(FilterGuard.from_config(raw), FilterGuard)
+    assert isinstance(FilterGuard.from_config(raw), FilterGuard)  # also for enabled: false
+    assert isinstance(ValidationStop.from_config(raw), ValidationStop)
 
 
 def test_config_presets():
     load = lambda name: yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())  # noqa: E731
     assert build_filter(load("none")) is None
     top_p = build_filter(load("snr_top_p"))
-    assert (top_p.strategy, top_p.value, top_p.mode, top_p.include_zero) == ("top_p", 0.9, "linear", False)
+    # RAGEN-2 §3.3 (paper text): "ranks prompts by variance", top-p linear, zeros excluded
+    assert (top_p.metric, top_p.strategy, top_p.value, top_p.mode, top_p.include_zero) == (
+        "reward_variance", "top_p", 0.9, "linear", False)
     assert load("snr_top_p")["grad_snr"]["every"] == 10
-    paper = build_filter(load("snr_paper"))
-    assert (paper.mode, paper.include_zero, paper.value) == ("softmax", True, 0.9)
+    # reference code: softmax over the unbiased std, zero-std groups included
+    ref = build_filter(load("snr_reference"))
+    assert (ref.metric, ref.mode, ref.include_zero, ref.value) == ("reward_std", "softmax", True, 0.9)
     top_k = build_filter(load("snr_top_k"))
-    assert (top_k.strategy, top_k.value) == ("top_k", 0.25)
-    assert build_filter(load("snr_smallest")).largest is False
+    # RAGEN: top-k includes zero-variance groups
+    assert (top_k.strategy, top_k.value, top_k.include_zero) == ("top_k", 0.25, True)
+    smallest = build_filter(load("snr_smallest"))
+    assert (smallest.largest, smallest.metric, smallest.mode) == (False, "reward_variance", "linear")
     assert build_filter(load("snr_entropy")).metric == "entropy"
+    assert build_filter(load("snr_entropy_variance")).metric == "entropy_variance"
     assert build_filter(load("snr_length")).metric == "length"
     assert SNRFilter.from_config(load("snr_top_p"), group_key="gid").group_key == "gid"
 
@@ -256,7 +268,7 @@ def test_config_presets():
     [
         ({"metric": "variance"}, "unknown filter.metric"),
         ({"enabled": "yes"}, "filter.enabled must be true or false"),
-        ({"value": -1}, "value must be >= 0"),
+        ({"value": -1}, r"filter.value must be in \(0, 1\] for strategy top_p, got -1"),
         ({"loss_scale": "quadratic"}, "none, linear, sqrt"),
         ({"collapse_stop": {"patiense": 3}}, r"unknown key\(s\) \['patiense'\] in filter.collapse_stop"),
         ({"grad_snr": {"buckets": 0}}, "filter.grad_snr.buckets must be an int >= 1"),

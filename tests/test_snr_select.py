@@ -237,10 +237,12 @@ G = torch.tensor([0, 0, 1, 1, 2, 2])
 def test_group_scores_reward_metrics():
     # group 0 {1, 0}: mean .5, var (.25 + .25) / 1 = .5; group 1 {1, 1}: var 0
     # group 2 {0, 2}: mean 1, var (1 + 1) / 1 = 2
-    ids, std = group_scores(R, G)
+    ids, std = group_scores(R, G, "reward_std")
     assert ids.tolist() == [0, 1, 2]
     assert std.tolist() == pytest.approx([math.sqrt(0.5), 0.0, math.sqrt(2.0)])
     assert group_scores(R, G, "reward_variance")[1].tolist() == pytest.approx([0.5, 0.0, 2.0])
+    # RAGEN-2 §3.3 (paper text): "ranks prompts by variance" -- the default metric
+    assert group_scores(R, G)[1].tolist() == pytest.approx([0.5, 0.0, 2.0])
     assert group_scores(R, G, "reward_mean")[1].tolist() == pytest.approx([0.5, 1.0, 1.0])
 
 
@@ -249,7 +251,7 @@ def test_group_scores_single_member_and_unsorted_ids():
     ids, var = group_scores(torch.tensor([3.0, 1.0, 2.0]), torch.tensor([9, 4, 9]), "reward_variance")
     assert ids.tolist() == [4, 9] and var.tolist() == pytest.approx([0.0, 0.5])
     # the LLM reward shape (N, 1, 1) is accepted
-    ids, std = group_scores(R.reshape(6, 1, 1), G)
+    ids, std = group_scores(R.reshape(6, 1, 1), G, "reward_std")
     assert std.tolist() == pytest.approx([math.sqrt(0.5), 0.0, math.sqrt(2.0)])
 
 
@@ -260,6 +262,9 @@ def test_group_scores_entropy_and_length():
     assert group_scores(R, G, "entropy_std", entropy=ent)[1].tolist() == pytest.approx(
         [math.sqrt(2.0), 0.0, math.sqrt(8.0)]
     )
+    # the entropy-variance ablation: unbiased variance across the group of per-trajectory
+    # entropies: {1, 3} -> 2, {2, 2} -> 0, {0, 4} -> 8
+    assert group_scores(R, G, "entropy_variance", entropy=ent)[1].tolist() == pytest.approx([2.0, 0.0, 8.0])
     lengths = torch.tensor([10, 20, 30, 50, 5, 5])
     assert group_scores(R, G, "length", lengths=lengths)[1].tolist() == pytest.approx([15.0, 40.0, 5.0])
 
@@ -281,7 +286,7 @@ def test_group_scores_errors():
 
 def test_constant_group_is_exactly_zero():
     # two-pass variance: a constant float group gives exactly 0, so include_zero=False drops it
-    ids, std = group_scores(torch.full((16,), 0.1, dtype=torch.float32), torch.zeros(16, dtype=torch.long))
+    ids, std = group_scores(torch.full((16,), 0.1, dtype=torch.float32), torch.zeros(16, dtype=torch.long), "reward_std")
     assert std.tolist() == [0.0]
 
 
@@ -326,8 +331,25 @@ def test_guard_collapse_small():
     assert guard.update(stats(0.1)) is None  # window [3.0, 0.1]: 3.0 >= 0.2
     assert guard.update(stats(0.3)) is None  # window [0.1, 0.3]: 0.3 >= 0.2
     assert guard.update(stats(0.19)) is None  # window [0.3, 0.19]
-    reason = guard.update(stats(0.0, empty=True))  # window [0.19, 0.0]: both < 0.2
+    # RAGEN-2 §3.3 / reference: "the last 10 non-empty iterations" -- an empty one is not in it
+    assert guard.update(stats(0.0, empty=True)) is None  # window still [0.3, 0.19]
+    assert guard.update(stats(0.0, empty=True)) is None
+    reason = guard.update(stats(0.05))  # window [0.19, 0.05]: both < 0.2
     assert reason.startswith("reward_variance_collapse")
+
+
+def test_guard_collapse_window_ignores_empty_iterations():
+    # RAGEN-2 §3.3 / reference: "stop when the last 10 non-empty iterations are all below 0.1 x base"
+    guard = FilterGuard(max_consecutive_empty=0, warmup=2, patience=3, ratio=0.1)
+    guard.update(stats(1.0))
+    guard.update(stats(3.0))  # base (1 + 3) / 2 = 2 -> limit 0.2
+    assert guard.update(stats(0.1)) is None  # window [1.0, 3.0, 0.1]
+    # old code: empty iterations (std 0) entered the window -> [0.1, 0, 0] all < 0.2 -> stop
+    assert guard.update(stats(0.0, empty=True)) is None
+    assert guard.update(stats(0.0, empty=True)) is None
+    assert guard.metrics() == {"consecutive_empty": 2.0, "collapse_base_std": 2.0, "collapse_window_below": 1.0}
+    assert guard.update(stats(0.15)) is None  # window [3.0, 0.1, 0.15]
+    assert guard.update(stats(0.19)).startswith("reward_variance_collapse")  # [0.1, 0.15, 0.19]
 
 
 def test_guard_collapse_defaults_and_zero_base():

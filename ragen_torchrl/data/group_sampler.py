@@ -46,7 +46,9 @@ class TopVarianceGroupSampler(Sampler):
 
     Args:
         metric, strategy, value, mode, include_zero, eps, largest: as in
-            :class:`~ragen_torchrl.transforms.snr.SNRFilter`.
+            :class:`~ragen_torchrl.transforms.snr.SNRFilter` (same defaults: the paper's rule,
+            reward variance, top_p 0.9 linear, zero-variance groups excluded; ``value`` must be
+            in its strategy's range).
 
     Keyword Args:
         group_key, return_key, entropy_key, length_key: storage columns, as in ``SNRFilter``.
@@ -67,7 +69,7 @@ class TopVarianceGroupSampler(Sampler):
 
     def __init__(
         self,
-        metric: str = "reward_std",
+        metric: str = "reward_variance",
         strategy: str = "top_p",
         value: float = 0.9,
         mode: str = "linear",

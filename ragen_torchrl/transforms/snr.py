@@ -13,9 +13,17 @@ Layers, from pure to integrated:
 * :func:`group_scores` -- one score per group from per-trajectory values.
 * :class:`SNRFilter` -- a replay-buffer write-time transform (``_inv_call``) that drops whole
   groups from a TensorDict of trajectory records, and logs ``last_stats``.
-* :class:`FilterGuard` and :func:`loss_scale` -- small training-loop helpers (stop rules and the
+* :class:`FilterGuard`, :class:`ValidationStop`, :func:`unfiltered_stats` and :func:`loss_scale` --
+  small training-loop helpers (the early-stop rules, which also run without a filter, and the
   optional kept-ratio loss scaling).
 * :func:`validate_filter_config` / :func:`build_filter` -- the Hydra ``filter`` config group.
+
+**Paper text vs reference code** (RAGEN-2, arXiv 2604.06268, §3.3). The paper's text ranks groups
+by within-group reward *variance* and keeps the smallest prefix reaching ``p`` of the variance mass
+(top-p linear, zero-variance groups excluded): that is the default here and the ``snr_top_p``
+preset. The reference code scores by the unbiased reward *std* and keeps
+``searchsorted(cumsum(softmax(std)), p) + 1`` groups, zero-std groups included: the
+``snr_reference`` preset (``metric=reward_std, mode=softmax, include_zero=True``).
 
 The sampler counterpart (draw mini-batches only from the top groups of a persistent buffer) is
 :class:`ragen_torchrl.data.group_sampler.TopVarianceGroupSampler`.
@@ -36,12 +44,16 @@ __all__ = [
     "STRATEGIES",
     "MODES",
     "METRICS",
+    "ENTROPY_METRICS",
     "LOSS_SCALE_MODES",
     "FILTER_CONFIG_DEFAULTS",
+    "check_filter_value",
     "select_groups",
     "group_scores",
     "SNRFilter",
     "FilterGuard",
+    "ValidationStop",
+    "unfiltered_stats",
     "loss_scale",
     "validate_filter_config",
     "build_filter",
@@ -49,7 +61,17 @@ __all__ = [
 
 STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p")
 MODES = ("linear", "softmax")
-METRICS = ("reward_std", "reward_variance", "reward_mean", "entropy", "entropy_std", "length")
+METRICS = (
+    "reward_std",
+    "reward_variance",
+    "reward_mean",
+    "entropy",
+    "entropy_std",
+    "entropy_variance",
+    "length",
+)
+#: Metrics read from the per-trajectory entropy column (``entropy_key``, default ``"entropy"``).
+ENTROPY_METRICS = ("entropy", "entropy_std", "entropy_variance")
 LOSS_SCALE_MODES = ("none", "linear", "sqrt")
 
 # A group whose score is within this of 0 counts as "zero" (no signal). Matches the reference
@@ -89,6 +111,46 @@ def _check_selection_args(strategy: str, value: Any, mode: str, eps: Any) -> tup
         # score >= value * max with value > 1 could only keep groups above the maximum.
         raise ValueError(f"min_p needs a value in [0, 1], got {value!r}")
     return value, eps
+
+
+def check_filter_value(strategy: str, value: Any, key: str = "value") -> float:
+    """Check a filter ``value`` against its strategy's range; return it as a float.
+
+    The ranges a *configured* filter must respect (RAGEN-2 §3.3 and the reference code's
+    options): ``top_p`` in (0, 1], ``top_k`` in (0, 1] (a fraction of the groups),
+    ``top_k_abs`` a positive integer (``4`` or ``4.0``), ``min_p`` in [0, 1]; NaN, inf and
+    booleans are rejected. :func:`select_groups` itself is more lenient (any ``value >= 0``:
+    e.g. top_p ``>= 1`` keeps every candidate), so that the pure rule stays total; the config
+    (:func:`validate_filter_config`) and :class:`SNRFilter` use this stricter check, because an
+    out-of-range value there is almost always a mistake (``top_p: 90``, ``top_k: 4``).
+
+    Args:
+        strategy: one of :data:`STRATEGIES`.
+        value: the value to check.
+        key: the config key named in the error message.
+
+    Raises:
+        ValueError: naming ``key``, the strategy, the allowed range and the bad value.
+
+    Examples:
+        >>> check_filter_value("top_k_abs", 4)
+        4.0
+        >>> check_filter_value("top_p", 1.5, "filter.value")
+        Traceback (most recent call last):
+        ...
+        ValueError: filter.value must be in (0, 1] for strategy top_p, got 1.5
+    """
+    _check_choice("strategy", strategy, STRATEGIES)
+    got = _check_number(key, value, minimum=None)
+    if strategy in ("top_p", "top_k"):
+        ok, allowed = 0.0 < got <= 1.0, "in (0, 1]"
+    elif strategy == "top_k_abs":
+        ok, allowed = got >= 1.0 and got.is_integer(), "a positive integer"
+    else:
+        ok, allowed = 0.0 <= got <= 1.0, "in [0, 1]"
+    if not ok:
+        raise ValueError(f"{key} must be {allowed} for strategy {strategy}, got {value!r}")
+    return got
 
 
 def select_groups(
@@ -250,23 +312,29 @@ def _segment_moments(values: torch.Tensor, inverse: torch.Tensor, num_groups: in
 def group_scores(
     returns,
     group_ids,
-    metric: str = "reward_std",
+    metric: str = "reward_variance",
     entropy=None,
     lengths=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Score every prompt group from per-trajectory values.
 
-    Metrics: ``reward_std`` (within-group std of ``returns``, unbiased ddof=1 -- the reference
-    code's default), ``reward_variance`` (unbiased variance -- the paper's wording), and the
-    ablations ``reward_mean``, ``entropy`` (group mean of per-trajectory entropy), ``entropy_std``
-    (unbiased std of per-trajectory entropy) and ``length`` (group mean of per-trajectory length).
-    A group with a single trajectory has std/variance 0: it carries no within-group signal.
+    Metrics: ``reward_variance`` (unbiased within-group variance of ``returns`` -- the paper's
+    text, RAGEN-2 §3.3, and the default of the presets), ``reward_std`` (its square root, ddof=1
+    -- what the reference code ranks by), and the ablations ``reward_mean``, ``entropy`` (group
+    mean of the per-trajectory entropy), ``entropy_std`` / ``entropy_variance`` (unbiased std /
+    variance *across the group* of the per-trajectory entropies: the "entropy-variance" filter)
+    and ``length`` (group mean of per-trajectory length). A group with a single trajectory has
+    std/variance 0: it carries no within-group signal.
+
+    The entropy metrics need exactly one number per trajectory (the trainer's ``entropy`` column:
+    the mean token entropy of the trajectory's generated tokens, shape ``(N,)``); per-token values
+    must be reduced first.
 
     Args:
         returns: one raw episode return per trajectory, shape (N,) (or (N, 1) / (N, 1, 1)).
         group_ids: integer group id per trajectory, shape (N,).
-        metric: one of :data:`METRICS`.
-        entropy: per-trajectory entropy, needed by ``entropy`` and ``entropy_std``.
+        metric: one of :data:`METRICS`. Defaults to ``reward_variance`` (the paper's text).
+        entropy: per-trajectory entropy (one value each), needed by the :data:`ENTROPY_METRICS`.
         lengths: per-trajectory length (e.g. response tokens), needed by ``length``.
 
     Returns:
@@ -275,9 +343,12 @@ def group_scores(
 
     Examples:
         >>> import torch
-        >>> ids, s = group_scores(torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([7, 7, 3, 3]))
-        >>> ids.tolist(), [round(x, 4) for x in s.tolist()]  # group 7: std of {1, 0} = sqrt(0.5)
-        ([3, 7], [0.0, 0.7071])
+        >>> r, g = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([7, 7, 3, 3])
+        >>> ids, s = group_scores(r, g)  # group 7: unbiased variance of {1, 0} = 0.5
+        >>> ids.tolist(), s.tolist()
+        ([3, 7], [0.0, 0.5])
+        >>> [round(x, 4) for x in group_scores(r, g, "reward_std")[1].tolist()]  # sqrt(0.5)
+        [0.0, 0.7071]
     """
     _check_choice("metric", metric, METRICS)
     group_ids = torch.as_tensor(group_ids)
@@ -292,7 +363,7 @@ def group_scores(
 
     if metric in ("reward_std", "reward_variance", "reward_mean"):
         values = returns
-    elif metric in ("entropy", "entropy_std"):
+    elif metric in ENTROPY_METRICS:
         if entropy is None:
             raise ValueError(f"metric {metric!r} needs per-trajectory entropy values (got None)")
         values = _per_row("entropy", entropy, num_rows)
@@ -304,7 +375,7 @@ def group_scores(
     _, mean, variance = _segment_moments(values, inverse.to(values.device), num_groups)
     if metric in ("reward_std", "entropy_std"):
         return ids, variance.sqrt()
-    if metric == "reward_variance":
+    if metric in ("reward_variance", "entropy_variance"):
         return ids, variance
     return ids, mean
 
@@ -370,13 +441,18 @@ class SNRFilter(Transform):
 
     Args:
         metric, strategy, value, mode, include_zero, eps, largest: see :func:`group_scores` and
-            :func:`select_groups`. Defaults are the recommended preset (std, top_p 0.9 linear,
-            zero-score groups excluded).
+            :func:`select_groups`; ``value`` must lie in its strategy's range
+            (:func:`check_filter_value`). Defaults are the paper's recommended rule (RAGEN-2
+            §3.3: reward variance, top_p 0.9 linear, zero-variance groups excluded; the
+            ``snr_top_p`` preset). The reference code's rule is ``metric="reward_std",
+            mode="softmax", include_zero=True`` (the ``snr_reference`` preset).
 
     Keyword Args:
         group_key: prompt-group id per trajectory (integers or strings). Defaults to ``"group_id"``.
         return_key: raw episode return per trajectory. Defaults to ``"episode_return"``.
-        entropy_key: per-trajectory entropy, read only by the entropy metrics.
+        entropy_key: per-trajectory entropy, one float per trajectory (shape ``(N,)``, e.g. the
+            mean token entropy of its generated tokens), read only by the
+            :data:`ENTROPY_METRICS`. Defaults to ``"entropy"``.
         length_key: per-trajectory length, read only by ``metric="length"``. Defaults to
             ``"num_tokens"``.
         filter_on_forward: see above.
@@ -389,8 +465,8 @@ class SNRFilter(Transform):
         ...     episode_return=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 2.0]),
         ...     batch_size=[6],
         ... )
-        >>> filt = SNRFilter()  # std: group 0 -> 0.707, group 1 -> 0, group 2 -> 1.414
-        >>> filt(td)["group_id"]  # threshold 0.9 * 2.121 - 0.01 = 1.899: groups 2 then 0
+        >>> filt = SNRFilter()  # variance: group 0 -> 0.5, group 1 -> 0, group 2 -> 2.0
+        >>> filt(td)["group_id"]  # threshold 0.9 * 2.5 - 0.01 = 2.24: groups 2 then 0
         tensor([0, 0, 2, 2])
         >>> filt.last_stats["kept_groups"], filt.last_stats["zero_variance_groups"]
         (2.0, 1.0)
@@ -398,7 +474,7 @@ class SNRFilter(Transform):
 
     def __init__(
         self,
-        metric: str = "reward_std",
+        metric: str = "reward_variance",
         strategy: str = "top_p",
         value: float = 0.9,
         mode: str = "linear",
@@ -413,6 +489,7 @@ class SNRFilter(Transform):
         filter_on_forward: bool | None = None,
     ):
         _check_choice("metric", metric, METRICS)
+        value = check_filter_value(strategy, value)
         value, eps = _check_selection_args(strategy, value, mode, eps)
         for name, flag in (("include_zero", include_zero), ("largest", largest)):
             if not isinstance(flag, bool):
@@ -420,7 +497,7 @@ class SNRFilter(Transform):
         if filter_on_forward not in (None, True, False):
             raise ValueError(f"filter_on_forward must be None, True or False, got {filter_on_forward!r}")
         in_keys = [group_key, return_key]
-        if metric in ("entropy", "entropy_std"):
+        if metric in ENTROPY_METRICS:
             in_keys.append(entropy_key)
         elif metric == "length":
             in_keys.append(length_key)
@@ -480,7 +557,7 @@ class SNRFilter(Transform):
         codes = _group_codes(self._read(td, self.group_key), num_rows).cpu()
         returns = _per_row(str(self.return_key), self._read(td, self.return_key), num_rows).cpu()
         entropy = lengths = None
-        if self.metric in ("entropy", "entropy_std"):
+        if self.metric in ENTROPY_METRICS:
             entropy = torch.as_tensor(self._read(td, self.entropy_key)).cpu()
         elif self.metric == "length":
             lengths = torch.as_tensor(self._read(td, self.length_key)).cpu()
@@ -594,18 +671,63 @@ def loss_scale(kept_ratio: float, mode: str = "none") -> float:
     return ratio if mode == "linear" else math.sqrt(ratio)
 
 
+def unfiltered_stats(returns, group_ids) -> dict[str, float]:
+    """The statistics :class:`SNRFilter` logs, for a batch that is used whole (no filter).
+
+    RAGEN-2 (arXiv 2604.06268, §4 setup) applies its early stops to the unfiltered baseline too,
+    so a run with ``filter=none`` still needs :class:`FilterGuard`'s input. This computes the same
+    keys as :attr:`SNRFilter.last_stats` from the raw episode returns with every group kept:
+    ``kept_ratio`` 1, ``empty_after_filter`` 0 (1 only for a batch with no trajectory at all), and
+    the reward statistics (``in_group_std_mean``, ``zero_variance_groups``, ``heterogeneity``, ...)
+    exactly as the filter computes them. Feed the result to :meth:`FilterGuard.update`.
+
+    Args:
+        returns: one raw episode return per trajectory, shape (N,) (or (N, 1) / (N, 1, 1)).
+        group_ids: prompt-group id per trajectory: an integer tensor of shape (N,) (or (N, T)
+            constant along T), or a sequence of hashables such as strings.
+
+    Examples:
+        >>> import torch
+        >>> s = unfiltered_stats(torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]))
+        >>> s["kept_ratio"], s["empty_after_filter"], round(s["in_group_std_mean"], 4)  # (0.7071 + 0) / 2
+        (1.0, 0.0, 0.3536)
+    """
+    returns_t = torch.as_tensor(returns)
+    num_rows = returns_t.shape[0] if returns_t.ndim else 1
+    codes = _group_codes(group_ids, num_rows).cpu()
+    values = _per_row("returns", returns_t, codes.numel()).cpu()
+    ids, inverse = torch.unique(codes, sorted=True, return_inverse=True)
+    _, _, reward_var = _segment_moments(values, inverse, ids.numel())
+    kept_group = torch.ones(ids.numel(), dtype=torch.bool)
+    return _filter_stats(reward_var, kept_group, torch.ones(codes.numel(), dtype=torch.bool))
+
+
 class FilterGuard:
     """Stop rules of SNR-aware filtering, fed with :attr:`SNRFilter.last_stats` every iteration.
+
+    RAGEN-2 (arXiv 2604.06268) applies these stops to every arm, the unfiltered baseline
+    included: without a filter, feed :func:`unfiltered_stats` instead of ``last_stats``.
 
     * **Empty selection**: an iteration that keeps no group is skipped by the trainer; after
       ``max_consecutive_empty`` consecutive empty iterations training stops (0 disables).
     * **Reward-variance collapse**: ``base`` = mean ``in_group_std_mean`` over the first ``warmup``
-      non-empty iterations; training stops once the last ``patience`` iterations (empty ones
-      included -- they are rollout attempts too) all have ``in_group_std_mean < ratio * base``.
-      A base of 0 disables the rule.
+      non-empty iterations; training stops once the last ``patience`` **non-empty** iterations all
+      have ``in_group_std_mean < ratio * base``. Empty iterations (nothing kept, no update) enter
+      neither the warm-up nor the window, so a run of skipped iterations cannot trip the rule on its
+      own. A base of 0 disables the rule.
 
     :meth:`update` returns a stop reason string, or ``None`` to go on; the first reason is kept in
-    :attr:`stop_reason`.
+    :attr:`stop_reason`. The validation-success stop is :class:`ValidationStop`.
+
+    Args:
+        max_consecutive_empty: empty iterations in a row that stop training (0 = never).
+            Defaults to 5.
+
+    Keyword Args:
+        collapse_stop: enable the reward-variance collapse rule. Defaults to True.
+        warmup: non-empty iterations averaged into the base. Defaults to 10.
+        patience: non-empty iterations in the window. Defaults to 10.
+        ratio: the collapse threshold as a fraction of the base. Defaults to 0.1.
 
     Examples:
         >>> guard = FilterGuard(max_consecutive_empty=2, collapse_stop=False)
@@ -644,11 +766,13 @@ class FilterGuard:
 
     @classmethod
     def from_config(cls, cfg: Mapping) -> FilterGuard:
-        """Build from a ``filter`` config node.
+        """Build from a ``filter`` config node, whether or not the filter is ``enabled``.
 
         Examples:
             >>> FilterGuard.from_config({"max_consecutive_empty": 3}).max_consecutive_empty
             3
+            >>> FilterGuard.from_config({"enabled": False}).collapse_stop  # filter=none still stops
+            True
         """
         cfg = validate_filter_config(cfg)
         collapse = cfg["collapse_stop"]
@@ -661,7 +785,11 @@ class FilterGuard:
         )
 
     def update(self, stats: Mapping[str, float]) -> str | None:
-        """Record one iteration's filter statistics; return a stop reason or ``None``."""
+        """Record one iteration's filter statistics; return a stop reason or ``None``.
+
+        ``stats`` needs ``empty_after_filter`` and ``in_group_std_mean``
+        (:attr:`SNRFilter.last_stats` or :func:`unfiltered_stats`).
+        """
         missing = [k for k in ("empty_after_filter", "in_group_std_mean") if k not in stats]
         if missing:
             raise KeyError(f"FilterGuard.update needs SNRFilter.last_stats keys {missing}")
@@ -670,8 +798,9 @@ class FilterGuard:
         self.consecutive_empty = self.consecutive_empty + 1 if empty else 0
 
         reason = None
-        if self.collapse_stop:
-            if not empty and self.base_std is None:
+        # RAGEN-2 / reference: the collapse window counts only non-empty iterations.
+        if self.collapse_stop and not empty:
+            if self.base_std is None:
                 self._warmup_values.append(std)
                 if len(self._warmup_values) == self.warmup:
                     self.base_std = sum(self._warmup_values) / self.warmup
@@ -682,13 +811,35 @@ class FilterGuard:
             ):
                 reason = (
                     f"reward_variance_collapse: in-group std below {self.ratio} x base "
-                    f"({self.base_std:.4g}) for {self.patience} consecutive iterations"
+                    f"({self.base_std:.4g}) for {self.patience} consecutive non-empty iterations"
                 )
         if self.max_consecutive_empty and self.consecutive_empty >= self.max_consecutive_empty:
             reason = f"empty_selection: {self.consecutive_empty} consecutive iterations kept no group"
         if reason is not None and self.stop_reason is None:
             self.stop_reason = reason
         return reason
+
+    def metrics(self) -> dict[str, float]:
+        """Counters to log each iteration (``stop/...`` in the trainer).
+
+        ``consecutive_empty``; ``collapse_base_std`` (NaN until the warm-up is done) and
+        ``collapse_window_below`` (how many of the current window's non-empty iterations are below
+        ``ratio * base``; the stop fires when it reaches ``patience``).
+
+        Examples:
+            >>> g = FilterGuard(warmup=1, patience=2)
+            >>> _ = g.update({"empty_after_filter": 0.0, "in_group_std_mean": 1.0})
+            >>> _ = g.update({"empty_after_filter": 0.0, "in_group_std_mean": 0.05})
+            >>> g.metrics()
+            {'consecutive_empty': 0.0, 'collapse_base_std': 1.0, 'collapse_window_below': 1.0}
+        """
+        base = self.base_std
+        below = sum(v < self.ratio * base for v in self._window) if base else 0
+        return {
+            "consecutive_empty": float(self.consecutive_empty),
+            "collapse_base_std": float(base) if base is not None else math.nan,
+            "collapse_window_below": float(below),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Counters to checkpoint, so a resumed run keeps its stop rules."""
@@ -709,13 +860,108 @@ class FilterGuard:
         self._window = deque((float(v) for v in state["window"]), maxlen=self.patience)
 
 
+class ValidationStop:
+    """Stop on sustained low validation success (RAGEN-2, arXiv 2604.06268, §4 setup).
+
+    The paper stops a run on reward-variance collapse (:class:`FilterGuard`) *or* sustained low
+    validation success; the reference stops when the validation success rate is below
+    ``threshold`` (1%) for ``patience`` (5) consecutive validations. Call :meth:`update` once per
+    validation with the success rate in [0, 1]; a validation at or above the threshold resets the
+    count. Applies with and without a filter.
+
+    Args:
+        threshold: success rates strictly below this count as low. Defaults to 0.01.
+        patience: consecutive low validations that stop training. Defaults to 5.
+
+    Keyword Args:
+        enabled: when False, :meth:`update` still counts but never returns a reason. Defaults to
+            True.
+
+    Examples:
+        >>> stop = ValidationStop(threshold=0.01, patience=2)
+        >>> stop.update(0.0) is None, stop.update(0.5) is None, stop.update(0.005) is None
+        (True, True, True)
+        >>> stop.update(0.0)
+        'validation_success: below 0.01 for 2 consecutive validations'
+    """
+
+    def __init__(self, threshold: float = 0.01, patience: int = 5, *, enabled: bool = True):
+        threshold = _check_number("val_stop.threshold", threshold)
+        if threshold > 1.0:
+            raise ValueError(f"val_stop.threshold must be in [0, 1], got {threshold!r}")
+        _check_int("val_stop.patience", patience, 1)
+        _check_bool("val_stop.enabled", enabled)
+        self.threshold = threshold
+        self.patience = patience
+        self.enabled = enabled
+        self.consecutive_low = 0
+        self.last_success: float | None = None
+        self.stop_reason: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping) -> ValidationStop:
+        """Build from a ``filter`` config node (its ``val_stop`` entry), filter enabled or not.
+
+        Examples:
+            >>> ValidationStop.from_config({"enabled": False}).patience
+            5
+            >>> ValidationStop.from_config({"val_stop": {"enabled": False}}).enabled
+            False
+        """
+        val = validate_filter_config(cfg)["val_stop"]
+        return cls(val["threshold"], val["patience"], enabled=val["enabled"])
+
+    def update(self, success: float) -> str | None:
+        """Record one validation success rate; return a stop reason or ``None``."""
+        success = _check_number("validation success", success)
+        if success > 1.0:
+            raise ValueError(f"validation success must be a rate in [0, 1], got {success!r}")
+        self.last_success = success
+        self.consecutive_low = self.consecutive_low + 1 if success < self.threshold else 0
+        if not self.enabled or self.consecutive_low < self.patience:
+            return None
+        reason = (
+            f"validation_success: below {self.threshold:g} for {self.consecutive_low} "
+            f"consecutive validations"
+        )
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        return reason
+
+    def metrics(self) -> dict[str, float]:
+        """Counters to log after each validation.
+
+        Examples:
+            >>> s = ValidationStop()
+            >>> _ = s.update(0.0)
+            >>> s.metrics()
+            {'val_consecutive_low': 1.0, 'val_patience': 5.0}
+        """
+        return {"val_consecutive_low": float(self.consecutive_low), "val_patience": float(self.patience)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters to checkpoint."""
+        return {
+            "consecutive_low": self.consecutive_low,
+            "last_success": self.last_success,
+            "stop_reason": self.stop_reason,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore counters saved by :meth:`state_dict`."""
+        self.consecutive_low = int(state["consecutive_low"])
+        self.last_success = state["last_success"]
+        self.stop_reason = state["stop_reason"]
+
+
 # --------------------------------------------------------------------------------------------
 # config
 # --------------------------------------------------------------------------------------------
+#: Defaults of the ``filter`` config node: the paper's rule (RAGEN-2 §3.3, the ``snr_top_p`` preset).
 FILTER_CONFIG_DEFAULTS: dict[str, Any] = {
     "name": "snr_top_p",
     "enabled": True,
-    "metric": "reward_std",
+    "metric": "reward_variance",
     "strategy": "top_p",
     "value": 0.9,
     "mode": "linear",
@@ -725,6 +971,7 @@ FILTER_CONFIG_DEFAULTS: dict[str, Any] = {
     "loss_scale": "none",
     "max_consecutive_empty": 5,
     "collapse_stop": {"enabled": True, "warmup": 10, "patience": 10, "ratio": 0.1},
+    "val_stop": {"enabled": True, "threshold": 0.01, "patience": 5},
     "grad_snr": {"every": 0, "buckets": 6},
 }
 
@@ -762,7 +1009,10 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     Keys (all optional, defaults in :data:`FILTER_CONFIG_DEFAULTS`): ``name``, ``enabled``,
     ``metric``, ``strategy``, ``value``, ``mode``, ``include_zero``, ``largest``, ``eps``,
     ``loss_scale``, ``max_consecutive_empty``, ``collapse_stop: {enabled, warmup, patience,
-    ratio}``, ``grad_snr: {every, buckets}``. Unknown keys are errors (they are usually typos).
+    ratio}``, ``val_stop: {enabled, threshold, patience}``, ``grad_snr: {every, buckets}``.
+    Unknown keys are errors (they are usually typos). ``value`` must lie in its strategy's range
+    (:func:`check_filter_value`). The stop rules (``max_consecutive_empty``, ``collapse_stop``,
+    ``val_stop``) are read whether or not the filter is ``enabled``.
 
     Examples:
         >>> validate_filter_config({"strategy": "top_k", "value": 0.25})["collapse_stop"]["warmup"]
@@ -770,18 +1020,21 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
         >>> validate_filter_config({"stratgy": "top_k"})
         Traceback (most recent call last):
         ...
-        ValueError: unknown key(s) ['stratgy'] in filter config; valid keys: name, enabled, metric, strategy, value, mode, include_zero, largest, eps, loss_scale, max_consecutive_empty, collapse_stop, grad_snr
+        ValueError: unknown key(s) ['stratgy'] in filter config; valid keys: name, enabled, metric, strategy, value, mode, include_zero, largest, eps, loss_scale, max_consecutive_empty, collapse_stop, val_stop, grad_snr
     """
     out = _merge_checked(cfg, FILTER_CONFIG_DEFAULTS, "filter config")
     out["collapse_stop"] = _merge_checked(
         out["collapse_stop"], FILTER_CONFIG_DEFAULTS["collapse_stop"], "filter.collapse_stop"
     )
+    out["val_stop"] = _merge_checked(out["val_stop"], FILTER_CONFIG_DEFAULTS["val_stop"], "filter.val_stop")
     out["grad_snr"] = _merge_checked(out["grad_snr"], FILTER_CONFIG_DEFAULTS["grad_snr"], "filter.grad_snr")
     out["name"] = str(out["name"])
     for key in ("enabled", "include_zero", "largest"):
         _check_bool(f"filter.{key}", out[key])
     _check_choice("filter.metric", out["metric"], METRICS)
     _check_choice("filter.loss_scale", out["loss_scale"], LOSS_SCALE_MODES)
+    _check_choice("filter.strategy", out["strategy"], STRATEGIES)
+    out["value"] = check_filter_value(out["strategy"], out["value"], "filter.value")
     out["value"], out["eps"] = _check_selection_args(out["strategy"], out["value"], out["mode"], out["eps"])
     _check_int("filter.max_consecutive_empty", out["max_consecutive_empty"], 0)
     collapse = out["collapse_stop"]
@@ -789,6 +1042,12 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     _check_int("filter.collapse_stop.warmup", collapse["warmup"], 1)
     _check_int("filter.collapse_stop.patience", collapse["patience"], 1)
     collapse["ratio"] = _check_number("filter.collapse_stop.ratio", collapse["ratio"])
+    val = out["val_stop"]
+    _check_bool("filter.val_stop.enabled", val["enabled"])
+    val["threshold"] = _check_number("filter.val_stop.threshold", val["threshold"])
+    if val["threshold"] > 1.0:
+        raise ValueError(f"filter.val_stop.threshold must be in [0, 1], got {val['threshold']!r}")
+    _check_int("filter.val_stop.patience", val["patience"], 1)
     _check_int("filter.grad_snr.every", out["grad_snr"]["every"], 0)
     _check_int("filter.grad_snr.buckets", out["grad_snr"]["buckets"], 1)
     return out
@@ -801,7 +1060,9 @@ def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
     constructor.
 
     Examples:
-        >>> build_filter({"enabled": True, "mode": "softmax", "include_zero": True})
+        >>> build_filter({"enabled": True})  # the paper's rule
+        SNRFilter(metric=reward_variance, strategy=top_p, value=0.9, mode=linear, include_zero=False, largest=True)
+        >>> build_filter({"metric": "reward_std", "mode": "softmax", "include_zero": True})  # reference code
         SNRFilter(metric=reward_std, strategy=top_p, value=0.9, mode=softmax, include_zero=True, largest=True)
         >>> build_filter({"enabled": False}) is None
         True

@@ -1,0 +1,205 @@
+"""Fidelity of SNR-aware filtering to RAGEN-2 (arXiv 2604.06268, §3.3) and its reference code.
+
+Covers the early-stop rules without a filter (``unfiltered_stats`` + ``FilterGuard``), the
+validation-success stop (``ValidationStop``), the range of ``filter.value``, the paper-text vs
+reference-code presets and the per-trajectory entropy column the entropy ablations read. Every
+expected number is worked out by hand in the comment next to it.
+"""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tensordict import TensorDict
+
+from ragen_torchrl.transforms.snr import (
+    FILTER_CONFIG_DEFAULTS,
+    FilterGuard,
+    SNRFilter,
+    ValidationStop,
+    build_filter,
+    check_filter_value,
+    unfiltered_stats,
+    validate_filter_config,
+)
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "filter"
+GROUPS = [0, 0, 1, 1, 2, 2]
+RETURNS = [1.0, 0.0, 1.0, 1.0, 0.0, 2.0]  # var .5, 0, 2; std .7071, 0, 1.4142
+
+
+def load(name):
+    return yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+
+
+def records(returns=RETURNS, groups=GROUPS, **extra):
+    n = len(groups)
+    return TensorDict(group_id=torch.tensor(groups), episode_return=torch.tensor(returns),
+                      batch_size=[n], **extra)
+
+
+# ---------------------------------------------------------------------- stops without a filter
+def test_unfiltered_stats_by_hand():
+    # RAGEN-2 §4: "early stopping triggered by reward-variance collapse" applies to the no-filter arm too
+    s = unfiltered_stats(torch.tensor(RETURNS), torch.tensor(GROUPS))
+    assert s["num_groups"] == 3.0 and s["kept_groups"] == 3.0 and s["kept_ratio"] == 1.0
+    assert s["num_trajectories"] == 6.0 and s["kept_trajectories"] == 6.0
+    assert s["empty_after_filter"] == 0.0
+    assert s["zero_variance_groups"] == 1.0
+    # (sqrt(.5) + 0 + sqrt(2)) / 3 = .70711; max sqrt(2)
+    assert s["in_group_std_mean"] == pytest.approx((math.sqrt(0.5) + math.sqrt(2.0)) / 3)
+    assert s["in_group_std_max"] == pytest.approx(math.sqrt(2.0))
+    # RV [.5, 0, 2]: mean 5/6, population std sqrt(((1/3)^2 + (5/6)^2 + (7/6)^2) / 3) = sqrt(13/18)
+    assert s["heterogeneity"] == pytest.approx(math.sqrt(13 / 18) / (5 / 6))
+    # same keys as the filter logs, and the same reward statistics as a keep-everything filter
+    keep_all = SNRFilter(value=1.0, include_zero=True)
+    keep_all(records())
+    assert set(s) == set(keep_all.last_stats)
+    assert s == pytest.approx(keep_all.last_stats)
+    # string group ids and the (N, 1, 1) reward shape work as in the filter
+    s2 = unfiltered_stats(torch.tensor(RETURNS).reshape(6, 1, 1), ["a", "a", "b", "b", "c", "c"])
+    assert s2 == pytest.approx(s)
+
+
+def test_none_preset_keeps_every_group_and_still_runs_the_stop_rules():
+    cfg = load("none")
+    assert build_filter(cfg) is None  # filter=none: every group is used
+    assert (cfg["value"], cfg["include_zero"]) == (1.0, True)  # the reference's "no filter"
+    guard = FilterGuard.from_config({**cfg, "collapse_stop": {"warmup": 2, "patience": 2}})
+    assert guard.collapse_stop and guard.max_consecutive_empty == 5
+    # two healthy iterations: base = mean in-group std = .70711 -> limit .070711
+    for _ in range(2):
+        assert guard.update(unfiltered_stats(torch.tensor(RETURNS), torch.tensor(GROUPS))) is None
+    # collapsed: every group {1, 1.01}: std .01 / sqrt(2) = .00707 < .0707
+    collapsed = unfiltered_stats(torch.tensor([1.0, 1.01] * 3), torch.tensor(GROUPS))
+    assert collapsed["in_group_std_mean"] == pytest.approx(0.01 / math.sqrt(2))
+    assert guard.update(collapsed) is None
+    assert guard.update(collapsed).startswith("reward_variance_collapse")
+    assert ValidationStop.from_config(cfg).enabled
+
+
+# ---------------------------------------------------------------------- validation-success stop
+def test_validation_stop_by_hand():
+    # reference: stop when validation success is below 1% for 5 consecutive validations
+    stop = ValidationStop()
+    assert (stop.threshold, stop.patience, stop.enabled) == (0.01, 5, True)
+    for s in (0.0, 0.005, 0.0, 0.0):
+        assert stop.update(s) is None
+    assert stop.update(0.01) is None  # exactly 1% is not "below 1%": the count resets
+    assert stop.consecutive_low == 0
+    for s in (0.0, 0.009, 0.0, 0.0):
+        assert stop.update(s) is None
+    assert stop.metrics() == {"val_consecutive_low": 4.0, "val_patience": 5.0}
+    reason = stop.update(0.0)  # 5th in a row
+    assert reason == "validation_success: below 0.01 for 5 consecutive validations"
+    assert stop.stop_reason == reason
+    # a resumed run continues the count
+    other = ValidationStop()
+    other.load_state_dict(stop.state_dict())
+    assert other.state_dict() == stop.state_dict() and other.consecutive_low == 5
+    # disabled: counts, never stops
+    off = ValidationStop(patience=1, enabled=False)
+    assert off.update(0.0) is None and off.consecutive_low == 1
+
+
+def test_validation_stop_config_and_errors():
+    cfg = validate_filter_config({"val_stop": {"threshold": 0.05, "patience": 3}})
+    assert cfg["val_stop"] == {"enabled": True, "threshold": 0.05, "patience": 3}
+    stop = ValidationStop.from_config({"val_stop": {"threshold": 0.05, "patience": 3}})
+    assert (stop.threshold, stop.patience) == (0.05, 3)
+    assert FILTER_CONFIG_DEFAULTS["val_stop"] == {"enabled": True, "threshold": 0.01, "patience": 5}
+    for bad, match in [
+        ({"threshold": 1.5}, r"filter.val_stop.threshold must be in \[0, 1\], got 1.5"),
+        ({"threshold": float("nan")}, "filter.val_stop.threshold must be finite"),
+        ({"patience": 0}, "filter.val_stop.patience must be an int >= 1, got 0"),
+        ({"enabled": "yes"}, "filter.val_stop.enabled must be true or false"),
+        ({"patiense": 2}, r"unknown key\(s\) \['patiense'\] in filter.val_stop"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            validate_filter_config({"val_stop": bad})
+    with pytest.raises(ValueError, match="rate in"):
+        ValidationStop().update(2.0)
+    with pytest.raises(ValueError, match="finite"):
+        ValidationStop().update(float("nan"))
+
+
+# ---------------------------------------------------------------------- filter.value ranges
+@pytest.mark.parametrize(
+    "strategy, value, allowed",
+    [
+        ("top_p", 0.0, r"in \(0, 1\]"),
+        ("top_p", 1.5, r"in \(0, 1\]"),
+        ("top_p", 90, r"in \(0, 1\]"),
+        ("top_k", 0.0, r"in \(0, 1\]"),
+        ("top_k", 4, r"in \(0, 1\]"),
+        ("top_k_abs", 2.5, "a positive integer"),
+        ("top_k_abs", 0, "a positive integer"),
+        ("top_k_abs", -3, "a positive integer"),
+        ("min_p", 1.5, r"in \[0, 1\]"),
+        ("min_p", -0.1, r"in \[0, 1\]"),
+    ],
+)
+def test_out_of_range_value_is_a_config_error(strategy, value, allowed):
+    # issue 12: top_p in (0,1], top_k in (0,1], top_k_abs a positive integer, min_p in [0,1]
+    with pytest.raises(ValueError, match=f"filter.value must be {allowed} for strategy {strategy}, got {value}"):
+        validate_filter_config({"strategy": strategy, "value": value})
+    with pytest.raises(ValueError, match=f"value must be {allowed}"):
+        SNRFilter(strategy=strategy, value=value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "0.9"])
+def test_non_finite_or_non_number_value_is_rejected(value):
+    with pytest.raises(ValueError, match="filter.value must be"):
+        validate_filter_config({"value": value})
+
+
+@pytest.mark.parametrize(
+    "strategy, value", [("top_p", 1.0), ("top_p", 1e-6), ("top_k", 1.0), ("top_k_abs", 4), ("top_k_abs", 4.0),
+                        ("min_p", 0.0), ("min_p", 1.0)]
+)
+def test_in_range_values_are_accepted(strategy, value):
+    assert check_filter_value(strategy, value) == float(value)
+    assert validate_filter_config({"strategy": strategy, "value": value})["value"] == float(value)
+
+
+# ---------------------------------------------------------------------- paper text vs reference
+def test_paper_text_and_reference_presets_select_differently():
+    td = records()
+    # paper text (snr_top_p): variance [.5, 0, 2] excluding zeros, thr .9 * 2.5 - .01 = 2.24:
+    # group 2 (2.0) then group 0 (2.5) -> rows 0, 1, 4, 5
+    paper = build_filter(load("snr_top_p"))
+    assert paper(td)["group_id"].tolist() == [0, 0, 2, 2]
+    # reference code (snr_reference): softmax over std [1.4142, .7071, 0] in ranking order
+    # = [.5760, .2840, .1400], cumsum [.5760, .8600, 1.0]; searchsorted(.9) = 2 -> 3 groups,
+    # the zero-std group 1 included
+    ref = build_filter(load("snr_reference"))
+    assert ref(td)["group_id"].tolist() == GROUPS
+    assert ref.last_stats["kept_groups"] == 3.0 and paper.last_stats["kept_groups"] == 2.0
+
+
+def test_top_k_preset_includes_zero_variance_groups():
+    # RAGEN: top-k keeps zero-variance groups as candidates. 8 groups, k = int(.25 * 8) = 2;
+    # only group 0 ({0, 1}, var .5) varies -> groups 0, then group 1 (first zero group by index)
+    groups = [g for g in range(8) for _ in range(2)]
+    returns = [0.0, 1.0] + [1.0] * 14
+    out = build_filter(load("snr_top_k"))(records(returns, groups))
+    assert out["group_id"].tolist() == [0, 0, 1, 1]
+
+
+# ---------------------------------------------------------------------- the entropy column
+def test_entropy_ablations_read_one_entropy_value_per_trajectory():
+    # the trainer's `entropy` column: mean token entropy per trajectory, shape (N,)
+    ent = torch.tensor([1.0, 3.0, 2.0, 2.0, 0.0, 4.0])
+    td = records(entropy=ent)
+    # entropy: group means [2, 2, 2] -> all equal; thr .9 * 6 - .01 = 5.39 -> 3 groups, index order
+    assert build_filter(load("snr_entropy"))(td)["group_id"].tolist() == GROUPS
+    # entropy_variance: {1, 3} -> 2, {2, 2} -> 0, {0, 4} -> 8; thr .9 * 10 - .01 = 8.99:
+    # group 2 (8) then group 0 (10)
+    assert build_filter(load("snr_entropy_variance"))(td)["group_id"].tolist() == [0, 0, 2, 2]
+    # entropy_std (std across the group of per-trajectory entropies) needs nothing else
+    assert SNRFilter(metric="entropy_std")(td)["group_id"].tolist() == [0, 0, 2, 2]
+    # per-token entropies (N, T) must be reduced by the trainer first
+    with pytest.raises(ValueError, match="one value per trajectory"):
+        SNRFilter(metric="entropy")(records(entropy=torch.ones(6, 3)))
