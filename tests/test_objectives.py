@@ -37,6 +37,7 @@ from ragen_torchrl.objectives.ppo import (
     episode_token_rewards,
     explained_variance,
     masked_gae,
+    masked_whiten,
     turn_ends,
 )
 
@@ -143,6 +144,62 @@ def test_dapo_clip_higher_and_token_mean_by_hand():
     assert out.loss_objective.item() == pytest.approx(expected, abs=1e-6)
     hand = grad_matrix({(0, 2): -0.5 / 5, (0, 4): -1.1 / 5, (1, 3): 1.5 / 5})
     torch.testing.assert_close(grad, hand, rtol=0, atol=1e-6)
+
+
+# A > 0: (0,1) r=1.5 clipped high, (0,2) r=.5 unclipped, (0,4) r=4 clipped high;
+# A < 0: (1,3) r=4 beyond the dual-clip bound c=3, (1,4) r=2 below it
+DUAL_RATIOS = {(0, 1): 1.5, (0, 2): 0.5, (0, 4): 4.0, (1, 3): 4.0, (1, 4): 2.0}
+
+
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+def test_dual_clip_by_hand(dual_clip):
+    # verl compute_policy_loss / arXiv 1912.09729: "for A < 0 the objective is max(min(r A, clip(r) A), c A)"
+    loss, out, grad = run(MaskedStatsGRPOLoss, ratios=DUAL_RATIOS, clip_epsilon=0.2, aggregation="token_mean",
+                          dual_clip=dual_clip)
+    # per-token losses: A=+1: -1.2, -0.5, -1.2; A=-1: r=4 gives +4 (bounded at c=3 with dual-clip), r=2 gives +2
+    tail = 3.0 if dual_clip else 4.0
+    assert out.loss_objective.item() == pytest.approx((-1.2 - 0.5 - 1.2 + tail + 2.0) / 5, abs=1e-6)
+    # gradient -A r / 5 on the unclipped tokens; the dual-clipped token (1, 3) gets none
+    coefs = {(0, 2): -0.5 / 5, (1, 4): 2.0 / 5}
+    if dual_clip is None:
+        coefs[(1, 3)] = 4.0 / 5
+    torch.testing.assert_close(grad, grad_matrix(coefs), rtol=0, atol=1e-6)
+    m = masked_token_metrics(**loss.token_stats)
+    assert m.get("dual_clip_fraction", 0.0) == pytest.approx(0.2 if dual_clip else 0.0)
+    # the pure function agrees token by token
+    from ragen_torchrl.objectives.metrics import dual_clip_gain
+
+    r = torch.tensor(list(DUAL_RATIOS.values()), dtype=torch.float64)
+    a = torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
+    assert (-dual_clip_gain(r, a, 0.2, 0.2, dual_clip)).tolist() == pytest.approx([-1.2, -0.5, -1.2, tail, 2.0])
+
+
+def test_dual_clip_in_every_token_level_objective_and_rejected_values():
+    for name in ("grpo", "drgrpo", "dapo"):
+        obj = build_objective({"name": name, "max_length": 8, "dual_clip": 3}, FakeActor(CUR), None)
+        assert obj.loss_module.dual_clip == 3.0
+        assert build_objective({"name": name, "max_length": 8}, FakeActor(CUR), None).loss_module.dual_clip is None
+    loss = PPOLoss(FakeActor(CUR), Critic(1, backbone=FakeTrunk(torch.zeros(2, 5, 1))), dual_clip=3.0)
+    assert loss.dual_clip == 3.0
+    with pytest.raises(ValueError, match="GSPO"):
+        build_objective({"name": "gspo", "dual_clip": 3.0}, FakeActor(CUR), None)
+    for bad in (1.0, 0.5, True, "3"):
+        with pytest.raises(ValueError, match="algo.dual_clip"):
+            build_objective({"name": "grpo", "dual_clip": bad}, FakeActor(CUR), None)
+
+
+def test_advantage_whitening_uses_the_unbiased_variance():
+    # verl masked_whiten: var = masked_var(values, mask, unbiased=True); whitened = (x - mean) * rsqrt(var + 1e-8)
+    # assistant values 1, 2, 3, 6: mean 3, squared deviations 4 1 0 9 -> unbiased var 14/3 (population 3.5)
+    x = torch.tensor([[1.0, 50.0, 2.0], [3.0, 6.0, -7.0]])
+    mask = torch.tensor([[True, False, True], [True, True, False]])
+    sd = math.sqrt(14 / 3)
+    hand = [[-2 / sd, 0.0, -1 / sd], [0.0, 3 / sd, 0.0]]
+    assert masked_whiten(x, mask, eps=0.0).tolist() == [pytest.approx(r, abs=1e-6) for r in hand]
+    pop = masked_whiten(x, mask, eps=0.0, unbiased=False)
+    assert pop[1, 1].item() == pytest.approx(3 / math.sqrt(3.5), abs=1e-6)
+    one = masked_whiten(x, torch.tensor([[False, True, False], [False, False, False]]))
+    assert one.tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # a single token: nothing to standardise
 
 
 def test_drgrpo_sum_over_constant_length_by_hand():
@@ -456,6 +513,54 @@ def test_each_objective_on_the_tiny_policy(tiny_model, name):
     assert sum(p.grad.abs().sum() for p in model.parameters() if p.grad is not None) > 0
 
 
+# every shipped preset in configs/algo (add new ones here)
+PRESETS = ("dapo", "dapo_ragen", "drgrpo", "grpo", "gspo", "ppo")
+
+
+def test_the_preset_list_is_complete():
+    assert sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) == sorted(PRESETS)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_builds_on_the_tiny_policy(tiny_model, preset):
+    from ragen_torchrl.objectives.grpo import make_logprob_policy
+
+    model, tok = tiny_model
+    cfg = OmegaConf.load(CONFIG_DIR / f"{preset}.yaml")
+    obj = build_objective(cfg, make_logprob_policy(model, tok), model, tok)
+    lm = obj.loss_module
+    clip = (lm.clip_epsilon_low.item(), lm.clip_epsilon_high.item())
+    assert lm.kl_to_ref_coeff is None and lm.dual_clip is None  # no KL, no dual-clip by default
+    if preset in ("ppo", "dapo_ragen"):
+        assert isinstance(obj, PPOObjective) and obj.critic.backbone is not None  # a separate critic by default
+        assert obj.optimizer_param_groups(1e-4)[1]["lr"] == cfg.critic_lr
+    if preset == "dapo_ragen":
+        # RAGEN-2's "DAPO": PPO + critic, clip-higher (0.2, 0.28), token-mean; no dynamic sampling, no overlong
+        assert clip == pytest.approx((0.2, 0.28)) and lm.aggregation == "token_mean"
+        assert obj.dynamic_sampling is None and obj.reward_transform is None
+    if preset == "dapo":
+        # the DAPO paper's variant: no critic, dynamic sampling (by success) and overlong shaping
+        assert not isinstance(obj, PPOObjective) and clip == pytest.approx((0.2, 0.28))
+        assert obj.dynamic_sampling.criterion == "success" and obj.reward_transform is not None
+
+
+def test_ppo_critic_defaults_to_a_separate_trunk(tiny_model):
+    # a value head on the policy trunk lets the value loss train the policy: the default is a separate critic
+    from ragen_torchrl.objectives.grpo import make_logprob_policy
+
+    model, tok = tiny_model
+    obj = build_objective({"name": "ppo", "critic_lr": 3e-3}, make_logprob_policy(model, tok), model, tok)
+    assert obj.critic.backbone is not None
+    policy_ids = {id(p) for p in model.parameters()}
+    critic_params = list(obj.critic.parameters())
+    assert not policy_ids & {id(p) for p in critic_params}  # no shared tensors
+    groups = obj.optimizer_param_groups(1e-4)
+    assert [g["name"] for g in groups] == ["policy", "critic"] and [g["lr"] for g in groups] == [1e-4, 3e-3]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in critic_params if p.requires_grad}
+    head = build_objective({"name": "ppo", "critic": "head"}, make_logprob_policy(model, tok), model, tok)
+    assert head.critic.backbone is None  # still available
+
+
 @pytest.mark.parametrize("critic", ["head", "separate", "separate_from_path"])
 def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
     from ragen_torchrl.objectives.grpo import make_logprob_policy
@@ -485,6 +590,13 @@ def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
     m = obj.metrics(out, batch)
     assert m["value_clip_fraction"] == 0 and abs(m["kl_approx"]) < 1e-5 and m["clip_fraction"] == 0
     assert set(m) >= {"loss", "loss_objective", "loss_critic", "explained_variance", "entropy"}
+    # the value loss alone: with a head on the policy trunk it trains the policy, with a separate critic it must not
+    model.zero_grad(set_to_none=True)
+    out.loss_critic.sum().backward(retain_graph=True)
+    policy_grad = sum(float(p.grad.abs().sum()) for p in model.parameters() if p.grad is not None)
+    assert (policy_grad > 0) == (critic == "head")
+    model.zero_grad(set_to_none=True)
+    obj.critic.zero_grad(set_to_none=True)
     obj.total_loss(out).backward()
     assert obj.critic.head.weight.grad.abs().sum() > 0
     groups = obj.optimizer_param_groups(1e-4)

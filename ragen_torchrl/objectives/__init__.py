@@ -44,7 +44,7 @@ from .dapo import CRITERIA as DS_CRITERIA
 from .dapo import DAPOLoss, DynamicSampler
 from .drgrpo import DrGRPOLoss
 from .gspo import GSPOLoss, sequence_metrics
-from .metrics import MaskedStatsGRPOLoss, loss_output_metrics, masked_token_metrics
+from .metrics import MaskedStatsGRPOLoss, check_dual_clip, loss_output_metrics, masked_token_metrics
 from .ppo import Critic, PPOLoss, prepare_ppo_batch, value_metrics
 
 ALGORITHMS = ("grpo", "drgrpo", "dapo", "gspo", "ppo")
@@ -211,7 +211,8 @@ def _node(cfg, key) -> dict[str, Any]:
 
 
 def _build_critic(cfg, model: nn.Module) -> Critic:
-    mode = str(cfg.get("critic", "head"))
+    # default separate: a value head on the policy trunk lets the value loss train the policy
+    mode = str(cfg.get("critic", "separate"))
     if model is None:
         raise ValueError("PPO needs the policy model to build its critic")
     param = next(model.parameters())
@@ -245,7 +246,13 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     Common keys: ``clip_epsilon`` (number or ``[low, high]``), ``entropy_coeff``,
     ``kl_coeff`` (> 0 reads reference log-probs from ``("ref_log_probs", "full")``),
     ``adv_eps``, ``aggregation`` (optional override), ``overlong`` (``enabled``,
-    ``max_length`` (default ``algo.max_length``), ``cache_length``).
+    ``max_length`` (default ``algo.max_length``), ``cache_length``), ``dual_clip``
+    (``None`` = off, or ``c > 1``: verl's dual-clip for ``A < 0``, the reference uses 3;
+    token-level losses only, not GSPO). DAPO: ``dynamic_sampling`` (``enabled``,
+    ``criterion`` ``success`` | ``return``, ``max_extra_rollouts``, ``oversample``, ``tol``).
+    PPO: ``critic`` (``separate``, the default: its own trunk; ``head``: a head on the
+    policy trunk), ``critic_path``, ``critic_lr``, ``value_clip``, ``value_coeff``, GAE keys,
+    ``whiten_advantages``.
     """
     name = str(algo_cfg.get("name", "grpo")).lower()
     if name not in ALGORITHMS:
@@ -255,6 +262,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     adv_eps = float(algo_cfg.get("adv_eps", 1e-6))
     aggregation = algo_cfg.get("aggregation")
     common = dict(
+        dual_clip=check_dual_clip(algo_cfg.get("dual_clip")),
         entropy_bonus=entropy_coeff > 0,
         entropy_coeff=entropy_coeff,
         kl_to_ref_coeff=kl_coeff if kl_coeff > 0 else None,

@@ -47,13 +47,16 @@ class GSPOLoss(TokenStatsMixin, GRPOLoss):
         **kwargs: forwarded to ``GRPOLoss``.
 
     ``kl_mask_threshold`` is not supported (it edits the token mask after the sequence ratio
-    has been formed).
+    has been formed), nor is ``dual_clip`` (a token-level bound).
     """
 
     def __init__(self, actor_network=None, *, clip_epsilon=(3e-4, 4e-4), aggregation: str = "prompt_mean",
                  **kwargs) -> None:
         if kwargs.get("kl_mask_threshold"):
             raise ValueError("GSPOLoss does not support kl_mask_threshold")
+        if kwargs.get("dual_clip") is not None:
+            # the sequence ratio has its own tight clip; verl's GSPO loss has no dual-clip either
+            raise ValueError(f"algo.dual_clip is a token-level option; GSPO takes null, got {kwargs['dual_clip']!r}")
         super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kwargs)
 
     def _compute_policy_objective(self, log_weight: torch.Tensor, advantage: torch.Tensor):

@@ -42,6 +42,7 @@ def masked_token_metrics(
     log_weight: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     clipped: torch.Tensor | None = None,
+    dual_clipped: torch.Tensor | None = None,
     kl_to_ref: torch.Tensor | None = None,
     **_: torch.Tensor,
 ) -> dict[str, float]:
@@ -52,12 +53,13 @@ def masked_token_metrics(
         log_weight: ``[B, T]`` ``log pi_theta - log pi_old``.
         entropy: ``[B, T]`` policy entropy per token.
         clipped: ``[B, T]`` bool, the importance ratio fell outside the clip range.
+        dual_clipped: ``[B, T]`` bool, the dual-clip bound ``c A`` was taken (``A < 0``).
         kl_to_ref: ``[B, T]`` k3 estimate of KL(pi_theta || pi_ref) per token.
 
     Returns ``assistant_tokens`` and, for the tensors given: ``kl_approx`` (k1,
     ``mean(log pi_old - log pi_theta)``, the estimator torchrl logs), ``kl_k3``
     (``mean(r - 1 - log r)``), ``ratio_mean``, ``ratio_max``, ``entropy``,
-    ``clip_fraction`` and ``kl_to_ref``. Extra keyword tensors are ignored, so the
+    ``clip_fraction``, ``dual_clip_fraction`` and ``kl_to_ref``. Extra keyword tensors are ignored, so the
     stash of :class:`TokenStatsMixin` can be passed as ``**stash``.
     """
     mask = mask.bool()
@@ -72,6 +74,8 @@ def masked_token_metrics(
         out["entropy"] = _masked_mean(entropy, mask)
     if clipped is not None:
         out["clip_fraction"] = _masked_mean(clipped.float(), mask)
+    if dual_clipped is not None:
+        out["dual_clip_fraction"] = _masked_mean(dual_clipped.float(), mask)
     if kl_to_ref is not None:
         out["kl_to_ref"] = _masked_mean(kl_to_ref, mask)
     return out
@@ -95,9 +99,23 @@ class TokenStatsMixin:
     ``entropy`` / ``kl_to_ref`` when those terms are computed. Subclasses that compute
     more (GSPO's sequence ratio, PPO's values) add entries with :meth:`_stash`.
     Put the mixin first in the bases: ``class MyLoss(TokenStatsMixin, GRPOLoss)``.
+
+    The mixin also adds verl's **dual-clip** (arXiv 1912.09729) to the token-level clipped
+    objective: keyword ``dual_clip=c`` (``None``, the default, = off; the RAGEN reference
+    config uses ``c = 3``) bounds the loss of a negative-advantage token whose ratio ran far
+    above 1, where the plain clipped objective is unbounded::
+
+        A >= 0: gain = min(r A, clip(r) A)
+        A <  0: gain = max(min(r A, clip(r) A), c A)      (no gradient once r > c)
+
+    See :func:`dual_clip_gain`.
     """
 
     token_stats: dict[str, torch.Tensor]
+
+    def __init__(self, *args, dual_clip: float | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.dual_clip = check_dual_clip(dual_clip)
 
     def _stash(self, **tensors: torch.Tensor) -> None:
         stats = self.__dict__.setdefault("token_stats", {})
@@ -126,6 +144,11 @@ class TokenStatsMixin:
         loss, clip_fraction = super()._compute_policy_objective(log_weight, advantage)
         low, high = self._clip_bounds
         self._stash(clipped=((log_weight < low) | (log_weight > high)).squeeze(-1))
+        if self.dual_clip is not None:
+            bound = -self.dual_clip * advantage  # -max(gain, c A) = min(-gain, -c A) for A < 0
+            dual = (advantage < 0) & (bound < loss)
+            loss = torch.where(dual, bound.expand_as(loss), loss)
+            self._stash(dual_clipped=dual.expand_as(log_weight).squeeze(-1))
         return loss, clip_fraction
 
     def _kl_to_ref(
@@ -172,6 +195,34 @@ class TokenStatsMixin:
         loss = coeff * self._aggregate_loss_value(k3.unsqueeze(-1), mask, tensordict=tensordict)
         m = mask.to(k3.dtype)
         return loss, (k3 * m).sum() / m.sum().clamp_min(1)
+
+
+def check_dual_clip(value) -> float | None:
+    """``None`` (off) or a float ``c > 1`` (the dual-clip bound; verl requires ``c > 1``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1:
+        raise ValueError(f"algo.dual_clip must be null (off) or a number > 1 (the reference uses 3.0), got {value!r}")
+    return float(value)
+
+
+def dual_clip_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float, clip_high: float,
+                   dual_clip: float | None) -> torch.Tensor:
+    """Per-token PPO gain (minus the loss), with verl's dual-clip for negative advantages.
+
+    ``gain = min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)``, and for ``A < 0`` with
+    ``dual_clip = c``: ``max(gain, c A)`` (verl ``compute_policy_loss``, clip_ratio_c).
+
+    Example:
+        >>> import torch
+        >>> r, a = torch.tensor([4.0, 2.0, 4.0]), torch.tensor([-1.0, -1.0, 1.0])
+        >>> [round(g, 4) for g in dual_clip_gain(r, a, 0.2, 0.2, 3.0).tolist()]  # -4 is bounded at -3
+        [-3.0, -2.0, 1.2]
+    """
+    gain = torch.minimum(ratio * advantage, ratio.clamp(1 - clip_low, 1 + clip_high) * advantage)
+    if dual_clip is None:
+        return gain
+    return torch.where(advantage < 0, torch.maximum(gain, dual_clip * advantage), gain)
 
 
 def masked_aggregate_sum(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -4,10 +4,10 @@ torchrl's ``ClipPPOLoss`` is not token-mask aware on LLM data, so this builds on
 ``GRPOLoss``'s masked log-weight machinery (assistant tokens only, behaviour log-probs
 re-padded on the left) and adds a value loss:
 
-* **Critic** (:class:`Critic`): a ``Linear(hidden, 1)`` head either on the policy's own
-  last hidden states (``critic="head"``: no extra forward, the value loss also trains the
-  shared trunk) or on a separate backbone (``critic="separate"``: a copy of the policy's
-  trunk, or another model). The value of the action token at position ``t`` is
+* **Critic** (:class:`Critic`): a ``Linear(hidden, 1)`` head either on a separate backbone
+  (``critic="separate"``, the default, as verl/RAGEN: a copy of the policy's trunk, or
+  another model) or on the policy's own last hidden states (``critic="head"``: no extra
+  forward, but the value loss then also trains the shared trunk, i.e. the policy). The value of the action token at position ``t`` is
   ``V(prefix < t) = head(h[t-1])``, the same shift as the logits.
 * **Token-level GAE** over the assistant tokens of the whole trajectory (observation tokens
   are skipped: the next value of an assistant token is that of the next assistant token),
@@ -17,6 +17,10 @@ re-padded on the left) and adds a value loss:
   the turns' last tokens with ``gamma_turn`` (0.95) gives each turn a return ``G_k``; then
   a token-level GAE inside each turn, with the turn's last token terminal and rewarded
   ``G_k``.
+* **Advantage whitening** (default on): over all assistant tokens of the batch, unbiased
+  variance (:func:`masked_whiten`).
+* **Dual-clip** (optional, ``dual_clip=c``): see
+  :class:`~ragen_torchrl.objectives.metrics.TokenStatsMixin`.
 * **Value clipping**: ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``.
 * The critic has its own learning rate (see ``Objective.optimizer_param_groups``);
   explained variance is logged.
@@ -128,14 +132,29 @@ def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
     return masked_gae(token_rewards, values, mask, gamma=gamma, lam=lam, episode_ends=ends)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) / std`` over the masked entries (population variance); 0 off the mask."""
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, *, unbiased: bool = True) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps)`` over the masked entries; 0 off the mask.
+
+    ``unbiased=True`` (default) uses the unbiased variance ``sum (x - mean)^2 / (n - 1)``,
+    as verl's ``masked_whiten`` (``masked_var(..., unbiased=True)``) that RAGEN's PPO calls;
+    ``False`` gives the population variance (``/ n``). A single masked entry whitens to 0.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([[1.0, 9.0, 2.0, 3.0]])
+        >>> mask = torch.tensor([[True, False, True, True]])       # mean 2, unbiased var 1
+        >>> [round(v, 4) for v in masked_whiten(x, mask, eps=0.0).tolist()[0]]
+        [-1.0, 0.0, 0.0, 1.0]
+    """
     mask = mask.bool()
     if not mask.any():
         return torch.zeros_like(x)
-    vals = x[mask]
-    mean, var = vals.mean(), vals.var(unbiased=False)
-    return torch.where(mask, (x - mean) * torch.rsqrt(var + eps), torch.zeros_like(x))
+    vals = x[mask].double()
+    n = vals.numel()
+    mean = vals.mean()
+    var = ((vals - mean) ** 2).sum() / (n - 1 if unbiased and n > 1 else n)
+    scale = torch.rsqrt(var + eps)
+    return torch.where(mask, ((x.double() - mean) * scale).to(x.dtype), torch.zeros_like(x))
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
@@ -241,7 +260,8 @@ def prepare_ppo_batch(batch: TensorDictBase, critic: Critic, *, gamma: float = 1
     Reads per row ``("tokens", "full")``, ``("masks", "all_assistant_mask")`` and
     ``episode_return``; writes ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` and
     ``value_target`` ``[L]`` per row. ``whiten`` standardises the advantages over all
-    assistant tokens of the batch (as verl/RAGEN's PPO does). Returns ``(batch, stats)``.
+    assistant tokens of the batch with the unbiased variance (as verl/RAGEN's PPO does:
+    ``masked_whiten``). Returns ``(batch, stats)``.
     """
     tokens = batch.get(("tokens", "full"), as_list=True)
     masks = [m.bool() for m in batch.get(("masks", "all_assistant_mask"), as_list=True)]
