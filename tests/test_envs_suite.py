@@ -194,7 +194,7 @@ def test_bandit_names_are_per_level_and_other_names_are_invalid():
 
 def test_bandit_group_shares_arms_but_payouts_vary_with_sample_seed():
     n = 64
-    env = build("bandit", n)
+    env = build("bandit", n, payout_seeding="sample")  # the default, "level", shares the draw
     td = reset(env, [7] * n, group_ids=[0] * n, sample_seeds=[sample_seed(7, g) for g in range(n)])
     assert len({first_user(td, r) for r in range(n)}) == 1
     nxt = step(env, td, [oracle_reply(env, r) for r in range(n)])

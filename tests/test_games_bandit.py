@@ -73,30 +73,32 @@ def test_payout_seed_varies_draws_not_level():
     assert a.payout_seed == 9 and a.pull(a.high_risk_arm) == BanditGame.generate(9, payout_seed=9).pull(a.high_risk_arm)
 
 
-def test_level_randomises_roles_and_order():
-    roles, orders, pairs = set(), set(), set()
+def test_level_randomises_pair_and_order_but_names_fix_the_roles():
+    # reference config: ARM_NAMES pairs are (low-risk, high-risk); only the order is shuffled
+    orders, pairs = set(), set()
     for seed in range(200):
         g = BanditGame.generate(seed)
-        pair = tuple(sorted(g.action_names))
-        pairs.add(pair)
-        roles.add((pair, g.high_risk_arm == pair[0]))
+        assert (g.low_risk_arm, g.high_risk_arm) in TRAIN_NAME_PAIRS
+        pairs.add((g.low_risk_arm, g.high_risk_arm))
         orders.add(g.action_names[0] == g.low_risk_arm)
     assert orders == {True, False}
     assert len(pairs) == len(TRAIN_NAME_PAIRS)
-    assert any((p, True) in roles and (p, False) in roles for p in pairs)
 
 
 def test_interface_observation_and_oracle():
-    g = BanditGame("Teacher", "Engineer", seed=3, low_first=False)
+    g = BanditGame("Teacher", "Trader", seed=3, low_first=False)
     assert isinstance(g, TextGame)
-    assert g.action_names == ("Engineer", "Teacher")
+    assert g.action_names == ("Trader", "Teacher")
     assert BanditGame.action_names is None  # per-instance attribute
     text = g.render_text()
-    assert "Engineer is risky" in text and "Teacher is steady" in text
-    assert text.index("Engineer") < text.index("Teacher")
-    assert g.oracle_action() == "Engineer"
-    assert g.expected_value("Engineer") == 0.25 and g.expected_value("teacher") == 0.1
-    assert "Engineer" in g.explain("Engineer") and "risky" in g.explain("Engineer")
+    # REFERENCE §4: "the agent must infer which is the steady and which the risky arm
+    # from the names alone; the prompt never says"
+    assert text == "The arms are Trader and Teacher. Which arm do you pull?"
+    for word in ("risk", "steady", "0.1", "0.25", "1.0"):
+        assert word not in text.lower() and word not in BanditGame.instructions.lower()
+    assert g.oracle_action() == "Trader"
+    assert g.expected_value("Trader") == 0.25 and g.expected_value("teacher") == 0.1
+    assert "Trader" in g.explain("Trader") and "risky" in g.explain("Trader")
     assert "steady" in g.explain("Teacher")
     assert g.progress() == 1.0
     with pytest.raises(ValueError, match="unknown bandit arm"):

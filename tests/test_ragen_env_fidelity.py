@@ -166,3 +166,67 @@ def test_frozenlake_default_observation_is_annotated():
 def test_frozenlake_bad_switch_values_raise(key, value):
     with pytest.raises(ValueError, match=f"{key}.*{value}"):
         FrozenLakeEnv(num_envs=1, **{key: value})
+
+
+# --------------------------------------------------------------------------- Bandit
+def test_bandit_names_carry_the_meaning_and_validation_pairs_are_held_out():
+    # REFERENCE §4 (Bandit): "two arms whose names carry the meaning (e.g. Teacher vs
+    # Trader ...)"; "held-out name pairs for evaluation"
+    from ragen_torchrl.envs.games.bandit import TRAIN_NAME_PAIRS, VAL_NAME_PAIRS, BanditGame
+    from ragen_torchrl.envs.splits import VAL_SEED_OFFSET
+
+    assert ("Teacher", "Trader") in TRAIN_NAME_PAIRS  # (low-risk, high-risk)
+    train = {n.lower() for pair in TRAIN_NAME_PAIRS for n in pair}
+    val = {n.lower() for pair in VAL_NAME_PAIRS for n in pair}
+    assert not train & val
+    env = make_env("bandit", num_envs=1)
+    for seed in range(40):
+        g = env.game_factory(seed, 0)
+        assert (g.low_risk_arm, g.high_risk_arm) in TRAIN_NAME_PAIRS
+        v = env.game_factory(VAL_SEED_OFFSET + seed, 0)
+        assert (v.low_risk_arm, v.high_risk_arm) in VAL_NAME_PAIRS
+    # the same name is always the same role, in every level
+    assert BanditGame.generate(0).high_risk_arm in {hi for _, hi in TRAIN_NAME_PAIRS}
+
+
+def test_bandit_prompt_never_says_which_arm_is_risky():
+    # REFERENCE §4 (Bandit): "the agent must infer which is the steady and which the risky
+    # arm from the names alone; the prompt never says": swapping the roles of the two names
+    # (same display order) leaves the whole prompt unchanged
+    from ragen_torchrl.envs.games.bandit import BanditGame
+
+    a = BanditGame("Teacher", "Trader", low_first=True)  # shown: Teacher, Trader
+    b = BanditGame("Trader", "Teacher", low_first=False)  # shown: Teacher, Trader, roles swapped
+    assert a.action_names == b.action_names == ("Teacher", "Trader")
+    assert a.render_text() == b.render_text() == "The arms are Teacher and Trader. Which arm do you pull?"
+    env = make_env("bandit", num_envs=1)
+    td = reset(env, [3])
+    prompt = " ".join(td["history", "prompt"][0].content).lower()
+    for word in ("risk", "steady", "safe", "0.1", "0.25"):
+        assert word not in prompt, word
+
+
+def test_bandit_rewards_success_and_group_shared_payout():
+    # REFERENCE §4: low-risk arm pays 0.1, high-risk 1.0 with p = 0.25; success (reference
+    # code: arm_name == hi_arm_name) = the higher expected reward, 0.25 > 0.1.
+    # payout_seeding="level": the payout RNG is random.Random("bandit-payout:<level>");
+    # level 2 draws 0.160 < 0.25 -> 1.0, level 7 draws 0.511 -> 0.0, for every sample
+    env = make_env("bandit", num_envs=8)
+    td = reset(env, [2] * 4 + [7] * 4, sample_seeds=[sample_seed(s, g) for s in (2, 7) for g in range(4)])
+    replies = []
+    for row, game in enumerate(env.games):
+        arm = game.high_risk_arm if row % 4 < 3 else game.low_risk_arm
+        replies.append(env.format_reply("x", [arm]))
+    nxt = step(env, td, replies)
+    assert nxt["reward"].flatten().tolist() == pytest.approx([1.0, 1.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.1])
+    assert nxt["success"].tolist() == [True, True, True, False] * 2
+    assert all(g.oracle_action() == g.high_risk_arm for g in env.games)
+
+
+def test_bandit_payout_seeding_sample_and_bad_value():
+    env = make_env("bandit", num_envs=32, payout_seeding="sample")
+    td = reset(env, [7] * 32, sample_seeds=[sample_seed(7, g) for g in range(32)])
+    nxt = step(env, td, [env.format_reply("x", [g.high_risk_arm]) for g in env.games])
+    assert set(nxt["reward"].flatten().tolist()) == {0.0, 1.0}
+    with pytest.raises(ValueError, match="payout_seeding.*row"):
+        make_env("bandit", num_envs=1, payout_seeding="row")

@@ -6,11 +6,16 @@ around it. One turn, one pull: the answer must be one of the two arm names of th
 level (``game.action_names`` differs per level, and the base env parses each reply
 against its own row's names); any other text is a format error.
 
-Levels come from ``level_seed`` (arm names, which one is risky, display order); payouts
-come from ``sample_seed``, so the G samples of one group see the same arms but draw
-independent payouts. Validation seeds (``[2**30, 2**31)``) use the held-out name pairs
+Levels come from ``level_seed`` (the name pair, and so which arm is risky, and the
+display order). The names carry the meaning (``Teacher`` vs ``Trader``); the prompt never
+says which arm is risky. Validation seeds (``[2**30, 2**31)``) use the held-out name pairs
 (``split="val"``), every other seed (training and demonstrations) the training pairs, so
 no arm name is shared between training and validation.
+
+Payouts: with ``payout_seeding="level"`` (default, as the reference, where a group's
+samples share the level seed) the G samples of a group share the payout draw, so samples
+pulling the same arm get the same reward and the group's reward spread comes from the
+choices; ``payout_seeding="sample"`` draws each sample's payout from its ``sample_seed``.
 
 Example:
     >>> import tensordict, torch
@@ -35,7 +40,10 @@ from .games.bandit import BanditGame
 from .splits import level_split
 from .text_env import TextGameEnv, sample_seed
 
-__all__ = ["BanditEnv", "BanditGame"]
+__all__ = ["BanditEnv", "BanditGame", "PAYOUT_SEEDINGS"]
+
+#: what seeds a row's payout draw: its level seed (shared by the group) or its sample seed
+PAYOUT_SEEDINGS = ("level", "sample")
 
 SYSTEM_FORMAT = "Reply <think>reasoning</think><answer>arm name</answer>, with exactly one arm name."
 
@@ -45,6 +53,8 @@ class BanditEnv(TextGameEnv):
 
     Args:
         num_envs: batch size.
+        payout_seeding: ``"level"`` (default: payouts drawn from the level seed, shared by
+            a group) or ``"sample"`` (each row's ``sample_seed``).
         **kwargs: turn/action limits and format penalty of :class:`TextGameEnv`
             (defaults: ``max_turn=1``, ``max_actions_per_turn=1``,
             ``max_actions_per_traj=1``; the game ends after the first pull anyway).
@@ -57,15 +67,18 @@ class BanditEnv(TextGameEnv):
         True
     """
 
-    def __init__(self, *, num_envs: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *, num_envs: int = 1, payout_seeding: str = "level", **kwargs: Any) -> None:
+        if payout_seeding not in PAYOUT_SEEDINGS:
+            raise ValueError(f"payout_seeding must be one of {PAYOUT_SEEDINGS}, got {payout_seeding!r}")
+        self.payout_seeding = payout_seeding
         kwargs.setdefault("max_turn", 1)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_actions_per_traj", 1)
         kwargs.setdefault("system_prompt", f"{BanditGame.instructions} {SYSTEM_FORMAT}")
 
         def factory(level_seed: int, sample: int) -> BanditGame:
-            return BanditGame.generate(
-                level_seed, split=level_split(level_seed), payout_seed=sample_seed(level_seed, sample)
-            )
+            # payout_seed None: the game draws payouts from the level seed
+            payout = sample_seed(level_seed, sample) if payout_seeding == "sample" else None
+            return BanditGame.generate(level_seed, split=level_split(level_seed), payout_seed=payout)
 
         super().__init__(factory, num_envs=num_envs, **kwargs)

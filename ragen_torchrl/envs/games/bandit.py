@@ -1,19 +1,24 @@
-"""Two-armed bandit with symbolic arm names (pure Python, no torch).
+"""Two-armed bandit whose arm names carry the meaning (pure Python, no torch).
 
 One turn: the agent picks one of two named arms. The low-risk arm always pays 0.1; the
 high-risk arm pays 1.0 with probability 0.25, else 0 (expected value 0.25), drawn from the
-game's seeded RNG. Which name is the low- or high-risk arm, and in which order the two are
-shown, is part of the level; the observation describes one arm as "steady" and the other
-as "risky", so a policy can learn a preference. Validation levels use name pairs (and
-names) disjoint from training.
+game's seeded RNG. As in the RAGEN reference bandit, the names are the only hint: each
+pair is a steady occupation and a risky one (``Teacher`` vs ``Trader``), and neither the
+instructions nor the observation say which arm is which, so the agent must infer the risk
+from what the names mean. A level draws a pair and the display order; validation levels
+use held-out pairs (no name is shared with training), testing that the agent reads the
+names rather than memorising them. Success (as in the reference) is pulling the
+high-risk arm, the one with the higher expected reward (0.25 > 0.1).
 
 Example:
     >>> game = BanditGame.generate(seed=0)
     >>> game.oracle_action() == game.high_risk_arm
     True
+    >>> "risky" in game.render_text() or "steady" in game.render_text()  # never said
+    False
     >>> reward, done, info = game.step(game.low_risk_arm)
-    >>> reward, done
-    (0.1, True)
+    >>> reward, done, info["success"]
+    (0.1, True, False)
 """
 
 from __future__ import annotations
@@ -29,36 +34,33 @@ LOW_RISK_REWARD = 0.1
 HIGH_RISK_REWARD = 1.0
 HIGH_RISK_PROB = 0.25
 
-#: arm name pairs for training levels
+#: (low-risk, high-risk) name pairs of training levels: a steady occupation against one
+#: with rare big wins
 TRAIN_NAME_PAIRS: tuple[tuple[str, str], ...] = (
-    ("Teacher", "Engineer"),
-    ("Dragon", "Phoenix"),
-    ("Apple", "Banana"),
-    ("River", "Mountain"),
-    ("Lion", "Tiger"),
-    ("Red", "Blue"),
-    ("Sun", "Moon"),
-    ("Doctor", "Pilot"),
-    ("Coffee", "Tea"),
-    ("North", "South"),
-    ("Wolf", "Bear"),
-    ("Gold", "Silver"),
-    ("Rose", "Lily"),
-    ("Piano", "Guitar"),
-    ("Train", "Plane"),
-    ("Ocean", "Desert"),
+    ("Teacher", "Trader"),
+    ("Librarian", "Gambler"),
+    ("Accountant", "Speculator"),
+    ("Nurse", "StartupFounder"),
+    ("Clerk", "Stuntman"),
+    ("Postman", "Prospector"),
+    ("Banker", "VentureCapitalist"),
+    ("Pharmacist", "PokerPlayer"),
+    ("Gardener", "TreasureHunter"),
+    ("Plumber", "Cryptominer"),
+    ("Dentist", "DayTrader"),
+    ("Electrician", "RaceDriver"),
 )
 
-#: held-out arm name pairs for validation levels (no name is shared with training)
+#: held-out (low-risk, high-risk) pairs of validation levels (no name is shared with training)
 VAL_NAME_PAIRS: tuple[tuple[str, str], ...] = (
-    ("Farmer", "Sailor"),
-    ("Eagle", "Shark"),
-    ("Lemon", "Cherry"),
-    ("Forest", "Island"),
-    ("Green", "Yellow"),
-    ("Star", "Cloud"),
-    ("Violin", "Drum"),
-    ("East", "West"),
+    ("Receptionist", "Explorer"),
+    ("Bookkeeper", "Entrepreneur"),
+    ("Cashier", "Influencer"),
+    ("Mechanic", "Adventurer"),
+    ("Secretary", "Bettor"),
+    ("Archivist", "Stockpicker"),
+    ("Auditor", "Wildcatter"),
+    ("Baker", "Filmmaker"),
 )
 
 _SPLITS = {"train": TRAIN_NAME_PAIRS, "val": VAL_NAME_PAIRS}
@@ -69,17 +71,18 @@ class BanditGame(TextGame):
 
     ``action_names`` is the per-level pair of arm names (in the order shown).
     ``info['success']`` is True when the chosen arm is the one with the higher expected
-    value (the high-risk arm, 0.25 > 0.1), regardless of the random payout;
+    value (the high-risk arm, 0.25 > 0.1, as the reference's ``success``), regardless of
+    the random payout;
     ``info['action_is_effective']`` is True for any valid arm. ``progress()`` is 1.0 before
     the choice and 0.0 after.
     """
 
+    # says neither which arm is risky nor what either pays: the names are the only hint
     instructions: str = (
-        "You are playing a bandit game. There are two arms, each with a name. One arm is "
-        "steady: it gives a small reward every time. The other arm is risky: it gives a "
-        "big reward some of the time and nothing the rest of the time. You get one pull. "
-        "Answer with the name of the arm you pull, and try to get the most reward on "
-        "average."
+        "You are playing a bandit game. There are two arms, each named after a job. Each "
+        "arm pays rewards in its own way, related to the meaning of its name. You get one "
+        "pull. Think about what each name suggests, then answer with the name of the arm "
+        "that gives more reward on average."
     )
 
     def __init__(
@@ -110,15 +113,20 @@ class BanditGame(TextGame):
     @classmethod
     def generate(cls, seed: int, split: str = "train", payout_seed: int | None = None) -> "BanditGame":
         """A level from the ``split`` ("train" or "val") name pairs, deterministic in ``seed``:
-        the pair, which name is risky, and the display order are drawn from the seed. The
-        payouts come from ``payout_seed`` (default ``seed``)."""
+        the pair and the display order are drawn from the seed; which name is risky is
+        fixed by the pair (the names carry the meaning). The payouts come from
+        ``payout_seed`` (default ``seed``).
+
+        Example:
+            >>> g = BanditGame.generate(5, split="val")
+            >>> (g.low_risk_arm, g.high_risk_arm) in VAL_NAME_PAIRS
+            True
+        """
         if split not in _SPLITS:
             raise ValueError(f"bandit split must be 'train' or 'val', got {split!r}")
         rng = random.Random(f"bandit-level:{split}:{int(seed)}")
-        a, b = rng.choice(_SPLITS[split])
-        if rng.random() < 0.5:
-            a, b = b, a
-        return cls(low_risk_arm=a, high_risk_arm=b, seed=seed, low_first=rng.random() < 0.5, payout_seed=payout_seed)
+        low, high = rng.choice(_SPLITS[split])
+        return cls(low_risk_arm=low, high_risk_arm=high, seed=seed, low_first=rng.random() < 0.5, payout_seed=payout_seed)
 
     # ---------------------------------------------------------------- dynamics
     def _canonical(self, action: str) -> str:
@@ -162,14 +170,9 @@ class BanditGame(TextGame):
         return 0.0 if self._done else 1.0
 
     # ---------------------------------------------------------------- text
-    def _describe(self, arm: str) -> str:
-        if arm == self.low_risk_arm:
-            return f"{arm} is steady: it gives a small reward every time."
-        return f"{arm} is risky: it gives a big reward some of the time and nothing the rest of the time."
-
     def render_text(self) -> str:
         a, b = self.action_names
-        text = f"You have two arms: {a} and {b}. {self._describe(a)} {self._describe(b)} Which arm do you pull?"
+        text = f"The arms are {a} and {b}. Which arm do you pull?"
         if self._done:
             text += f" You pulled {self._choice} and got {self._reward:g}."
         return text
@@ -177,12 +180,16 @@ class BanditGame(TextGame):
     def explain(self, action: str) -> str:
         arm = self._canonical(action)
         other = self.action_names[1] if arm == self.action_names[0] else self.action_names[0]
+        # the demonstrator knows the roles; its reasoning reads them off the names' meaning
         if arm == self.high_risk_arm:
             return (
-                f"{arm} is risky and {other} is steady. The big reward of {arm} comes often "
-                f"enough that on average it gives more than {other}, so I pull {arm}."
+                f"{arm} sounds risky: big wins, but not always. {other} sounds steady: a small "
+                f"sure amount. The big wins make {arm} pay more on average, so I pull {arm}."
             )
-        return f"{arm} is steady and {other} is risky. I want a sure reward, so I pull {arm}."
+        return (
+            f"{arm} sounds steady: a small sure amount. {other} sounds risky: big wins, but not "
+            f"always. I want a sure reward, so I pull {arm}."
+        )
 
     def __repr__(self) -> str:
         return f"BanditGame(low={self.low_risk_arm!r}, high={self.high_risk_arm!r}, seed={self.seed})"
