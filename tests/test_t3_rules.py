@@ -71,13 +71,46 @@ def test_outside_hypothesis_and_guess_numbers_combo():
     assert _run(OutsideHypothesisRule(), [1, 1, 1], [
         {"guess_in_previous_hypotheses": True}, {}, {"guess_in_previous_hypotheses": False}
     ]) == [False, False, True]
-    rule = make_rule("GuessNumbers")
-    assert isinstance(rule, AnyRule)
     seq = [1440, 200, 150, 150]
     infos = [{"guess_in_previous_hypotheses": g} for g in (True, False, True, True)]
-    # turn 2 shrinks but the guess was outside H_{t-1}; turn 4 does not shrink
+    # T3 paper, GuessNumbers: "truncate if |H_t| does not decrease for k turns" -- the guess outside
+    # H_{t-1} at turn 2 shrinks H (1440 -> 200), so only turn 4 (150 -> 150) fires
+    rule = make_rule("GuessNumbers")
+    assert isinstance(rule, ShrinkStallRule)
+    assert _run(rule, seq, infos, initial=5040) == [False, False, False, True]
+    # the outside-H trigger is an option (not in the paper): it fires at turn 2 as well
+    rule = make_rule("GuessNumbers", outside_trigger=True)
+    assert isinstance(rule, AnyRule)
     assert _run(rule, seq, infos, initial=5040) == [False, True, False, True]
     assert rule.fired
+
+
+def test_outside_trigger_obeys_k():
+    # issue item 9: "make k govern it too" -- k = 2 needs two consecutive outside guesses
+    # (turns 2-3; turn 4 resets, turns 5-6 fire again); |H| shrinks every turn
+    seq = [1000, 900, 800, 700, 600, 500]
+    outside = [True, False, False, True, False, False]  # guess_in_previous_hypotheses
+    infos = [{"guess_in_previous_hypotheses": g} for g in outside]
+    rule = make_rule("GuessNumbers", k=2, outside_trigger=True)
+    assert _run(rule, seq, infos, initial=5040) == [False, False, True, False, False, True]
+    cum = make_rule("GuessNumbers", k=3, cumulative=True, outside_trigger=True)
+    # cumulative: third outside guess at turn 5
+    assert _first(_run(cum, seq, infos, initial=5040)) == 5
+    with pytest.raises(ValueError, match="outside_trigger"):
+        make_rule("CircuitDecoding", outside_trigger=True)
+
+
+def test_malformed_turns_count_as_stalls():
+    # REFERENCE §3: "a malformed turn makes no epistemic progress, so it counts toward the stall window"
+    mal = {"malformed": True}
+    # CircuitDecoding, k = 3 consecutive: shrink, then three malformed turns -> fires at turn 4
+    assert _run(ShrinkStallRule(3), [40, 40, 40, 40], [{}, mal, mal, mal], initial=90) == [False, False, False, True]
+    # even without any baseline (no earlier progress) a malformed turn is a stall
+    assert _run(ShrinkStallRule(1), [5], [mal]) == [True]
+    assert _run(ConsecutiveUnknownRule(2), [0, 0], [mal, mal]) == [False, True]
+    # PE: estimate at turn 1 (baseline), then two malformed turns
+    assert _run(SimilarityDecreaseRule(2), [0.3, 0.3, 0.3], [{"estimate_updated": True}, mal, mal]) == [False, False, True]
+    assert _run(OutsideHypothesisRule(2), [1, 1], [mal, mal]) == [False, True]
 
 
 def test_consecutive_unknown():
@@ -92,30 +125,64 @@ def test_consecutive_unknown():
 
 def test_similarity_decrease():
     seq = [0.1, 0.3, 0.2, 0.25, 0.2, 0.1, 0.05]
+    # turn 1 is the first estimate (baseline); stalls at 3, 5, 6, 7 (0.25 > 0.2 improves at 4)
     assert _run(SimilarityDecreaseRule(2), seq, initial=0.0) == [False] * 5 + [True, True]
     assert _first(_run(SimilarityDecreaseRule(1), seq, initial=0.0)) == 3
-    # equal similarity is not a decrease and resets the count
-    assert _run(SimilarityDecreaseRule(2), [0.5, 0.4, 0.4, 0.3], initial=0.6) == [False, True, False, False]
+
+
+def test_similarity_first_estimate_is_only_the_baseline():
+    # issue item 9: "compare only once a first estimate exists" -- a first estimate with a
+    # negative cosine is not a decrease (the old rule fired at turn 1 with k = 1)
+    assert _run(SimilarityDecreaseRule(1), [-0.4, 0.1], initial=0.0) == [False, False]
+    # turns before the first estimate are neither stalls nor baselines
+    no, yes = {"estimate_updated": False}, {"estimate_updated": True}
+    assert _run(SimilarityDecreaseRule(1), [0.0, 0.0, 0.5, 0.6], [no, no, yes, yes], initial=0.0) == [False] * 4
+
+
+def test_similarity_no_improvement_is_a_stall():
+    # REFERENCE §3 (PE/MR): "no improvement of cos (not increasing, or no estimate given) for k
+    # consecutive turns"; an agent repeating its estimate is truncated (old rule: never)
+    assert _run(SimilarityDecreaseRule(2), [0.5, 0.5, 0.5], initial=0.0) == [False, False, True]
+    # no new estimate: stall even though the cosine of the kept estimate is unchanged
+    infos = [{"estimate_reported": True}, {"estimate_reported": False}, {"estimate_reported": False}]
+    assert _run(SimilarityDecreaseRule(2), [0.5, 0.5, 0.5], infos) == [False, False, True]
+    # an increase resets the count
+    assert _run(SimilarityDecreaseRule(2), [0.5, 0.4, 0.6, 0.6, 0.6], initial=0.0) == [False, False, False, False, True]
+    # require_decrease=True: the literal "similarity decreases" reading (equal cosine resets)
+    strict = SimilarityDecreaseRule(2, require_decrease=True)
+    assert _run(strict, [0.6, 0.5, 0.4, 0.4, 0.3], initial=0.0) == [False, False, True, False, False]
 
 
 def test_estimate_drift():
     moving = [[1, 0], [0, 1], [1, 0], [0, 1], [1, 0], [0, 1]]
     assert not any(_run(EstimateDriftRule(4, 0.28), [0] * 6, [{"estimate": e} for e in moving]))
-    still = [[1, 0], [1, 0.01], [1, 0.02], [1, 0.0], [2, 0.0], None]
-    fired = _run(EstimateDriftRule(4, 0.28), [0] * 6, [{"estimate": e} for e in still])
-    assert fired == [False, False, False, False, True, True]
+
+
+def test_estimate_drift_raw_estimates_and_zero_movement():
+    # reference code (MR unsupervised): raw, unnormalised estimates -- steps of 1.0 along one
+    # direction are movement (unit-normalised they were 0 and the old rule fired at turn 5)
+    growing = [{"estimate": [float(i), 0.0]} for i in range(1, 7)]
+    assert not any(_run(EstimateDriftRule(4, 0.28), [0] * 6, growing))
+    # a turn without a new estimate is zero movement: steps [1, 0, 0, 0] -> mean 0.25 < 0.28 at
+    # turn 5 (the old rule skipped those turns and never fired)
+    infos = [{"estimate": [1.0, 0.0]}, {"estimate": [2.0, 0.0]}, {}, {"estimate": None}, {"malformed": True}]
+    assert _run(EstimateDriftRule(4, 0.28), [0] * 5, infos) == [False] * 4 + [True]
 
 
 def test_make_rule_defaults_and_errors():
     cd = make_rule("CircuitDecoding")
-    assert isinstance(cd, ShrinkStallRule) and cd.k == 3 and cd.cumulative
-    assert not make_rule("circuit_decoding", cumulative=False).cumulative
+    # T3 paper: "for all tau in [t-k, t)" = consecutive stalls; cumulative is the reference switch
+    assert isinstance(cd, ShrinkStallRule) and cd.k == 3 and not cd.cumulative
+    assert make_rule("circuit_decoding", cumulative=True).cumulative
     assert make_rule("SituationPuzzles").k == 5
     assert make_rule("preference-estimation").k == 2
     assert isinstance(make_rule("MovieRecommendation"), SimilarityDecreaseRule)
     assert isinstance(make_rule("MovieRecommendation", unsupervised=True), EstimateDriftRule)
     gn = make_rule("GuessNumbers", k=2)
-    assert [type(r) for r in gn.rules] == [OutsideHypothesisRule, ShrinkStallRule] and gn.rules[1].k == 2
+    assert isinstance(gn, ShrinkStallRule) and gn.k == 2
+    gn = make_rule("GuessNumbers", k=2, outside_trigger=True)
+    assert [type(r) for r in gn.rules] == [OutsideHypothesisRule, ShrinkStallRule]
+    assert [r.k for r in gn.rules] == [2, 2]
     assert len(TASK_NAMES) == 5
     with pytest.raises(ValueError) as err:
         make_rule("Sokoban")
@@ -139,12 +206,12 @@ def test_rules_on_real_games():
     for q in ["0123", "0123"]:
         info = game.interact(q)[1]
         fired.append(rule.update(info["progress"], info))
-    assert fired == [False, True]  # repeating a guess: outside H_{t-1} and no shrink
+    assert fired == [False, True]  # repeating a guess: no shrink
 
     game = CircuitDecodingGame(["x1 AND x2", "NOT x3"])
-    consecutive, cumulative = make_rule("CircuitDecoding", cumulative=False), make_rule("CircuitDecoding")
+    consecutive, cumulative = make_rule("CircuitDecoding"), make_rule("CircuitDecoding", cumulative=True)
     out = []
-    for q in ["(1,1,1)", "(1,1,1)", "(0,0,0)", "(1,1,1)", "A(1,1,1)", "foo"]:
+    for q in ["A(1,1,1)", "A(1,1,1)", "B(0,0,0)", "A(1,1,1)", "B(0,0,0)", "foo"]:
         info = game.interact(q)[1]
         out.append((consecutive.update(game.progress(), info), cumulative.update(game.progress(), info)))
     # stalls at turns 2, 4, 5, 6: cumulative fires at 5 (third stall), consecutive at 6
