@@ -6,8 +6,10 @@ sampled (trajectory, turn) pair it builds
 
 * X: the chat-template text up to and including the opening ``<think>`` tag of that turn
   (the generation prompt plus the tag), and
-* Z: the reasoning inside ``<think>…</think>`` (tags removed; empty reasoning is dropped
-  and the valid rate logged),
+* Z: the reasoning inside ``<think>…</think>`` (tags removed). Turns whose reasoning is
+  empty (no tokens) are dropped *before* sampling (RAGEN-2 App. D), so every one of the
+  ``num_pairs`` pairs is scored and every column can hold a pair; ``valid_rate`` logs the
+  share of non-empty reasoning (:func:`reasoning_valid_rate`),
 
 cross-scores every Z against every sampled X with the model (:func:`cross_score`, which
 encodes each context once and reuses its KV cache), and turns the matrix into the proxy
@@ -31,7 +33,13 @@ from tensordict import TensorDictBase
 
 from .cross_scoring import METHODS, cross_score
 from .entropy import entropy_metrics
-from .mi import MIProxyTracker, equivalence_from_keys, sample_first_turn_pairs, sample_trajectory_uniform_pairs
+from .mi import (
+    MIProxyTracker,
+    equivalence_from_keys,
+    reasoning_valid_rate,
+    sample_first_turn_pairs,
+    sample_trajectory_uniform_pairs,
+)
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
@@ -87,7 +95,7 @@ class CollapseMonitor:
     def _reasoning_ids(self, text: str) -> torch.Tensor:
         return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
-    def _scheme(self, name, sample, pairs_of, group_ids) -> dict[str, float]:
+    def _scheme(self, name, sample, pairs_of, z_ids, group_ids) -> dict[str, float]:
         ctx_cache: dict[tuple[int, int], torch.Tensor] = {}
 
         def ctx(t: int, k: int) -> torch.Tensor:
@@ -96,39 +104,54 @@ class CollapseMonitor:
             return ctx_cache[(t, k)]
 
         contexts = [ctx(t, k) for t, k in zip(sample.col_traj_idx.tolist(), sample.col_turn_idx.tolist())]
-        zs = [self._reasoning_ids(pairs_of[t][k][1]) for t, k in zip(sample.traj_idx.tolist(), sample.turn_idx.tolist())]
-        keep = [i for i, z in enumerate(zs) if z.numel() > 0]
-        out = {"valid_rate": len(keep) / max(len(zs), 1), "reasoning_length": float(sum(len(z) for z in zs) / max(len(zs), 1))}
-        if not keep:
-            return out
-        own = sample.true_cols[keep] if name == "trajectory" else None
+        # every sampled pair has non-empty reasoning: empty ones were dropped before sampling
+        zs = [z_ids[t][k] for t, k in zip(sample.traj_idx.tolist(), sample.turn_idx.tolist())]
+        out = {"reasoning_length": float(sum(len(z) for z in zs) / len(zs))}
+        own = sample.true_cols if name == "trajectory" else None
         # the trajectory scheme also yields each reasoning's entropy under its own prompt,
         # read off the same cross-scoring passes (no extra forward)
-        scored = cross_score(self.model, contexts, [zs[i] for i in keep], entropy_cols=own,
-                             method=self.method, dtype=self.dtype)
+        scored = cross_score(self.model, contexts, zs, entropy_cols=own, method=self.method, dtype=self.dtype)
         mean_lp, sum_lp = scored[0], scored[1]
         equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
-        metrics = self.trackers[name](mean_lp, sample.true_cols[keep], seq_log_probs=sum_lp, col_equivalence=equiv)
+        metrics = self.trackers[name](mean_lp, sample.true_cols, seq_log_probs=sum_lp, col_equivalence=equiv)
         out.update(metrics)
         if own is not None:
-            out.update(entropy_metrics(scored[2], group_ids[sample.traj_idx[keep]]))
+            out.update(entropy_metrics(scored[2], group_ids[sample.traj_idx]))
         return out
 
     @torch.no_grad()
     def __call__(self, records: TensorDictBase) -> dict[str, float]:
-        """All ``collapse/`` metrics for one batch (pre-filter, pre-update)."""
+        """All ``collapse/`` metrics for one batch (pre-filter, pre-update).
+
+        Per scheme: ``valid_rate`` (share of non-empty reasoning, :func:`reasoning_valid_rate`),
+        ``reasoning_length`` (mean tokens of the scored reasoning; 0 when none is valid) and,
+        when at least one reasoning is non-empty, the :func:`mi_proxies` family (with
+        ``num_pairs`` = ``min(num_pairs, #valid)`` for first-turn and ``num_pairs`` for the
+        trajectory scheme, and ``num_columns``).
+        """
         t0 = time.time()
         histories = records.get(("history", "full"))
         pairs_of = [turn_pairs(histories[i]) for i in range(records.batch_size[0])]
         group_ids = records.get("group_id").reshape(-1)
-        turns = torch.tensor([len(p) for p in pairs_of])
+        turns = torch.tensor([len(p) for p in pairs_of], dtype=torch.long)
+        # Tokenise every reasoning once: validity (non-empty after tokenisation) must be known
+        # before sampling, so that empty ones are dropped from the pool, not from the sample.
+        z_ids = [[self._reasoning_ids(z) for _, z in p] for p in pairs_of]
+        valid_turns = [[z.numel() > 0 for z in row] for row in z_ids]
+        first_valid = torch.tensor([bool(row) and row[0] for row in valid_turns], dtype=torch.bool)
+        any_valid = any(any(row) for row in valid_turns)
         metrics: dict[str, float] = {}
-        samples = {
-            "first_turn": sample_first_turn_pairs(group_ids, self.num_pairs, self.generator),
-            "trajectory": sample_trajectory_uniform_pairs(turns, self.num_pairs, self.generator),
-        }
-        for name, sample in samples.items():
-            for k, v in self._scheme(name, sample, pairs_of, group_ids).items():
+        for name in ("first_turn", "trajectory"):
+            out = {"valid_rate": reasoning_valid_rate(turns, valid_turns, name), "reasoning_length": 0.0}
+            # draw from the generator only when there is something to draw, in a fixed order
+            if name == "first_turn" and bool(first_valid.any()):
+                sample = sample_first_turn_pairs(group_ids, self.num_pairs, self.generator, valid=first_valid)
+                out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids))
+            elif name == "trajectory" and any_valid:
+                sample = sample_trajectory_uniform_pairs(turns, self.num_pairs, self.generator,
+                                                         valid_turns=valid_turns)
+                out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids))
+            for k, v in out.items():
                 metrics[f"collapse/{name}/{k}"] = float(v)
         metrics["timing/mi_seconds"] = time.time() - t0
         return metrics
