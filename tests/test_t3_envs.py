@@ -18,6 +18,7 @@ from torchrl.data.llm import History  # noqa: E402
 from ragen_torchrl.envs import available_envs, make_env  # noqa: E402
 from ragen_torchrl.envs.active_reasoning import (  # noqa: E402
     INVALID_REPLY,
+    LAST_TURN_PROMPT,
     ActiveReasoningEnv,
     parse_active_reply,
 )
@@ -109,9 +110,12 @@ def test_config_file_builds_the_env(name):
     env = make_env(name, num_envs=1, **cfg)
     assert env.max_turn == PAPER_MAX_TURNS[name]
     assert env.format_penalty == pytest.approx(-0.1)
+    assert env.malformed == "end"  # reference: a malformed reply ends the episode
 
 
 def test_invalid_config_raises():
+    with pytest.raises(ValueError, match="malformed"):
+        make_env("guess_numbers", malformed="ignore")
     with pytest.raises(ValueError):
         make_env("guess_numbers", max_turn=0)
     with pytest.raises(ValueError):
@@ -119,6 +123,11 @@ def test_invalid_config_raises():
 
 
 # ------------------------------------------------------------------------------ oracle episodes
+#: tasks whose demonstrator always succeeds at level seed 5 (CircuitDecoding asks one circuit per
+#: query, PE/MR learn from Yes/No answers only: their oracle does not always succeed)
+ALWAYS_SOLVED = {"guess_numbers", "situation_puzzles"}
+
+
 @pytest.mark.parametrize("name", ENVS)
 def test_oracle_conversation_succeeds_through_env_step(name):
     env = make_env(name, num_envs=2)
@@ -138,12 +147,16 @@ def test_oracle_conversation_succeeds_through_env_step(name):
         # a query: reward 0, the feedback heads the next user message
         assert nxt["is_query"].all() and not nxt["is_answer"].any()
         assert nxt["reward"].abs().sum() == 0
-        assert last_user(nxt, 0) == f"Feedback: {env.games[0].last_feedback}\nTurns left: {env.max_turn - turn}."
+        left = env.max_turn - turn
+        expected = f"Feedback: {env.games[0].last_feedback}\nTurns left: {left}."
+        assert last_user(nxt, 0) == expected + (f"\n{LAST_TURN_PROMPT}" if left == 1 else "")
         assert nxt["progress"].tolist() == pytest.approx([env.games[0].progress(), env.games[1].progress()], rel=1e-6)
         td = nxt
     assert nxt["done"].all() and nxt["terminated"].all() and not nxt["truncated"].any()
-    assert nxt["is_answer"].all() and nxt["success"].all()
-    assert total.tolist() == pytest.approx([1.0, 1.0])
+    assert nxt["is_answer"].all()
+    assert total.tolist() == pytest.approx([g.final_reward for g in env.games])  # terminal rewards only
+    if name in ALWAYS_SOLVED:
+        assert nxt["success"].all() and total.tolist() == pytest.approx([1.0, 1.0])
     assert nxt["reward"].shape == (2, 1, 1) and nxt["done"].shape == (2, 1)
 
 
@@ -172,17 +185,30 @@ def test_non_hypothesis_tasks_report_minus_one():
 # ------------------------------------------------------------------------------ penalties, limits
 @pytest.mark.parametrize("name", ENVS)
 def test_malformed_reply_gets_penalty_and_leaves_state(name):
-    env = make_env(name, num_envs=1)
+    env = make_env(name, num_envs=1, malformed="penalty")
     td = reset(env, [2])
     before = env.games[0].progress()
     for bad in ["no tags", "<answer>x</answer>", "<think>t</think><interact></interact>"]:
         nxt = step(env, td, [bad])
         assert nxt["reward"].item() == pytest.approx(-0.1)
         assert not nxt["action_is_valid"].item() and not nxt["is_query"].item() and not nxt["is_answer"].item()
-        assert nxt["progress"].item() == before
+        assert nxt["progress"].item() == before and not nxt["done"].item()
         assert last_user(nxt, 0).startswith(INVALID_REPLY)
         td = nxt
     assert env.games[0].turn == 3 and not env.games[0].done  # the turns are used, nothing else
+
+
+@pytest.mark.parametrize("name", ENVS)
+@pytest.mark.parametrize("bad", ["no tags", "<answer>x</answer>", "<think>t</think><interact></interact>"])
+def test_malformed_reply_ends_the_episode_by_default(name, bad):
+    # REFERENCE §3: "in the reference a malformed reply ends the episode with reward 0"
+    env = make_env(name, num_envs=1)
+    td = reset(env, [2])
+    nxt = step(env, td, [bad])
+    assert nxt["reward"].item() == 0.0
+    assert nxt["done"].item() and nxt["terminated"].item() and not nxt["truncated"].item()
+    assert not nxt["success"].item() and not nxt["action_is_valid"].item()
+    assert env.games[0].done and last_user(nxt, 0).startswith(INVALID_REPLY)
 
 
 def test_game_invalid_query_is_not_a_format_error():
@@ -198,8 +224,11 @@ def test_max_turn_without_answer_truncates_with_zero_reward():
     env = make_env("movie_recommendation", num_envs=1)
     td = reset(env, [1])
     for turn in range(1, 6):
-        nxt = step(env, td, [f"<think>t</think><interact>rate {turn}</interact>"])
-        assert nxt["done"].item() == (turn == 5)
+        nxt = step(env, td, [f"<think>t</think><interact>Would you prefer {turn} over {turn + 1}?</interact>"])
+        assert nxt["done"].item() == (turn == 5) and nxt["reward"].item() == 0.0
+        # REFERENCE §3: "when the turn budget runs out the last user message asks the agent to
+        # present its answer" -- only the message before turn 5 does
+        assert (LAST_TURN_PROMPT in last_user(nxt, 0)) == (turn == 4)
         td = nxt
     assert nxt["truncated"].item() and not nxt["terminated"].item()
     assert nxt["reward"].item() == 0.0 and not nxt["success"].item()
@@ -210,6 +239,7 @@ def test_custom_max_turn_is_enforced_and_shown():
     td = reset(env, [1])
     assert "Turns left: 2." in last_user(td, 0)
     nxt = step(env, td, ["<think>t</think><interact>0123</interact>"])
+    assert last_user(nxt, 0).endswith(f"Turns left: 1.\n{LAST_TURN_PROMPT}")
     nxt = step(env, nxt, ["<think>t</think><interact>4567</interact>"])
     assert nxt["done"].item() and nxt["truncated"].item()
 
@@ -225,15 +255,15 @@ def test_wrong_answer_ends_episode_without_reward():
 
 # ------------------------------------------------------------------------------ batching
 def test_sub_batch_steps_only_the_given_rows():
-    env = make_env("circuit_decoding", num_envs=3)
+    env = make_env("circuit_decoding", num_envs=3, malformed="penalty")
     td = reset(env, [0, 1, 2], group_ids=[0, 1, 2])
     sub = td[torch.tensor([0, 2])]
-    nxt = step(env, sub, ["<think>t</think><interact>(1,0,1)</interact>", "bad"])
+    nxt = step(env, sub, ["<think>t</think><interact>A(1,0,1)</interact>", "bad"])
     assert nxt["env_index"].tolist() == [0, 2]
     assert nxt["group_id"].tolist() == [0, 2]
     assert nxt["reward"].reshape(-1).tolist() == pytest.approx([0.0, -0.1])
     assert [env.games[i].turn for i in range(3)] == [1, 0, 1]
-    nxt1 = step(env, td[torch.tensor([1])], ["<think>t</think><interact>(0,0,0)</interact>"])
+    nxt1 = step(env, td[torch.tensor([1])], ["<think>t</think><interact>B(0,0,0)</interact>"])
     assert nxt1["turn"].tolist() == [1] and env.games[1].turn == 1
 
 
