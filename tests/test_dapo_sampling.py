@@ -293,3 +293,15 @@ def test_refill_larger_than_one_rollout_batch_and_none_throughout():
     # no records at all
     out, stats = DynamicSampler()(None, lambda n: None)
     assert out is None and stats["dynamic_sampling/target_groups"] == 0
+
+
+def test_repeated_group_ids_within_one_refill_are_flagged(caplog):
+    # two rollout chunks of one refill that both number their groups from 0 merge into 8-row groups:
+    # not fatal (nothing raises), but logged, since collect_more must keep ids distinct within one return
+    def collect(n):
+        return lazy_stack(list(records([[1, 0, 0, 1]] * n).unbind(0)) + list(records([[0, 1, 1, 0]] * n).unbind(0)))
+
+    with caplog.at_level(logging.WARNING, logger="ragen_torchrl.objectives.dapo"):
+        out, stats = DynamicSampler(max_extra_rollouts=1)(degenerate_first_batch(14), collect)
+    assert "group of 8 rows" in caplog.text
+    assert stats["dynamic_sampling/kept_groups"] == P and out is not None

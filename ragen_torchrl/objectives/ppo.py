@@ -7,8 +7,9 @@ re-padded on the left) and adds a value loss:
 * **Critic** (:class:`Critic`): a ``Linear(hidden, 1)`` head either on a separate backbone
   (``critic="separate"``, the default, as verl/RAGEN: a copy of the policy's trunk, or
   another model) or on the policy's own last hidden states (``critic="head"``: no extra
-  forward, but the value loss then also trains the shared trunk, i.e. the policy). The value of the action token at position ``t`` is
-  ``V(prefix < t) = head(h[t-1])``, the same shift as the logits.
+  forward, but the value loss then also trains the shared trunk, i.e. the policy). The
+  value of the action token at position ``t`` is ``V(prefix < t) = head(h[t-1])``, the
+  same shift as the logits.
 * **Token-level GAE** over the assistant tokens of the whole trajectory (observation tokens
   are skipped: the next value of an assistant token is that of the next assistant token),
   episode reward on the last assistant token, ``gamma = lambda = 1`` by default, so that
