@@ -13,9 +13,9 @@ Two observation formats (``observation=``, see :data:`OBSERVATIONS`):
 
 * ``"annotated"`` (default): the grid, player and goal coordinates, the goal's direction
   and what each of the four moves would reach. The per-move annotations are this
-  project's addition: a tiny model trained from scratch does not learn to read a 2-D grid
-  from a line-broken string in a few hundred updates, so the annotations spell out what
-  the grid implies.
+  project's addition for the tiny from-scratch model, which has no pretrained notion of a
+  2-D grid written as a line-broken string: they spell out what the grid implies, so the
+  task is learnable in a short run. Rules and rewards are unchanged.
 * ``"paper"``: what RAGEN-2 (arXiv 2604.06268) shows: the grid plus a coordinate listing
   (board size, start, goal, player, holes), nothing derived from them. Use it with a
   pretrained model (Qwen2.5 scale), as the paper does.
