@@ -120,7 +120,9 @@ def test_frozenlake_slips_do_not_depend_on_the_sample_seed():
     assert len(paths) > 1
 
 
-PAPER_SF_HG = "P_\nOG\nBoard size: 2 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (1, 1)\nPlayer: (0, 0)\nHoles: (1, 0)"
+PAPER_SF_HG = (
+    "P_\nOG\nBoard size: 2 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (1, 1)\nPlayer: (0, 0)\nHoles: (1, 0)"
+)
 
 
 def test_frozenlake_paper_observation_is_grid_plus_coordinates():
@@ -145,7 +147,9 @@ def test_frozenlake_paper_observation_on_goal_and_in_hole():
     )
     game = FrozenLakeEnv(num_envs=1, desc=["SG"], observation="paper").game_factory(0, 0)
     game.step("Right")
-    assert game.render_text() == "_P\nBoard size: 1 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (0, 1)\nPlayer on goal: (0, 1)"
+    assert game.render_text() == (
+        "_P\nBoard size: 1 rows x 2 cols (zero-indexed).\nStart: (0, 0)\nGoal: (0, 1)\nPlayer on goal: (0, 1)"
+    )
 
 
 def test_frozenlake_default_observation_is_annotated():

@@ -126,7 +126,8 @@ class BanditGame(TextGame):
             raise ValueError(f"bandit split must be 'train' or 'val', got {split!r}")
         rng = random.Random(f"bandit-level:{split}:{int(seed)}")
         low, high = rng.choice(_SPLITS[split])
-        return cls(low_risk_arm=low, high_risk_arm=high, seed=seed, low_first=rng.random() < 0.5, payout_seed=payout_seed)
+        low_first = rng.random() < 0.5
+        return cls(low_risk_arm=low, high_risk_arm=high, seed=seed, low_first=low_first, payout_seed=payout_seed)
 
     # ---------------------------------------------------------------- dynamics
     def _canonical(self, action: str) -> str:
