@@ -20,8 +20,11 @@ decisions until T3 cuts an episode; tokens are counted with a tiny BPE tokenizer
 task's text (+1 end-of-turn token per reply).
 
 Columns: success rate, mean episode return, total generated tokens, tokens per success, mean
-turns, T3 truncation rate, mean turns saved per truncated episode (``max_turn - turns``) and the
-change in tokens relative to no truncation.
+turns, share of episodes whose T3 rule fired, T3 truncation rate (episodes that *ended*
+truncated: a correct answer on the forced-answer turn is a success, not a truncation), mean turns
+saved per truncated episode (``max_turn - turns``) and the change in tokens relative to no
+truncation. (``fired%`` needs the rollout records' ``t3_rule_fired`` column in model mode; ``-``
+without it.)
 
 Usage::
 
@@ -82,7 +85,7 @@ def useless_query(env: ActiveReasoningEnv, game: InteractiveGame, rng: random.Ra
     if isinstance(game, (PreferenceEstimationGame, MovieRecommendationGame)):
         body, _ = split_estimate(query)
         est = game.estimate or [rng.gauss(0.0, 1.0) for _ in range(game.dim)]
-        query = body + "; estimate: " + format_vector([x + rng.gauss(0.0, drift) for x in est])
+        query = body + " estimate: " + format_vector([x + rng.gauss(0.0, drift) for x in est])
     return query
 
 
@@ -111,6 +114,7 @@ def run_mode(task: str, levels: list[int], samples: int, p_trap: float, t3: bool
     turns = torch.zeros(n, dtype=torch.long)
     success = torch.zeros(n, dtype=torch.bool)
     cut = torch.zeros(n, dtype=torch.bool)
+    fired = torch.zeros(n, dtype=torch.bool)
     while td is not None:
         idx = td["env_index"].tolist()
         replies = []
@@ -127,12 +131,14 @@ def run_mode(task: str, levels: list[int], samples: int, p_trap: float, t3: bool
         turns[ids] = nxt["turn"]
         if t3:
             cut[ids] |= nxt["truncated_by_t3"]
+            fired[ids] |= nxt["t3_rule_fired"]
         done = nxt["done"].reshape(-1)
         success[ids[done]] = nxt["success"][done]
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
     stats = t3_token_stats(
-        {"num_tokens": tokens, "success": success, "num_turns": turns, "truncated_by_t3": cut}, base.max_turn
+        {"num_tokens": tokens, "success": success, "num_turns": turns, "truncated_by_t3": cut,
+         "t3_rule_fired": fired}, base.max_turn
     )
     stats.update(success=success.float().mean().item(), reward=returns.mean().item(),
                  turns=turns.float().mean().item(), episodes=float(n))
@@ -166,7 +172,10 @@ def run_model_mode(cfg, policy, levels: list[int], samples: int, t3: bool, seed:
     task = cfg.env.name
     n = len(levels) * samples
     base = make_env(task, num_envs=n, **env_kwargs(cfg.env))
-    env = base.append_transform(T3Truncation(task, k=cfg.t3.get("k"), cumulative=cfg.t3.get("cumulative"))) if t3 else base
+    t3_cfg = cfg.get("t3") or {}
+    transform = T3Truncation(task, k=t3_cfg.get("k"), cumulative=t3_cfg.get("cumulative"),
+                             outside_trigger=bool(t3_cfg.get("outside_trigger", False)))
+    env = base.append_transform(transform) if t3 else base
     torch.manual_seed(seed)  # same sampling stream in both modes until T3 cuts an episode
     records = collect_rollouts(env, policy, levels, samples, chunk_size=int(cfg.rollout.chunk_size))
     stats = t3_token_stats(records, base.max_turn)
@@ -200,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"policy: scripted trap-prone oracle (p_trap={args.p_trap}), NOT a model; "
               f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens (tiny BPE)")
     header = (f"{'task':<22} {'T3':<4} {'success':>7} {'return':>7} {'tokens':>8} {'tok/succ':>9} "
-              f"{'turns':>6} {'trunc%':>7} {'saved':>6} {'Δtokens':>8} {'secs':>6}")
+              f"{'turns':>6} {'fired%':>7} {'trunc%':>7} {'saved':>6} {'Δtokens':>8} {'secs':>6}")
     print(header, flush=True)
     print("-" * len(header))
     for task in args.tasks:
@@ -225,8 +234,10 @@ def main(argv: list[str] | None = None) -> None:
             delta = (s["t3/rollout_tokens"] - base_tokens) / base_tokens * 100 if base_tokens else 0.0
             tps = s["t3/tokens_per_success"]
             tps_text = "no succ" if math.isnan(tps) else f"{tps:.1f}"  # undefined without a success
+            fire = s.get("t3/rule_fire_rate")
+            fire_text = "-" if fire is None else f"{100 * fire:.1f}%"
             print(f"{task:<22} {'on' if t3 else 'off':<4} {s['success']:>7.3f} {s['reward']:>7.3f} "
-                  f"{s['t3/rollout_tokens']:>8.0f} {tps_text:>9} {s['turns']:>6.2f} "
+                  f"{s['t3/rollout_tokens']:>8.0f} {tps_text:>9} {s['turns']:>6.2f} {fire_text:>7} "
                   f"{100 * s['t3/truncation_rate']:>6.1f}% {s['t3/mean_turns_saved']:>6.2f} {delta:>+7.1f}% "
                   f"{s['secs']:>6.1f}", flush=True)
 
