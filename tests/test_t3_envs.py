@@ -293,6 +293,16 @@ def test_demonstrations_use_the_active_tags(name):
         assert all(u.startswith("Feedback: ") for u in users)
 
 
+@pytest.mark.parametrize("name", ENVS)
+def test_noisy_demonstrations_ask_only_valid_queries(name):
+    # issue items 9-10: demonstrations must follow the new rules (named circuits, pairwise
+    # questions): no query of an SFT demonstration is rejected by the game
+    env = make_env(name, num_envs=1)
+    demos = make_demonstrations(env, 4, noise=0.7, seed=3)
+    users = [m["content"] for chat in demos for m in chat[2:] if m["role"] == "user"]
+    assert users and not any("Invalid" in u for u in users)
+
+
 def test_noisy_demonstrations_repeat_queries():
     env = make_env("circuit_decoding", num_envs=1, noise_repeat=1.0)
     demos = make_demonstrations(env, 4, noise=1.0, seed=0)
