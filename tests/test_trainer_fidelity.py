@@ -70,3 +70,47 @@ def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     torch.testing.assert_close(out_half.loss_objective, 0.5 * out_full.loss_objective)
     torch.testing.assert_close(out_half.loss_entropy, out_full.loss_entropy)
     torch.testing.assert_close(out_half.loss_kl_to_ref, out_full.loss_kl_to_ref)
+
+
+def _tiny_run(cache_dir, tmp_path, *extra):
+    # the smallest run shape: these tests are about the stop rules, not the batch
+    return make_trainer(cache_dir, tmp_path, "trainer.prompts_per_iter=2", "trainer.group_size=2", *extra)
+
+
+def test_variance_collapse_stop_also_runs_without_a_filter(ragen_cache_dir, tmp_path, monkeypatch):
+    # RAGEN-2 §4: early stopping "triggered by reward-variance collapse" applies to the unfiltered arm too
+    import ragen_torchrl.trainer.loop as loop_mod
+
+    real = loop_mod.collect_rollouts
+    calls = {"n": 0}
+
+    def shrinking_variance(*args, **kwargs):
+        records = real(*args, **kwargs)
+        if records.batch_size[0] != 4:  # validation rollouts are left alone
+            return records
+        calls["n"] += 1
+        # iteration 1: in-group std of {1, 0} = 0.707 (the base); later std of {0.05, 0} = 0.035 < 0.1 x base
+        d = 1.0 if calls["n"] == 1 else 0.05
+        records.set("episode_return", torch.tensor([d, 0.0, d, 0.0]))
+        return records
+
+    monkeypatch.setattr(loop_mod, "collect_rollouts", shrinking_variance)
+    trainer = _tiny_run(ragen_cache_dir, tmp_path, "filter=none", "trainer.total_iterations=10",
+                        "filter.collapse_stop.warmup=1", "filter.collapse_stop.patience=2",
+                        "trainer.val_every=0")
+    trainer.fit()
+    # base = std{1, 0} = 0.7071 after iteration 1; iterations 2 and 3 have std 0.0354 < 0.0707
+    assert trainer.stop_reason is not None and trainer.stop_reason.startswith("reward_variance_collapse")
+    assert [h["iteration"] for h in trainer.history] == [1, 2, 3]
+    assert trainer.history[0]["filter/kept_ratio"] == 1.0  # no filter: every group is used
+
+
+def test_sustained_low_validation_success_stops_training(ragen_cache_dir, tmp_path):
+    # RAGEN-2 reference: stop when validation success stays below 1% for 5 consecutive validations
+    # (threshold 1.0 here makes every validation below 100% "low"; patience 2: validations at 0 and 1)
+    trainer = _tiny_run(ragen_cache_dir, tmp_path, "trainer.total_iterations=5", "trainer.val_every=1",
+                        "filter.val_stop.threshold=1.0", "filter.val_stop.patience=2")
+    summary = trainer.fit()
+    assert trainer.stop_reason is not None and "validation" in trainer.stop_reason
+    assert len(trainer.history) == 1
+    assert summary["iterations"] == 5

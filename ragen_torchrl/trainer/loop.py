@@ -37,7 +37,8 @@ from ..envs import make_env
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
-from ..transforms.snr import FilterGuard, build_filter, group_scores, loss_scale, validate_filter_config
+from ..transforms.snr import (FilterGuard, ValidationStop, build_filter, group_scores, loss_scale, unfiltered_stats,
+                              validate_filter_config)
 from .config import ConfigError, validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
 
@@ -187,9 +188,15 @@ class Trainer:
 
         # SNR-aware filtering (RAGEN-2 §3.3): runs on the trajectory records before any
         # per-sample work (behaviour log-probs, update), so fewer kept groups = a cheaper step
-        self.filter_cfg = validate_filter_config(cfg.filter) if cfg.get("filter") else {"enabled": False}
+        try:
+            self.filter_cfg = validate_filter_config(cfg.get("filter") or {"enabled": False})
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         self.snr = build_filter(self.filter_cfg) if self.filter_cfg.get("enabled") else None
-        self.guard = FilterGuard.from_config(self.filter_cfg) if self.snr is not None else None
+        # RAGEN-2 §4: the early stops (reward-variance collapse, sustained low validation
+        # success) apply to the unfiltered baseline too, so both arms stop under the same rules
+        self.guard = FilterGuard.from_config(self.filter_cfg)
+        self.val_stop = ValidationStop.from_config(self.filter_cfg)
         self.empty_iterations = 0
         self.stop_reason: str | None = None
 
@@ -242,8 +249,12 @@ class Trainer:
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
-    def validate(self, step: int) -> dict[str, float]:
-        """Greedy-ish (temperature ``val_temperature``) rollouts on the fixed held-out levels."""
+    def validate(self, step: int, *, stop_rule: bool = True) -> dict[str, float]:
+        """Greedy-ish (temperature ``val_temperature``) rollouts on the fixed held-out levels.
+
+        With ``stop_rule`` the success rate feeds the sustained-low-validation stop
+        (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`.
+        """
         t0 = time.time()
         seeds = val_level_seeds(int(self.cfg.trainer.val_levels))
         records = collect_rollouts(self.val_env, self.val_policy, seeds, 1, chunk_size=int(self.cfg.rollout.chunk_size))
@@ -251,6 +262,12 @@ class Trainer:
         stats["seconds"] = time.time() - t0
         for k, v in stats.items():
             self.logger.log_scalar(f"val/{k}", v, step=step)
+        if stop_rule:
+            reason = self.val_stop.update(stats["success"])
+            for k, v in self.val_stop.metrics().items():
+                self.logger.log_scalar(f"stop/{k}", v, step=step)
+            if reason and not self.stop_reason:
+                self.stop_reason = reason
         n_text = int(self.cfg.trainer.get("log_text_samples", 0))
         for i in range(min(n_text, records.batch_size[0])):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
@@ -383,12 +400,18 @@ class Trainer:
                 return stats
 
         batch, scale = records, 1.0
-        if self.snr is not None:
+        if self.snr is None:
+            fstats = unfiltered_stats(records.get("episode_return"), records.get("group_id"))
+            stats.update({f"filter/{k}": float(v) for k, v in fstats.items()})
+            self.stop_reason = self.stop_reason or self.guard.update(fstats)
+            stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
+        else:
             t_f = time.time()
             batch = self.snr(records)
             stats.update({f"filter/{k}": float(v) for k, v in self.snr.last_stats.items()})
             stats["timing/filter"] = time.time() - t_f
-            self.stop_reason = self.guard.update(self.snr.last_stats)
+            self.stop_reason = self.stop_reason or self.guard.update(self.snr.last_stats)
+            stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
             if batch is None:
                 # nothing carries signal: skip the update rather than train on noise
                 self.empty_iterations += 1
@@ -426,7 +449,8 @@ class Trainer:
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "history": self.history,
-            "guard": self.guard.state_dict() if self.guard is not None else None,
+            "guard": self.guard.state_dict(),
+            "val_stop": self.val_stop.state_dict(),
             "objective": self.objective.state_dict(),
             "collapse": self.collapse.state_dict() if self.collapse is not None else None,
             "model_path": self.model_path,
@@ -450,8 +474,10 @@ class Trainer:
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.history = state.get("history", [])
-        if self.guard is not None and state.get("guard"):
+        if state.get("guard"):
             self.guard.load_state_dict(state["guard"])
+        if state.get("val_stop"):
+            self.val_stop.load_state_dict(state["val_stop"])
         if self.collapse is not None and state.get("collapse"):
             self.collapse.load_state_dict(state["collapse"])
         self.iteration = int(state["iteration"]) + 1
@@ -493,7 +519,7 @@ class Trainer:
             if self.stop_reason:
                 break
         if total > 0:
-            val_end = self.validate(step=self.iteration)
+            val_end = self.validate(step=self.iteration, stop_rule=False)
         self.logger.experiment.flush()
         summary = {"val_start": val_start, "val_end": val_end, "seconds": time.time() - t_start,
                    "iterations": total, "run_dir": str(self.run_dir)}
