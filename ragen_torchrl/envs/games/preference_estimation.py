@@ -201,7 +201,8 @@ def random_unit(rng: random.Random, dim: int, nonnegative: bool = False) -> Vect
 class PreferencePosterior:
     """A particle belief over unit preference vectors, conditioned on comparisons.
 
-    Particles start uniform on the sphere (its non-negative part with ``nonnegative``); every comparison ``(winner, loser)`` keeps the particles
+    Particles start uniform on the sphere (its non-negative part with ``nonnegative``); every
+    comparison ``(winner, loser)`` keeps the particles
     that agree. When fewer than ``min_particles`` remain, survivors are jittered (Gaussian noise,
     renormalised, kept only if consistent with every comparison) to refill the population —
     deterministic given ``seed``. Used by the demonstrators of PreferenceEstimation and
@@ -309,7 +310,8 @@ class PreferenceEstimationGame(InteractiveGame):
     ``estimate`` (latest reported estimate as a list, or ``None``), ``estimate_reported`` (this
     query carried one), ``estimate_updated`` (``v̂_t`` was updated this turn: an estimate was
     reported, or with ``estimate_source="observations"`` a strict preference was observed),
-    ``similarity`` (= ``progress()``), ``repeated_query``. ``action_is_effective``: a new pair was compared or an estimate reported.
+    ``similarity`` (= ``progress()``), ``repeated_query``. ``action_is_effective``: a new pair was
+    compared or an estimate reported.
     Answer info: ``valid``, ``estimate``, ``similarity`` (cos with ``v*``), ``success``, ``reward``.
     """
 
