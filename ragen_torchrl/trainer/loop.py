@@ -232,7 +232,8 @@ class Trainer:
             t3 = cfg.get("t3") or {}
             # training env only: validation always runs untruncated
             try:
-                env = env.append_transform(T3Truncation(cfg.env.name, k=t3.get("k"), cumulative=t3.get("cumulative")))
+                env = env.append_transform(T3Truncation(cfg.env.name, k=t3.get("k"), cumulative=t3.get("cumulative"),
+                                                        outside_trigger=bool(t3.get("outside_trigger") or False)))
             except ValueError as e:
                 raise ConfigError(f"t3: {e}") from e
         self._train_envs[num_groups] = env

@@ -116,7 +116,8 @@ def collect_rollouts(
     ``episode_return`` (rewards plus format penalties), ``success``, ``num_turns``,
     ``num_tokens`` (generated tokens), ``format_valid`` (fraction of valid turns) and
     ``truncated_by_t3`` (set when a :class:`~ragen_torchrl.transforms.t3.T3Truncation`
-    on the env cut the episode) and ``entropy`` (mean next-token entropy of the policy over the
+    on the env cut the episode: the stall rule fired and the forced answer was not a success),
+    ``t3_rule_fired`` (the stall rule fired at some turn, whatever the forced answer) and ``entropy`` (mean next-token entropy of the policy over the
     trajectory's generated tokens, recorded during generation when the policy comes from
     :func:`make_generation_policy`; 0 for a policy that does not record it).
 
@@ -143,6 +144,7 @@ def collect_rollouts(
     tokens = torch.zeros(n, dtype=torch.long)
     valid_turns = torch.zeros(n)
     t3_cut = torch.zeros(n, dtype=torch.bool)
+    t3_fired = torch.zeros(n, dtype=torch.bool)
     ent_sum = torch.zeros(n, dtype=torch.float64)
     ent_count = torch.zeros(n, dtype=torch.long)
     final: list = [None] * n
@@ -158,6 +160,8 @@ def collect_rollouts(
         valid_turns[idx] += nxt["action_is_valid"].float()
         if "truncated_by_t3" in nxt.keys():
             t3_cut[idx] |= nxt["truncated_by_t3"].reshape(-1)
+        if "t3_rule_fired" in nxt.keys():
+            t3_fired[idx] |= nxt["t3_rule_fired"].reshape(-1)
         response_tokens = out.get(("tokens", "response"), as_list=True)
         tokens[idx] += torch.tensor([len(t) for t in response_tokens], dtype=torch.long)
         done = nxt["done"].reshape(-1)
@@ -178,6 +182,7 @@ def collect_rollouts(
             "num_tokens": tokens,
             "format_valid": valid_turns / turns.clamp_min(1),
             "truncated_by_t3": t3_cut,
+            "t3_rule_fired": t3_fired,
             "entropy": (ent_sum / ent_count.clamp_min(1)).float(),
         },
         batch_size=[n],
