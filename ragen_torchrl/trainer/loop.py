@@ -9,8 +9,10 @@
     summary = Trainer(cfg, run_dir="outputs/my_run").fit()
 
 Everything is logged to TensorBoard under ``run_dir/tb`` through torchrl's
-``TensorboardLogger``; checkpoints go to ``run_dir/checkpoints/last.pt`` (written to a
-temporary file, then renamed).
+``TensorboardLogger``; checkpoints go to ``run_dir/checkpoints/last.pt``, the one before to
+``prev.pt`` (fsync-ed, verified, then renamed: see :mod:`ragen_torchrl.trainer.checkpoint`).
+A resumed run reopens the TensorBoard writer with ``purge_step`` at its first re-run
+iteration, so the steps an interrupted run logged after its last checkpoint are not counted twice.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import tensordict
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
+from torchrl.record.loggers import TensorboardLogger
 
 from ..data.minibatch import group_minibatches
 from ..diagnostics.collapse import CollapseMonitor
@@ -39,6 +42,7 @@ from ..objectives import build_objective
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
 from ..transforms.snr import (FilterGuard, ValidationStop, build_filter, group_scores, loss_scale, unfiltered_stats,
                               validate_filter_config)
+from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
 from .config import ConfigError, validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
 
@@ -80,6 +84,77 @@ def summarize(records: TensorDictBase) -> dict[str, float]:
         "format_valid": records.get("format_valid").float().mean().item(),
         "num_trajectories": float(n),
     }
+
+
+def skipped_update_reason(stats: dict[str, float]) -> str | None:
+    """Why an iteration took no optimizer step (``None`` when it did), from its stats.
+
+    Example:
+        >>> skipped_update_reason({"filter/skipped_update": 1.0, "filter/num_groups": 16.0,
+        ...                        "filter/zero_variance_groups": 16.0})
+        'the filter kept none of the 16 groups (16 with zero reward variance)'
+        >>> skipped_update_reason({"train/optimizer_steps": 1.0, "train/loss": 0.5}) is None
+        True
+    """
+    if stats.get("filter/skipped_update"):
+        n = stats.get("filter/num_groups", float("nan"))
+        z = stats.get("filter/zero_variance_groups", float("nan"))
+        return f"the filter kept none of the {n:.0f} groups ({z:.0f} with zero reward variance)"
+    if stats.get("dapo/skipped_update"):
+        calls = stats.get("dynamic_sampling/extra_rollouts", 0.0)
+        return f"no group carries signal after {calls:.0f} refill rollouts (DAPO dynamic sampling)"
+    if stats.get("train/optimizer_steps", 1.0) == 0:
+        skipped = stats.get("train/skipped_nonfinite", 0.0)
+        return f"non-finite loss or gradient in all {skipped:.0f} mini-batches"
+    return None
+
+
+def iteration_line(step: int, total: int, stats: dict[str, float]) -> str:
+    """The console line of one training iteration; a skipped update says so and why.
+
+    Example:
+        >>> stats = {"rollout/reward_mean": 0.25, "rollout/success": 0.5, "rollout/tokens": 40.0,
+        ...          "timing/total": 1.25, "train/loss": -0.0123, "train/optimizer_steps": 1.0}
+        >>> iteration_line(3, 10, stats)
+        '[iter    3/10] reward +0.250 success 0.500 tokens 40 loss -0.0123 1.2s'
+        >>> iteration_line(3, 10, {**stats, "train/optimizer_steps": 0.0, "train/skipped_nonfinite": 2.0})[53:]
+        'update skipped: non-finite loss or gradient in all 2 mini-batches 1.2s'
+    """
+    reason = skipped_update_reason(stats)
+    update = f"update skipped: {reason}" if reason else f"loss {stats.get('train/loss', float('nan')):+.4f}"
+    return (f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
+            f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
+            f"{update} {stats['timing/total']:.1f}s"
+            + (f" kept {stats['filter/kept_ratio']:.2f}" if "filter/kept_ratio" in stats else ""))
+
+
+class ResumableTensorboardLogger(TensorboardLogger):
+    """torchrl's ``TensorboardLogger`` whose ``SummaryWriter`` is opened with ``purge_step``.
+
+    With ``purge_step=s`` TensorBoard hides every event an earlier writer logged at a step
+    ``>= s`` (``SummaryWriter(purge_step=...)``), so the iterations a resumed run re-runs are
+    not shown twice. ``purge_step=None`` is the plain logger.
+
+    Example:
+        >>> import tempfile
+        >>> logger = ResumableTensorboardLogger("tb", tempfile.mkdtemp(), purge_step=3)
+        >>> logger.purge_step, type(logger.experiment).__name__
+        (3, 'SummaryWriter')
+    """
+
+    def __init__(self, exp_name: str, log_dir: str, purge_step: int | None = None) -> None:
+        self.purge_step = purge_step  # read by _create_experiment, which the base __init__ calls
+        super().__init__(exp_name=exp_name, log_dir=log_dir)
+
+    def _create_experiment(self):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(log_dir=str(os.path.join(self.log_dir, self.exp_name)), purge_step=self.purge_step)
+
+
+def make_tensorboard_logger(run_dir: str | os.PathLike, purge_step: int | None = None) -> TensorboardLogger:
+    """The run's TensorBoard logger (``run_dir/tb``); see :class:`ResumableTensorboardLogger`."""
+    return ResumableTensorboardLogger(exp_name="tb", log_dir=str(run_dir), purge_step=purge_step)
 
 
 def conversation_text(records: TensorDictBase, index: int) -> str:
@@ -144,9 +219,16 @@ class Trainer:
         self.cfg = cfg
         resume = cfg.trainer.get("resume")
         self.run_dir = Path(resume if resume else run_dir)
-        self.ckpt_path = self.run_dir / "checkpoints" / "last.pt"
-        if resume and not self.ckpt_path.exists():
-            raise FileNotFoundError(f"trainer.resume={resume}: no checkpoint at {self.ckpt_path}")
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.ckpt_path = self.ckpt_dir / LAST
+        self.resumed_from: Path | None = None
+        resume_state = None
+        if resume:
+            # before any model is built: a missing/damaged checkpoint or a refused config
+            # change is a config error (exit 2), not a traceback after the warm start
+            resume_state, self.resumed_from = load_latest(self.ckpt_dir, what=f"trainer.resume={resume}")
+            check_resume_config(resume_state.get("config") or {}, OmegaConf.to_container(cfg, resolve=True),
+                                allow_changes=bool(cfg.trainer.get("resume_allow_changes", False)))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.model.get("threads"):
             torch.set_num_threads(int(cfg.model.threads))
@@ -207,13 +289,16 @@ class Trainer:
                                             every=int(mi.every), seed=int(cfg.seed),
                                             method=mi.get("method") or "auto", dtype=mi.get("dtype"))
 
-        from torchrl.record.loggers import TensorboardLogger
-
-        self.logger = TensorboardLogger(exp_name="tb", log_dir=str(self.run_dir))
         self.iteration = 0
         self.history: list[dict[str, float]] = []
-        if resume:
-            self.load_checkpoint(self.ckpt_path)
+        purge_step = None
+        if resume_state is not None:
+            # the first step the resumed run logs is iteration + 1 (= stored iteration + 2):
+            # anything an interrupted run logged from there on is dropped by TensorBoard
+            purge_step = int(resume_state["iteration"]) + 2
+        self.logger = make_tensorboard_logger(self.run_dir, purge_step=purge_step)
+        if resume_state is not None:
+            self._apply_checkpoint(resume_state, self.resumed_from)  # last: it restores the RNG states
 
     # -- setup -------------------------------------------------------------------------
     def _train_env(self, num_groups: int):
@@ -442,8 +527,9 @@ class Trainer:
         return stats
 
     # -- checkpoints ---------------------------------------------------------------------
-    def save_checkpoint(self) -> Path:
-        state = {
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything a resumed run needs to continue exactly as an uninterrupted one."""
+        return {
             "iteration": self.iteration,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -454,17 +540,25 @@ class Trainer:
             "val_stop": self.val_stop.state_dict(),
             "objective": self.objective.state_dict(),
             "collapse": self.collapse.state_dict() if self.collapse is not None else None,
+            # DAPO's refill counter seeds the refill levels: without it a resumed run draws others
+            "refills": self._refills,
+            "empty_iterations": self.empty_iterations,
             "model_path": self.model_path,
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
-        self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.ckpt_path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.ckpt_path)  # atomic: a crash never leaves a half-written checkpoint
-        return self.ckpt_path
+
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/last.pt`` (the previous one kept as ``prev.pt``); returns its path.
+
+        fsync-ed, verified to load, then renamed (:func:`~ragen_torchrl.trainer.checkpoint.save_rotating`).
+        """
+        return save_rotating(self.checkpoint_state(), self.ckpt_dir)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        """Restore a checkpoint file (a damaged one raises an error naming it)."""
+        self._apply_checkpoint(read_checkpoint(path), path)
+
+    def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
         self.model.load_state_dict(state["model"])
         self.objective.load_state_dict(state.get("objective") or {})
         self.optimizer.load_state_dict(state["optimizer"])
@@ -481,6 +575,8 @@ class Trainer:
             self.val_stop.load_state_dict(state["val_stop"])
         if self.collapse is not None and state.get("collapse"):
             self.collapse.load_state_dict(state["collapse"])
+        self._refills = int(state.get("refills", 0))
+        self.empty_iterations = int(state.get("empty_iterations", 0))
         self.iteration = int(state["iteration"]) + 1
         log.info("resumed from %s at iteration %d", path, self.iteration)
 
@@ -503,10 +599,7 @@ class Trainer:
             for k, v in stats.items():
                 self.logger.log_scalar(k, v, step=step)
             self.history.append({"iteration": step, **stats})
-            print(f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
-                  f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
-                  f"loss {stats.get('train/loss', float('nan')):+.4f} {stats['timing/total']:.1f}s"
-                  + (f" kept {stats['filter/kept_ratio']:.2f}" if "filter/kept_ratio" in stats else ""), flush=True)
+            print(iteration_line(step, total, stats), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
                 v = self.validate(step=step)

@@ -1,0 +1,316 @@
+"""Crash-safe training checkpoints: the pure file logic behind ``Trainer.save_checkpoint``.
+
+A run dir's ``checkpoints/`` folder holds at most two checkpoints, the newest ``last.pt``
+and the one before it, ``prev.pt``, so a damaged newest file never loses the run:
+
+* **write** (:func:`save_rotating`): the state goes to ``last.tmp``, is flushed and
+  ``os.fsync``-ed (the bytes are on disk before any rename can point at them), then loaded
+  back (:func:`verify_checkpoint`). Only a verified new file replaces anything:
+  ``last.pt`` becomes ``prev.pt`` (the older ``prev.pt`` goes now, not earlier) and
+  ``last.tmp`` becomes ``last.pt``, both by atomic ``os.replace``, and the folder is synced.
+  A kill at any point leaves at least one good checkpoint; a kill mid-write leaves a
+  stale ``last.tmp`` that the next resume removes.
+* **read** (:func:`load_latest`): ``last.pt`` first; a damaged one is reported by name
+  (logged as an error) and ``prev.pt`` is used instead. :class:`NoCheckpointError`
+  (a :class:`~ragen_torchrl.trainer.config.ConfigError`: the CLI exits 2) when no file loads.
+* **config** (:func:`check_resume_config`): the config stored in the checkpoint is compared
+  with the one given on resume. Changes that alter what the run means (:data:`PROTECTED`:
+  seed, algorithm, env, batch shape P x G, filter, model, warm start, T3, validation set)
+  are refused unless ``trainer.resume_allow_changes=true``; every change is logged.
+
+Example:
+    >>> import tempfile, torch
+    >>> d = tempfile.mkdtemp()
+    >>> for it in range(3):
+    ...     _ = save_rotating({"iteration": it, "model": {"w": torch.full((2,), float(it))},
+    ...                        "optimizer": {}, "rng": {}}, d)
+    >>> sorted(p.name for p in Path(d).iterdir())
+    ['last.pt', 'prev.pt']
+    >>> state, path = load_latest(d)
+    >>> state["iteration"], path.name
+    (2, 'last.pt')
+    >>> _ = (Path(d) / "last.pt").write_bytes(b"truncated")   # a damaged newest checkpoint
+    >>> state, path = load_latest(d)
+    >>> state["iteration"], path.name
+    (1, 'prev.pt')
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import ConfigError
+
+log = logging.getLogger(__name__)
+
+LAST = "last.pt"
+PREV = "prev.pt"
+TMP_SUFFIX = ".tmp"
+#: keys every checkpoint has; a file without them is not a (complete) checkpoint
+REQUIRED_KEYS = ("iteration", "model", "optimizer", "rng")
+
+#: config keys (and every key below them) whose change alters what a resumed run means
+PROTECTED = (
+    "seed", "algo", "env", "filter", "model", "sft", "t3",
+    "trainer.prompts_per_iter", "trainer.group_size",  # the batch shape P x G
+    "trainer.val_levels", "trainer.val_temperature",  # the validation metric (and its stop rule)
+    "rollout.max_new_tokens", "rollout.temperature",
+)
+#: keys under a protected one that only say where/how fast a run executes
+HARMLESS = ("model.device", "model.threads", "model.cache_dir")
+ALLOW_KEY = "trainer.resume_allow_changes"
+
+
+class DamagedCheckpointError(RuntimeError):
+    """A checkpoint file does not load (truncated, corrupted, or not a checkpoint); names the file."""
+
+
+class NoCheckpointError(ConfigError, FileNotFoundError):
+    """``trainer.resume`` names a dir without any loadable checkpoint (a config error: the CLI exits 2)."""
+
+
+def _fsync_dir(path: Path) -> None:
+    """Persist a rename: fsync the directory entry (POSIX; a no-op where dirs can't be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """``torch.save`` ``state`` to ``path``, then flush and ``os.fsync`` it before returning.
+
+    Without the fsync a power loss after the rename can leave a renamed but empty file.
+
+    Example:
+        >>> import tempfile
+        >>> p = write_synced({"x": 1}, Path(tempfile.mkdtemp()) / "a.pt")
+        >>> torch.load(p, weights_only=False)
+        {'x': 1}
+    """
+    path = Path(path)
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> dict[str, Any]:
+    """Load a checkpoint on CPU, or raise :class:`DamagedCheckpointError` naming the file.
+
+    ``mmap=True`` reads the archive's index and pickled structure but maps tensor data
+    lazily: a cheap check that a file is complete (a truncated archive loses its index).
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "last.pt"
+        >>> _ = p.write_bytes(b"PK\\x03\\x04 cut short")
+        >>> try:
+        ...     read_checkpoint(p)
+        ... except DamagedCheckpointError as e:
+        ...     print(str(e).startswith(f"damaged checkpoint {p}: "))
+        True
+    """
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    except Exception as e:  # torch/zipfile/pickle raise many types for a damaged file
+        raise DamagedCheckpointError(f"damaged checkpoint {path}: {type(e).__name__}: {e}") from e
+    missing = [k for k in REQUIRED_KEYS if not isinstance(state, Mapping) or k not in state]
+    if missing:
+        raise DamagedCheckpointError(f"damaged checkpoint {path}: not a training checkpoint (missing {missing})")
+    return state
+
+
+def verify_checkpoint(path: str | os.PathLike) -> int:
+    """The stored iteration if ``path`` loads (memory-mapped, so cheap even for a large model).
+
+    Raises :class:`DamagedCheckpointError` otherwise.
+    """
+    state = read_checkpoint(path, mmap=True)
+    iteration = int(state["iteration"])
+    del state  # drop the mapping before the file is renamed
+    return iteration
+
+
+def remove_stale_tmp(ckpt_dir: str | os.PathLike) -> list[Path]:
+    """Delete half-written ``*.tmp`` files a killed run left behind; returns what was removed.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "last.tmp").write_bytes(b"half")
+        >>> [p.name for p in remove_stale_tmp(d)], list(d.iterdir())
+        (['last.tmp'], [])
+    """
+    removed = []
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return removed
+    for p in sorted(ckpt_dir.glob(f"*{TMP_SUFFIX}")):
+        log.warning("removing %s: a checkpoint write that never finished (the run was killed mid-write)", p)
+        p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+def save_rotating(state: Mapping[str, Any], ckpt_dir: str | os.PathLike) -> Path:
+    """Write ``state`` as the new ``last.pt``, keeping the previous one as ``prev.pt``.
+
+    Order (each step leaves at least one good checkpoint if the process dies right after):
+    write + fsync ``last.tmp``; verify it loads; verify the current ``last.pt`` (a damaged
+    one is deleted instead of replacing the good ``prev.pt``); ``last.pt -> prev.pt``;
+    ``last.tmp -> last.pt``; fsync the folder.
+
+    Raises :class:`DamagedCheckpointError` (older checkpoints untouched) when the new file
+    does not load back.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    last, prev = ckpt_dir / LAST, ckpt_dir / PREV
+    tmp = last.with_suffix(TMP_SUFFIX)
+    write_synced(state, tmp)
+    try:
+        verify_checkpoint(tmp)
+    except DamagedCheckpointError:
+        tmp.unlink(missing_ok=True)
+        raise
+    if last.exists():
+        try:
+            verify_checkpoint(last)
+            os.replace(last, prev)  # the older prev.pt is dropped only now, after the new file verified
+        except DamagedCheckpointError as e:
+            log.error("%s; deleting it and keeping %s as the previous checkpoint", e, prev)
+            last.unlink(missing_ok=True)
+    os.replace(tmp, last)  # atomic: readers see the old last.pt or the new one, never a partial file
+    _fsync_dir(ckpt_dir)
+    return last
+
+
+def checkpoint_files(ckpt_dir: str | os.PathLike) -> list[Path]:
+    """The checkpoints of a run, newest first (``last.pt``, ``prev.pt``), those that exist."""
+    ckpt_dir = Path(ckpt_dir)
+    return [p for p in (ckpt_dir / LAST, ckpt_dir / PREV) if p.is_file()]
+
+
+def load_latest(ckpt_dir: str | os.PathLike, *, what: str = "resume") -> tuple[dict[str, Any], Path]:
+    """The newest checkpoint that loads, and its path; removes stale ``.tmp`` files first.
+
+    A damaged ``last.pt`` is logged as an error naming the file and ``prev.pt`` is used.
+    ``what`` prefixes the :class:`NoCheckpointError` raised when nothing loads (e.g.
+    ``"trainer.resume=<dir>"``), which lists each file and why it failed.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    remove_stale_tmp(ckpt_dir)
+    files = checkpoint_files(ckpt_dir)
+    if not files:
+        raise NoCheckpointError(f"{what}: no checkpoint in {ckpt_dir} (expected {LAST} or {PREV})")
+    errors = []
+    for path in files:
+        try:
+            state = read_checkpoint(path)
+        except DamagedCheckpointError as e:
+            errors.append(str(e))
+            log.error("%s", e)
+            continue
+        if errors:
+            log.warning("falling back to the previous checkpoint %s (iteration %d)", path, int(state["iteration"]))
+        return state, path
+    raise NoCheckpointError(f"{what}: no loadable checkpoint in {ckpt_dir}: " + "; ".join(errors))
+
+
+# -- config comparison on resume -------------------------------------------------------------
+_ABSENT = "<absent>"
+
+
+def flatten_config(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> leaf value (lists are leaves).
+
+    Example:
+        >>> flatten_config({"algo": {"name": "grpo", "clip": [0.2, 0.3]}, "seed": 0})
+        {'algo.name': 'grpo', 'algo.clip': [0.2, 0.3], 'seed': 0}
+    """
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten_config(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def is_protected(key: str) -> bool:
+    """Does changing ``key`` alter what a resumed run means (see :data:`PROTECTED`)?
+
+    Example:
+        >>> is_protected("algo.lr"), is_protected("trainer.group_size"), is_protected("model.device")
+        (True, True, False)
+        >>> is_protected("trainer.total_iterations"), is_protected("seedling")
+        (False, False)
+    """
+    def under(k: str, prefixes) -> bool:
+        return any(k == p or k.startswith(p + ".") for p in prefixes)
+
+    return under(key, PROTECTED) and not under(key, HARMLESS)
+
+
+def config_changes(stored: Mapping[str, Any], given: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, stored value, given value)`` for every leaf that differs, sorted by key.
+
+    A key present on one side only shows ``"<absent>"`` on the other.
+
+    Example:
+        >>> config_changes({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3, "d": 4}})
+        [('a.c', 2, 3), ('a.d', '<absent>', 4)]
+    """
+    old, new = flatten_config(stored), flatten_config(given)
+    keys = sorted(old.keys() | new.keys())
+    return [(k, old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in keys if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+
+
+def check_resume_config(stored: Mapping[str, Any], given: Mapping[str, Any], *,
+                        allow_changes: bool = False) -> list[tuple[str, Any, Any]]:
+    """Compare the checkpoint's config with the resuming one; refuse meaning-changing edits.
+
+    Every change is logged. Changes to :func:`is_protected` keys raise :class:`ConfigError`
+    naming each key with its old and new value, unless ``allow_changes`` (the config's
+    ``trainer.resume_allow_changes``), in which case they are logged as warnings.
+    Returns the changes.
+
+    Example:
+        >>> stored = {"seed": 0, "trainer": {"total_iterations": 10, "group_size": 4}}
+        >>> check_resume_config(stored, {"seed": 0, "trainer": {"total_iterations": 20, "group_size": 4}})
+        [('trainer.total_iterations', 10, 20)]
+        >>> try:
+        ...     check_resume_config(stored, {"seed": 0, "trainer": {"total_iterations": 10, "group_size": 8}})
+        ... except ConfigError as e:
+        ...     print(str(e).replace(" (", "\\n("))
+        resuming with a config that changes the run: trainer.group_size: 4 -> 8
+        (set trainer.resume_allow_changes=true to resume anyway)
+    """
+    changes = config_changes(stored, given)
+    refused = [c for c in changes if is_protected(c[0])]
+    for key, old, new in changes:
+        if not is_protected(key):
+            log.info("resume: config change %s: %r -> %r", key, old, new)
+    if refused and not allow_changes:
+        listed = ", ".join(f"{k}: {o} -> {n}" for k, o, n in refused)
+        raise ConfigError(f"resuming with a config that changes the run: {listed} "
+                          f"(set {ALLOW_KEY}=true to resume anyway)")
+    for key, old, new in refused:
+        log.warning("resume: %s=true, accepting a change that alters the run: %s: %r -> %r", ALLOW_KEY, key, old, new)
+    return changes
