@@ -11,6 +11,12 @@ TensorBoard logs and checkpoints under Hydra's run dir ``outputs/<date>/<time>/`
 
 Configs are read from ``RAGEN_CONFIG_DIR`` when set, else from the ``configs/`` folder of
 the source checkout.
+
+Exit status: 0 on success, **2 for a config error** (a bad value, an unknown key such as
+``+foo=1``, a missing model path, an unwritable run or cache dir, ``trainer.resume`` without
+a checkpoint), printed as one ``config error: <key>...`` line. The whole config is checked
+(:func:`~ragen_torchrl.trainer.config.validate_config`) by :class:`PreflightCallback`
+before Hydra creates the run dir, so a bad config leaves nothing behind and no model is built.
 """
 
 from __future__ import annotations
@@ -23,6 +29,49 @@ from pathlib import Path
 CONFIG_DIR = os.environ.get("RAGEN_CONFIG_DIR", str(Path(__file__).resolve().parents[2] / "configs"))
 
 
+def _config_error(e: BaseException) -> SystemExit:
+    print(f"config error: {e}", file=sys.stderr, flush=True)
+    return SystemExit(2)
+
+
+def preflight(cfg) -> None:
+    """Validate a composed config including Hydra's run dir; exit 2 with a message on an error.
+
+    ``cfg`` is the full config (with its ``hydra`` node) as Hydra passes it to callbacks; the
+    task config is the same without ``hydra``. The run dir is checked for writability without
+    being created (a ``trainer.resume`` run writes to the resumed dir instead).
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    from .config import ConfigError, check_run_dir, validate_config
+
+    task = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False))
+    run_dir = OmegaConf.select(cfg, "hydra.run.dir", throw_on_missing=False)
+    with open_dict(task):
+        task.pop("hydra", None)
+    try:
+        validate_config(task)
+        if run_dir and not OmegaConf.select(task, "trainer.resume", throw_on_missing=False):
+            check_run_dir(run_dir, "hydra.run.dir")
+    except ConfigError as e:
+        raise _config_error(e) from None
+
+
+try:
+    from hydra.experimental.callback import Callback as _Callback
+except ImportError:  # pragma: no cover
+    _Callback = object
+
+
+class PreflightCallback(_Callback):
+    """Hydra callback (``hydra.callbacks.preflight`` in ``configs/config.yaml``): runs
+    :func:`preflight` in ``on_run_start``, before Hydra makes the run dir, writes
+    ``.hydra/`` or opens its log file there."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        preflight(config)
+
+
 def _run_dir() -> str:
     from hydra.core.hydra_config import HydraConfig
 
@@ -33,11 +82,12 @@ def _train(cfg) -> None:
     from .config import ConfigError
     from .loop import Trainer
 
+    from ..models.loading import ModelSourceError
+
     try:
         trainer = Trainer(cfg, _run_dir())
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except (ConfigError, ModelSourceError) as e:
+        raise _config_error(e) from None
     print(f"run dir: {trainer.run_dir}  (tensorboard --logdir {trainer.run_dir})", flush=True)
     trainer.fit()
 
@@ -46,13 +96,14 @@ def _sft(cfg) -> None:
     from .config import ConfigError, validate_config
     from .loop import Trainer
 
+    from ..models.loading import ModelSourceError
+
     try:
         validate_config(cfg)
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    cfg.trainer.total_iterations = 0
-    trainer = Trainer(cfg, _run_dir())
+        cfg.trainer.total_iterations = 0
+        trainer = Trainer(cfg, _run_dir())
+    except (ConfigError, ModelSourceError) as e:
+        raise _config_error(e) from None
     stats = trainer.validate(step=0)
     print(f"warm-started model: {trainer.model_path}")
     print(f"validation success {stats['success']:.3f} ± {stats['success_stderr']:.3f}, "
