@@ -185,6 +185,14 @@ def test_resume_accepts_and_logs_harmless_changes(key, value, caplog):
     assert f"{key}: {STORED_VALUE(key)!r} -> {value!r}" in caplog.text
 
 
+def test_resume_logs_but_accepts_a_key_only_one_config_has(caplog):
+    # a checkpoint from an older code version lacks a newer key: compared keys only, the rest is logged
+    given = with_change("algo.new_option", 1)
+    with caplog.at_level(logging.WARNING, logger=ckpt_mod.__name__):
+        assert check_resume_config(STORED, given) == [("algo.new_option", "<absent>", 1)]
+    assert "algo.new_option only in the given config" in caplog.text
+
+
 # --------------------------------------------------------------------------- item 8: the iteration line
 STATS = {"rollout/reward_mean": -0.5, "rollout/success": 0.0, "rollout/tokens": 38.0, "timing/total": 1.25}
 

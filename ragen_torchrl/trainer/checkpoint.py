@@ -288,7 +288,8 @@ def check_resume_config(stored: Mapping[str, Any], given: Mapping[str, Any], *,
 
     Every change is logged. Changes to :func:`is_protected` keys raise :class:`ConfigError`
     naming each key with its old and new value, unless ``allow_changes`` (the config's
-    ``trainer.resume_allow_changes``), in which case they are logged as warnings.
+    ``trainer.resume_allow_changes``), in which case they are logged as warnings. A key
+    found in one config only (a checkpoint from another code version) is logged, not refused.
     Returns the changes.
 
     Example:
@@ -303,9 +304,16 @@ def check_resume_config(stored: Mapping[str, Any], given: Mapping[str, Any], *,
         (set trainer.resume_allow_changes=true to resume anyway)
     """
     changes = config_changes(stored, given)
-    refused = [c for c in changes if is_protected(c[0])]
+    # a key on one side only comes from another code version (a new key's default keeps the old
+    # behaviour): logged, not refused, or every new config key would block old checkpoints
+    refused = [c for c in changes if is_protected(c[0]) and _ABSENT not in (c[1], c[2])]
     for key, old, new in changes:
-        if not is_protected(key):
+        if (key, old, new) in refused:
+            continue
+        if _ABSENT in (old, new):
+            log.warning("resume: config key %s only in the %s config (%r -> %r): not compared", key,
+                        "given" if old == _ABSENT else "stored", old, new)
+        else:
             log.info("resume: config change %s: %r -> %r", key, old, new)
     if refused and not allow_changes:
         listed = ", ".join(f"{k}: {o} -> {n}" for k, o, n in refused)
