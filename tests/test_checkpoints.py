@@ -161,15 +161,15 @@ def with_change(key: str, value):
 def test_resume_refuses_a_change_that_alters_the_run(key, value, caplog):
     # issue 13 item 6: "refuse a change that alters the run's meaning (algo, env, batch shape) unless ... explicit flag"
     given = with_change(key, value)
-    with pytest.raises(ConfigError, match=re.escape(f"{key}: {STORED_VALUE(key)} -> {value}")) as err:
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: {stored_value(key)} -> {value}")) as err:
         check_resume_config(STORED, given)
     assert "trainer.resume_allow_changes=true" in str(err.value)
     with caplog.at_level(logging.WARNING, logger=ckpt_mod.__name__):
-        assert check_resume_config(STORED, given, allow_changes=True) == [(key, STORED_VALUE(key), value)]
+        assert check_resume_config(STORED, given, allow_changes=True) == [(key, stored_value(key), value)]
     assert key in caplog.text  # an allowed change is still logged
 
 
-def STORED_VALUE(key: str):
+def stored_value(key: str):
     node = STORED
     for p in key.split("."):
         node = node[p]
@@ -181,8 +181,8 @@ def STORED_VALUE(key: str):
 def test_resume_accepts_and_logs_harmless_changes(key, value, caplog):
     # issue 13 item 6: "log what changed" (harmless: more iterations, another save period, another device)
     with caplog.at_level(logging.INFO, logger=ckpt_mod.__name__):
-        assert check_resume_config(STORED, with_change(key, value)) == [(key, STORED_VALUE(key), value)]
-    assert f"{key}: {STORED_VALUE(key)!r} -> {value!r}" in caplog.text
+        assert check_resume_config(STORED, with_change(key, value)) == [(key, stored_value(key), value)]
+    assert f"{key}: {stored_value(key)!r} -> {value!r}" in caplog.text
 
 
 def test_resume_logs_but_accepts_a_key_only_one_config_has(caplog):
@@ -243,7 +243,12 @@ def test_resumed_dapo_run_draws_the_same_refill_levels(ragen_cache_dir, tmp_path
     # run draws other refill levels)"; refill k of a run draws levels from seed + 7919 * k (loop._collect_more)
     calls = []
     real = loop_mod.train_level_seeds
-    monkeypatch.setattr(loop_mod, "train_level_seeds", lambda seed, it, n: (calls.append((seed, it, n)), real(seed, it, n))[1])
+
+    def recorded(seed, it, n):
+        calls.append((seed, it, n))
+        return real(seed, it, n)
+
+    monkeypatch.setattr(loop_mod, "train_level_seeds", recorded)
     extra = ("algo=dapo", "trainer.val_every=0", "sft.episodes=4")
     straight = Trainer(make_cfg(ragen_cache_dir, *extra, "trainer.total_iterations=2"), run_dir=tmp_path / "s")
     straight.fit()
@@ -253,8 +258,8 @@ def test_resumed_dapo_run_draws_the_same_refill_levels(ragen_cache_dir, tmp_path
     # the 3-step warm start never succeeds: every group is dropped and all 3 refills run per iteration
     assert first.history[-1]["dynamic_sampling/extra_rollouts"] == 3.0 and first._refills == 3
     calls[:] = []
-    resumed = Trainer(make_cfg(ragen_cache_dir, *extra, "trainer.total_iterations=2", f"trainer.resume={tmp_path / 'f'}"),
-                      run_dir=tmp_path / "r")
+    resumed = Trainer(make_cfg(ragen_cache_dir, *extra, "trainer.total_iterations=2",
+                               f"trainer.resume={tmp_path / 'f'}"), run_dir=tmp_path / "r")
     resumed.fit()
     # iteration index 1: the main batch (seed 0), then refills 4, 5, 6 -> seeds 7919 * 4, 7919 * 5, 7919 * 6
     assert calls == [(0, 1, 2), (31676, 1, 2), (39595, 1, 2), (47514, 1, 2)]
