@@ -1,0 +1,300 @@
+"""Config validation (issue 13, items 2-5): every bad input named in the issue is a
+:class:`ConfigError` naming the key, raised by ``validate_config`` before any env or model is
+built and before anything is written. The CLI side (exit status 2, nothing left on disk) is
+in ``test_cli.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import ragen_torchrl.models.loading as loading
+import ragen_torchrl.trainer.config as config_mod
+import ragen_torchrl.trainer.loop as loop_mod
+from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config import (ConfigError, allowed_keys, config_schema, estimate_iteration_tokens,
+                                          estimate_tiny_model_bytes, unknown_keys, validate_config)
+from ragen_torchrl.trainer.loop import Trainer
+
+
+def make_cfg(tmp_path: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=[f"model.cache_dir={tmp_path / 'cache'}", *overrides])
+
+
+def assert_rejected(tmp_path: Path, overrides: tuple[str, ...], key: str, text: str = "") -> str:
+    cfg = make_cfg(tmp_path, *overrides)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    msg = str(err.value)
+    assert key in msg, msg
+    assert text in msg, msg
+    return msg
+
+
+# every bad input of items 2-5 (the exact inputs of the issue first), with the key the
+# message must name and a piece of the expected explanation
+BAD = [
+    # item 2: "every float is checked finite and in range"; "`seed=abc` must fail at validation"
+    (("algo.lr=nan",), "algo.lr", "finite"),
+    (("env.format_penalty=nan",), "env.format_penalty", "finite"),
+    (("seed=abc",), "seed", "integer"),
+    (("algo.lr=inf",), "algo.lr", "finite"),
+    (("algo.lr=2.0",), "algo.lr", "at most 1.0"),
+    (("sft.lr=nan",), "sft.lr", "finite"),
+    (("algo.entropy_coeff=-inf",), "algo.entropy_coeff", "finite"),
+    (("algo.kl_coeff=nan",), "algo.kl_coeff", "finite"),
+    (("rollout.temperature=inf",), "rollout.temperature", "finite"),
+    (("trainer.val_temperature=-0.5",), "trainer.val_temperature", "non-negative"),
+    (("sft.noise=nan",), "sft.noise", "finite"),
+    (("algo.clip_epsilon=[0.2,nan]",), "algo.clip_epsilon[1]", "finite"),
+    (("env.format_penalty=0.5",), "env.format_penalty", "<= 0"),
+    (("algo.weight_decay=-0.1",), "algo.weight_decay", "[0.0, 1.0]"),
+    (("algo=ppo", "algo.gamma=1.5"), "algo.gamma", "[0.0, 1.0]"),
+    (("sft.seed=abc",), "sft.seed", "integer"),
+    (("t3.enabled=maybe",), "t3.enabled", "true or false"),
+    # item 3: silently accepted nonsense
+    (("trainer.group_size=1",), "trainer.group_size=1", "group-relative"),
+    (("algo=drgrpo", "trainer.group_size=1"), "trainer.group_size=1", "drgrpo"),
+    (("algo=dapo", "trainer.group_size=1"), "trainer.group_size=1", "dapo"),
+    (("algo=gspo", "trainer.group_size=1"), "trainer.group_size=1", "gspo"),
+    (("filter=snr_top_p", "filter.value=1.5"), "filter.value", "(0, 1]"),
+    (("filter=snr_top_k", "filter.value=4"), "filter.value", "(0, 1]"),
+    (("filter=snr_top_p", "filter.value=nan"), "filter.value", "finite"),
+    (("algo.clip_epsilon=5",), "algo.clip_epsilon", "< 1"),
+    (("algo=dapo", "algo.clip_epsilon=[0.2,5]"), "algo.clip_epsilon", "<= 1"),
+    (("algo.clip_epsilon=[0.2,0.28,0.3]",), "algo.clip_epsilon", "pair"),
+    (("algo.dual_clip=0.5",), "algo.dual_clip", "> 1"),
+    (("algo.dual_clip=inf",), "algo.dual_clip", "finite"),
+    (("algo=gspo", "algo.dual_clip=3.0"), "algo.dual_clip", "GSPO"),
+    (("algo=dapo", "algo.dynamic_sampling.criterion=accuracy"), "algo.dynamic_sampling.criterion", "success"),
+    (("t3.enabled=true",), "t3.enabled=true", "env.name=frozenlake has none"),
+    (("env=sokoban", "t3.enabled=true"), "t3.enabled=true", "guess_numbers"),
+    (("env=guess_numbers", "t3.enabled=true", "t3.k=0"), "t3.k", "positive"),
+    (("+foo=1",), "foo", "unknown config key"),
+    (("+algo.lrr=0.1",), "algo.lrr (did you mean algo.lr?)", "unknown config key"),
+    (("+env.sizee=5",), "env.sizee", "unknown config key"),
+    (("+filter.collapse_stop.foo=1",), "filter.collapse_stop.foo", "unknown config key"),
+    # item 4: unbounded sizes
+    (("env.size=100000",), "env.size=100000", "exceeds the limit 64"),
+    (("env=sokoban", "env.dim=[1000,1000]"), "env.dim", "exceeds the limit 64"),
+    (("env=sokoban", "env.max_nodes=100000000"), "env.max_nodes", "exceeds the limit 1000000"),
+    (("env=circuit_decoding", "env.n_inputs=20"), "env.n_inputs=20", "exceeds the limit 8"),
+    (("env=preference_estimation", "env.dim=100000"), "env.dim", "exceeds the limit 64"),
+    (("env.max_turn=1000",), "env.max_turn=1000", "exceeds the limit 100"),
+    (("trainer.val_levels=10000000",), "trainer.val_levels=10000000", "exceeds the limit 65536"),
+    (("rollout.max_new_tokens=1000000",), "rollout.max_new_tokens=1000000", "exceeds the limit 32768"),
+    (("trainer.prompts_per_iter=100000",), "trainer.prompts_per_iter=100000", "exceeds the limit 4096"),
+    (("trainer.group_size=100000",), "trainer.group_size=100000", "exceeds the limit 256"),
+    (("sft.episodes=1000000000",), "sft.episodes=1000000000", "exceeds the limit 1000000"),
+    (("diagnostics.mi.num_pairs=100000",), "diagnostics.mi.num_pairs", "exceeds the limit 1024"),
+    (("model.vocab_size=10000000",), "model.vocab_size", "exceeds the limit"),
+    (("env.size=1",), "env.size", "at least 2"),
+    # 4096 x 16 x 5 x 4096 = 1,342,177,280 generated tokens > 2^26 = 67,108,864
+    (("trainer.prompts_per_iter=4096", "trainer.group_size=16", "rollout.max_new_tokens=4096"),
+     "rollout.max_new_tokens = 1,342,177,280 tokens", "limit 67,108,864"),
+    # 4096 x 32 = 131072 rows > 65536
+    (("trainer.prompts_per_iter=4096", "trainer.group_size=32"), "131072 rows", "limit 65536"),
+    # 10 turns x 512 tokens = 5120 > the tiny model's 4096 positions
+    (("env.max_turn=10", "rollout.max_new_tokens=512"), "env.max_turn x rollout.max_new_tokens = 5120", "4096"),
+    (("model.hidden_size=130",), "model.hidden_size=130", "divisible by model.num_heads=4"),
+    # item 5: misleading errors
+    (("model.name_or_path=/nonexistent",), "model.name_or_path=/nonexistent", "the local path does not exist"),
+    (("model=hf", "model.name_or_path=/nonexistent"), "model.name_or_path=/nonexistent", "does not exist"),
+    (("algo=ppo", "algo.critic_path=/nonexistent/critic"), "algo.critic_path=/nonexistent/critic", "does not exist"),
+    (("env=countdown", "env.data_path=/nonexistent/problems.jsonl"), "env.data_path", "does not exist"),
+]
+
+
+@pytest.mark.parametrize("overrides, key, text", BAD, ids=[" ".join(o) for o, _, _ in BAD])
+def test_bad_input_is_a_config_error_naming_the_key(overrides, key, text, tmp_path):
+    # issue 13: "every bad input gets a clear error before any work"
+    assert_rejected(tmp_path, overrides, key, text)
+
+
+@pytest.mark.parametrize("overrides", [
+    ("algo=ppo", "trainer.group_size=1"),          # a critic baseline: G = 1 is fine
+    ("algo=dapo_ragen", "trainer.group_size=1"),   # RAGEN-2's "DAPO" is PPO with a critic
+    ("algo=gspo",),                                # (3e-4, 4e-4): GSPO's tiny sequence-ratio range
+    ("algo.dual_clip=3.0",),                       # the reference config's dual-clip
+    ("env=guess_numbers", "t3.enabled=true"),
+    ("env=movie_recommendation", "t3.enabled=true"),
+    ("env=circuit_decoding", "t3.enabled=true", "t3.cumulative=true"),
+    ("algo=grpo", "+algo.aggregation=token_mean"),  # read by build_objective for every algorithm
+    ("env.size=64",),                              # the limit itself is allowed
+    ("trainer.resume_allow_changes=true",),
+])
+def test_legitimate_configs_pass(overrides, tmp_path):
+    validate_config(make_cfg(tmp_path, *overrides))
+
+
+def test_every_shipped_preset_validates(tmp_path):
+    groups = ("algo", "env", "filter", "trainer")
+    for group in groups:
+        for f in sorted((Path(CONFIG_DIR) / group).glob("*.yaml")):
+            validate_config(make_cfg(tmp_path, f"{group}={f.stem}"))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (("algo.lr=nan",), "algo.lr"),
+    (("env.format_penalty=nan",), "env.format_penalty"),
+    (("seed=abc",), "seed"),
+    (("trainer.group_size=1",), "trainer.group_size"),
+    (("filter=snr_top_p", "filter.value=1.5"), "filter.value"),
+    (("algo.clip_epsilon=5",), "algo.clip_epsilon"),
+    (("t3.enabled=true",), "t3.enabled"),
+    (("+foo=1",), "foo"),
+    (("env.size=100000",), "env.size"),
+    (("model.name_or_path=/nonexistent",), "model.name_or_path"),
+])
+def test_trainer_rejects_before_any_env_or_model_is_built(overrides, key, tmp_path, monkeypatch):
+    # issue 13 acceptance: config errors come "before any model is built"
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("reached env/model construction despite a bad config")
+
+    monkeypatch.setattr(Trainer, "_prepare_model", must_not_run)
+    monkeypatch.setattr(loop_mod, "load_pretrained", must_not_run)
+    monkeypatch.setattr(loop_mod, "make_env", must_not_run)
+    cfg = make_cfg(tmp_path, *overrides)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        Trainer(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "cache").exists()
+
+
+# --------------------------------------------------------------------------- item 3: unknown keys
+def test_unknown_keys_against_the_selected_group_options(tmp_path):
+    schema = config_schema(CONFIG_DIR)
+    # algo=dapo_ragen has name: ppo, so it may carry PPO's critic keys but not DAPO's sampler
+    cfg = make_cfg(tmp_path, "algo=dapo_ragen")
+    allowed = allowed_keys(cfg, schema)
+    assert "critic_lr" in allowed["algo"] and "dynamic_sampling" not in allowed["algo"]
+    OmegaConf.set_struct(cfg, False)
+    cfg = OmegaConf.merge(cfg, {"algo": {"dynamic_sampling": {"enabled": True}}, "foo": 1})
+    assert unknown_keys(cfg, allowed) == ["algo.dynamic_sampling", "foo"]
+
+
+def test_unknown_key_check_follows_the_config_dir(tmp_path):
+    # a user's RAGEN_CONFIG_DIR with its own keys: those are known there
+    (tmp_path / "cfgs" / "env").mkdir(parents=True)
+    (tmp_path / "cfgs" / "config.yaml").write_text("defaults:\n  - env: a\n  - _self_\nseed: 0\nextra: 1\n")
+    (tmp_path / "cfgs" / "env" / "a.yaml").write_text("name: a\nsize: 4\n")
+    cfg = OmegaConf.create({"seed": 0, "extra": 1, "env": {"name": "a", "size": 4}})
+    config_mod.check_unknown_keys(cfg, tmp_path / "cfgs")
+    cfg.env.sizee = 5
+    with pytest.raises(ConfigError, match=r"env\.sizee \(did you mean env\.size\?\)"):
+        config_mod.check_unknown_keys(cfg, tmp_path / "cfgs")
+
+
+# --------------------------------------------------------------------------- item 4: estimates
+def test_iteration_token_estimate_by_hand(tmp_path):
+    # default run: P=16 prompts x G=4 samples x 5 turns x 48 tokens = 15360 tokens
+    assert estimate_iteration_tokens(make_cfg(tmp_path)) == 16 * 4 * 5 * 48 == 15360
+
+
+def test_tiny_model_memory_estimate_by_hand(tmp_path, monkeypatch):
+    # default tiny model: vocab 768, hidden 128, inter 512, 4 layers, 4 heads, 2 kv heads;
+    # kv width 128/4*2 = 64; per layer q,o 2*128^2 = 32768, k,v 2*128*64 = 16384, MLP 3*128*512
+    # = 196608, 2 norms 256 -> 246016; embeddings in+out 2*768*128 = 196608;
+    # 196608 + 4*246016 = 1,180,672 parameters x 16 bytes (weights, grads, 2 Adam moments)
+    assert estimate_tiny_model_bytes(make_cfg(tmp_path)) == 1_180_672 * 16
+    # a model whose training state exceeds half the RAM is refused before it is built
+    monkeypatch.setattr(config_mod, "_physical_memory", lambda: 8 * 2**30)
+    msg = assert_rejected(tmp_path, ("model.vocab_size=200000", "model.hidden_size=4096"), "model.vocab_size",
+                          "GiB to train")
+    # 2*200000*4096 + 4*(2*4096^2 + 2*4096*2048 + 3*4096*512 + 2*4096)
+    # = 1,638,400,000 + 4*56,631,296 = 1,864,925,184 params x 16 B = 29,838,802,944 B = 27.8 GiB
+    assert "27.8 GiB" in msg and "8.0 GiB" in msg
+
+
+# --------------------------------------------------------------------------- item 5: paths
+def test_model_source_kinds(tmp_path, monkeypatch):
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    with pytest.raises(loading.ModelSourceError, match="not a model directory"):
+        loading.check_model_source(str(model_dir))
+    (model_dir / "config.json").write_text("{}")
+    assert loading.check_model_source(str(model_dir)) == "local"
+    monkeypatch.setattr(loading, "_hub_cached", lambda repo: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: True)
+    assert loading.check_model_source("some-org/some-model") == "hub"
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: False)
+    with pytest.raises(loading.ModelSourceError, match="this machine may be offline"):
+        loading.check_model_source("some-org/some-model")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(loading.ModelSourceError, match="offline mode is on"):
+        loading.check_model_source("some-org/some-model")
+    with pytest.raises(loading.ModelSourceError, match="nor a valid Hugging Face hub name"):
+        loading.check_model_source("bad name with spaces")
+
+
+def test_hub_name_on_an_offline_machine_is_a_config_error(tmp_path, monkeypatch):
+    # issue 13 item 5: "for hub names, that this machine may be offline"
+    monkeypatch.setattr(loading, "_hub_cached", lambda repo: False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    assert_rejected(tmp_path, ("model=hf", "model.name_or_path=nonexistent-org/nonexistent-model"),
+                    "model.name_or_path=nonexistent-org/nonexistent-model", "this machine may be offline")
+
+
+def test_load_pretrained_names_a_missing_path_without_a_hub_traceback():
+    with pytest.raises(loading.ModelSourceError, match="the local path does not exist"):
+        loading.load_pretrained("/nonexistent/model")
+
+
+def test_unwritable_cache_dir_names_the_path(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    # a cache dir below a file can never be created
+    assert_rejected(tmp_path, (f"model.cache_dir={afile}/cache",), f"model.cache_dir={afile}/cache",
+                    f"{afile} is a file")
+
+
+def test_read_only_dirs_are_reported_by_path(tmp_path, monkeypatch):
+    # a read-only dir: creating a file in it fails (simulated: the tests may run as root,
+    # which writes through permission bits)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+
+    def refuse(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(config_mod.tempfile, "mkstemp", refuse)
+    with pytest.raises(ConfigError, match=rf"model\.cache_dir={ro}/cache is not writable: cannot create files in {ro}"):
+        config_mod.check_writable_dir(ro / "cache", "model.cache_dir")
+    with pytest.raises(ConfigError, match=rf"hydra\.run\.dir={ro} is not writable"):
+        config_mod.check_run_dir(ro)
+    assert list(ro.iterdir()) == []  # nothing was created
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes through permission bits")
+def test_read_only_cache_dir_for_real(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert_rejected(tmp_path, (f"model.cache_dir={ro}",), f"model.cache_dir={ro}", "not writable")
+    finally:
+        ro.chmod(0o755)
+
+
+def test_resume_without_a_checkpoint_is_a_config_error(tmp_path):
+    # issue 13 item 5: "A run dir given to trainer.resume without a checkpoint ... make it a config error"
+    run = tmp_path / "old_run"
+    (run / "checkpoints").mkdir(parents=True)
+    msg = assert_rejected(tmp_path, (f"trainer.resume={run}",), f"trainer.resume={run}", "no checkpoint in")
+    assert "last.pt" in msg
+    assert_rejected(tmp_path, (f"trainer.resume={tmp_path / 'missing'}",), "trainer.resume", "no such run directory")
+    # a previous checkpoint alone is enough (the newest may have been lost; the loader falls back)
+    (run / "checkpoints" / "prev.pt").write_bytes(b"x")
+    validate_config(make_cfg(tmp_path, f"trainer.resume={run}"))
+    with pytest.raises(FileNotFoundError):  # still a FileNotFoundError for callers that catch that
+        validate_config(make_cfg(tmp_path, f"trainer.resume={tmp_path / 'missing'}"))
