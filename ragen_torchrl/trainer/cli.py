@@ -38,8 +38,8 @@ def preflight(cfg) -> None:
     """Validate a composed config including Hydra's run dir; exit 2 with a message on an error.
 
     ``cfg`` is the full config (with its ``hydra`` node) as Hydra passes it to callbacks; the
-    task config is the same without ``hydra``. The run dir is checked for writability without
-    being created (a ``trainer.resume`` run writes to the resumed dir instead).
+    task config is the same without ``hydra``. Hydra's run dir is checked for writability
+    without being created (a ``trainer.resume`` run also needs its resumed dir writable).
     """
     from omegaconf import OmegaConf, open_dict
 
@@ -51,7 +51,7 @@ def preflight(cfg) -> None:
         task.pop("hydra", None)
     try:
         validate_config(task)
-        if run_dir and not OmegaConf.select(task, "trainer.resume", throw_on_missing=False):
+        if run_dir:  # Hydra writes .hydra/ and its log there even when a resumed run trains elsewhere
             check_run_dir(run_dir, "hydra.run.dir")
     except ConfigError as e:
         raise _config_error(e) from None

@@ -561,7 +561,8 @@ def check_t3(cfg: DictConfig) -> None:
 
     env_name = str(_get(cfg, "env.name"))
     builder = getattr(envs, "_REGISTRY", {}).get(env_name)
-    task = getattr(builder, "task_name", "") or ENV_TASKS.get(env_name) or ENV_TASKS.get(env_name.removesuffix("_small"))
+    task = (getattr(builder, "task_name", "") or ENV_TASKS.get(env_name)
+            or ENV_TASKS.get(env_name.removesuffix("_small")))
     if not task:
         t3_envs = sorted({n for n, b in getattr(envs, "_REGISTRY", {}).items() if getattr(b, "task_name", "")}
                          | set(ENV_TASKS))
@@ -586,7 +587,7 @@ def check_writable_dir(path: str | os.PathLike, key: str) -> None:
         >>> check_writable_dir(f.name + "/sub", "model.cache_dir")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ragen_torchrl.trainer.config.ConfigError: model.cache_dir=.../sub cannot be created: ... is a file, not a directory
+        ragen_torchrl.trainer.config.ConfigError: model.cache_dir=.../sub cannot be created: ... is a file, ...
     """
     p = Path(os.path.expanduser(str(path)))
     if p.exists() and not p.is_dir():
@@ -710,7 +711,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
         check_positive_int(cfg, "diagnostics.mi.num_pairs")
         dtype = _get(cfg, "diagnostics.mi.dtype")
         if dtype not in (None, "float32", "float64", "bfloat16", "float16"):
-            raise ConfigError(f"diagnostics.mi.dtype must be null, float32, float64, bfloat16 or float16, got {dtype!r}")
+            raise ConfigError(f"diagnostics.mi.dtype must be null, float32, float64, bfloat16 or float16, "
+                              f"got {dtype!r}")
     if _get(cfg, "sft.noise_kind") not in (None, "uniform", "heuristic"):
         raise ConfigError(f"sft.noise_kind must be 'uniform' or 'heuristic', got {_get(cfg, 'sft.noise_kind')!r}")
     if _get(cfg, "model.name_or_path") is None and _get(cfg, "model.name") not in ("tiny", None):
@@ -729,7 +731,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
         from ..diagnostics.cross_scoring import METHODS
 
         if _get(cfg, "diagnostics.mi.method") not in (None, *METHODS):
-            raise ConfigError(f"diagnostics.mi.method must be one of {METHODS}, got {_get(cfg, 'diagnostics.mi.method')!r}")
+            raise ConfigError(f"diagnostics.mi.method must be one of {METHODS}, "
+                              f"got {_get(cfg, 'diagnostics.mi.method')!r}")
     if _get(cfg, "filter") is not None:
         from ..transforms.snr import validate_filter_config
 
