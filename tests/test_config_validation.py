@@ -167,6 +167,19 @@ def test_trainer_rejects_before_any_env_or_model_is_built(overrides, key, tmp_pa
     assert not (tmp_path / "cache").exists()
 
 
+def test_trainer_in_python_rejects_a_run_dir_it_cannot_write(tmp_path, monkeypatch):
+    # issue 13 item 5: an unwritable run dir is named before any model is built (not only in the CLI)
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("reached env/model construction despite a bad run dir")
+
+    monkeypatch.setattr(Trainer, "_prepare_model", must_not_run)
+    monkeypatch.setattr(loop_mod, "make_env", must_not_run)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="run_dir=.*a_file"):
+        Trainer(make_cfg(tmp_path), run_dir=blocker / "run")
+
+
 # --------------------------------------------------------------------------- item 3: unknown keys
 def test_unknown_keys_against_the_selected_group_options(tmp_path):
     schema = config_schema(CONFIG_DIR)

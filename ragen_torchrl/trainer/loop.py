@@ -43,7 +43,7 @@ from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs,
 from ..transforms.snr import (FilterGuard, ValidationStop, build_filter, group_scores, loss_scale, unfiltered_stats,
                               validate_filter_config)
 from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
-from .config import ConfigError, validate_config
+from .config import ConfigError, check_run_dir, validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
 
 log = logging.getLogger(__name__)
@@ -218,6 +218,9 @@ class Trainer:
         tensordict.set_list_to_stack(True).set()
         self.cfg = cfg
         resume = cfg.trainer.get("resume")
+        if not resume:
+            # a read-only run dir is a config error now, not a traceback after the warm start
+            check_run_dir(run_dir, "run_dir")
         self.run_dir = Path(resume if resume else run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.ckpt_path = self.ckpt_dir / LAST
