@@ -377,6 +377,18 @@ class ActiveReasoningEnv(TextGameEnv):
         )
         return float(reward), finished, fields, prefix
 
+    def _failed_row(self, idx: int, reply: str, error: Exception):
+        row, message = super()._failed_row(idx, reply, error)
+        # the T3 columns of a failed row: no query, no answer, no progress made
+        row["progress_before"] = row["progress"]
+        try:
+            row["hypothesis_size"] = self._hypothesis_size(self.games[idx], {})
+        except Exception:
+            row["hypothesis_size"] = -1.0
+        if idx < len(self.last_infos):
+            self.last_infos[idx] = {"env_error": f"{type(error).__name__}: {error}"}
+        return row, message
+
     def _out_of_budget(self, idx: int) -> bool:
         # one query or answer per turn: only the turn limit applies
         return self._turns[idx] >= self.max_turn

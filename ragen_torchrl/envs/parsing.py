@@ -26,8 +26,15 @@ import re
 from dataclasses import dataclass, field
 
 #: replies longer than this are cut before parsing (a model can emit thousands of
-#: tokens; regexes over megabytes would stall the rollout)
+#: tokens; regexes over megabytes would stall the rollout). ``TextGameEnv`` cuts every
+#: reply to this length before any parser or game sees it.
 MAX_REPLY_CHARS = 8192
+
+#: significant digits :func:`safe_int` converts; longer numbers are clamped to
+#: ``±INT_CLAMP``. Python refuses to convert more than 4300 digits (``ValueError``), and no
+#: id, count or answer in these games needs more than 18.
+MAX_INT_DIGITS = 18
+INT_CLAMP = 10**MAX_INT_DIGITS
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -117,6 +124,35 @@ def parse_response(
         return ParsedResponse(actions=[answer] if answer else [], format_ok=True, think=think, answer=answer)
     actions, invalid = select_actions(answer, action_names, max_actions, separator=separator)
     return ParsedResponse(actions=actions, format_ok=True, think=think, answer=answer, num_invalid=invalid)
+
+
+def safe_int(text: str) -> int | None:
+    """The integer a model wrote, or ``None`` when ``text`` is not one; never raises.
+
+    ``text`` is an optional sign followed by decimal digits (any script ``int()`` accepts,
+    e.g. fullwidth ``"１２"``), surrounding whitespace allowed. A number with more than
+    :data:`MAX_INT_DIGITS` significant digits is clamped to ``±INT_CLAMP``, which is out of
+    range for every id and answer of these games, so it is rejected as one instead of
+    crashing ``int()`` (Python's 4300-digit limit).
+
+    Example:
+        >>> safe_int("42"), safe_int(" -007 "), safe_int("１２"), safe_int("4x")
+        (42, -7, 12, None)
+        >>> safe_int("9" * 10_000) == INT_CLAMP
+        True
+    """
+    if not isinstance(text, str):
+        return None
+    body = text.strip()
+    sign = -1 if body[:1] == "-" else 1
+    if body[:1] in "+-" and body:
+        body = body[1:]
+    if not body or not body.isdecimal():
+        return None
+    body = body.lstrip("0") or "0"
+    if len(body) > MAX_INT_DIGITS:
+        return sign * INT_CLAMP
+    return sign * int(body)
 
 
 def select_actions(

@@ -26,6 +26,8 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +39,12 @@ from torchrl.data.llm import History
 from torchrl.envs.llm import ChatEnv
 
 from .games.base import TextGame
-from .parsing import parse_response
+from .parsing import MAX_REPLY_CHARS, parse_response
+
+logger = logging.getLogger(__name__)
+
+#: next user message of a row whose step raised (the row ends there; see ``TextGameEnv``)
+ENV_ERROR_MESSAGE = "The environment could not process this reply; the episode is over."
 
 FORMAT_INSTRUCTIONS = "Reply <think>reasoning</think><answer>action</answer>, up to {max_actions} actions split by ||."
 
@@ -67,6 +74,15 @@ class TextGameEnv(ChatEnv):
 
     Input of ``reset``: a TensorDict with ``level_seed`` (B, long) and ``group_id``
     (B, long); optional ``sample_seed`` (B, long).
+
+    Hostile replies: every reply is cut to
+    :data:`~ragen_torchrl.envs.parsing.MAX_REPLY_CHARS` (8192) characters before any parser or
+    game sees it, and a non-string reply counts as empty. Parsers and games treat any string
+    as a possibly malformed reply (penalty, state unchanged) and never raise; a reply that
+    still makes a row's step raise (or return a non-finite reward) is a bug in the env, but
+    the rollout survives it: the exception is logged as a warning naming the env, the row's
+    ``level_seed`` and the exception, the row ends there (``done`` and ``terminated``, no
+    success) with ``format_penalty`` as its reward, and the other rows go on.
     """
 
     def __init__(
@@ -103,6 +119,7 @@ class TextGameEnv(ChatEnv):
         self.games: list[TextGame] = []
         self._turns: list[int] = []
         self._actions_used: list[int] = []
+        self._level_seeds: list[int] = []
 
     # -- specs ------------------------------------------------------------------
     def _make_specs(self) -> None:
@@ -193,6 +210,7 @@ class TextGameEnv(ChatEnv):
             sample_seeds = torch.arange(n)
         sample_seeds = sample_seeds.reshape(-1).tolist()
         self.games = [self.game_factory(int(s), int(ss)) for s, ss in zip(level_seeds, sample_seeds)]
+        self._level_seeds = [int(s) for s in level_seeds]  # named in the log of an env error
         self._turns = [0] * n
         self._actions_used = [0] * n
         histories = [
@@ -257,27 +275,63 @@ class TextGameEnv(ChatEnv):
     def _out_of_budget(self, idx: int) -> bool:
         return self._turns[idx] >= self.max_turn or self._actions_used[idx] >= self.max_actions_per_traj
 
+    def _step_row(self, idx: int, reply: str) -> tuple[dict[str, Any], str]:
+        """Step one row; return its per-key values and the next user message."""
+        game = self.games[idx]
+        reward, finished, fields, prefix = self._apply_reply(idx, game, reply)
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"non-finite reward {reward} from {type(game).__name__}")
+        self._turns[idx] += 1
+        out_of_budget = self._out_of_budget(idx)
+        row = {
+            "reward": reward,
+            "terminated": bool(finished),
+            "truncated": out_of_budget and not finished,
+            "done": bool(finished) or out_of_budget,
+            "turn": self._turns[idx],
+            "progress": float(game.progress()),
+        }
+        for key, (_, default) in self.STEP_FIELDS.items():
+            row[key] = fields.get(key, default)
+        return row, self.observation_text(game, prefix)
+
+    def _failed_row(self, idx: int, reply: str, error: Exception) -> tuple[dict[str, Any], str]:
+        """The safety net: a row whose step raised ends with the format penalty."""
+        seed = self._level_seeds[idx] if idx < len(self._level_seeds) else None
+        logger.warning(
+            "%s: env error on row %d (level_seed=%s, reply of %d chars): %s: %s; the row ends "
+            "with the format penalty %g and the rollout goes on",
+            type(self).__name__, idx, seed, len(reply), type(error).__name__, error, self.format_penalty,
+            exc_info=error,
+        )
+        self._turns[idx] += 1
+        try:
+            progress = float(self.games[idx].progress())
+        except Exception:  # the game's state may be half-updated: any progress will do
+            progress = 0.0
+        row = {key: default for key, (_, default) in self.STEP_FIELDS.items()}
+        row.update(reward=self.format_penalty, terminated=True, truncated=False, done=True,
+                   turn=self._turns[idx], progress=progress if math.isfinite(progress) else 0.0)
+        return row, ENV_ERROR_MESSAGE
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         full: History = tensordict.get(("history", "full"))
         env_index = tensordict.get("env_index").reshape(-1).tolist()
         replies = [h.content[-1] if h.role[-1] == "assistant" else "" for h in full.unbind(0)]
+        # bound the work on runaway generations before any parser or game sees the text
+        replies = [r[:MAX_REPLY_CHARS] if isinstance(r, str) else "" for r in replies]
         n = len(env_index)
         values: dict[str, list] = {key: [] for key in ("reward", "done", "terminated", "truncated", "turn", "progress", *self.STEP_FIELDS)}
         new_msgs = []
         for idx, reply in zip(env_index, replies):
-            game = self.games[idx]
-            reward, finished, fields, prefix = self._apply_reply(idx, game, reply)
-            self._turns[idx] += 1
-            out_of_budget = self._out_of_budget(idx)
-            values["reward"].append(float(reward))
-            values["terminated"].append(bool(finished))
-            values["truncated"].append(out_of_budget and not finished)
-            values["done"].append(bool(finished) or out_of_budget)
-            values["turn"].append(self._turns[idx])
-            values["progress"].append(float(game.progress()))
-            for key, (_, default) in self.STEP_FIELDS.items():
-                values[key].append(fields.get(key, default))
-            new_msgs.append(self._user_message(self.observation_text(game, prefix)))
+            try:
+                row, message = self._step_row(idx, reply)
+            except Exception as error:  # a bug in the env must not end the training run
+                row, message = self._failed_row(idx, reply, error)
+            for key in values:
+                values[key].append(row[key])
+            new_msgs.append(self._user_message(message))
         next_prompt = full.extend(lazy_stack(new_msgs), inplace=False, dim=-1)
         data = {key: torch.tensor(values[key], dtype=dtype) for key, (dtype, _) in self.STEP_FIELDS.items()}
         data.update(

@@ -238,7 +238,23 @@ def parse_formula(text: str, n: int) -> Formula | None:
     return tree
 
 
-_QUERY_RE = re.compile(r"^\s*(?P<name>[A-Za-z]+|\*)?\s*\((?P<bits>[^()]*)\)\s*$")
+#: ``NAME = formula`` / ``NAME: formula``; the formula is cut by :func:`_formula_body`, not by
+#: the regex: ``(.+?)\s*\.?\s*$`` backtracked cubically over a run of spaces (minutes for 8 kB)
+_ANSWER_LINE_RE = re.compile(r"\s*([A-Za-z]+)\s*[=:](.*)", re.DOTALL)
+
+
+def _formula_body(text: str) -> str:
+    """The formula of an answer line: stripped, one trailing period dropped.
+
+    Example:
+        >>> _formula_body("  x1 AND x2 . ")
+        'x1 AND x2'
+    """
+    body = text.strip()
+    return body[:-1].rstrip() if body.endswith(".") and len(body) > 1 else body
+
+
+_QUERY_RE = re.compile(r"^\s*(?:(?P<name>[A-Za-z]+|\*)\s*)?\((?P<bits>[^()]*)\)\s*$")
 
 
 def _parse_bits(text: str, n: int) -> tuple[int, ...] | None:
@@ -437,9 +453,9 @@ class CircuitDecodingGame(InteractiveGame):
         out: dict[str, Formula | None] = {nm: None for nm in self.names}
         pieces = [p for p in re.split(r"[;\n]+", text or "") if p.strip()]
         for piece in pieces:
-            m = re.match(r"^\s*([A-Za-z]+)\s*[=:]\s*(.+?)\s*\.?\s*$", piece, re.DOTALL)
+            m = _ANSWER_LINE_RE.match(piece)
             if m and m.group(1).upper() in self.names:
-                out[m.group(1).upper()] = parse_formula(m.group(2), self.n)
+                out[m.group(1).upper()] = parse_formula(_formula_body(m.group(2)), self.n)
             elif len(self.names) == 1 and len(pieces) == 1:
                 out[self.names[0]] = parse_formula(piece.strip().rstrip("."), self.n)
         return out

@@ -304,13 +304,20 @@ def _fb_text(guess: str, fb: tuple[int, int]) -> str:
     return f"Guess {guess}: {fb[0]} in place, {fb[1]} misplaced"
 
 
-_GUESS_RE = re.compile(r"^\s*(?:guess\s*[:=]?\s*)?(.*?)\s*$", re.IGNORECASE | re.DOTALL)
+#: an optional ``guess`` prefix; the rest is stripped with ``str.strip`` (a regex
+#: ``(.*?)\s*$`` was quadratic in a run of spaces)
+_GUESS_RE = re.compile(r"\s*(?:guess\s*[:=]?)?", re.IGNORECASE)
 
 
 def _parse_code(text: str) -> str | None:
-    """A 4-distinct-digit code from loose text (``"1234"``, ``"1 2 3 4"``, ``"guess 1,2,3,4"``)."""
-    m = _GUESS_RE.match(text or "")
-    body = m.group(1) if m else ""
+    """A 4-distinct-digit code from loose text (``"1234"``, ``"1 2 3 4"``, ``"guess 1,2,3,4"``).
+
+    Example:
+        >>> _parse_code("Guess: 1, 2, 3, 4"), _parse_code("1123"), _parse_code(" " * 10_000 + "x")
+        ('1234', None, None)
+    """
+    text = text if isinstance(text, str) else ""
+    body = text[_GUESS_RE.match(text).end():].strip()
     body = re.sub(r"[\s,;\-\[\]\(\)\"'`.]", "", body)
     return body if is_valid_code(body) else None
 

@@ -57,7 +57,8 @@ class MathProblem(NamedTuple):
 # --------------------------------------------------------------------------- normalisation
 _PREFIX_RE = re.compile(r"^\s*(?:so,?\s*)?(?:the\s+)?(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE)
 _NUM_COMMA_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_NUMBER_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
+# (?:\.\d*)? rather than \.?\d*: the latter re-splits a run of digits (quadratic, 0.3 s for 8 kB)
+_NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
 _FRAC_RE = re.compile(r"^([+-]?)\\d?frac\{([+-]?\d+)\}\{([+-]?\d+)\}$")
 _SLASH_RE = re.compile(r"^([+-]?\d+)/([+-]?\d+)$")
 
@@ -118,14 +119,26 @@ def _as_number(s: str) -> Fraction | None:
     m = _FRAC_RE.match(s) or None
     if m:
         sign, a, b = m.groups()
-        if int(b) == 0:
+        a, b = _exact_int(a), _exact_int(b)
+        if a is None or not b:
             return None
-        v = Fraction(int(a), int(b))
+        v = Fraction(a, b)
         return -v if sign == "-" else v
     m = _SLASH_RE.match(s)
-    if m and int(m.group(2)) != 0:
-        return Fraction(int(m.group(1)), int(m.group(2)))
+    if m:
+        a, b = _exact_int(m.group(1)), _exact_int(m.group(2))
+        if a is not None and b:
+            return Fraction(a, b)
     return None
+
+
+def _exact_int(text: str) -> int | None:
+    """``int(text)``, or None past Python's 4300-digit conversion limit (a model can write
+    any number of digits; the answer is then compared as text, never clamped)."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def answers_match(prediction: Any, reference: Any) -> bool:

@@ -58,6 +58,7 @@ from ragen_torchrl.envs.games.preference_estimation import (
     random_unit,
     split_estimate,
 )
+from ragen_torchrl.envs.parsing import safe_int
 
 __all__ = [
     "MovieRecommendationGame",
@@ -316,7 +317,9 @@ class MovieRecommendationGame(InteractiveGame):
     def _seen_position(self, ref: str) -> int | None:
         ref = ref.strip()
         if re.fullmatch(r"#?\d+", ref):
-            pos = int(ref.lstrip("#")) - 1
+            # safe_int clamps a number of more than 18 digits (out of range) where int()
+            # raises ValueError beyond 4300 digits
+            pos = safe_int(ref[1:] if ref.startswith("#") else ref) - 1
             return pos if 0 <= pos < len(self.seen) else None
         key = _norm_title(ref)
         for pos, idx in enumerate(self.seen):

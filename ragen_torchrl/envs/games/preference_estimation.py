@@ -45,6 +45,7 @@ import re
 from typing import Any, Sequence
 
 from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+from ragen_torchrl.envs.parsing import safe_int
 
 __all__ = [
     "PreferenceEstimationGame",
@@ -136,14 +137,36 @@ _PREFER_RE = re.compile(
 )
 
 
+def _squash(text: str) -> str:
+    # one space per whitespace run: the question regexes have neighbouring \s* pieces, which
+    # backtrack cubically over a long run of spaces (seconds for 2,000 spaces)
+    return " ".join(text.split()) if isinstance(text, str) else ""
+
+
+def _ids(m: re.Match[str]) -> tuple[int, int]:
+    # safe_int: ids of more than 18 digits are clamped (out of range) instead of raising
+    # int()'s ValueError beyond 4300 digits
+    return safe_int(m.group(1)), safe_int(m.group(2))
+
+
 def parse_compare(text: str) -> tuple[int, int] | None:
-    """``"compare 3 7"`` -> ``(3, 7)`` (ids as written); ``None`` if not a comparison."""
-    m = _COMPARE_RE.match(text or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """``"compare 3 7"`` -> ``(3, 7)`` (ids as written); ``None`` if not a comparison.
+
+    Never raises: an id of more than 18 digits comes back clamped to ``10**18`` (out of
+    range for every instance).
+
+    Example:
+        >>> parse_compare("compare 3 7"), parse_compare("3 vs " + "9" * 10_000) == (3, 10**18)
+        ((3, 7), True)
+    """
+    m = _COMPARE_RE.match(_squash(text))
+    return _ids(m) if m else None
 
 
 def parse_pair(text: str) -> tuple[int, int] | None:
     """A pairwise question -> the two ids as written; ``None`` if it is not one.
+
+    Never raises (ids of more than 18 digits are clamped, as in :func:`parse_compare`).
 
     Example:
         >>> parse_pair("Would you prefer item 3 over item 7?"), parse_pair("compare 3 7")
@@ -151,9 +174,9 @@ def parse_pair(text: str) -> tuple[int, int] | None:
         >>> parse_pair("rate 3") is None
         True
     """
-    m = _PREFER_RE.match(text or "")
+    m = _PREFER_RE.match(_squash(text))
     if m:
-        return int(m.group(1)), int(m.group(2))
+        return _ids(m)
     return parse_compare(text)
 
 
