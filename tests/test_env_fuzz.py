@@ -62,6 +62,14 @@ PAYLOADS: dict[str, list[str]] = {
     "9**9**9**9": ["9**9**9**9", "9**9**9**9 = 24", "(9**9)**(9**9)"],
     "fullwidth digits": ["１２３４", "Would you prefer １ over ２?", "４２", "Ａ(１,０,１)"],
     "unclosed tags": ["<answer>1234", "<interact>compare 1 2", "<think>x", "</answer>", "<answer>", "<think>x</think><answer>"],
+    # recursive-descent parsers (CircuitDecoding formulas, Countdown equations): deep nesting
+    "deep nesting": [
+        "A = " + "NOT " * 120 + "x1",
+        "A = " + "!" * 490 + "x1",
+        "A = " + "(" * 300 + "x1" + ")" * 300,
+        "-" * 190 + "1",
+        "(" * 100 + "1" + ")" * 100,
+    ],
     # inputs that made a regex backtrack polynomially before the fix (seconds to minutes)
     "regex bombs": [
         "A = x1" + " " * 8_000 + "x",

@@ -172,6 +172,16 @@ def test_non_finite_reward_is_an_env_error(caplog):
     assert "level_seed=7" in caplog.text and "non-finite reward" in caplog.text
 
 
+def test_error_after_the_turn_was_counted_counts_it_once():
+    # a raise in progress() (after the turn count) still ends the row at turn 1, progress 0.0
+    env = make_env("frozenlake", num_envs=1)
+    td = _reset(env, [7])
+    env.games[0].progress = lambda: 1 / 0
+    nxt = _step(env, td, ["<think>x</think><answer>Down</answer>"])
+    assert nxt["turn"].tolist() == [1] and nxt["progress"].tolist() == [0.0] and nxt["done"].item()
+    assert nxt["reward"].item() == pytest.approx(-0.1)
+
+
 def test_t3_env_exception_ends_only_that_row(caplog):
     env = make_env("guess_numbers", num_envs=2)
     td = _reset(env, [11, 12])

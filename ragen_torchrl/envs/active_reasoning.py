@@ -188,7 +188,9 @@ class ActiveReasoningEnv(TextGameEnv):
         max_turn: turns per episode (queries + answer + malformed replies).
         malformed: ``"end"`` (default, reference code): a reply without valid tags ends the
             episode with reward 0; ``"penalty"``: it gets ``format_penalty`` and the episode goes on.
-        format_penalty: reward of a reply without valid tags with ``malformed="penalty"`` (−0.1).
+        format_penalty: reward of a reply without valid tags with ``malformed="penalty"`` (−0.1),
+            and, in both modes, of a row whose step raised (the env ends that row; see
+            :class:`~ragen_torchrl.envs.text_env.TextGameEnv`).
         require_think: a reply without ``</think>`` is a format error (default True).
         noise_repeat: in demonstrations, share of noisy queries that repeat an earlier query
             (a belief-trap action); the rest are random queries (:meth:`random_query`).

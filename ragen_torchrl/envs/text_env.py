@@ -325,9 +325,11 @@ class TextGameEnv(ChatEnv):
         values: dict[str, list] = {key: [] for key in ("reward", "done", "terminated", "truncated", "turn", "progress", *self.STEP_FIELDS)}
         new_msgs = []
         for idx, reply in zip(env_index, replies):
+            turns = self._turns[idx]
             try:
                 row, message = self._step_row(idx, reply)
             except Exception as error:  # a bug in the env must not end the training run
+                self._turns[idx] = turns  # _failed_row counts the turn once
                 row, message = self._failed_row(idx, reply, error)
             for key in values:
                 values[key].append(row[key])
