@@ -28,7 +28,8 @@ from tensordict import TensorDict
 from torchrl.data.llm import History
 
 from ragen_torchrl.envs import available_envs, make_env
-from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS
+from ragen_torchrl.envs.active_reasoning import ActiveReasoningEnv, parse_active_reply
+from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response
 from ragen_torchrl.envs.text_env import TextGameEnv
 
 # ----------------------------------------------------------------------------- payloads
@@ -108,9 +109,13 @@ def _safety_net_reraises(monkeypatch):
     monkeypatch.setattr(TextGameEnv, "_failed_row", reraise)
 
 
-def _step(env: TextGameEnv, replies: list[str]):
+def _step(env: TextGameEnv, replies: list[str], before: list[str] | None = None):
+    """Reset ``len(replies)`` rows on level seed 5 and step them once; ``before`` receives
+    each row's observation after the reset."""
     n = len(replies)
     td = env.reset(TensorDict(level_seed=torch.full((n,), 5), group_id=torch.zeros(n, dtype=torch.long), batch_size=[n]))
+    if before is not None:
+        before.extend(game.render_text() for game in env.games)
     msgs = History(role=["assistant"] * n, content=replies, batch_size=(n,))
     td.set(("history", "full"), td["history", "prompt"].extend(msgs.unsqueeze(-1), inplace=False, dim=-1))
     return env.step(td)["next"]
@@ -148,11 +153,24 @@ def test_hostile_payloads_never_crash(name):
     replies = [w.format(p=p) for _, p, w in CASES]
     assert len(set(replies)) == len(replies) == sum(map(len, PAYLOADS.values())) * len(WRAPPERS)
     env = make_env(name, num_envs=len(replies))
+    before: list[str] = []
     start = time.perf_counter()
-    nxt = _step(env, replies)
+    nxt = _step(env, replies, before)
     elapsed = time.perf_counter() - start
     _check_contract(nxt, len(replies))
     assert elapsed < STEP_BUDGET_S, f"{name}: {len(replies)} hostile replies took {elapsed:.1f} s"
+    # issue 13: a malformed reply gets the penalty and leaves the state unchanged
+    reward, malformed = nxt["reward"].flatten().tolist(), 0
+    for row, reply in enumerate(replies):
+        if isinstance(env, ActiveReasoningEnv):
+            if parse_active_reply(reply).kind is None:  # reference: a malformed reply ends the episode, reward 0
+                malformed += 1
+                assert reward[row] == 0.0 and nxt["terminated"][row].item(), reply[:80]
+        elif not parse_response(reply, None).format_ok:
+            malformed += 1
+            assert reward[row] == pytest.approx(env.format_penalty), reply[:80]
+            assert env.games[row].render_text() == before[row], reply[:80]
+    assert malformed > len(replies) // 3
 
 
 # ----------------------------------------------------------------------------- hypothesis
