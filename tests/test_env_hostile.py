@@ -197,3 +197,18 @@ def test_t3_env_exception_ends_only_that_row(caplog):
     assert nxt["hypothesis_size"][0].item() == 5040.0 and nxt["hypothesis_size"][1].item() < 5040.0
     assert env.last_infos[0] == {"env_error": "RuntimeError: injected env bug"}
     assert "GuessNumbersEnv" in caplog.text and "level_seed=11" in caplog.text
+
+
+def test_hf_judge_sees_at_most_500_chars_of_a_megabyte_question():
+    # a 1 MB question would overflow the judge LM's context (a device-side assert on a GPU,
+    # which no except survives): the judge's prompt holds only the first 500 characters
+    from ragen_torchrl.envs.games.situation_puzzles import PUZZLES, HFJudge
+
+    class Tok:
+        chat_template = None
+
+    judge = HFJudge(model=None, tokenizer=Tok())
+    empty = judge.build_prompt(PUZZLES[0], "")
+    assert len(judge.build_prompt(PUZZLES[0], "?" * (1 << 20))) == len(empty) + 500
+    with pytest.raises(ValueError, match="max_question_chars"):
+        HFJudge(model=None, tokenizer=Tok(), max_question_chars=0)

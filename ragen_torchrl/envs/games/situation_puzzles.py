@@ -173,19 +173,34 @@ class HFJudge:
     """A judge backed by any Hugging Face causal LM and its tokenizer (greedy decoding).
 
     The prompt (:data:`JUDGE_PROMPT`) goes through the tokenizer's chat template when it has one.
-    The generated text is mapped by :func:`map_judge_output`.
+    The generated text is mapped by :func:`map_judge_output`. The player's question is cut to
+    ``max_question_chars`` characters (default 500): a model can write thousands of tokens, which
+    would overflow the judge's context (an index error, or a device-side assert on a GPU, which
+    no ``except`` survives); a yes/no question never needs more.
+
+    Example:
+        >>> class Tok:
+        ...     chat_template = None
+        >>> judge = HFJudge(model=None, tokenizer=Tok(), max_question_chars=9)
+        >>> prompt = judge.build_prompt(PUZZLES[0], "Was he thirsty?" * 1000)
+        >>> "asks: Was he th" in prompt, "asks: Was he thi" in prompt
+        (True, False)
     """
 
-    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 4, prompt: str = JUDGE_PROMPT):
+    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 4, prompt: str = JUDGE_PROMPT,
+                 max_question_chars: int = 500):
+        if isinstance(max_question_chars, bool) or not isinstance(max_question_chars, int) or max_question_chars < 1:
+            raise ValueError(f"max_question_chars must be a positive integer, got {max_question_chars!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = int(max_new_tokens)
         self.prompt = prompt
+        self.max_question_chars = max_question_chars
         self.last_output = ""
 
     def build_prompt(self, puzzle: Puzzle, question: str) -> str:
         text = self.prompt.format(
-            story=puzzle.story, explanation=puzzle.explanation, question=question
+            story=puzzle.story, explanation=puzzle.explanation, question=question[: self.max_question_chars]
         )
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(
