@@ -156,6 +156,7 @@ def test_env_exception_ends_only_that_row_with_format_penalty(caplog):
     (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "FrozenLakeEnv" in record.getMessage() and "level_seed=3" in record.getMessage()
     assert "RuntimeError: injected env bug" in record.getMessage()
+    assert env.env_error_count == 1
     # the other row goes on: Down again from (1,1) reaches the goal (2,1), reward 1
     nxt1 = _step(env, nxt[1:2], [reply])
     assert nxt1["reward"].item() == 1.0 and nxt1["success"].item() and nxt1["done"].item()

@@ -82,7 +82,8 @@ class TextGameEnv(ChatEnv):
     still makes a row's step raise (or return a non-finite reward) is a bug in the env, but
     the rollout survives it: the exception is logged as a warning naming the env, the row's
     ``level_seed`` and the exception, the row ends there (``done`` and ``terminated``, no
-    success) with ``format_penalty`` as its reward, and the other rows go on.
+    success) with ``format_penalty`` as its reward, and the other rows go on
+    (``env_error_count`` counts such rows).
     """
 
     def __init__(
@@ -120,6 +121,8 @@ class TextGameEnv(ChatEnv):
         self._turns: list[int] = []
         self._actions_used: list[int] = []
         self._level_seeds: list[int] = []
+        #: rows ended by the safety net since construction (a trainer may log it as a metric)
+        self.env_error_count = 0
 
     # -- specs ------------------------------------------------------------------
     def _make_specs(self) -> None:
@@ -305,6 +308,7 @@ class TextGameEnv(ChatEnv):
             type(self).__name__, idx, seed, len(reply), type(error).__name__, error, self.format_penalty,
             exc_info=error,
         )
+        self.env_error_count += 1
         self._turns[idx] += 1
         try:
             progress = float(self.games[idx].progress())
