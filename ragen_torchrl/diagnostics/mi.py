@@ -26,7 +26,7 @@ Defaults of the reference implementation (used by the trainer): compute the prox
 batch *before* SNR filtering, scored by the pre-update policy.
 
 The proxies are in log-likelihood units of the scorer; they are not exact Shannon
-quantities (see REFERENCE.md §2).
+quantities (RAGEN-2, arXiv 2604.06268, App. D).
 
 Example:
     >>> import torch

@@ -3,7 +3,7 @@
 :class:`TextGameEnv` is a :class:`torchrl.envs.llm.ChatEnv` in history mode. Each row of
 the batch is one episode of a :class:`~ragen_torchrl.envs.games.base.TextGame`. The env
 parses the last assistant message, applies the actions, appends the next observation as a
-user message and writes the keys of the TensorDict contract (see ``DESIGN.md``):
+user message and writes the keys of the TensorDict contract (``docs/tensordict_contract.md``):
 ``group_id``, ``turn``, ``progress``, ``("next", "reward")`` of shape ``(B, 1, 1)``,
 ``done``/``terminated``/``truncated`` of shape ``(B, 1)``, ``success``,
 ``action_is_valid``, ``action_is_effective``.
