@@ -52,7 +52,8 @@ class EntropyRecorder(LogitsProcessor):
         logp = torch.log_softmax(logits, dim=-1)
         # -sum p log p, with 0 * -inf := 0 for masked (-inf) logits
         h = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
-        self._steps.append(h.detach().to("cpu", torch.float64))
+        # stays on the model's device: a host copy per decoding step would sync the GPU every token
+        self._steps.append(h.detach())
         return scores  # unchanged: recording only
 
     @property
@@ -68,7 +69,7 @@ class EntropyRecorder(LogitsProcessor):
         n = len(lengths)
         if not self._steps:
             return torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.long)
-        mat = torch.stack(self._steps, dim=1)  # [rows, steps]
+        mat = torch.stack(self._steps, dim=1).to("cpu", torch.float64)  # [rows, steps], one copy
         if mat.shape[0] != n:
             raise ValueError(f"EntropyRecorder saw {mat.shape[0]} rows, got {n} lengths")
         counts = torch.tensor([min(int(x), mat.shape[1]) for x in lengths], dtype=torch.long)
