@@ -114,3 +114,22 @@ def test_sustained_low_validation_success_stops_training(ragen_cache_dir, tmp_pa
     assert trainer.stop_reason is not None and "validation" in trainer.stop_reason
     assert len(trainer.history) == 1
     assert summary["iterations"] == 5
+
+
+def test_an_env_bug_does_not_stop_training_and_is_counted(ragen_cache_dir, tmp_path, monkeypatch):
+    # issue 13: "an env exception on one row is logged ..., the row ends with the format penalty,
+    # and training goes on"; the trainer logs how many rows hit one
+    from ragen_torchrl.envs.text_env import TextGameEnv
+
+    trainer = _tiny_run(ragen_cache_dir, tmp_path)
+
+    def broken(self, idx, reply):
+        raise RuntimeError("injected env bug")
+
+    monkeypatch.setattr(TextGameEnv, "_step_row", broken)
+    stats = trainer.train_iteration()
+    # every row hit the bug on its first turn: 4 rows ended with the format penalty (-0.1)
+    assert stats["rollout/num_trajectories"] == 4.0
+    assert stats["rollout/env_errors_total"] == 4.0
+    assert stats["rollout/reward_mean"] == pytest.approx(-0.1)
+    assert stats["rollout/turns"] == 1.0

@@ -471,6 +471,9 @@ class Trainer:
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
         stats["timing/rollout"] = t_rollout
+        # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start
+        stats["rollout/env_errors_total"] = float(sum(
+            getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values()))
         if self.t3_enabled:
             from ..transforms.t3 import t3_token_stats
 
