@@ -41,7 +41,7 @@ from ragen_torchrl.objectives.ppo import (
     turn_ends,
 )
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "algo"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "ragen_torchrl" / "configs" / "algo"
 
 
 # --------------------------------------------------------------------------- a stand-in actor

@@ -9,8 +9,10 @@ TensorBoard logs and checkpoints under Hydra's run dir ``outputs/<date>/<time>/`
 
 ``ragen-sft`` only builds the warm-started policy (cached for later runs).
 
-Configs are read from ``RAGEN_CONFIG_DIR`` when set, else from the ``configs/`` folder of
-the source checkout.
+Configs ship inside the package (``ragen_torchrl/configs/``, :data:`PACKAGE_CONFIG_DIR`), so
+a non-editable install (``pip install .`` or a wheel) runs from any directory. Set
+``RAGEN_CONFIG_DIR`` to a folder with the same layout (``config.yaml`` plus the groups) to
+use your own configs instead; :data:`CONFIG_DIR` is the folder in use.
 
 Exit status: 0 on success, **2 for a config error** (a bad value, an unknown key such as
 ``+foo=1``, a missing model path, an unwritable run or cache dir, ``trainer.resume`` without
@@ -26,7 +28,25 @@ import os
 import sys
 from pathlib import Path
 
-CONFIG_DIR = os.environ.get("RAGEN_CONFIG_DIR", str(Path(__file__).resolve().parents[2] / "configs"))
+#: the configs shipped with the package (listed as package data in ``pyproject.toml``)
+PACKAGE_CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+def config_dir(environ: dict | None = None) -> str:
+    """The config folder: ``RAGEN_CONFIG_DIR`` when set (and not empty), else the shipped one.
+
+    Example:
+        >>> config_dir({}) == PACKAGE_CONFIG_DIR
+        True
+        >>> config_dir({"RAGEN_CONFIG_DIR": "/my/configs"})
+        '/my/configs'
+    """
+    env = os.environ if environ is None else environ
+    return env.get("RAGEN_CONFIG_DIR") or PACKAGE_CONFIG_DIR
+
+
+#: the config folder in use, read once at import (Hydra's ``config_path``)
+CONFIG_DIR = config_dir()
 
 
 def _config_error(e: BaseException) -> SystemExit:
@@ -64,7 +84,7 @@ except ImportError:  # pragma: no cover
 
 
 class PreflightCallback(_Callback):
-    """Hydra callback (``hydra.callbacks.preflight`` in ``configs/config.yaml``): runs
+    """Hydra callback (``hydra.callbacks.preflight`` in ``ragen_torchrl/configs/config.yaml``): runs
     :func:`preflight` in ``on_run_start``, before Hydra makes the run dir, writes
     ``.hydra/`` or opens its log file there."""
 
