@@ -1,0 +1,145 @@
+"""Packaging: the configs ship inside the package, so a non-editable install runs anywhere.
+
+Issue 16 item 6: "``pip install .`` (non-editable) and then ``ragen-train trainer=smoke``
+from an unrelated directory works ... ``RAGEN_CONFIG_DIR`` still overrides".
+
+The wheel test builds the wheel offline (``--no-build-isolation``), installs it with
+``--no-deps`` into a venv that sees the system site-packages (torch etc. are not
+downloaded) and runs the venv's own ``ragen-train`` from a temp dir. The venv must import
+the installed copy, not the editable checkout: that is asserted first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ragen_torchrl.trainer import cli
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = Path(cli.PACKAGE_CONFIG_DIR)
+GROUPS = ("algo", "env", "filter", "model", "trainer")
+
+
+def _yaml_files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.yaml")}
+
+
+def test_configs_live_inside_the_package():
+    # issue 16: "Configs ship inside the package"
+    assert SHIPPED == Path(cli.__file__).resolve().parents[1] / "configs"
+    assert (SHIPPED / "config.yaml").is_file()
+    for group in GROUPS:
+        assert list((SHIPPED / group).glob("*.yaml")), group
+    assert not (REPO / "configs").exists(), "configs/ moved into ragen_torchrl/configs/"
+
+
+def test_config_dir_honours_ragen_config_dir(tmp_path):
+    # issue 16: "RAGEN_CONFIG_DIR still overrides"
+    assert cli.config_dir({}) == cli.PACKAGE_CONFIG_DIR
+    assert cli.config_dir({"RAGEN_CONFIG_DIR": ""}) == cli.PACKAGE_CONFIG_DIR  # unset-like
+    assert cli.config_dir({"RAGEN_CONFIG_DIR": str(tmp_path)}) == str(tmp_path)
+    # CONFIG_DIR is read at import: a fresh interpreter with the variable set uses it
+    env = {**os.environ, "RAGEN_CONFIG_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", "from ragen_torchrl.trainer.cli import CONFIG_DIR; print(CONFIG_DIR)"],
+        env=env, capture_output=True, text=True, check=True, cwd=tmp_path,
+    )
+    assert out.stdout.strip() == str(tmp_path)
+
+
+def test_ragen_config_dir_override_reaches_hydra(tmp_path):
+    """``ragen-train`` composes from RAGEN_CONFIG_DIR: a copy whose smoke preset sets
+    ``total_iterations: 7`` is what Hydra hands the app (printed with ``--cfg job``)."""
+    import shutil
+
+    mine = tmp_path / "my_configs"
+    shutil.copytree(SHIPPED, mine, ignore=shutil.ignore_patterns("__pycache__"))
+    smoke = mine / "trainer" / "smoke.yaml"
+    smoke.write_text(smoke.read_text().replace("total_iterations: 2", "total_iterations: 7"))
+    code = "import sys; from ragen_torchrl.trainer.cli import train_main; sys.argv = ['ragen-train', *sys.argv[1:]]; train_main()"
+    run = lambda env: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code, "trainer=smoke", "--cfg", "job", "--package", "trainer"],
+        env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    base = {k: v for k, v in os.environ.items() if k != "RAGEN_CONFIG_DIR"}
+    shipped, custom = run(base), run({**base, "RAGEN_CONFIG_DIR": str(mine)})
+    assert shipped.returncode == 0 and custom.returncode == 0, shipped.stderr + custom.stderr
+    assert "total_iterations: 2" in shipped.stdout
+    assert "total_iterations: 7" in custom.stdout
+
+
+def test_wheel_lists_every_config():
+    """The wheel holds every shipped yaml (pyproject's package-data), under ragen_torchrl/configs/."""
+    wheel = _build_wheel()
+    with zipfile.ZipFile(wheel) as zf:
+        in_wheel = {n.removeprefix("ragen_torchrl/configs/") for n in zf.namelist()
+                    if n.startswith("ragen_torchrl/configs/") and n.endswith(".yaml")}
+    assert in_wheel == _yaml_files(SHIPPED)
+
+
+_WHEEL: list[Path] = []
+
+
+def _build_wheel() -> Path:
+    """Build the wheel once per session (offline: setuptools is already installed)."""
+    if _WHEEL:
+        return _WHEEL[0]
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="ragen_wheel_"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    (wheel,) = out.glob("ragen_torchrl-*.whl")
+    _WHEEL.append(wheel)
+    return wheel
+
+
+def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_cache_dir):
+    # issue 16: "a wheel install into a fresh venv runs `ragen-train trainer=smoke` from a temp dir"
+    wheel = _build_wheel()
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    work = tmp_path / "elsewhere"  # an unrelated directory: no configs/ and no checkout around
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAGEN_CONFIG_DIR", "PYTHONPATH")}
+    where = subprocess.run(
+        [str(py), "-c", "import ragen_torchrl.trainer.cli as c; print(c.__file__); print(c.CONFIG_DIR)"],
+        env=env, cwd=work, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    # the venv imports its installed copy (not the editable checkout), and its shipped configs
+    assert Path(where[0]).resolve().is_relative_to(env_dir.resolve()), where
+    assert Path(where[1]).resolve().is_relative_to(env_dir.resolve()), where
+    assert (Path(where[1]) / "trainer" / "smoke.yaml").is_file()
+
+    run_dir = tmp_path / "run"
+    overrides = [
+        "trainer=smoke", "trainer.total_iterations=1", "trainer.val_levels=2",
+        "sft.steps=3", "sft.episodes=10",
+        "model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=1", "model.vocab_size=300",
+        f"model.cache_dir={ragen_cache_dir}", "model.device=cpu", "model.threads=1",
+        "rollout.max_new_tokens=8", "trainer.log_text_samples=1", "diagnostics.mi.enabled=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    res = subprocess.run(
+        [str(env_dir / "bin" / "ragen-train"), *overrides],
+        env=env, cwd=work, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert not (work / "outputs").exists()  # everything went to hydra.run.dir
