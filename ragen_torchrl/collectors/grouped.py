@@ -1,0 +1,288 @@
+"""Grouped multi-turn collection: G samples of each level, played to the end.
+
+GRPO-style objectives compare the G trajectories of one prompt (RAGEN-2, arXiv 2604.06268:
+"P prompt groups x G samples"), so the core data path plays ``P`` levels ``G`` times each
+in one batched env and returns one record per trajectory. :func:`collect_rollouts` does
+that with any torchrl LLM policy that honours the contract below, in the text envs of
+:mod:`ragen_torchrl.envs` (plain or wrapped in a ``TransformedEnv``, e.g. with
+:class:`~ragen_torchrl.transforms.t3.T3Truncation`).
+
+Row layout: row ``i`` plays level ``level_seeds[i // G]`` as sample ``i % G`` of group
+``i // G + group_offset``. At each turn only the rows still running are generated and
+stepped; every turn adds one assistant and one user message, so those rows all hold the
+same number of messages (``TransformersWrapper`` in history mode cannot batch ragged
+histories). Large batches are generated in chunks of ``chunk_size`` rows.
+
+**Policy contract.** ``policy(td)`` is called on a TensorDict of ``n`` running rows that
+holds ``("history", "prompt")`` (a :class:`~torchrl.data.llm.History` per row: the
+conversation so far) and the env's per-row keys (``env_index``, ``group_id``, ...). It
+must return a TensorDict with the same ``n`` rows that keeps those per-row keys and adds
+
+* ``("history", "full")``: the prompt plus one assistant message (the reply the env parses);
+* ``("tokens", "response")``: the reply's generated token ids, one 1-D tensor per row
+  (ragged; counted into ``num_tokens``).
+
+torchrl's :class:`~torchrl.modules.llm.TransformersWrapper` (and ``vLLMWrapper``) with
+``input_mode="history"`` and ``generate=True`` write both; :func:`make_generation_policy`
+builds one. A scripted policy must write both too (e.g. ``tokenizer(reply).input_ids``);
+a policy output without them raises :class:`PolicyContractError` naming the missing key.
+Optionally, a ``policy.entropy_recorder``
+(:class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`) fills the ``entropy`` column.
+
+Example (a scripted policy that always answers "Right"):
+    >>> import tensordict, torch
+    >>> tensordict.set_list_to_stack(True).set()
+    >>> from tensordict import lazy_stack
+    >>> from torchrl.data.llm import History
+    >>> from ragen_torchrl.envs import make_env
+    >>> from ragen_torchrl.collectors import collect_rollouts
+    >>> def scripted(td):
+    ...     reply = History(role="assistant", content="<answer>Right</answer>")
+    ...     full = td["history", "prompt"].extend(lazy_stack([reply.unsqueeze(0)] * td.shape[0]), inplace=False, dim=-1)
+    ...     td.set(("history", "full"), full)
+    ...     td.set(("tokens", "response"), [torch.tensor([1, 2, 3])] * td.shape[0])
+    ...     return td
+    >>> env = make_env("frozenlake", num_envs=2 * 3)          # P=2 levels x G=3 samples
+    >>> records = collect_rollouts(env, scripted, level_seeds=[11, 12], group_size=3)
+    >>> records.batch_size, records["group_id"].tolist(), records["level_seed"].tolist()
+    (torch.Size([6]), [0, 0, 0, 1, 1, 1], [11, 11, 11, 12, 12, 12])
+    >>> bool((records["num_tokens"] == 3 * records["num_turns"]).all())
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict, TensorDictBase, lazy_stack
+from torchrl.envs import EnvBase
+from torchrl.modules.llm import TransformersWrapper
+
+from ..envs.text_env import sample_seed
+from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
+from ..models.loading import wrapper_chat_template
+
+__all__ = [
+    "POLICY_OUTPUT_KEYS",
+    "PolicyContractError",
+    "check_policy_output",
+    "collect_rollouts",
+    "make_generation_policy",
+]
+
+#: keys a policy must write (see the module's policy contract)
+POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (("history", "full"), ("tokens", "response"))
+
+_KEY_ROLE = {
+    ("history", "full"): "the conversation with the reply appended as one assistant message (the env parses it)",
+    ("tokens", "response"): "the reply's generated token ids, one 1-D tensor per row (counted into num_tokens)",
+}
+
+
+class PolicyContractError(ValueError):
+    """A policy's output breaks :func:`collect_rollouts`' policy contract (names what is missing)."""
+
+
+def check_policy_output(out, num_rows: int) -> None:
+    """Raise :class:`PolicyContractError` unless ``out`` satisfies the policy contract for ``num_rows`` rows.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"history": {"full": torch.zeros(2, 1)}}, batch_size=[2])  # no tokens
+        >>> try:
+        ...     check_policy_output(td, 2)
+        ... except PolicyContractError as e:
+        ...     print(str(e).splitlines()[0])
+        policy output lacks ('tokens', 'response'): the reply's generated token ids, one 1-D tensor per row (counted into num_tokens).
+    """
+    if not isinstance(out, TensorDictBase):
+        raise PolicyContractError(
+            f"policy returned {type(out).__name__}, expected a TensorDict with {list(POLICY_OUTPUT_KEYS)}"
+        )
+    keys = set(out.keys(include_nested=True))
+    for key in POLICY_OUTPUT_KEYS:
+        if key not in keys:
+            raise PolicyContractError(
+                f"policy output lacks {key}: {_KEY_ROLE[key]}.\n"
+                "torchrl's TransformersWrapper/vLLMWrapper with input_mode='history', generate=True write it "
+                "(see ragen_torchrl.collectors.make_generation_policy); a scripted policy must set "
+                "('history', 'full') and ('tokens', 'response') itself, e.g. tokenizer(reply).input_ids per row"
+            )
+    rows = int(out.batch_size[0]) if out.batch_dims else 1
+    if rows != num_rows:
+        raise PolicyContractError(f"policy returned {rows} rows for {num_rows} input rows; it must keep the batch")
+
+
+def make_generation_policy(model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0) -> TransformersWrapper:
+    """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
+
+    It satisfies :func:`collect_rollouts`' policy contract and records each row's token
+    entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``).
+
+    Example:
+        >>> make_generation_policy(None, None, max_new_tokens=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_new_tokens must be >= 1, got 0
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    kwargs = {"max_new_tokens": int(max_new_tokens)}
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0)
+    else:
+        kwargs.update(do_sample=False)
+    policy = TransformersWrapper(
+        model,
+        tokenizer=tokenizer,
+        chat_template=wrapper_chat_template(tokenizer),
+        input_mode="history",
+        generate=True,
+        return_log_probs=False,
+        pad_output=False,
+        generate_kwargs=kwargs,
+    )
+    # per-trajectory token entropy for the SNR filter's entropy ablations, read off the
+    # logits generate computes anyway (no extra forward pass)
+    policy.entropy_recorder = attach_entropy_recorder(policy)
+    return policy
+
+
+def _response_lengths(out: TensorDictBase) -> list[int]:
+    return [len(t) for t in out.get(("tokens", "response"), as_list=True)]
+
+
+def _generate_part(policy, td: TensorDictBase) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
+    rec: EntropyRecorder | None = getattr(policy, "entropy_recorder", None)
+    if rec is not None:
+        rec.clear()
+    out = policy(td)
+    check_policy_output(out, int(td.batch_size[0]))
+    if rec is None or rec.num_steps == 0:
+        return out, None, None
+    sums, counts = rec.row_sums(_response_lengths(out))
+    return out, sums, counts
+
+
+def _generate(policy, td: TensorDictBase, chunk_size: int) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
+    """Generate replies in chunks; also the per-row entropy sums and counts when recorded."""
+    n = td.batch_size[0]
+    if n <= chunk_size:
+        return _generate_part(policy, td)
+    parts = [_generate_part(policy, td[i : i + chunk_size]) for i in range(0, n, chunk_size)]
+    out = lazy_stack([row for part in parts for row in part[0].unbind(0)])
+    if any(p[1] is None for p in parts):
+        return out, None, None
+    return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
+
+
+@torch.no_grad()
+def collect_rollouts(
+    env: EnvBase,
+    policy: Callable[[TensorDictBase], TensorDictBase],
+    level_seeds: list[int],
+    group_size: int,
+    *,
+    chunk_size: int = 128,
+    group_offset: int = 0,
+) -> TensorDictBase:
+    """Play ``len(level_seeds) * group_size`` episodes to the end, ``group_size`` per level.
+
+    Args:
+        env: a text env of :mod:`ragen_torchrl.envs` (or a ``TransformedEnv`` around one)
+            with exactly ``len(level_seeds) * group_size`` rows (``num_envs``).
+        policy: any callable honouring the module's policy contract (writes
+            ``("history", "full")`` and ``("tokens", "response")``).
+        level_seeds: one level per group.
+        group_size: G, the samples per level.
+        chunk_size: most rows generated in one policy call.
+        group_offset: added to the group ids (to keep ids unique across calls).
+
+    Returns a lazily stacked TensorDict with one row per trajectory:
+    ``("history", "full")`` (the whole conversation), ``group_id``, ``level_seed``,
+    ``episode_return`` (rewards plus format penalties), ``success``, ``num_turns``,
+    ``num_tokens`` (generated tokens), ``format_valid`` (fraction of valid turns) and
+    ``truncated_by_t3`` (set when a :class:`~ragen_torchrl.transforms.t3.T3Truncation`
+    on the env cut the episode: the stall rule fired and the forced answer was not a success),
+    ``t3_rule_fired`` (the stall rule fired at some turn, whatever the forced answer) and
+    ``entropy`` (mean next-token entropy of the policy over the trajectory's generated
+    tokens, recorded during generation when the policy comes from
+    :func:`make_generation_policy`; 0 for a policy that does not record it).
+
+    Raises:
+        ValueError: no level, ``group_size < 1``, or an env of the wrong size.
+        PolicyContractError: the policy's output lacks a contract key.
+
+    See the module docstring for an example.
+    """
+    if group_size < 1 or not level_seeds:
+        raise ValueError(f"need at least one level and group_size >= 1, got {len(level_seeds)} levels, G={group_size}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    n = len(level_seeds) * group_size
+    env_rows = int(env.batch_size[0]) if len(env.batch_size) else 1
+    if env_rows != n:
+        raise ValueError(
+            f"collect_rollouts: {len(level_seeds)} levels x G={group_size} = {n} rows, but the env has {env_rows} "
+            f"rows (num_envs); build the env with num_envs={n}"
+        )
+    levels = torch.tensor([s for s in level_seeds for _ in range(group_size)], dtype=torch.long)
+    groups = torch.arange(len(level_seeds)).repeat_interleave(group_size) + group_offset
+    samples = torch.tensor(
+        [sample_seed(s, g) for s in level_seeds for g in range(group_size)], dtype=torch.long
+    )
+    td = env.reset(TensorDict(level_seed=levels, group_id=groups, sample_seed=samples, batch_size=[n]))
+    returns = torch.zeros(n)
+    success = torch.zeros(n, dtype=torch.bool)
+    turns = torch.zeros(n, dtype=torch.long)
+    tokens = torch.zeros(n, dtype=torch.long)
+    valid_turns = torch.zeros(n)
+    t3_cut = torch.zeros(n, dtype=torch.bool)
+    t3_fired = torch.zeros(n, dtype=torch.bool)
+    ent_sum = torch.zeros(n, dtype=torch.float64)
+    ent_count = torch.zeros(n, dtype=torch.long)
+    final: list = [None] * n
+    while td is not None and td.batch_size[0] > 0:
+        out, h_sum, h_count = _generate(policy, td, chunk_size)
+        nxt = env.step(out)["next"]
+        idx = nxt["env_index"]
+        if h_sum is not None:
+            ent_sum.index_add_(0, idx, h_sum)
+            ent_count.index_add_(0, idx, h_count)
+        returns[idx] += nxt["reward"].reshape(-1)
+        turns[idx] = nxt["turn"]
+        valid_turns[idx] += nxt["action_is_valid"].float()
+        if "truncated_by_t3" in nxt.keys():
+            t3_cut[idx] |= nxt["truncated_by_t3"].reshape(-1)
+        if "t3_rule_fired" in nxt.keys():
+            t3_fired[idx] |= nxt["t3_rule_fired"].reshape(-1)
+        tokens[idx] += torch.tensor(_response_lengths(out), dtype=torch.long)
+        done = nxt["done"].reshape(-1)
+        full = out.get(("history", "full"))
+        for row in done.nonzero().reshape(-1).tolist():
+            i = int(idx[row])
+            final[i] = full[row]
+            success[i] = bool(nxt["success"][row])
+        running = (~done).nonzero().reshape(-1)
+        td = nxt[running] if running.numel() else None
+    records = TensorDict(
+        {
+            "group_id": groups,
+            "level_seed": levels,
+            "episode_return": returns,
+            "success": success,
+            "num_turns": turns,
+            "num_tokens": tokens,
+            "format_valid": valid_turns / turns.clamp_min(1),
+            "truncated_by_t3": t3_cut,
+            "t3_rule_fired": t3_fired,
+            "entropy": (ent_sum / ent_count.clamp_min(1)).float(),
+        },
+        batch_size=[n],
+    ).to_lazystack(0)
+    records.set(("history", "full"), lazy_stack(final))
+    return records
