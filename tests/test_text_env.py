@@ -155,13 +155,11 @@ def test_reset_twice_starts_fresh_episodes():
     assert roles(td, 0) == ["system", "user"]
 
 
-def test_reset_needs_level_seed_and_one_row_per_env():
+def test_reset_needs_one_level_seed_per_env_row():
+    # a reset without level_seed draws the levels (tests/test_torchrl_compat.py); given
+    # level seeds must cover every row
     env = FrozenLakeEnv(num_envs=2)
     with pytest.raises(RuntimeError, match="level_seed"):
-        env.reset(TensorDict({"group_id": torch.zeros(2, dtype=torch.long)}, batch_size=[2]))
-    with pytest.raises(RuntimeError):
-        env.reset()
-    with pytest.raises(RuntimeError):
         reset(env, [1])  # 1 row for 2 envs
     with pytest.raises(RuntimeError):
         reset(env, [1, 2, 3])  # 3 rows for 2 envs
@@ -497,17 +495,19 @@ def test_specs_shapes_and_dtypes():
         assert env.full_done_spec[key].dtype == torch.bool
     obs_spec = env.full_observation_spec
     obs_keys = [k for k in obs_spec.keys() if k != "history"]
-    assert set(obs_keys) == {
-        "group_id", "env_index", "turn", "progress", "success", "action_is_valid", "action_is_effective"
-    }
+    assert set(obs_keys) == {"env_index", "turn", "progress", "success", "action_is_valid", "action_is_effective"}
     assert "history" in obs_spec.keys()
+    # the level selection is state (reset reads it, reset and step write it)
+    assert set(env.full_state_spec.keys()) == {"level_seed", "group_id", "sample_seed"}
 
     td = reset(env, [0, 1, 2], group_ids=[0, 0, 1])
     _assert_matches_spec(td, obs_spec, obs_keys)
     _assert_matches_spec(td, env.full_done_spec, ["done", "terminated", "truncated"])
 
+    _assert_matches_spec(td, env.full_state_spec, list(env.full_state_spec.keys()))
     nxt = step(env, td, [ok("Right || Down"), "bad", ok("Up")])
     _assert_matches_spec(nxt, obs_spec, obs_keys)
+    _assert_matches_spec(nxt, env.full_state_spec, list(env.full_state_spec.keys()))
     _assert_matches_spec(nxt, env.full_done_spec, ["done", "terminated", "truncated"])
     _assert_matches_spec(nxt, env.full_reward_spec, ["reward"])
     # a random draw from the specs has the same layout as real data

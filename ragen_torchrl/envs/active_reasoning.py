@@ -258,10 +258,6 @@ class ActiveReasoningEnv(TextGameEnv):
                 shape=shape,
             )
         )
-        # Declared as state so that TransformedEnv.reset, which keeps only reset and state
-        # keys of its input, passes the level selection through to this env's _reset.
-        for key in ("level_seed", "group_id", "sample_seed"):
-            self.full_state_spec[key] = Unbounded(shape=shape, dtype=torch.long)
 
     # -- rendering hooks ----------------------------------------------------------
     def observation_text(self, game: InteractiveGame, prefix: str = "") -> str:
@@ -322,9 +318,13 @@ class ActiveReasoningEnv(TextGameEnv):
 
     # -- reset/step -----------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        rows = self._reset_rows(tensordict)
         out = super()._reset(tensordict, **kwargs)
         n = len(self.games)
-        self.last_infos = [{} for _ in range(n)]
+        if len(self.last_infos) != n:
+            self.last_infos = [{} for _ in range(n)]
+        for i in rows:
+            self.last_infos[i] = {}
         progress = out.get("progress")
         out.set("progress_before", progress.clone())
         out.set("hypothesis_size", torch.tensor([self._hypothesis_size(g, {}) for g in self.games]))

@@ -40,6 +40,7 @@ from torchrl.envs.llm import ChatEnv
 
 from .games.base import TextGame
 from .parsing import MAX_REPLY_CHARS, parse_response
+from .splits import VAL_SEED_OFFSET
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ FORMAT_INSTRUCTIONS = "Reply <think>reasoning</think><answer>action</answer>, up
 
 #: kinds of demonstration noise (see :meth:`TextGameEnv.demo_turn`)
 NOISE_KINDS = ("uniform", "heuristic")
+
+#: the level selection of a row: state keys that every reset and step writes, shape ``(B,)``
+LEVEL_KEYS = ("level_seed", "group_id", "sample_seed")
 
 class TextGameEnv(ChatEnv):
     """Batched multi-turn chat env over :class:`TextGame` cores.
@@ -121,6 +125,10 @@ class TextGameEnv(ChatEnv):
         self._turns: list[int] = []
         self._actions_used: list[int] = []
         self._level_seeds: list[int] = []
+        self._group_ids: list[int] = []
+        self._sample_seeds: list[int] = []
+        # levels of resets without level_seed entries: deterministic until env.set_seed
+        self._set_seed(0)
         #: rows ended by the safety net since construction (a trainer may log it as a metric)
         self.env_error_count = 0
 
@@ -128,9 +136,18 @@ class TextGameEnv(ChatEnv):
     def _make_specs(self) -> None:
         super()._make_specs()
         shape = self.batch_size
+        # the env's messages have a role and a content (and History's is_complete), never
+        # tool calls: the prompt spec declares only what the data holds
+        prompt_spec = self.full_observation_spec["history", "prompt"]
+        for key in ("tool_calls", "tool_responses"):
+            del prompt_spec[key]
+        # rows are lazily stacked (ragged conversations), so "history" reads back as a lazy
+        # stack of ChatHistory rows, not one ChatHistory: a ChatHistory data_cls on the
+        # container spec would reject the env's own data (the History leaves keep theirs)
+        self.full_observation_spec["history"].data_cls = None
+        self.full_action_spec["history"].data_cls = None
         self.full_observation_spec.update(
             Composite(
-                group_id=Unbounded(shape=shape, dtype=torch.long),
                 env_index=Unbounded(shape=shape, dtype=torch.long),
                 turn=Unbounded(shape=shape, dtype=torch.long),
                 progress=Unbounded(shape=shape, dtype=torch.float32),
@@ -139,6 +156,13 @@ class TextGameEnv(ChatEnv):
                 action_is_effective=Bounded(0, 1, shape=shape, dtype=torch.bool),
                 shape=shape,
             )
+        )
+        # The level selection is state: reset reads it (when given) and every reset and step
+        # writes it back, so TransformedEnv.reset (which keeps only reset and state keys of
+        # its input) passes it through. ChatEnv's "query" state (its reset input) is unused.
+        self.full_state_spec = Composite(
+            {key: Unbounded(shape=shape, dtype=torch.long) for key in LEVEL_KEYS},
+            shape=shape,
         )
         # torchrl's LLM convention: reward has two more dims than the batch
         self.full_reward_spec = Composite(reward=Unbounded(shape=shape + (1, 1)), shape=shape)
@@ -198,34 +222,65 @@ class TextGameEnv(ChatEnv):
         return self.format_reply(" ".join(reasons), actions), done, len(actions)
 
     # -- reset/step ---------------------------------------------------------------
+    def _reset_rows(self, tensordict: TensorDictBase | None) -> list[int]:
+        """Rows to (re)start: those of the ``"_reset"`` mask, else all (all on the first reset)."""
+        n = self.batch_size[0]
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if mask is None or len(self.games) != n:
+            return list(range(n))
+        return mask.reshape(n, -1).any(-1).nonzero().reshape(-1).tolist()
+
+    def _level_selection(self, tensordict: TensorDictBase | None, rows: list[int]) -> tuple[list, list, list]:
+        """``(level_seeds, group_ids, sample_seeds)`` of ``rows``: the input's, or drawn.
+
+        Explicit ``level_seed`` entries (one per env row) are used as given, with ``group_id``
+        (default 0) and ``sample_seed`` (default: the row index) as today. Without them
+        (``env.reset()``, torchrl's auto-reset of finished rows) every restarted row gets a
+        new training level drawn from the env's generator (seeded by ``env.set_seed``) and a
+        new group id of its own.
+        """
+        n = self.batch_size[0]
+        given = None if tensordict is None else tensordict.get("level_seed", None)
+        if given is None:
+            levels = [self._rng.randrange(VAL_SEED_OFFSET) for _ in rows]
+            groups = list(range(self._next_group_id, self._next_group_id + len(rows)))
+            self._next_group_id += len(rows)
+            return levels, groups, list(rows)
+        given = given.reshape(-1).tolist()
+        if len(given) != n:
+            raise RuntimeError(f"{type(self).__name__}.reset needs one level_seed per env row ({n}), got {len(given)}")
+        groups = tensordict.get("group_id", None)
+        groups = [0] * n if groups is None else groups.reshape(-1).tolist()
+        samples = tensordict.get("sample_seed", None)
+        samples = list(range(n)) if samples is None else samples.reshape(-1).tolist()
+        return [int(given[i]) for i in rows], [int(groups[i]) for i in rows], [int(samples[i]) for i in rows]
+
+    def _initial_prompt(self, game: TextGame) -> History:
+        return History.from_chats([[{"role": "system", "content": self.system_prompt},
+                                    {"role": "user", "content": self.observation_text(game)}]])[0]
+
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
-        if tensordict is None or "level_seed" not in tensordict.keys():
-            raise RuntimeError(
-                f"{type(self).__name__}.reset needs a TensorDict with 'level_seed' and 'group_id' entries (one per row)"
-            )
-        level_seeds = tensordict.get("level_seed").reshape(-1).tolist()
-        n = len(level_seeds)
-        if n != self.batch_size[0]:
-            raise RuntimeError(f"{type(self).__name__}.reset needs one row per env ({self.batch_size[0]}), got {n}")
-        group_ids = tensordict.get("group_id", torch.zeros(n, dtype=torch.long)).reshape(-1)
-        sample_seeds = tensordict.get("sample_seed", None)
-        if sample_seeds is None:
-            sample_seeds = torch.arange(n)
-        sample_seeds = sample_seeds.reshape(-1).tolist()
-        self.games = [self.game_factory(int(s), int(ss)) for s, ss in zip(level_seeds, sample_seeds)]
-        self._level_seeds = [int(s) for s in level_seeds]  # named in the log of an env error
-        self._turns = [0] * n
-        self._actions_used = [0] * n
-        histories = [
-            History.from_chats([[{"role": "system", "content": self.system_prompt},
-                                 {"role": "user", "content": self.observation_text(g)}]])[0]
-            for g in self.games
-        ]
+        n = self.batch_size[0]
+        rows = self._reset_rows(tensordict)
+        levels, groups, samples = self._level_selection(tensordict, rows)
+        if len(self.games) != n:
+            self.games = [None] * n
+            self._turns, self._actions_used = [0] * n, [0] * n
+            self._level_seeds, self._group_ids, self._sample_seeds = [0] * n, [0] * n, [0] * n
+        for i, level, group, sample in zip(rows, levels, groups, samples):
+            self.games[i] = self.game_factory(level, sample)
+            self._level_seeds[i], self._group_ids[i], self._sample_seeds[i] = level, group, sample
+            self._turns[i] = self._actions_used[i] = 0
+        # Every row is written (torchrl merges a partial reset with the "_reset" mask); a row
+        # that keeps running gets a placeholder built from its current state, which the merge
+        # drops.
         out = TensorDict(
             {
-                "group_id": group_ids.to(torch.long),
+                "level_seed": torch.tensor(self._level_seeds, dtype=torch.long),
+                "group_id": torch.tensor(self._group_ids, dtype=torch.long),
+                "sample_seed": torch.tensor(self._sample_seeds, dtype=torch.long),
                 "env_index": torch.arange(n),
-                "turn": torch.zeros(n, dtype=torch.long),
+                "turn": torch.tensor(self._turns, dtype=torch.long),
                 "progress": torch.tensor([g.progress() for g in self.games], dtype=torch.float32),
                 "success": torch.zeros(n, dtype=torch.bool),
                 "action_is_valid": torch.ones(n, dtype=torch.bool),
@@ -237,7 +292,7 @@ class TextGameEnv(ChatEnv):
             batch_size=[n],
             device=self.device,
         ).to_lazystack(0)
-        out.set(("history", "prompt"), lazy_stack(histories))
+        out.set(("history", "prompt"), lazy_stack([self._initial_prompt(g) for g in self.games]))
         return out
 
     #: per-row step outputs besides the contract's done flags: key -> (dtype, default).
@@ -322,7 +377,9 @@ class TextGameEnv(ChatEnv):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         full: History = tensordict.get(("history", "full"))
         env_index = tensordict.get("env_index").reshape(-1).tolist()
-        replies = [h.content[-1] if h.role[-1] == "assistant" else "" for h in full.unbind(0)]
+        # any History the action spec can produce: missing optional fields, None roles/contents
+        conversations = [_messages(h) for h in full.unbind(0)]
+        replies = [msgs[-1][1] if msgs and msgs[-1][0] == "assistant" else "" for msgs in conversations]
         # bound the work on runaway generations before any parser or game sees the text
         replies = [r[:MAX_REPLY_CHARS] if isinstance(r, str) else "" for r in replies]
         n = len(env_index)
@@ -337,12 +394,17 @@ class TextGameEnv(ChatEnv):
                 row, message = self._failed_row(idx, reply, error)
             for key in values:
                 values[key].append(row[key])
-            new_msgs.append(self._user_message(message))
-        next_prompt = full.extend(lazy_stack(new_msgs), inplace=False, dim=-1)
+            new_msgs.append(message)
+        next_prompt = lazy_stack([
+            _history(msgs + [("user", message)]) for msgs, message in zip(conversations, new_msgs)
+        ])
         data = {key: torch.tensor(values[key], dtype=dtype) for key, (dtype, _) in self.STEP_FIELDS.items()}
+        rows = torch.tensor(env_index, dtype=torch.long)
         data.update(
-            group_id=tensordict.get("group_id"),
-            env_index=tensordict.get("env_index"),
+            level_seed=torch.tensor(self._level_seeds, dtype=torch.long)[rows],
+            group_id=torch.tensor(self._group_ids, dtype=torch.long)[rows],
+            sample_seed=torch.tensor(self._sample_seeds, dtype=torch.long)[rows],
+            env_index=rows,
             turn=torch.tensor(values["turn"], dtype=torch.long),
             progress=torch.tensor(values["progress"], dtype=torch.float32),
             # torchrl's LLM convention: reward has two more dims than the batch
@@ -366,8 +428,24 @@ class TextGameEnv(ChatEnv):
         return next_tensordict_out
 
     def _set_seed(self, seed: int | None) -> None:
-        # levels are chosen by the level_seed entries passed to reset
+        # seeds the generator of the levels drawn by a reset without level_seed entries
         self._seed = seed
+        self._rng = random.Random(seed)
+        self._next_group_id = 0
+
+
+def _messages(history: History) -> list[tuple[str, str]]:
+    """``(role, content)`` pairs of one conversation; ``None`` (random spec data) reads as ``""``."""
+    roles = history.get("role", None)
+    contents = history.get("content", None)
+    n = history.batch_size[0] if history.batch_dims else 0
+    roles = list(roles) if roles is not None else [None] * n
+    contents = list(contents) if contents is not None else [None] * n
+    return [(r if isinstance(r, str) else "", c if isinstance(c, str) else "") for r, c in zip(roles, contents)]
+
+
+def _history(messages: list[tuple[str, str]]) -> History:
+    return History(role=[r for r, _ in messages], content=[c for _, c in messages], batch_size=(len(messages),))
 
 
 def sample_seed(level_seed: int, sample: int) -> int:

@@ -217,9 +217,14 @@ class T3Truncation(Transform):
         n = tensordict_reset.batch_size[0]
         index = tensordict_reset.get("env_index").reshape(-1).tolist()
         progress = tensordict_reset.get("progress").reshape(-1).tolist()
-        for i, p in zip(index, progress):
-            self._rule(i).reset(p)
-            self._forced.discard(i)
+        # a partial reset ("_reset" mask, torchrl's auto-reset of finished rows) restarts only
+        # the masked rows; the others keep their stall counters
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        restart = [True] * n if mask is None else mask.reshape(n, -1).any(-1).tolist()
+        for i, p, r in zip(index, progress, restart):
+            if r:
+                self._rule(i).reset(p)
+                self._forced.discard(i)
         for key in ("truncated_by_t3", "t3_rule_fired"):
             tensordict_reset.set(key, torch.zeros(n, dtype=torch.bool, device=tensordict_reset.device))
         return tensordict_reset
