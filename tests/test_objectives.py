@@ -27,6 +27,7 @@ from torchrl.objectives.llm import GRPOLoss
 from ragen_torchrl.objectives import ALGORITHMS, PPOObjective, build_objective
 from ragen_torchrl.objectives.dapo import DAPOLoss
 from ragen_torchrl.objectives.drgrpo import DrGRPOLoss
+from ragen_torchrl.objectives.grpo import make_grpo_loss
 from ragen_torchrl.objectives.gspo import GSPOLoss, sequence_metrics
 from ragen_torchrl.objectives.metrics import MaskedStatsGRPOLoss, masked_token_metrics
 from ragen_torchrl.objectives.ppo import (
@@ -278,12 +279,14 @@ def test_metrics_average_over_assistant_tokens_only():
     n = 5  # assistant tokens
     assert m["assistant_tokens"] == n
     assert m["entropy"] == pytest.approx((5.0 + 2.0 * 4) / n)
-    assert out.entropy.item() == pytest.approx((5.0 + 2.0 * 4) / 10)  # torchrl: diluted by padding
-    # r outside [0.8, 1.2] for 4 of the 5 tokens
+    # the loss output agrees (torchrl's own fields would be diluted by padding: 13 / 10)
+    assert out.entropy.item() == pytest.approx((5.0 + 2.0 * 4) / n)
+    # r outside [0.8, 1.2] for 4 of the 5 tokens (torchrl: 4 / 10)
     assert m["clip_fraction"] == pytest.approx(4 / n)
-    assert out.clip_fraction.item() == pytest.approx(4 / 10)
+    assert out.clip_fraction.item() == pytest.approx(4 / n)
     lw = [math.log(r) for r in RATIOS.values()]
     assert m["kl_approx"] == pytest.approx(-sum(lw) / n)
+    assert out.kl_approx.item() == pytest.approx(-sum(lw) / n)
     assert m["kl_k3"] == pytest.approx(sum(math.expm1(x) - x for x in lw) / n)
     assert m["loss"] == pytest.approx(out.loss_objective.item() + out.loss_entropy.item())
 
@@ -302,6 +305,82 @@ def test_kl_to_reference_is_masked_k3():
     k3 = (d.expm1() - d).mean().item()  # DAPO: token mean over the 5 assistant tokens
     assert out.kl_to_ref.item() == pytest.approx(k3)
     assert out.loss_kl_to_ref.item() == pytest.approx(0.5 * k3)
+
+
+# every assistant token clipped: ratio 1.5 (> 1 + 0.28) on all 5 assistant tokens of MASK
+ALL_CLIPPED = {(b, t): 1.5 for b, t in MASK.nonzero().tolist()}
+
+
+@pytest.mark.parametrize("loss_cls, kwargs", [(MaskedStatsGRPOLoss, {}), (DAPOLoss, {}), (GSPOLoss, {}),
+                                              (DrGRPOLoss, {"max_length": 8})])
+def test_loss_output_stats_are_over_assistant_tokens(loss_cls, kwargs):
+    # issue 16 item 5: "entropy and clip fraction on the loss output are over assistant tokens"
+    ent = torch.full_like(CUR, 2.0)
+    ent[~MASK] = 0.0  # torchrl's masked dist: 0 off the mask
+    ent[0, 1] = 5.0
+    actor = FakeActor(CUR, entropy=ent)
+    loss = loss_cls(actor, masking_strategy="rlhf", **kwargs)
+    out = loss(make_batch(CUR, ALL_CLIPPED, MASK, ADV))
+    # 5 of 5 assistant tokens clipped: 1.0 (torchrl averages over the 10 padded positions: 0.5)
+    assert out.clip_fraction.item() == pytest.approx(1.0)
+    # entropy (5 + 2 + 2 + 2 + 2) / 5 (torchrl: 13 / 10)
+    assert out.entropy.item() == pytest.approx(13 / 5)
+    # kl_approx = mean(log pi_old - log pi) = -log 1.5 on every assistant token
+    assert out.kl_approx.item() == pytest.approx(-math.log(1.5), abs=1e-6)
+
+
+def test_loss_class_defaults_equal_the_config_defaults():
+    # issue 16 item 5: "class defaults equal the config defaults" (configs/algo/*.yaml: entropy_coeff 0.001)
+    from ragen_torchrl.objectives import DEFAULT_ENTROPY_COEFF, REF_LOG_PROBS_KEY
+
+    coeffs = {float(OmegaConf.load(f).entropy_coeff) for f in CONFIG_DIR.glob("*.yaml")}
+    assert coeffs == {DEFAULT_ENTROPY_COEFF} == {0.001}
+    trunk = Critic(1, backbone=FakeTrunk(torch.zeros(2, 5, 1)))
+    losses = [MaskedStatsGRPOLoss(FakeActor(CUR)), DAPOLoss(FakeActor(CUR)), GSPOLoss(FakeActor(CUR)),
+              DrGRPOLoss(FakeActor(CUR), max_length=8), PPOLoss(FakeActor(CUR), trunk)]
+    for loss in losses:
+        assert loss.entropy_coeff == 0.001, type(loss).__name__
+        # one reference-log-prob key: the class default is where build_objective and the loop store it
+        assert loss.tensor_keys.ref_log_probs == REF_LOG_PROBS_KEY == ("ref_log_probs", "full")
+    obj = build_objective({"name": "grpo", "kl_coeff": 0.1}, FakeActor(CUR), None)
+    assert obj.loss_module.tensor_keys.ref_log_probs == REF_LOG_PROBS_KEY
+
+
+def test_kl_to_reference_reads_the_default_key_without_set_keys():
+    td = make_batch(CUR, RATIOS, MASK, ADV)
+    d = torch.tensor([0.1, -0.2, 0.3, 0.05, -0.1], dtype=torch.float64)
+    ref = CUR.clone()
+    ref[MASK] += d
+    td.set(("ref_log_probs", "full"), ref)
+    out = DAPOLoss(FakeActor(CUR), masking_strategy="rlhf", entropy_bonus=False, kl_to_ref_coeff=0.5)(td)
+    # k3 = mean over the 5 assistant tokens of (e^d - 1 - d)
+    assert out.kl_to_ref.item() == pytest.approx((d.expm1() - d).mean().item())
+
+
+@pytest.mark.parametrize("pad_output", [True, False])
+def test_behaviour_log_probs_with_an_unpadded_wrapper(tiny_model, pad_output):
+    # issue 16 item 5: "unpadded wrappers either work or raise an error that says what to set"
+    from torchrl.data.llm import History
+    from torchrl.modules.llm import TransformersWrapper
+
+    from ragen_torchrl.models.loading import wrapper_chat_template
+    from ragen_torchrl.objectives import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
+
+    model, tok = tiny_model
+    recs = TensorDict(advantage=torch.tensor([[[0.5]], [[-0.5]]]), batch_size=[2]).to_lazystack(0)
+    recs.set(("history", "full"), History.from_chats(SCRIPTED))
+    padded = compute_behaviour_log_probs(make_logprob_policy(model, tok), recs)
+    # torchrl's default pad_output=False: ragged outputs, one tensor per row
+    actor = TransformersWrapper(model, tokenizer=tok, chat_template=wrapper_chat_template(tok),
+                                input_mode="history", generate=False, return_log_probs=True, pad_output=pad_output)
+    rows = compute_behaviour_log_probs(actor, recs)
+    for i in range(2):
+        for key in padded[i].keys(True, True):
+            torch.testing.assert_close(rows[i].get(key), padded[i].get(key))
+    # the loss runs with that wrapper too; ratio 1: GRPO loss = -mean(A) = 0, nothing clipped
+    out = make_grpo_loss(actor)(attach_training_data(recs, rows))
+    assert out.loss_objective.item() == pytest.approx(0.0, abs=1e-6)
+    assert out.clip_fraction.item() == 0.0
 
 
 # --------------------------------------------------------------------------- PPO math

@@ -1,1 +1,19 @@
-"""data."""
+"""Replay-buffer pieces: a group-selecting sampler and group-aware mini-batches.
+
+Example:
+    >>> import torch
+    >>> from ragen_torchrl.data import group_minibatches
+    >>> batches = group_minibatches(torch.tensor([0, 0, 1, 1]), 2)   # whole groups, shuffled
+    >>> sorted(b.tolist() for b in batches)
+    [[0, 1], [2, 3]]
+"""
+
+from .. import lazy_exports
+
+_EXPORTS = {
+    "TopVarianceGroupSampler": ".group_sampler",
+    "group_minibatches": ".minibatch",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -41,6 +41,8 @@ from .mi import (
     sample_trajectory_uniform_pairs,
 )
 
+__all__ = ["CollapseMonitor", "turn_pairs"]
+
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 

@@ -1,1 +1,28 @@
-"""models."""
+"""Models: loading any Hugging Face causal LM as a policy, the tiny offline model, entropy recording.
+
+Names are imported from their submodules on first use.
+
+Example:
+    >>> from ragen_torchrl.models import resolve_device
+    >>> resolve_device("cpu", "auto")
+    (device(type='cpu'), torch.float32)
+"""
+
+from .. import lazy_exports
+
+_EXPORTS = {
+    "load_pretrained": ".loading",
+    "prepare_tokenizer": ".loading",
+    "resolve_device": ".loading",
+    "wrapper_chat_template": ".loading",
+    "check_model_source": ".loading",
+    "ModelSourceError": ".loading",
+    "TinyModelConfig": ".tiny",
+    "build_tiny_model": ".tiny",
+    "train_tokenizer": ".tiny",
+    "EntropyRecorder": ".entropy_recorder",
+    "attach_entropy_recorder": ".entropy_recorder",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,7 +14,11 @@ bundles everything the training loop needs for one algorithm:
 * ``loss_module``: the torchrl ``LossModule``; ``out = loss_module(minibatch)``.
 * ``total_loss(out)``: the sum of every ``loss_*`` term of ``out``.
 * ``metrics(out, minibatch)``: floats for logging: loss terms, and entropy / KL / clip
-  fraction averaged over assistant tokens only.
+  fraction averaged over assistant tokens only (as the loss output's own fields).
+
+The losses also work on their own, on any batch that meets their input contract (see
+:class:`MaskedStatsGRPOLoss`); :func:`make_logprob_policy` builds their actor and
+:func:`compute_behaviour_log_probs` / :func:`attach_training_data` the behaviour data.
 * ``optimizer_param_groups(lr)`` / ``trainable_parameters()``: the policy's parameters at
   ``lr`` plus extra trainable ones (PPO's critic at ``algo.critic_lr``).
 
@@ -41,17 +45,45 @@ from torchrl.objectives import LossModule
 from ..transforms.advantage import GroupAdvantage
 from ..transforms.overlong import OverlongPenalty
 from .dapo import CRITERIA as DS_CRITERIA
-from .dapo import DAPOLoss, DynamicSampler
+from .dapo import DAPOLoss, DynamicSampler, informative_groups
 from .drgrpo import DrGRPOLoss
-from .gspo import GSPOLoss, sequence_metrics
-from .metrics import MaskedStatsGRPOLoss, check_dual_clip, loss_output_metrics, masked_token_metrics
-from .ppo import Critic, PPOLoss, prepare_ppo_batch, value_metrics
+from .grpo import (
+    attach_training_data,
+    compute_behaviour_log_probs,
+    make_grpo_loss,
+    make_logprob_policy,
+    training_view,
+)
+from .gspo import GSPOLoss, sequence_log_ratio, sequence_metrics
+from .metrics import (
+    DEFAULT_ENTROPY_COEFF,
+    REF_LOG_PROBS_KEY,
+    MaskedStatsGRPOLoss,
+    TokenStatsMixin,
+    check_dual_clip,
+    dual_clip_gain,
+    loss_output_metrics,
+    masked_token_metrics,
+)
+from .ppo import Critic, PPOLoss, PPOLossOutput, bilevel_gae, masked_gae, masked_whiten, prepare_ppo_batch, value_metrics
 
 ALGORITHMS = ("grpo", "drgrpo", "dapo", "gspo", "ppo")
 LOSS_TERMS = ("loss_objective", "loss_entropy", "loss_kl_to_ref", "loss_kl_to_inference", "loss_critic")
 
-__all__ = ["ALGORITHMS", "Objective", "PPOObjective", "build_objective", "DAPOLoss", "DrGRPOLoss", "GSPOLoss",
-           "PPOLoss", "Critic", "DynamicSampler", "MaskedStatsGRPOLoss"]
+__all__ = [
+    # the training-loop bundle
+    "ALGORITHMS", "LOSS_TERMS", "Objective", "PPOObjective", "build_objective",
+    # losses (torchrl LossModules) and their defaults
+    "MaskedStatsGRPOLoss", "DrGRPOLoss", "DAPOLoss", "GSPOLoss", "PPOLoss", "PPOLossOutput", "Critic",
+    "TokenStatsMixin", "DEFAULT_ENTROPY_COEFF", "REF_LOG_PROBS_KEY", "make_grpo_loss",
+    # log-prob plumbing: score conversations, attach behaviour data
+    "make_logprob_policy", "compute_behaviour_log_probs", "attach_training_data", "training_view",
+    # data hooks and pure functions
+    "DynamicSampler", "informative_groups", "prepare_ppo_batch", "masked_gae", "bilevel_gae", "masked_whiten",
+    "sequence_log_ratio", "dual_clip_gain", "check_dual_clip",
+    # metrics
+    "masked_token_metrics", "loss_output_metrics", "sequence_metrics", "value_metrics",
+]
 
 
 class Objective:
@@ -244,7 +276,8 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
         tokenizer: unused today; part of the signature so objectives that need it can.
 
     Common keys: ``clip_epsilon`` (number or ``[low, high]``), ``entropy_coeff``,
-    ``kl_coeff`` (> 0 reads reference log-probs from ``("ref_log_probs", "full")``),
+    ``kl_coeff`` (> 0 reads reference log-probs from :data:`REF_LOG_PROBS_KEY` =
+    ``("ref_log_probs", "full")``, every loss class's default ``ref_log_probs`` key),
     ``adv_eps``, ``aggregation`` (optional override), ``overlong`` (``enabled``,
     ``max_length`` (default ``algo.max_length``), ``cache_length``), ``dual_clip``
     (``None`` = off, or ``c > 1``: verl's dual-clip for ``A < 0``, the reference uses 3;
@@ -257,7 +290,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     name = str(algo_cfg.get("name", "grpo")).lower()
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(ALGORITHMS)}")
-    entropy_coeff = float(algo_cfg.get("entropy_coeff", 0.001))
+    entropy_coeff = float(algo_cfg.get("entropy_coeff", DEFAULT_ENTROPY_COEFF))
     kl_coeff = float(algo_cfg.get("kl_coeff", 0.0) or 0.0)
     adv_eps = float(algo_cfg.get("adv_eps", 1e-6))
     aggregation = algo_cfg.get("aggregation")
@@ -321,7 +354,6 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
             chunk_size=int(algo_cfg.get("critic_chunk_size", 32)), **kwargs)
     if name != "ppo":
         objective = Objective(name, loss, model, **kwargs)
-    if kl_coeff > 0:
-        # where the loop stores the frozen reference policy's log-probs (per row, unpadded)
-        loss.set_keys(ref_log_probs=("ref_log_probs", "full"))
+    # the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen
+    # reference policy's log-probs (per row, unpadded)
     return objective

@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.llm import TransformersWrapper
-from torchrl.objectives.llm import GRPOLoss
 
 from ..models.loading import wrapper_chat_template
+from .metrics import MaskedStatsGRPOLoss
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -52,9 +52,14 @@ def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
 
 
 def make_grpo_loss(actor: TransformersWrapper, *, clip_epsilon=0.2, entropy_coeff: float = 0.001,
-                   kl_coeff: float = 0.0, aggregation: str = "prompt_mean") -> GRPOLoss:
-    """torchrl's GRPOLoss configured for multi-turn assistant-only training."""
-    return GRPOLoss(
+                   kl_coeff: float = 0.0, aggregation: str = "prompt_mean") -> MaskedStatsGRPOLoss:
+    """torchrl's GRPOLoss configured for multi-turn assistant-only training.
+
+    A :class:`~ragen_torchrl.objectives.metrics.MaskedStatsGRPOLoss`: torchrl's loss terms,
+    with ``entropy`` / ``clip_fraction`` / ``kl_approx`` reported over assistant tokens and
+    the reference log-probs read from ``("ref_log_probs", "full")``.
+    """
+    return MaskedStatsGRPOLoss(
         actor,
         clip_epsilon=clip_epsilon,
         entropy_bonus=entropy_coeff > 0,
@@ -72,6 +77,21 @@ def training_view(records: TensorDictBase) -> TensorDictBase:
     return td
 
 
+_BEHAVIOUR_KEYS = (("tokens", "full"), ("log_probs", "full"), ("masks", "all_assistant_mask"),
+                   ("masks", "all_attention_mask"))
+
+
+def _per_row(out: TensorDictBase, key) -> list[torch.Tensor]:
+    """``key`` of the wrapper output as one tensor per row, padded (``pad_output=True``) or not."""
+    try:
+        return list(out.get(key, as_list=True))
+    except KeyError:
+        raise KeyError(
+            f"the log-prob wrapper returned no {key!r}; build it with generate=False, return_log_probs=True "
+            "and input_mode='history' (make_logprob_policy does)"
+        ) from None
+
+
 @torch.no_grad()
 def compute_behaviour_log_probs(actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
@@ -79,24 +99,26 @@ def compute_behaviour_log_probs(actor: TransformersWrapper, records: TensorDictB
     The result (lazy stack, one row per trajectory) holds ``("tokens", "full")``,
     ``("log_probs", "full")``, ``("masks", "all_assistant_mask")`` and
     ``("masks", "all_attention_mask")``, each cut to the row's real tokens.
+
+    ``actor`` is a history-mode log-prob ``TransformersWrapper`` (:func:`make_logprob_policy`);
+    it may pad its outputs (``pad_output=True``, as ``make_logprob_policy`` builds it) or not
+    (torchrl's default ``pad_output=False``, ragged per-row outputs): both give the same rows.
+    ``records`` hold the conversations at ``("history", "full")``.
     """
     n = records.batch_size[0]
     rows = []
     for start in range(0, n, chunk_size):
         chunk = training_view(records[start : start + chunk_size])
         out = actor(chunk)
-        attn = out.get(("masks", "all_attention_mask")).bool()
-        tokens = out.get(("tokens", "full"))
-        lps = out.get(("log_probs", "full"))
-        amask = out.get(("masks", "all_assistant_mask")).bool()
-        for i in range(attn.shape[0]):
-            keep = attn[i]
+        tokens, lps, amask, attn = (_per_row(out, k) for k in _BEHAVIOUR_KEYS)
+        for tok_i, lp_i, am_i, at_i in zip(tokens, lps, amask, attn):
+            keep = at_i.bool()
             rows.append(
                 TensorDict(
                     {
-                        ("tokens", "full"): tokens[i][keep],
-                        ("log_probs", "full"): lps[i][keep].float(),
-                        ("masks", "all_assistant_mask"): amask[i][keep],
+                        ("tokens", "full"): tok_i[keep],
+                        ("log_probs", "full"): lp_i[keep].float(),
+                        ("masks", "all_assistant_mask"): am_i.bool()[keep],
                         ("masks", "all_attention_mask"): keep[keep],
                     },
                     batch_size=[],

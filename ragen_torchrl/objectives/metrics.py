@@ -4,8 +4,10 @@ torchrl's ``GRPOLoss`` logs ``entropy``, ``kl_approx`` and ``clip_fraction`` as 
 over the padded ``[B, T]`` mini-batch, so padding and observation tokens (where the
 log-weight is 0 and the entropy is 0) dilute them, and by how much depends on how long the
 conversations of the mini-batch are. :class:`TokenStatsMixin` keeps the per-token tensors
-of the last forward (detached) next to the loss mask, and :func:`masked_token_metrics`
-averages them over that mask. The loss outputs themselves are left as torchrl computes them.
+of the last forward (detached) next to the loss mask, :func:`masked_token_metrics`
+averages them over that mask, and the mixin writes those masked averages into the loss
+output's ``entropy``, ``clip_fraction`` and ``kl_approx`` fields, so a loss used on its own
+reports the numbers over assistant tokens. The ``loss_*`` terms are torchrl's.
 
 The mixin also replaces torchrl's KL-to-reference term by a masked one: torchrl averages
 the k3 estimator over every position of the padded batch, which makes the size of the
@@ -25,9 +27,39 @@ Example:
 from __future__ import annotations
 
 import torch
+from dataclasses import dataclass
+
 from tensordict import NestedKey, TensorDictBase, is_tensor_collection
 from tensordict.utils import expand_as_right
 from torchrl.objectives.llm import GRPOLoss
+
+#: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
+#: (torchrl's ``GRPOLoss`` defaults to 0.01)
+DEFAULT_ENTROPY_COEFF = 0.001
+#: where every loss reads the frozen reference policy's log-probs (per row, unpadded,
+#: aligned with ``("tokens", "full")``); torchrl's default is ``("next", "ref_log_probs", "full")``
+REF_LOG_PROBS_KEY = ("ref_log_probs", "full")
+
+#: what every loss here reads from a batch (shared by the class docstrings)
+INPUT_CONTRACT = """
+    Input contract (one row per trajectory; tensors per row, unpadded, or ``[B, T]`` padded
+    on the left):
+
+    * ``("tokens", "full")`` ``[T]`` int: the whole conversation's token ids;
+    * ``("log_probs", "full")`` ``[T]`` float: behaviour log-probs of those tokens, no grad
+      (:func:`~ragen_torchrl.objectives.grpo.compute_behaviour_log_probs`); a non-finite value
+      takes its token out of the loss;
+    * ``("masks", "all_assistant_mask")`` ``[T]`` bool: the tokens trained (assistant tokens);
+    * ``advantage`` ``[1, 1]`` per row (``[B, 1, 1]`` stacked) for GRPO/Dr.GRPO/DAPO/GSPO,
+      or ``[T, 1]`` per row for PPO;
+    * ``("history", "prompt")``: the conversation (a torchrl ``History``), which the
+      log-prob actor re-scores (:func:`~ragen_torchrl.objectives.grpo.training_view`);
+    * with ``kl_to_ref_coeff``: the reference log-probs at ``REF_LOG_PROBS_KEY`` =
+      ``("ref_log_probs", "full")`` ``[T]``, aligned with ``("tokens", "full")``.
+
+    Keys can be renamed with ``set_keys`` (``advantage``, ``action``, ``sample_log_prob``,
+    ``ref_log_probs``).
+"""
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -109,13 +141,47 @@ class TokenStatsMixin:
         A <  0: gain = max(min(r A, clip(r) A), c A)      (no gradient once r > c)
 
     See :func:`dual_clip_gain`.
+
+    Defaults that differ from torchrl's ``GRPOLoss``: ``entropy_coeff=0.001`` (the configs'
+    value, :data:`DEFAULT_ENTROPY_COEFF`) and the reference log-prob key
+    ``("ref_log_probs", "full")`` (:data:`REF_LOG_PROBS_KEY`). The output's ``entropy``,
+    ``clip_fraction`` and ``kl_approx`` are means over the loss mask (assistant tokens with
+    a finite behaviour log-prob), not over the padded ``[B, T]`` batch.
     """
 
     token_stats: dict[str, torch.Tensor]
 
+    @dataclass
+    class _AcceptedKeys(GRPOLoss._AcceptedKeys):
+        """GRPOLoss's keys, with the reference log-probs where this package stores them."""
+
+        ref_log_probs: NestedKey = REF_LOG_PROBS_KEY
+
     def __init__(self, *args, dual_clip: float | None = None, **kwargs) -> None:
+        kwargs.setdefault("entropy_coeff", DEFAULT_ENTROPY_COEFF)
         super().__init__(*args, **kwargs)
         self.dual_clip = check_dual_clip(dual_clip)
+
+    def forward(self, tensordict: TensorDictBase):
+        out = super().forward(tensordict)
+        # torchrl averages these three over the padded [B, T] batch (padding and observation
+        # tokens count as 0); report them over the tokens the loss trains on instead
+        stats = self.token_stats
+        mask = stats["mask"].bool()
+        m = mask.to(torch.float32)
+        n = m.sum().clamp_min(1)
+
+        def masked(x: torch.Tensor) -> torch.Tensor:
+            x = x.detach().float().reshape(mask.shape)
+            return torch.where(mask, x, torch.zeros_like(x)).sum() / n
+
+        if "clipped" in stats:
+            out.clip_fraction = masked(stats["clipped"])
+        if "log_weight" in stats:
+            out.kl_approx = masked(-stats["log_weight"])
+        if "entropy" in stats and getattr(out, "entropy", None) is not None:
+            out.entropy = masked(stats["entropy"])
+        return out
 
     def _stash(self, **tensors: torch.Tensor) -> None:
         stats = self.__dict__.setdefault("token_stats", {})
@@ -232,9 +298,41 @@ def masked_aggregate_sum(value: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 
 
 class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
-    """torchrl's ``GRPOLoss``, unchanged, plus the per-token stash for masked metrics.
+    """torchrl's ``GRPOLoss`` plus the per-token stash for masked metrics (the GRPO loss).
 
     Built with the arguments of :func:`ragen_torchrl.objectives.grpo.make_grpo_loss` it
-    computes the same ``loss_objective`` / ``loss_entropy``; only the KL-to-reference term
-    (off by default) is averaged over assistant tokens instead of the padded batch.
+    computes the same ``loss_objective`` / ``loss_entropy`` as torchrl; the KL-to-reference
+    term (off by default) is averaged over assistant tokens instead of the padded batch, and
+    the logged ``entropy`` / ``clip_fraction`` / ``kl_approx`` are assistant-token means.
+    Keyword arguments are ``GRPOLoss``'s (``clip_epsilon``, ``entropy_coeff`` = 0.001 here,
+    ``kl_to_ref_coeff``, ``masking_strategy`` (use ``"rlhf"``), ``aggregation``, ...) plus
+    ``dual_clip``.
+    """ + INPUT_CONTRACT + """
+    Example (a hand-built batch; the actor is any module with torchrl's ``_get_rlhf_dist``,
+    normally :func:`~ragen_torchrl.objectives.grpo.make_logprob_policy`):
+        >>> import math, torch
+        >>> from tensordict import TensorDict
+        >>> from torch import nn
+        >>> class Dist(torch.distributions.Distribution):
+        ...     arg_constraints = {}
+        ...     def __init__(self, lp, mask):
+        ...         super().__init__(batch_shape=lp.shape, validate_args=False)
+        ...         self.lp, self.mask = lp, mask
+        ...     def log_prob(self, action):
+        ...         return self.lp
+        ...     def entropy(self):
+        ...         return torch.ones_like(self.lp)
+        >>> class Actor(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.lp = nn.Parameter(torch.full((1, 4), -1.0))
+        ...     def _get_rlhf_dist(self, td):
+        ...         return Dist(self.lp, td.get(("masks", "all_assistant_mask")))
+        >>> batch = TensorDict({("tokens", "full"): torch.tensor([[5, 6, 7, 8]]),
+        ...                     ("log_probs", "full"): torch.full((1, 4), -1.0 - math.log(2.0)),  # ratio 2
+        ...                     ("masks", "all_assistant_mask"): torch.tensor([[False, False, True, True]]),
+        ...                     "advantage": torch.ones(1, 1, 1)}, batch_size=[1])
+        >>> out = MaskedStatsGRPOLoss(Actor(), masking_strategy="rlhf")(batch)
+        >>> round(out.loss_objective.item(), 4), out.clip_fraction.item(), out.entropy.item()
+        (-1.2, 1.0, 1.0)
     """

@@ -1,1 +1,64 @@
-"""transforms."""
+"""TorchRL transforms: group advantage, reward shaping, SNR-aware filtering, T3 truncation.
+
+* record transforms (on trajectory records, e.g. as replay-buffer write-time transforms):
+  :class:`GroupAdvantage`, :class:`OverlongPenalty`, :class:`SNRFilter`;
+* env transforms: :class:`T3Truncation` (through ``TransformedEnv`` /
+  :class:`RowTransformedEnv`) and its stall rules.
+
+Names are imported from their submodules on first use.
+
+Example:
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+    >>> from ragen_torchrl.transforms import SNRFilter
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), transform=SNRFilter(), batch_size=2)
+    >>> _ = rb.extend(TensorDict(group_id=torch.tensor([0, 0, 1, 1]),
+    ...                          episode_return=torch.tensor([0.0, 1.0, 1.0, 1.0]), batch_size=[4]))
+    >>> len(rb)  # group 1 has no reward variance: never written
+    2
+"""
+
+from .. import lazy_exports
+
+_EXPORTS = {
+    # group advantage and reward shaping
+    "GroupAdvantage": ".advantage",
+    "group_advantage": ".advantage",
+    "OverlongPenalty": ".overlong",
+    "overlong_penalty": ".overlong",
+    "RecordTransform": ".records",
+    # SNR-aware filtering (RAGEN-2, arXiv 2604.06268)
+    "SNRFilter": ".snr",
+    "FilterGuard": ".snr",
+    "ValidationStop": ".snr",
+    "build_filter": ".snr",
+    "check_filter_value": ".snr",
+    "group_scores": ".snr",
+    "loss_scale": ".snr",
+    "select_groups": ".snr",
+    "unfiltered_stats": ".snr",
+    "validate_filter_config": ".snr",
+    "FILTER_CONFIG_DEFAULTS": ".snr",
+    "STRATEGIES": ".snr",
+    "MODES": ".snr",
+    "METRICS": ".snr",
+    "ENTROPY_METRICS": ".snr",
+    "LOSS_SCALE_MODES": ".snr",
+    # T3 truncation
+    "T3Truncation": ".t3",
+    "RowTransformedEnv": ".t3",
+    "t3_config_defaults": ".t3",
+    "t3_token_stats": ".t3",
+    "StallRule": ".t3_rules",
+    "AnyRule": ".t3_rules",
+    "ConsecutiveUnknownRule": ".t3_rules",
+    "EstimateDriftRule": ".t3_rules",
+    "OutsideHypothesisRule": ".t3_rules",
+    "ShrinkStallRule": ".t3_rules",
+    "SimilarityDecreaseRule": ".t3_rules",
+    "make_rule": ".t3_rules",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
