@@ -95,9 +95,16 @@ def _build_wheel() -> Path:
         return _WHEEL[0]
     import tempfile
 
+    import shutil
+
     out = Path(tempfile.mkdtemp(prefix="ragen_wheel_"))
+    # build from a clean copy: setuptools reuses an in-tree build/ folder, whose stale
+    # files (a module since moved or deleted) would ship in the wheel
+    src = out / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", "outputs", ".pytest_cache", ".hypothesis"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
         check=True, capture_output=True, text=True, timeout=300,
     )
     (wheel,) = out.glob("ragen_torchrl-*.whl")
