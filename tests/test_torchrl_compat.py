@@ -240,3 +240,34 @@ def test_env_rollout_ragged_rows_scripted_policy():
     # conversation lengths: row 1 grows by 2 messages a turn, row 0 restarts at 2 every step
     lengths = [[len(data[r, t].get(("history", "prompt")).role) for t in range(6)] for r in range(2)]
     assert lengths == [[2] * 6, [2, 4, 6, 2, 4, 6]]
+
+
+#: README "Use the components in your own TorchRL pipeline": an env with TransformersWrapper,
+#: env.rollout and LLMCollector (``model``/``tokenizer``: any HF causal LM with a chat template)
+README_ENV_SNIPPET = """
+import tensordict
+tensordict.set_list_to_stack(True).set()
+from torchrl.collectors.llm import LLMCollector
+from torchrl.modules.llm import TransformersWrapper
+from ragen_torchrl.envs import make_env
+
+policy = TransformersWrapper(model, tokenizer=tokenizer, input_mode="history", generate=True,
+                             pad_output=False, generate_kwargs={"max_new_tokens": 16})
+env = make_env("frozenlake", num_envs=2, max_turn=3)
+env.set_seed(0)  # levels of env.reset() and of the auto-resets of finished rows
+data = env.rollout(6, policy, break_when_any_done=False)  # finished rows restart on new levels
+assert data["next", "reward"].shape == (2, 6, 1, 1)       # (rows, steps, 1, 1)
+assert data["next", "done"].shape == (2, 6, 1)
+
+collector = LLMCollector(env, policy=policy, dialog_turns_per_batch=4, total_dialog_turns=8)
+for batch in collector:  # 4 dialog turns per batch
+    assert batch.numel() == 4
+collector.shutdown()
+"""
+
+
+def test_readme_env_pipeline_snippet(tiny_model):
+    # issue 16 item 4: the README's env example runs as written
+    model, tokenizer = tiny_model
+    torch.manual_seed(0)
+    exec(README_ENV_SNIPPET, {"model": model, "tokenizer": tokenizer})

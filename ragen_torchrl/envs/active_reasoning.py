@@ -197,9 +197,10 @@ class ActiveReasoningEnv(TextGameEnv):
         system_prompt: overrides :data:`ACTIVE_FORMAT_INSTRUCTIONS`.
         device: device of the reward/done tensors.
 
-    Input of ``reset``: ``level_seed`` and ``group_id`` (B, long), optional ``sample_seed``
-    (unused: the T3 games are deterministic given the level). ``step`` accepts any subset of
-    rows, addressed by ``env_index``.
+    Input of ``reset``: as :class:`~ragen_torchrl.envs.text_env.TextGameEnv` (``level_seed``,
+    ``group_id``, ``sample_seed`` -- unused: the T3 games are deterministic given the level --,
+    all optional, and a ``"_reset"`` mask). ``step`` accepts any subset of rows, addressed by
+    ``env_index``.
 
     Example:
         >>> env = ActiveReasoningEnv(lambda seed, sample: GuessNumbersGame.generate(seed, max_turns=3),

@@ -3,15 +3,40 @@
 :class:`TextGameEnv` is a :class:`torchrl.envs.llm.ChatEnv` in history mode. Each row of
 the batch is one episode of a :class:`~ragen_torchrl.envs.games.base.TextGame`. The env
 parses the last assistant message, applies the actions, appends the next observation as a
-user message and writes the keys of the TensorDict contract (``docs/tensordict_contract.md``):
-``group_id``, ``turn``, ``progress``, ``("next", "reward")`` of shape ``(B, 1, 1)``,
-``done``/``terminated``/``truncated`` of shape ``(B, 1)``, ``success``,
-``action_is_valid``, ``action_is_effective``.
+user message and writes the keys of the TensorDict contract (``docs/tensordict_contract.md``).
+
+Shape conventions (B = rows of the TensorDict passed in; torchrl's LLM-env conventions):
+
+* ``("history", "prompt")``, B x messages (``History`` with role, content, is_complete):
+  observation of reset and step; the policy writes ``("history", "full")`` (the action:
+  prompt + its reply);
+* ``level_seed``, ``group_id``, ``sample_seed``: ``(B,)`` long, state (reset reads them when
+  given; reset and step write them);
+* ``env_index``, ``turn`` (long), ``progress`` (float), ``success``, ``action_is_valid``,
+  ``action_is_effective`` (bool): ``(B,)``, observations of reset and step;
+* ``reward``: ``(B, 1, 1)`` float, step only;
+* ``done``, ``terminated``, ``truncated``: ``(B, 1)`` bool (all False after a reset).
+
+Per-row keys have the batch shape; only the reward (two trailing singleton dims) and the
+done flags (one) have more, as torchrl's LLM envs. ``done = terminated | truncated``:
+``terminated`` when the game ended (won, lost, answered), ``truncated`` when the turn or
+action budget ran out first. ``check_env_specs`` passes for every registered env.
+
+Levels: a reset with ``level_seed`` entries (one per row; optional ``group_id``, default 0,
+and ``sample_seed``, default the row index) plays those levels: that is how a trainer
+puts the G samples of a group on the same level. A reset without them (``env.reset()``,
+and torchrl's automatic reset of finished rows in ``env.rollout(...,
+break_when_any_done=False)`` or ``LLMCollector``) draws a new training level per restarted
+row from an env-owned generator (seeded by ``env.set_seed(seed)``; seed 0 until then) and
+gives it a new ``group_id`` (a counter, so ids never repeat). A reset with a ``"_reset"``
+mask of shape ``(B, 1)`` restarts only the masked rows; the others keep their episode.
 
 Rows are addressed by ``env_index``: the env is not batch-locked, so a rollout can step
 only the rows that are still running (a sub-TensorDict carrying their ``env_index``).
-That keeps every generation batch uniform in its number of messages, which
-``TransformersWrapper`` needs in history mode.
+That keeps every generation batch uniform in its number of messages.
+
+``step`` accepts any ``History`` the action spec can produce: a missing or non-string
+role/content reads as an empty message (the reply is then malformed).
 
 Example:
     >>> import tensordict, torch
@@ -22,6 +47,10 @@ Example:
     >>> td = env.reset(TensorDict(level_seed=torch.tensor([3, 3]), group_id=torch.tensor([0, 0]), batch_size=[2]))
     >>> list(td["history", "prompt"][0].role)
     ['system', 'user']
+    >>> _ = env.set_seed(0)
+    >>> td = env.reset()  # levels drawn from the env's generator
+    >>> td["group_id"].tolist(), td["done"].shape
+    ([0, 1], torch.Size([2, 1]))
 """
 
 from __future__ import annotations
@@ -76,8 +105,9 @@ class TextGameEnv(ChatEnv):
         system_prompt: overrides the default (game instructions + format rules).
         device: device of the reward/done tensors.
 
-    Input of ``reset``: a TensorDict with ``level_seed`` (B, long) and ``group_id``
-    (B, long); optional ``sample_seed`` (B, long).
+    Input of ``reset`` (all optional): ``level_seed``, ``group_id``, ``sample_seed`` (B, long)
+    and a ``"_reset"`` mask (B, 1); without ``level_seed`` the levels are drawn from the
+    generator seeded by ``env.set_seed`` (see the module docstring).
 
     Hostile replies: every reply is cut to
     :data:`~ragen_torchrl.envs.parsing.MAX_REPLY_CHARS` (8192) characters before any parser or
