@@ -70,9 +70,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase, lazy_stack
+from tensordict import TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
-from torchrl.data.llm import History
 
 from .games.circuit_decoding import CircuitDecodingGame
 from .games.guess_numbers import InteractiveGame, GuessNumbersGame
