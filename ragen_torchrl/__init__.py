@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 SUBPACKAGES = ("envs", "transforms", "data", "objectives", "diagnostics", "models", "trainer")
 
-__all__ = ["__version__", *SUBPACKAGES]
+__all__ = ["__version__", "data", "diagnostics", "envs", "lazy_exports", "models", "objectives", "trainer", "transforms"]
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

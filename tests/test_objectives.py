@@ -357,6 +357,18 @@ def test_kl_to_reference_reads_the_default_key_without_set_keys():
     assert out.kl_to_ref.item() == pytest.approx((d.expm1() - d).mean().item())
 
 
+def test_a_batch_missing_an_input_names_the_key_and_the_contract():
+    # issue 16 item 5: "docstrings state the input contract (what a batch must hold)"
+    td = make_batch(CUR, RATIOS, MASK, ADV)
+    del td["log_probs"]
+    loss = MaskedStatsGRPOLoss(FakeActor(CUR), masking_strategy="rlhf")
+    assert "Input contract" in MaskedStatsGRPOLoss.__doc__ and "Input contract" in PPOLoss.__doc__
+    with pytest.raises(KeyError, match=r"log_probs.*input contract.*compute_behaviour_log_probs"):
+        loss(td)
+    with pytest.raises(KeyError, match="ref_log_probs"):
+        DAPOLoss(FakeActor(CUR), masking_strategy="rlhf", kl_to_ref_coeff=0.1)(make_batch(CUR, RATIOS, MASK, ADV))
+
+
 @pytest.mark.parametrize("pad_output", [True, False])
 def test_behaviour_log_probs_with_an_unpadded_wrapper(tiny_model, pad_output):
     # issue 16 item 5: "unpadded wrappers either work or raise an error that says what to set"

@@ -15,5 +15,9 @@ _EXPORTS = {
     "group_minibatches": ".minibatch",
 }
 
-__all__ = sorted(_EXPORTS)
+# the same names as _EXPORTS (a literal list, for static tools)
+__all__ = [
+    "TopVarianceGroupSampler",
+    "group_minibatches",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -45,5 +45,31 @@ _EXPORTS = {
     "bucket_grad_norms": ".grad_snr",
 }
 
-__all__ = sorted(_EXPORTS)
+# the same names as _EXPORTS (a literal list, for static tools)
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MI_EVERY",
+    "DEFAULT_MI_NUM_PAIRS",
+    "METHODS",
+    "RETRIEVAL_KS",
+    "ZSCORE_EPS",
+    "CollapseMonitor",
+    "MIProxyTracker",
+    "PairSample",
+    "PrefixTree",
+    "bucket_grad_norms",
+    "build_prefix_tree",
+    "chunk_sorted_by_budget",
+    "cross_score",
+    "entropy_metrics",
+    "equivalence_from_keys",
+    "mi_proxies",
+    "reasoning_valid_rate",
+    "rv_buckets",
+    "sample_first_turn_pairs",
+    "sample_trajectory_uniform_pairs",
+    "token_entropy",
+    "tree_supported",
+    "turn_pairs",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

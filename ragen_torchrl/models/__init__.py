@@ -24,5 +24,18 @@ _EXPORTS = {
     "attach_entropy_recorder": ".entropy_recorder",
 }
 
-__all__ = sorted(_EXPORTS)
+# the same names as _EXPORTS (a literal list, for static tools)
+__all__ = [
+    "EntropyRecorder",
+    "ModelSourceError",
+    "TinyModelConfig",
+    "attach_entropy_recorder",
+    "build_tiny_model",
+    "check_model_source",
+    "load_pretrained",
+    "prepare_tokenizer",
+    "resolve_device",
+    "train_tokenizer",
+    "wrapper_chat_template",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

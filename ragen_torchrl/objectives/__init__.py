@@ -34,8 +34,8 @@ Example:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -65,7 +65,16 @@ from .metrics import (
     loss_output_metrics,
     masked_token_metrics,
 )
-from .ppo import Critic, PPOLoss, PPOLossOutput, bilevel_gae, masked_gae, masked_whiten, prepare_ppo_batch, value_metrics
+from .ppo import (
+    Critic,
+    PPOLoss,
+    PPOLossOutput,
+    bilevel_gae,
+    masked_gae,
+    masked_whiten,
+    prepare_ppo_batch,
+    value_metrics,
+)
 
 ALGORITHMS = ("grpo", "drgrpo", "dapo", "gspo", "ppo")
 LOSS_TERMS = ("loss_objective", "loss_entropy", "loss_kl_to_ref", "loss_kl_to_inference", "loss_critic")

@@ -32,7 +32,7 @@ import torch
 from tensordict import TensorDictBase, lazy_stack
 from torchrl.objectives.llm import DAPO
 
-from .metrics import TokenStatsMixin
+from .metrics import INPUT_CONTRACT, TokenStatsMixin
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ class DAPOLoss(TokenStatsMixin, DAPO):
     def __init__(self, actor_network=None, *, clip_epsilon=(0.2, 0.28), aggregation: str = "token_mean",
                  **kwargs) -> None:
         super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kwargs)
+
+
+DAPOLoss.__doc__ += INPUT_CONTRACT
 
 
 def informative_groups(values: torch.Tensor, group_ids: torch.Tensor, *, tol: float = 1e-6):

@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.objectives.llm import GRPOLoss
 
-from .metrics import TokenStatsMixin, masked_aggregate_sum
+from .metrics import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
 
 
 class DrGRPOLoss(TokenStatsMixin, GRPOLoss):
@@ -60,3 +60,6 @@ class DrGRPOLoss(TokenStatsMixin, GRPOLoss):
         # sum over each sequence's tokens / L_max, then mean over sequences:
         # a token weighs 1 / (B * L_max) whatever the length of its sequence
         return (masked_aggregate_sum(value, mask) / self.max_length).mean(dim=0)
+
+
+DrGRPOLoss.__doc__ += INPUT_CONTRACT

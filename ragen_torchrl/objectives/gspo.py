@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torchrl.objectives.llm import GRPOLoss
 
-from .metrics import TokenStatsMixin, masked_aggregate_sum
+from .metrics import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
 
 
 def sequence_log_ratio(log_weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -71,6 +71,9 @@ class GSPOLoss(TokenStatsMixin, GRPOLoss):
         self._stash(clipped=clipped, sequence_log_ratio=seq_lw.squeeze(-1))
         # torchrl-style (unmasked) clip fraction for the output; metrics() reports the masked one
         return -gain, clipped.to(log_weight.dtype).mean()
+
+
+GSPOLoss.__doc__ += INPUT_CONTRACT
 
 
 def sequence_metrics(stash: dict[str, torch.Tensor]) -> dict[str, float]:

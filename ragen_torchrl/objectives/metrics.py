@@ -162,7 +162,22 @@ class TokenStatsMixin:
         super().__init__(*args, **kwargs)
         self.dual_clip = check_dual_clip(dual_clip)
 
+    def required_keys(self) -> list[NestedKey]:
+        """The batch keys this loss reads (its input contract, after ``set_keys``)."""
+        keys = [self.tensor_keys.action, self.tensor_keys.sample_log_prob, self.tensor_keys.advantage]
+        if self.kl_to_ref_coeff:
+            keys.append(self.tensor_keys.ref_log_probs)
+        return keys
+
     def forward(self, tensordict: TensorDictBase):
+        present = set(tensordict.keys(True))
+        missing = [k for k in self.required_keys() if k not in present]
+        if missing:
+            raise KeyError(
+                f"{type(self).__name__} needs {missing} in the batch (see the class docstring's input contract: "
+                "compute_behaviour_log_probs + attach_training_data write tokens, log-probs and masks; "
+                "a group advantage transform writes 'advantage'; rename keys with set_keys)"
+            )
         out = super().forward(tensordict)
         # torchrl averages these three over the padded [B, T] batch (padding and observation
         # tokens count as 0); report them over the tokens the loss trains on instead
@@ -306,8 +321,8 @@ class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
     the logged ``entropy`` / ``clip_fraction`` / ``kl_approx`` are assistant-token means.
     Keyword arguments are ``GRPOLoss``'s (``clip_epsilon``, ``entropy_coeff`` = 0.001 here,
     ``kl_to_ref_coeff``, ``masking_strategy`` (use ``"rlhf"``), ``aggregation``, ...) plus
-    ``dual_clip``.
-    """ + INPUT_CONTRACT + """
+    ``dual_clip``. The input contract follows the example.
+
     Example (a hand-built batch; the actor is any module with torchrl's ``_get_rlhf_dist``,
     normally :func:`~ragen_torchrl.objectives.grpo.make_logprob_policy`):
         >>> import math, torch
@@ -326,7 +341,7 @@ class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
         ...     def __init__(self):
         ...         super().__init__()
         ...         self.lp = nn.Parameter(torch.full((1, 4), -1.0))
-        ...     def _get_rlhf_dist(self, td):
+        ...     def get_dist(self, td, **kwargs):    # torchrl calls _get_rlhf_dist, else get_dist
         ...         return Dist(self.lp, td.get(("masks", "all_assistant_mask")))
         >>> batch = TensorDict({("tokens", "full"): torch.tensor([[5, 6, 7, 8]]),
         ...                     ("log_probs", "full"): torch.full((1, 4), -1.0 - math.log(2.0)),  # ratio 2
@@ -336,3 +351,6 @@ class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
         >>> round(out.loss_objective.item(), 4), out.clip_fraction.item(), out.entropy.item()
         (-1.2, 1.0, 1.0)
     """
+
+
+MaskedStatsGRPOLoss.__doc__ += INPUT_CONTRACT

@@ -51,7 +51,7 @@ from torchrl.objectives.llm import GRPOLoss
 from torchrl.objectives.llm.grpo import LLMLossOutput
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
-from .metrics import TokenStatsMixin
+from .metrics import INPUT_CONTRACT, TokenStatsMixin
 
 VALUE_KEY = "state_value"
 VALUE_TARGET_KEY = "value_target"
@@ -400,6 +400,9 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         out.explained_variance = torch.tensor(explained_variance(values, target, mask))
         out.value_clip_fraction = (vclipped.to(m.dtype) * m).sum() / m.sum().clamp_min(1)
         return out
+
+
+PPOLoss.__doc__ += INPUT_CONTRACT
 
 
 def value_metrics(stash: dict[str, torch.Tensor]) -> dict[str, float]:
