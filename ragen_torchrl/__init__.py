@@ -7,6 +7,7 @@ Subpackages (each lists its public names in ``__all__``; they are imported on fi
 so ``import ragen_torchrl`` stays cheap):
 
 * :mod:`ragen_torchrl.envs`: chat envs and the registry (``make_env``);
+* :mod:`ragen_torchrl.collectors`: grouped collection (G samples per level, ``collect_rollouts``);
 * :mod:`ragen_torchrl.transforms`: ``SNRFilter``, ``GroupAdvantage``, ``T3Truncation``, ...;
 * :mod:`ragen_torchrl.data`: ``TopVarianceGroupSampler``, ``group_minibatches``;
 * :mod:`ragen_torchrl.objectives`: the losses (GRPO, Dr.GRPO, DAPO, GSPO, PPO) and their
@@ -30,9 +31,20 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-SUBPACKAGES = ("envs", "transforms", "data", "objectives", "diagnostics", "models", "trainer")
+SUBPACKAGES = ("envs", "collectors", "transforms", "data", "objectives", "diagnostics", "models", "trainer")
 
-__all__ = ["__version__", "data", "diagnostics", "envs", "lazy_exports", "models", "objectives", "trainer", "transforms"]
+__all__ = [
+    "__version__",
+    "collectors",
+    "data",
+    "diagnostics",
+    "envs",
+    "lazy_exports",
+    "models",
+    "objectives",
+    "trainer",
+    "transforms",
+]
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-SUBPACKAGES = ("transforms", "data", "objectives", "diagnostics", "models", "envs")
+SUBPACKAGES = ("transforms", "data", "objectives", "diagnostics", "models", "envs", "collectors")
 
 
 def test_the_imports_of_the_issue_work():
@@ -65,6 +65,14 @@ def test_unknown_names_raise_attribute_error():
         t.NoSuchThing  # noqa: B018
     with pytest.raises(ImportError):
         exec("from ragen_torchrl.data import NoSuchThing", {})  # noqa: S102
+
+
+def test_the_top_level_lists_every_subpackage():
+    import ragen_torchrl
+
+    assert set(ragen_torchrl.__all__) == {"__version__", "lazy_exports", *ragen_torchrl.SUBPACKAGES}
+    for name in ragen_torchrl.SUBPACKAGES:
+        assert getattr(ragen_torchrl, name).__name__ == f"ragen_torchrl.{name}"
 
 
 def test_import_ragen_torchrl_is_cheap_and_subpackages_load_on_use():
