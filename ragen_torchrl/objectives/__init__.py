@@ -174,7 +174,9 @@ class Objective:
 
         Reads the per-token tensors stashed by the most recent ``loss_module`` forward, so
         call it right after computing ``out``. ``entropy`` / ``kl_approx`` /
-        ``clip_fraction`` replace torchrl's values, which average over padding too.
+        ``clip_fraction`` equal the loss output's own fields (assistant-token means; torchrl's
+        ``GRPOLoss`` would average over padding too); the stash adds ``kl_k3``, ratio and
+        dual-clip statistics.
         """
         vals = loss_output_metrics(out)
         vals["loss"] = float(self.total_loss(out).detach())
