@@ -24,16 +24,28 @@ __all__ = ["RecordTransform"]
 
 
 class RecordTransform(Transform):
-    """A ``Transform`` whose every entry point applies :meth:`_apply` to the records."""
+    """A ``Transform`` whose every entry point applies :meth:`_apply` to the records.
+
+    Once an instance has run as a replay-buffer write-time transform (``_inv_call``, from
+    ``rb.extend``), ``forward`` passes data through: ``rb.sample()`` calls ``forward`` on each
+    sampled mini-batch, and recomputing e.g. a group advantage on a mini-batch that holds part
+    of a group would overwrite the stored values with wrong ones (the same rule as
+    :class:`~ragen_torchrl.transforms.snr.SNRFilter`'s ``filter_on_forward=None``).
+    """
+
+    _used_at_write = False
 
     def _apply(self, td: TensorDictBase | None) -> TensorDictBase | None:
         raise NotImplementedError
 
     def forward(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        if self._used_at_write:
+            return tensordict
         return self._apply(tensordict)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         return self._apply(next_tensordict)
 
     def _inv_call(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        self._used_at_write = True
         return self._apply(tensordict)
