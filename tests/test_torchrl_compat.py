@@ -332,3 +332,11 @@ def test_check_env_specs_t3_transformed_env(name):
     )
     check_env_specs(env)
     check_env_specs(env, break_when_any_done=False, seed=3)
+
+
+def test_readme_shows_the_executed_env_snippet():
+    # the README's env example is the text test_readme_env_pipeline_snippet runs, word for word
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert README_ENV_SNIPPET.strip() in readme
