@@ -116,3 +116,11 @@ def test_readme_snippet_runs(tiny_model_dir, capsys):
     rec = scope["records"]
     assert bool((rec["num_tokens"] > 0).all()) and bool((rec["entropy"] > 0).all())
     assert bool((rec["num_turns"] >= 1).all()) and bool((rec["num_turns"] <= 5).all())
+
+
+def test_readme_shows_the_executed_snippet():
+    # the README's grouped-collection example is the text test_readme_snippet_runs executes
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert README_SNIPPET.strip() in readme

@@ -281,7 +281,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     """The :class:`Objective` of ``algo_cfg.name`` (one of :data:`ALGORITHMS`).
 
     Args:
-        algo_cfg: the ``algo`` config node (``configs/algo/*.yaml``) or a plain dict.
+        algo_cfg: the ``algo`` config node (``ragen_torchrl/configs/algo/*.yaml``) or a plain dict.
         actor: the log-prob ``TransformersWrapper`` (``make_logprob_policy``).
         model: the policy model inside ``actor`` (optimizer groups, PPO's critic).
         tokenizer: unused today; part of the signature so objectives that need it can.
