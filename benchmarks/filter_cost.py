@@ -61,9 +61,13 @@ def main() -> None:
     snr = build_filter({**preset, "enabled": True})
     cache = args.cache_dir or tempfile.mkdtemp()
     overrides = [
-        f"trainer.prompts_per_iter={args.groups}", f"trainer.group_size={args.group_size}",
-        f"sft.steps={args.sft_steps}", f"model.cache_dir={cache}", f"model.threads={args.threads}",
-        "trainer.val_levels=1", "diagnostics.mi.enabled=false",
+        f"trainer.prompts_per_iter={args.groups}",
+        f"trainer.group_size={args.group_size}",
+        f"sft.steps={args.sft_steps}",
+        f"model.cache_dir={cache}",
+        f"model.threads={args.threads}",
+        "trainer.val_levels=1",
+        "diagnostics.mi.enabled=false",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -90,9 +94,12 @@ def main() -> None:
         t_kept = timed_update(trainer, kept) if kept is not None else 0.0
         share = t_filter / (t_rollout + t_filter + t_kept)
         rows.append((t_full, t_kept, t_filter, ratio, share))
-        print(f"batch {r}: rollout {t_rollout:.2f}s | no filter update {t_full:.2f}s | {args.preset}: kept "
-              f"{snr.last_stats['kept_groups']:.0f}/{snr.last_stats['num_groups']:.0f} groups, filter "
-              f"{t_filter * 1e3:.2f} ms, update {t_kept:.2f}s", flush=True)
+        print(
+            f"batch {r}: rollout {t_rollout:.2f}s | no filter update {t_full:.2f}s | {args.preset}: kept "
+            f"{snr.last_stats['kept_groups']:.0f}/{snr.last_stats['num_groups']:.0f} groups, filter "
+            f"{t_filter * 1e3:.2f} ms, update {t_kept:.2f}s",
+            flush=True,
+        )
     n = len(rows)
     full = sum(r[0] for r in rows) / n
     kept = sum(r[1] for r in rows) / n
@@ -101,8 +108,10 @@ def main() -> None:
     print(f"{'update seconds':<28}{full:>12.2f}{kept:>16.2f}")
     print(f"{'kept group ratio':<28}{1.0:>12.2f}{sum(r[3] for r in rows) / n:>16.2f}")
     print(f"update time ratio (filtered / none): {kept / full:.2f}  ({100 * (1 - kept / full):.0f}% faster)")
-    print(f"filter's own cost: {1e3 * sum(r[2] for r in rows) / n:.2f} ms = "
-          f"{100 * sum(r[4] for r in rows) / n:.3f}% of an iteration")
+    print(
+        f"filter's own cost: {1e3 * sum(r[2] for r in rows) / n:.2f} ms = "
+        f"{100 * sum(r[4] for r in rows) / n:.3f}% of an iteration"
+    )
 
 
 if __name__ == "__main__":

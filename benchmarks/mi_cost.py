@@ -79,8 +79,15 @@ METHODS = ("tree", "cached", "naive")
 NUM_STEMS = 8
 
 
-def make_batch(num_columns: int, num_reasonings: int, context_len: int, reasoning_len: int,
-               jitter: float = 0.25, shared: float = 0.0, seed: int = 0):
+def make_batch(
+    num_columns: int,
+    num_reasonings: int,
+    context_len: int,
+    reasoning_len: int,
+    jitter: float = 0.25,
+    shared: float = 0.0,
+    seed: int = 0,
+):
     """Random contexts and reasonings; with ``shared > 0`` each reasoning starts with one of
     :data:`NUM_STEMS` stems of ``round(shared * reasoning_len)`` tokens (templated reasoning).
 
@@ -121,8 +128,13 @@ def run_case(
     """
     ctx, zs = make_batch(num_columns, num_reasonings, context_len, reasoning_len, jitter, shared, seed)
     device = str(next(model.parameters()).device)
-    row: dict[str, float] = {"N": num_columns, "M": num_reasonings, "ctx": context_len,
-                             "z": reasoning_len, "shared": shared}
+    row: dict[str, float] = {
+        "N": num_columns,
+        "M": num_reasonings,
+        "ctx": context_len,
+        "z": reasoning_len,
+        "shared": shared,
+    }
     results = {}
     for method in methods:
         best = best_cpu = float("inf")
@@ -167,8 +179,13 @@ def training_share(iterations: int, overrides: list[str] | None = None) -> dict[
         if "timing/mi_seconds" in stats:
             mi += stats["timing/mi_seconds"]
             calls += 1
-    return {"iterations": iterations, "train_s": total, "mi_s": mi, "mi_calls": calls,
-            "share": mi / total if total else float("nan")}
+    return {
+        "iterations": iterations,
+        "train_s": total,
+        "mi_s": mi,
+        "mi_calls": calls,
+        "share": mi / total if total else float("nan"),
+    }
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, float]]:
@@ -183,16 +200,25 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     p.add_argument("--context-len", type=int, default=240, help="mean context length |x|")
     p.add_argument("--reasoning-len", type=int, default=24, help="mean reasoning length |z|")
     p.add_argument("--jitter", type=float, default=0.25, help="relative +- length jitter (ragged batches)")
-    p.add_argument("--shared", type=float, default=0.5,
-                   help="stem fraction of the templated reasonings (second row per N; 0 = random only)")
+    p.add_argument(
+        "--shared",
+        type=float,
+        default=0.5,
+        help="stem fraction of the templated reasonings (second row per N; 0 = random only)",
+    )
     p.add_argument("--batch-size", type=int, default=None, help="rows per forward (default 64)")
     p.add_argument("--repeats", type=int, default=1, help="best-of repeats per method")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--quick", action="store_true", help="N = 8 and 16, M = 16 (same lengths)")
-    p.add_argument("--share", type=int, default=0, metavar="K",
-                   help="also measure the MI share of K default training iterations (0 = skip)")
+    p.add_argument(
+        "--share",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also measure the MI share of K default training iterations (0 = skip)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -240,9 +266,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
             )
     if args.share:
         share = training_share(args.share)
-        print(f"default training, {share['iterations']} iterations: {share['train_s']:.1f} s, "
-              f"MI diagnostics {share['mi_s']:.1f} s in {share['mi_calls']} calls = "
-              f"{100 * share['share']:.1f}% of training-iteration time", flush=True)
+        print(
+            f"default training, {share['iterations']} iterations: {share['train_s']:.1f} s, "
+            f"MI diagnostics {share['mi_s']:.1f} s in {share['mi_calls']} calls = "
+            f"{100 * share['share']:.1f}% of training-iteration time",
+            flush=True,
+        )
     return rows
 
 

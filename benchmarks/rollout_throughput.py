@@ -35,8 +35,10 @@ from ragen_torchrl.trainer.sft import supervised_finetune
 def bare_generate_rollout(env, model, tokenizer, level_seeds, group_size, max_new_tokens, temperature):
     """The same episodes with a plain ``model.generate`` loop; returns generated tokens."""
     games = [env.game_factory(s, sample_seed(s, g)) for s in level_seeds for g in range(group_size)]
-    chats = [[{"role": "system", "content": env.system_prompt}, {"role": "user", "content": env.observation_text(g)}]
-             for g in games]
+    chats = [
+        [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": env.observation_text(g)}]
+        for g in games
+    ]
     turns = [0] * len(games)
     running = list(range(len(games)))
     total = 0
@@ -44,9 +46,16 @@ def bare_generate_rollout(env, model, tokenizer, level_seeds, group_size, max_ne
         texts = [tokenizer.apply_chat_template(chats[i], tokenize=False, add_generation_prompt=True) for i in running]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
-                                 top_p=1.0, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        new = out[:, enc["input_ids"].shape[1]:]
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                temperature=temperature,
+                top_p=1.0,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        new = out[:, enc["input_ids"].shape[1] :]
         still = []
         for row, i in enumerate(running):
             ids = new[row][new[row] != tokenizer.pad_token_id]
@@ -102,8 +111,11 @@ def main() -> None:
         n_bare = bare_generate_rollout(env, model, tok, seeds, args.group_size, args.max_new_tokens, 1.0)
         t_bare = time.perf_counter() - t0
         rows.append((n_wrap / t_wrap, n_bare / t_bare))
-        print(f"repeat {r}: torchrl {n_wrap} tok in {t_wrap:.2f}s ({n_wrap / t_wrap:.0f} tok/s) | "
-              f"bare generate {n_bare} tok in {t_bare:.2f}s ({n_bare / t_bare:.0f} tok/s)", flush=True)
+        print(
+            f"repeat {r}: torchrl {n_wrap} tok in {t_wrap:.2f}s ({n_wrap / t_wrap:.0f} tok/s) | "
+            f"bare generate {n_bare} tok in {t_bare:.2f}s ({n_bare / t_bare:.0f} tok/s)",
+            flush=True,
+        )
     wrap = sum(r[0] for r in rows) / len(rows)
     bare = sum(r[1] for r in rows) / len(rows)
     print()

@@ -56,12 +56,12 @@ from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
 from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
 from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame, format_vector, split_estimate
 from ragen_torchrl.envs.games.situation_puzzles import SituationPuzzlesGame
+from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.models.tiny import train_tokenizer
 from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
-from ragen_torchrl.transforms.t3 import DEFAULT_PROMPT, ENV_TASKS, T3Truncation, t3_token_stats
-from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.trainer.loop import env_kwargs, prepare_model
 from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
+from ragen_torchrl.transforms.t3 import DEFAULT_PROMPT, ENV_TASKS, T3Truncation, t3_token_stats
 
 TASKS = tuple(ENV_TASKS)
 
@@ -89,8 +89,15 @@ def useless_query(env: ActiveReasoningEnv, game: InteractiveGame, rng: random.Ra
     return query
 
 
-def policy_reply(env: ActiveReasoningEnv, game: InteractiveGame, rng: random.Random, state: dict,
-                 p_trap: float, forced: bool, drift: float = 0.3) -> str:
+def policy_reply(
+    env: ActiveReasoningEnv,
+    game: InteractiveGame,
+    rng: random.Random,
+    state: dict,
+    p_trap: float,
+    forced: bool,
+    drift: float = 0.3,
+) -> str:
     """One reply of the trap-prone oracle; ``state["trapped"]`` persists over the episode."""
     state["trapped"] = state.get("trapped", False) or rng.random() < p_trap
     action = best_answer(game) if forced else game.oracle_action()
@@ -137,11 +144,15 @@ def run_mode(task: str, levels: list[int], samples: int, p_trap: float, t3: bool
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
     stats = t3_token_stats(
-        {"num_tokens": tokens, "success": success, "num_turns": turns, "truncated_by_t3": cut,
-         "t3_rule_fired": fired}, base.max_turn
+        {"num_tokens": tokens, "success": success, "num_turns": turns, "truncated_by_t3": cut, "t3_rule_fired": fired},
+        base.max_turn,
     )
-    stats.update(success=success.float().mean().item(), reward=returns.mean().item(),
-                 turns=turns.float().mean().item(), episodes=float(n))
+    stats.update(
+        success=success.float().mean().item(),
+        reward=returns.mean().item(),
+        turns=turns.float().mean().item(),
+        episodes=float(n),
+    )
     return stats
 
 
@@ -163,8 +174,9 @@ def load_policy(cfg):
     env = make_env(cfg.env.name, num_envs=1, **env_kwargs(cfg.env))
     model, tokenizer = load_pretrained(prepare_model(cfg, env), cfg.model.device, cfg.model.dtype)
     model.eval()
-    return make_generation_policy(model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens),
-                                  temperature=float(cfg.rollout.temperature))
+    return make_generation_policy(
+        model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens), temperature=float(cfg.rollout.temperature)
+    )
 
 
 def run_model_mode(cfg, policy, levels: list[int], samples: int, t3: bool, seed: int = 0) -> dict[str, float]:
@@ -173,28 +185,44 @@ def run_model_mode(cfg, policy, levels: list[int], samples: int, t3: bool, seed:
     n = len(levels) * samples
     base = make_env(task, num_envs=n, **env_kwargs(cfg.env))
     t3_cfg = cfg.get("t3") or {}
-    transform = T3Truncation(task, k=t3_cfg.get("k"), cumulative=t3_cfg.get("cumulative"),
-                             outside_trigger=bool(t3_cfg.get("outside_trigger", False)))
+    transform = T3Truncation(
+        task,
+        k=t3_cfg.get("k"),
+        cumulative=t3_cfg.get("cumulative"),
+        outside_trigger=bool(t3_cfg.get("outside_trigger", False)),
+    )
     env = base.append_transform(transform) if t3 else base
     torch.manual_seed(seed)  # same sampling stream in both modes until T3 cuts an episode
     records = collect_rollouts(env, policy, levels, samples, chunk_size=int(cfg.rollout.chunk_size))
     stats = t3_token_stats(records, base.max_turn)
-    stats.update(success=records["success"].float().mean().item(),
-                 reward=records["episode_return"].float().mean().item(),
-                 turns=records["num_turns"].float().mean().item(), episodes=float(n))
+    stats.update(
+        success=records["success"].float().mean().item(),
+        reward=records["episode_return"].float().mean().item(),
+        turns=records["num_turns"].float().mean().item(),
+        episodes=float(n),
+    )
     return stats
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    parser.add_argument("--policy", choices=("model", "scripted"), default="model",
-                        help="model: the trainer's warm-started policy (default); scripted: trap-prone oracle")
+    parser.add_argument(
+        "--policy",
+        choices=("model", "scripted"),
+        default="model",
+        help="model: the trainer's warm-started policy (default); scripted: trap-prone oracle",
+    )
     parser.add_argument("--levels", type=int, default=16, help="levels per task")
     parser.add_argument("--samples", type=int, default=4, help="episodes per level (group size)")
     parser.add_argument("--p-trap", type=float, default=0.15, help="scripted policy: per-turn trap probability")
-    parser.add_argument("-o", "--override", action="append", default=[],
-                        help="Hydra override for the model policy's config, e.g. -o sft.steps=300 (repeatable)")
+    parser.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        help="Hydra override for the model policy's config, e.g. -o sft.steps=300 (repeatable)",
+    )
     parser.add_argument("--quick", action="store_true", help="4 levels x 2 samples (model: 20 SFT steps)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -203,13 +231,19 @@ def main(argv: list[str] | None = None) -> None:
             args.override = ["sft.steps=20", "sft.episodes=50", *args.override]
     tensordict.set_list_to_stack(True).set()
     if args.policy == "model":
-        print(f"policy: the trainer's warm-started model (overrides: {args.override or 'none'}); "
-              f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens")
+        print(
+            f"policy: the trainer's warm-started model (overrides: {args.override or 'none'}); "
+            f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens"
+        )
     else:
-        print(f"policy: scripted trap-prone oracle (p_trap={args.p_trap}), NOT a model; "
-              f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens (tiny BPE)")
-    header = (f"{'task':<22} {'T3':<4} {'success':>7} {'return':>7} {'tokens':>8} {'tok/succ':>9} "
-              f"{'turns':>6} {'fired%':>7} {'trunc%':>7} {'saved':>6} {'Δtokens':>8} {'secs':>6}")
+        print(
+            f"policy: scripted trap-prone oracle (p_trap={args.p_trap}), NOT a model; "
+            f"{args.levels} levels x {args.samples} samples per task; tokens = generated tokens (tiny BPE)"
+        )
+    header = (
+        f"{'task':<22} {'T3':<4} {'success':>7} {'return':>7} {'tokens':>8} {'tok/succ':>9} "
+        f"{'turns':>6} {'fired%':>7} {'trunc%':>7} {'saved':>6} {'Δtokens':>8} {'secs':>6}"
+    )
     print(header, flush=True)
     print("-" * len(header))
     for task in args.tasks:
@@ -222,7 +256,9 @@ def main(argv: list[str] | None = None) -> None:
             run = lambda t3: run_model_mode(cfg, policy, levels, args.samples, t3, seed=int(cfg.seed))  # noqa: E731
         else:
             corpus_env = make_env(task, num_envs=1)
-            tokenizer = train_tokenizer(tokenizer_corpus(corpus_env, num_episodes=40) + [DEFAULT_PROMPT], vocab_size=512)
+            tokenizer = train_tokenizer(
+                tokenizer_corpus(corpus_env, num_episodes=40) + [DEFAULT_PROMPT], vocab_size=512
+            )
             run = lambda t3: run_mode(task, levels, args.samples, args.p_trap, t3, tokenizer)  # noqa: E731
         rows = {}
         for t3 in (False, True):
@@ -236,10 +272,14 @@ def main(argv: list[str] | None = None) -> None:
             tps_text = "no succ" if math.isnan(tps) else f"{tps:.1f}"  # undefined without a success
             fire = s.get("t3/rule_fire_rate")
             fire_text = "-" if fire is None else f"{100 * fire:.1f}%"
-            print(f"{task:<22} {'on' if t3 else 'off':<4} {s['success']:>7.3f} {s['reward']:>7.3f} "
-                  f"{s['t3/rollout_tokens']:>8.0f} {tps_text:>9} {s['turns']:>6.2f} {fire_text:>7} "
-                  f"{100 * s['t3/truncation_rate']:>6.1f}% {s['t3/mean_turns_saved']:>6.2f} {delta:>+7.1f}% "
-                  f"{s['secs']:>6.1f}", flush=True)
+            print(
+                f"{task:<22} {'on' if t3 else 'off':<4} {s['success']:>7.3f} {s['reward']:>7.3f} "
+                f"{s['t3/rollout_tokens']:>8.0f} {tps_text:>9} {s['turns']:>6.2f} {fire_text:>7} "
+                f"{100 * s['t3/truncation_rate']:>6.1f}% {s['t3/mean_turns_saved']:>6.2f} {delta:>+7.1f}% "
+                f"{s['secs']:>6.1f}",
+                flush=True,
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -24,14 +24,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trainer import base_overrides, make_cfg, scalars, state_equal
 
 import ragen_torchrl.trainer.checkpoint as ckpt_mod
 import ragen_torchrl.trainer.loop as loop_mod
-from ragen_torchrl.trainer.checkpoint import (DamagedCheckpointError, NoCheckpointError, check_resume_config,
-                                              load_latest, read_checkpoint, remove_stale_tmp, save_rotating)
+from ragen_torchrl.trainer.checkpoint import (
+    DamagedCheckpointError,
+    NoCheckpointError,
+    check_resume_config,
+    load_latest,
+    read_checkpoint,
+    remove_stale_tmp,
+    save_rotating,
+)
 from ragen_torchrl.trainer.config import ConfigError
 from ragen_torchrl.trainer.loop import Trainer, iteration_line
-from test_trainer import base_overrides, make_cfg, scalars, state_equal
 
 
 def fake_state(it: int) -> dict:
@@ -60,8 +67,9 @@ def test_write_is_fsynced_before_the_rename(tmp_path, monkeypatch):
     events = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", fd)), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", Path(a).name, Path(b).name)),
-                                                      real_replace(a, b))[1])
+    monkeypatch.setattr(
+        os, "replace", lambda a, b: (events.append(("replace", Path(a).name, Path(b).name)), real_replace(a, b))[1]
+    )
     save_rotating(fake_state(0), tmp_path)
     save_rotating(fake_state(1), tmp_path)
     renames = [e[1:] for e in events if e[0] == "replace"]
@@ -138,9 +146,14 @@ def test_no_loadable_checkpoint_is_a_config_error_naming_every_file(tmp_path):
 
 
 # --------------------------------------------------------------------------- item 6: config on resume
-STORED = {"seed": 0, "algo": {"name": "grpo", "lr": 1e-5}, "env": {"name": "frozenlake", "size": 4},
-          "trainer": {"total_iterations": 10, "prompts_per_iter": 16, "group_size": 4, "save_every": 5},
-          "filter": {"enabled": False, "value": 1.0}, "model": {"hidden_size": 32, "device": "cpu"}}
+STORED = {
+    "seed": 0,
+    "algo": {"name": "grpo", "lr": 1e-5},
+    "env": {"name": "frozenlake", "size": 4},
+    "trainer": {"total_iterations": 10, "prompts_per_iter": 16, "group_size": 4, "save_every": 5},
+    "filter": {"enabled": False, "value": 1.0},
+    "model": {"hidden_size": 32, "device": "cpu"},
+}
 
 
 def with_change(key: str, value):
@@ -153,11 +166,21 @@ def with_change(key: str, value):
     return cfg
 
 
-@pytest.mark.parametrize("key,value", [
-    ("algo.name", "dapo"), ("algo.lr", 2e-5), ("env.name", "sokoban"), ("env.size", 6),
-    ("trainer.prompts_per_iter", 8), ("trainer.group_size", 8), ("filter.enabled", True),
-    ("filter.value", 0.9), ("seed", 1), ("model.hidden_size", 64),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("algo.name", "dapo"),
+        ("algo.lr", 2e-5),
+        ("env.name", "sokoban"),
+        ("env.size", 6),
+        ("trainer.prompts_per_iter", 8),
+        ("trainer.group_size", 8),
+        ("filter.enabled", True),
+        ("filter.value", 0.9),
+        ("seed", 1),
+        ("model.hidden_size", 64),
+    ],
+)
 def test_resume_refuses_a_change_that_alters_the_run(key, value, caplog):
     # issue 13 item 6: "refuse a change that alters the run's meaning (algo, env, batch shape) unless ... explicit flag"
     given = with_change(key, value)
@@ -176,8 +199,9 @@ def stored_value(key: str):
     return node
 
 
-@pytest.mark.parametrize("key,value", [("trainer.total_iterations", 20), ("trainer.save_every", 1),
-                                       ("model.device", "cuda")])
+@pytest.mark.parametrize(
+    "key,value", [("trainer.total_iterations", 20), ("trainer.save_every", 1), ("model.device", "cuda")]
+)
 def test_resume_accepts_and_logs_harmless_changes(key, value, caplog):
     # issue 13 item 6: "log what changed" (harmless: more iterations, another save period, another device)
     with caplog.at_level(logging.INFO, logger=ckpt_mod.__name__):
@@ -197,16 +221,29 @@ def test_resume_logs_but_accepts_a_key_only_one_config_has(caplog):
 STATS = {"rollout/reward_mean": -0.5, "rollout/success": 0.0, "rollout/tokens": 38.0, "timing/total": 1.25}
 
 
-@pytest.mark.parametrize("extra,expected", [
-    ({"filter/skipped_update": 1.0, "filter/num_groups": 2.0, "filter/zero_variance_groups": 2.0,
-      "filter/kept_ratio": 0.0},
-     "update skipped: the filter kept none of the 2 groups (2 with zero reward variance) 1.2s kept 0.00"),
-    ({"dapo/skipped_update": 1.0, "dynamic_sampling/extra_rollouts": 3.0},
-     "update skipped: no group carries signal after 3 refill rollouts (DAPO dynamic sampling) 1.2s"),
-    ({"train/optimizer_steps": 0.0, "train/skipped_nonfinite": 2.0},
-     "update skipped: non-finite loss or gradient in all 2 mini-batches 1.2s"),
-    ({"train/optimizer_steps": 1.0, "train/loss": 0.03125}, "loss +0.0312 1.2s"),
-])
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        (
+            {
+                "filter/skipped_update": 1.0,
+                "filter/num_groups": 2.0,
+                "filter/zero_variance_groups": 2.0,
+                "filter/kept_ratio": 0.0,
+            },
+            "update skipped: the filter kept none of the 2 groups (2 with zero reward variance) 1.2s kept 0.00",
+        ),
+        (
+            {"dapo/skipped_update": 1.0, "dynamic_sampling/extra_rollouts": 3.0},
+            "update skipped: no group carries signal after 3 refill rollouts (DAPO dynamic sampling) 1.2s",
+        ),
+        (
+            {"train/optimizer_steps": 0.0, "train/skipped_nonfinite": 2.0},
+            "update skipped: non-finite loss or gradient in all 2 mini-batches 1.2s",
+        ),
+        ({"train/optimizer_steps": 1.0, "train/loss": 0.03125}, "loss +0.0312 1.2s"),
+    ],
+)
 def test_iteration_line_says_why_an_update_was_skipped(extra, expected):
     # issue 13 item 8: "when the filter keeps no group the iteration line prints `loss +nan`: print that the update
     # was skipped and why"
@@ -219,8 +256,10 @@ def test_iteration_line_says_why_an_update_was_skipped(extra, expected):
 @pytest.mark.slow
 def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path, capsys):
     # issue 13 item 8: the printed line of a real run whose filter keeps no group
-    trainer = Trainer(make_cfg(ragen_cache_dir, "filter=snr_top_p", "trainer.total_iterations=1",
-                               "trainer.val_every=0"), run_dir=tmp_path / "run")
+    trainer = Trainer(
+        make_cfg(ragen_cache_dir, "filter=snr_top_p", "trainer.total_iterations=1", "trainer.val_every=0"),
+        run_dir=tmp_path / "run",
+    )
     real = trainer.snr
 
     class KeepsNothing:
@@ -258,8 +297,10 @@ def test_resumed_dapo_run_draws_the_same_refill_levels(ragen_cache_dir, tmp_path
     # the 3-step warm start never succeeds: every group is dropped and all 3 refills run per iteration
     assert first.history[-1]["dynamic_sampling/extra_rollouts"] == 3.0 and first._refills == 3
     calls[:] = []
-    resumed = Trainer(make_cfg(ragen_cache_dir, *extra, "trainer.total_iterations=2",
-                               f"trainer.resume={tmp_path / 'f'}"), run_dir=tmp_path / "r")
+    resumed = Trainer(
+        make_cfg(ragen_cache_dir, *extra, "trainer.total_iterations=2", f"trainer.resume={tmp_path / 'f'}"),
+        run_dir=tmp_path / "r",
+    )
     resumed.fit()
     # iteration index 1: the main batch (seed 0), then refills 4, 5, 6 -> seeds 7919 * 4, 7919 * 5, 7919 * 6
     assert calls == [(0, 1, 2), (31676, 1, 2), (39595, 1, 2), (47514, 1, 2)]
@@ -283,8 +324,16 @@ def test_resume_refuses_another_algorithm_before_building_a_model(ragen_cache_di
             with pytest.raises(ConfigError, match="resuming with a config that changes the run") as err:
                 Trainer(make_cfg(ragen_cache_dir, change, f"trainer.resume={run_dir}"), run_dir=tmp_path / "x")
             assert "trainer.resume_allow_changes=true" in str(err.value)
-    resumed = Trainer(make_cfg(ragen_cache_dir, "seed=1", "trainer.total_iterations=2", f"trainer.resume={run_dir}",
-                               "trainer.resume_allow_changes=true"), run_dir=tmp_path / "x")
+    resumed = Trainer(
+        make_cfg(
+            ragen_cache_dir,
+            "seed=1",
+            "trainer.total_iterations=2",
+            f"trainer.resume={run_dir}",
+            "trainer.resume_allow_changes=true",
+        ),
+        run_dir=tmp_path / "x",
+    )
     assert resumed.iteration == 1
 
 
@@ -303,8 +352,10 @@ def test_tensorboard_shows_a_re_run_iteration_once(ragen_cache_dir, tmp_path, mo
     logged = scalars(run_dir)
     assert [s for s, _ in logged["train/loss"]] == [1, 2]
 
-    resumed = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=2", f"trainer.resume={run_dir}"),
-                      run_dir=tmp_path / "ignored")
+    resumed = Trainer(
+        make_cfg(ragen_cache_dir, "trainer.total_iterations=2", f"trainer.resume={run_dir}"),
+        run_dir=tmp_path / "ignored",
+    )
     assert resumed.iteration == 1
     resumed.fit()
     logged = scalars(run_dir)
@@ -327,8 +378,10 @@ def test_damaged_last_resumes_from_prev_with_its_weights(ragen_cache_dir, tmp_pa
     truncate(run_dir / "checkpoints/last.pt")
 
     with caplog.at_level(logging.ERROR):
-        resumed = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=2", f"trainer.resume={run_dir}"),
-                          run_dir=tmp_path / "ignored")
+        resumed = Trainer(
+            make_cfg(ragen_cache_dir, "trainer.total_iterations=2", f"trainer.resume={run_dir}"),
+            run_dir=tmp_path / "ignored",
+        )
     assert f"damaged checkpoint {run_dir / 'checkpoints/last.pt'}" in caplog.text
     assert resumed.resumed_from == run_dir / "checkpoints/prev.pt"
     assert resumed.iteration == 1 and resumed.logger.purge_step == 2
@@ -371,11 +424,20 @@ def test_kill_during_checkpoint_write_then_damaged_last_resumes_from_prev(ragen_
     # issue 13 acceptance: "A test kills a training subprocess while it writes a checkpoint and after a damaged newest
     # checkpoint, then resumes: the run continues from the previous good checkpoint with identical weights"
     run_dir, marker = tmp_path / "killed", tmp_path / "writing"
-    overrides = [*base_overrides(ragen_cache_dir), "trainer.total_iterations=3", "trainer.save_every=1",
-                 "trainer.val_every=0"]
+    overrides = [
+        *base_overrides(ragen_cache_dir),
+        "trainer.total_iterations=3",
+        "trainer.save_every=1",
+        "trainer.val_every=0",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", KILL_AT_WRITE="3", KILL_MARKER=str(marker))
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, *overrides, f"hydra.run.dir={run_dir}"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, *overrides, f"hydra.run.dir={run_dir}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 240
         while not marker.exists() and proc.poll() is None and time.time() < deadline:
@@ -397,8 +459,10 @@ def test_kill_during_checkpoint_write_then_damaged_last_resumes_from_prev(ragen_
     truncate(ckpts / "last.pt")  # and then the newest checkpoint is damaged too
 
     with caplog.at_level(logging.WARNING):
-        resumed = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=3", "trainer.val_every=0",
-                                   f"trainer.resume={run_dir}"), run_dir=tmp_path / "ignored")
+        resumed = Trainer(
+            make_cfg(ragen_cache_dir, "trainer.total_iterations=3", "trainer.val_every=0", f"trainer.resume={run_dir}"),
+            run_dir=tmp_path / "ignored",
+        )
     assert not (ckpts / "last.tmp").exists()
     assert f"damaged checkpoint {ckpts / 'last.pt'}" in caplog.text
     assert resumed.resumed_from == ckpts / "prev.pt" and resumed.iteration == 1
@@ -408,7 +472,8 @@ def test_kill_during_checkpoint_write_then_damaged_last_resumes_from_prev(ragen_
     resumed.fit()
     assert resumed.iteration == 3 and [h["iteration"] for h in resumed.history] == [1, 2, 3]
 
-    straight = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=3", "trainer.val_every=0"),
-                       run_dir=tmp_path / "straight")
+    straight = Trainer(
+        make_cfg(ragen_cache_dir, "trainer.total_iterations=3", "trainer.val_every=0"), run_dir=tmp_path / "straight"
+    )
     straight.fit()
     assert state_equal(resumed.model.state_dict(), straight.model.state_dict())

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from test_trainer import base_overrides, scalars
 
 
@@ -23,8 +21,15 @@ def run_cli(script: str, *overrides: str, cwd: Path) -> subprocess.CompletedProc
 
 def test_ragen_train_guess_numbers_with_t3_end_to_end(ragen_cache_dir, tmp_path):
     run_dir = tmp_path / "gn"
-    proc = run_cli("ragen-train", *base_overrides(ragen_cache_dir), "env=guess_numbers", "t3.enabled=true",
-                   "sft.episodes=4", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    proc = run_cli(
+        "ragen-train",
+        *base_overrides(ragen_cache_dir),
+        "env=guess_numbers",
+        "t3.enabled=true",
+        "sft.episodes=4",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "validation success: start" in proc.stdout
     tags = scalars(run_dir)
@@ -79,8 +84,13 @@ def test_ragen_train_config_errors_exit_2_naming_the_key_before_anything_is_buil
 
 
 def test_ragen_sft_config_error_exits_2(tmp_path):
-    proc = run_cli("ragen-sft", "algo.lr=nan", f"model.cache_dir={tmp_path / 'cache'}",
-                   f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    proc = run_cli(
+        "ragen-sft",
+        "algo.lr=nan",
+        f"model.cache_dir={tmp_path / 'cache'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "config error: algo.lr must be a finite number" in proc.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()

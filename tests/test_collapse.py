@@ -25,8 +25,9 @@ def chat(obs: str, *replies: str) -> list[dict]:
 
 
 def records_of(chats: list[list[dict]], group_ids: list[int]) -> TensorDict:
-    td = TensorDict(group_id=torch.tensor(group_ids), episode_return=torch.zeros(len(chats)),
-                    batch_size=[len(chats)]).to_lazystack(0)
+    td = TensorDict(
+        group_id=torch.tensor(group_ids), episode_return=torch.zeros(len(chats)), batch_size=[len(chats)]
+    ).to_lazystack(0)
     td.set(("history", "full"), History.from_chats(chats))
     return td
 
@@ -94,8 +95,17 @@ def test_monitor_reports_mi_proxies(tiny_model, diverse_records):
     monitor = CollapseMonitor(model, tok, num_pairs=8, every=1, seed=0)
     metrics = monitor(diverse_records)
     for scheme in ("first_turn", "trajectory"):
-        for key in ("mi_estimate", "mi_upper_bound", "conditional_entropy", "reasoning_entropy", "mi_zscore",
-                    "retrieval_accuracy", "retrieval_chance", "valid_rate", "reasoning_length"):
+        for key in (
+            "mi_estimate",
+            "mi_upper_bound",
+            "conditional_entropy",
+            "reasoning_entropy",
+            "mi_zscore",
+            "retrieval_accuracy",
+            "retrieval_chance",
+            "valid_rate",
+            "reasoning_length",
+        ):
             name = f"collapse/{scheme}/{key}"
             assert name in metrics, name
             assert math.isfinite(metrics[name]), name

@@ -17,8 +17,15 @@ import ragen_torchrl.models.loading as loading
 import ragen_torchrl.trainer.config as config_mod
 import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.trainer.cli import CONFIG_DIR
-from ragen_torchrl.trainer.config import (ConfigError, allowed_keys, config_schema, estimate_iteration_tokens,
-                                          estimate_tiny_model_bytes, unknown_keys, validate_config)
+from ragen_torchrl.trainer.config import (
+    ConfigError,
+    allowed_keys,
+    config_schema,
+    estimate_iteration_tokens,
+    estimate_tiny_model_bytes,
+    unknown_keys,
+    validate_config,
+)
 from ragen_torchrl.trainer.loop import Trainer
 
 
@@ -96,8 +103,11 @@ BAD = [
     (("model.vocab_size=10000000",), "model.vocab_size", "exceeds the limit"),
     (("env.size=1",), "env.size", "at least 2"),
     # 4096 x 16 x 5 x 4096 = 1,342,177,280 generated tokens > 2^26 = 67,108,864
-    (("trainer.prompts_per_iter=4096", "trainer.group_size=16", "rollout.max_new_tokens=4096"),
-     "rollout.max_new_tokens = 1,342,177,280 tokens", "limit 67,108,864"),
+    (
+        ("trainer.prompts_per_iter=4096", "trainer.group_size=16", "rollout.max_new_tokens=4096"),
+        "rollout.max_new_tokens = 1,342,177,280 tokens",
+        "limit 67,108,864",
+    ),
     # 4096 x 32 = 131072 rows > 65536
     (("trainer.prompts_per_iter=4096", "trainer.group_size=32"), "131072 rows", "limit 65536"),
     # 10 turns x 512 tokens = 5120 > the tiny model's 4096 positions
@@ -117,18 +127,21 @@ def test_bad_input_is_a_config_error_naming_the_key(overrides, key, text, tmp_pa
     assert_rejected(tmp_path, overrides, key, text)
 
 
-@pytest.mark.parametrize("overrides", [
-    ("algo=ppo", "trainer.group_size=1"),          # a critic baseline: G = 1 is fine
-    ("algo=dapo_ragen", "trainer.group_size=1"),   # RAGEN-2's "DAPO" is PPO with a critic
-    ("algo=gspo",),                                # (3e-4, 4e-4): GSPO's tiny sequence-ratio range
-    ("algo.dual_clip=3.0",),                       # the reference config's dual-clip
-    ("env=guess_numbers", "t3.enabled=true"),
-    ("env=movie_recommendation", "t3.enabled=true"),
-    ("env=circuit_decoding", "t3.enabled=true", "t3.cumulative=true"),
-    ("algo=grpo", "+algo.aggregation=token_mean"),  # read by build_objective for every algorithm
-    ("env.size=64",),                              # the limit itself is allowed
-    ("trainer.resume_allow_changes=true",),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("algo=ppo", "trainer.group_size=1"),  # a critic baseline: G = 1 is fine
+        ("algo=dapo_ragen", "trainer.group_size=1"),  # RAGEN-2's "DAPO" is PPO with a critic
+        ("algo=gspo",),  # (3e-4, 4e-4): GSPO's tiny sequence-ratio range
+        ("algo.dual_clip=3.0",),  # the reference config's dual-clip
+        ("env=guess_numbers", "t3.enabled=true"),
+        ("env=movie_recommendation", "t3.enabled=true"),
+        ("env=circuit_decoding", "t3.enabled=true", "t3.cumulative=true"),
+        ("algo=grpo", "+algo.aggregation=token_mean"),  # read by build_objective for every algorithm
+        ("env.size=64",),  # the limit itself is allowed
+        ("trainer.resume_allow_changes=true",),
+    ],
+)
 def test_legitimate_configs_pass(overrides, tmp_path):
     validate_config(make_cfg(tmp_path, *overrides))
 
@@ -140,18 +153,21 @@ def test_every_shipped_preset_validates(tmp_path):
             validate_config(make_cfg(tmp_path, f"{group}={f.stem}"))
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (("algo.lr=nan",), "algo.lr"),
-    (("env.format_penalty=nan",), "env.format_penalty"),
-    (("seed=abc",), "seed"),
-    (("trainer.group_size=1",), "trainer.group_size"),
-    (("filter=snr_top_p", "filter.value=1.5"), "filter.value"),
-    (("algo.clip_epsilon=5",), "algo.clip_epsilon"),
-    (("t3.enabled=true",), "t3.enabled"),
-    (("+foo=1",), "foo"),
-    (("env.size=100000",), "env.size"),
-    (("model.name_or_path=/nonexistent",), "model.name_or_path"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (("algo.lr=nan",), "algo.lr"),
+        (("env.format_penalty=nan",), "env.format_penalty"),
+        (("seed=abc",), "seed"),
+        (("trainer.group_size=1",), "trainer.group_size"),
+        (("filter=snr_top_p", "filter.value=1.5"), "filter.value"),
+        (("algo.clip_epsilon=5",), "algo.clip_epsilon"),
+        (("t3.enabled=true",), "t3.enabled"),
+        (("+foo=1",), "foo"),
+        (("env.size=100000",), "env.size"),
+        (("model.name_or_path=/nonexistent",), "model.name_or_path"),
+    ],
+)
 def test_trainer_rejects_before_any_env_or_model_is_built(overrides, key, tmp_path, monkeypatch):
     # issue 13 acceptance: config errors come "before any model is built"
     def must_not_run(*args, **kwargs):
@@ -218,8 +234,9 @@ def test_tiny_model_memory_estimate_by_hand(tmp_path, monkeypatch):
     assert estimate_tiny_model_bytes(make_cfg(tmp_path)) == 1_180_672 * 16
     # a model whose training state exceeds half the RAM is refused before it is built
     monkeypatch.setattr(config_mod, "_physical_memory", lambda: 8 * 2**30)
-    msg = assert_rejected(tmp_path, ("model.vocab_size=200000", "model.hidden_size=4096"), "model.vocab_size",
-                          "GiB to train")
+    msg = assert_rejected(
+        tmp_path, ("model.vocab_size=200000", "model.hidden_size=4096"), "model.vocab_size", "GiB to train"
+    )
     # 2*200000*4096 + 4*(2*4096^2 + 2*4096*2048 + 3*4096*512 + 2*4096)
     # = 1,638,400,000 + 4*56,631,296 = 1,864,925,184 params x 16 B = 29,838,802,944 B = 27.8 GiB
     assert "27.8 GiB" in msg and "8.0 GiB" in msg
@@ -254,8 +271,12 @@ def test_hub_name_on_an_offline_machine_is_a_config_error(tmp_path, monkeypatch)
     monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    assert_rejected(tmp_path, ("model=hf", "model.name_or_path=nonexistent-org/nonexistent-model"),
-                    "model.name_or_path=nonexistent-org/nonexistent-model", "this machine may be offline")
+    assert_rejected(
+        tmp_path,
+        ("model=hf", "model.name_or_path=nonexistent-org/nonexistent-model"),
+        "model.name_or_path=nonexistent-org/nonexistent-model",
+        "this machine may be offline",
+    )
 
 
 def test_load_pretrained_names_a_missing_path_without_a_hub_traceback():
@@ -267,8 +288,9 @@ def test_unwritable_cache_dir_names_the_path(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("")
     # a cache dir below a file can never be created
-    assert_rejected(tmp_path, (f"model.cache_dir={afile}/cache",), f"model.cache_dir={afile}/cache",
-                    f"{afile} is a file")
+    assert_rejected(
+        tmp_path, (f"model.cache_dir={afile}/cache",), f"model.cache_dir={afile}/cache", f"{afile} is a file"
+    )
 
 
 def test_read_only_dirs_are_reported_by_path(tmp_path, monkeypatch):

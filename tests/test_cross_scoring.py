@@ -201,8 +201,7 @@ def test_own_context_entropy_matches_a_separate_forward(model, method, batch_siz
 
     contexts, reasonings = _ragged(7)
     own = torch.tensor([k % len(contexts) for k in range(len(reasonings))])
-    mean_lp, _, ent = cross_score(model, contexts, reasonings, method=method, batch_size=batch_size,
-                                  entropy_cols=own)
+    mean_lp, _, ent = cross_score(model, contexts, reasonings, method=method, batch_size=batch_size, entropy_cols=own)
     assert ent.shape == (len(reasonings),)
     for i, z in enumerate(reasonings):
         x = contexts[int(own[i])]
@@ -256,11 +255,19 @@ def test_tree_is_the_default_where_supported_and_refused_where_not(model):
     ctx, zs = _templated(9)
     torch.testing.assert_close(cross_score(model, ctx, zs)[1], cross_score(model, ctx, zs, method="tree")[1])
     torch.manual_seed(0)
-    sliding = Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=4,
-        max_window_layers=0,
-    )).eval()
+    sliding = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=0,
+        )
+    ).eval()
     assert not tree_supported(sliding)
     with pytest.raises(ValueError, match="tree"):
         cross_score(sliding, ctx, zs, method="tree")
@@ -295,10 +302,17 @@ def test_tree_on_llama_with_both_mask_taking_attention_kernels(attn):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    llama = LlamaForCausalLM(LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, attn_implementation=attn,
-    )).eval()
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            attn_implementation=attn,
+        )
+    ).eval()
     ctx, zs = _templated(2)
     _, sum_n = cross_score(llama, ctx, zs, method="naive")
     _, sum_t = cross_score(llama, ctx, zs, method="tree", batch_size=2)
@@ -324,7 +338,8 @@ def test_shared_context_head_is_encoded_once_and_exactly(model, method, batch_si
     _, sum_n = cross_score(model, ctx, zs, method="naive")
     fed = []
     hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: fed.append(int(kwargs["input_ids"].numel())), with_kwargs=True)
+        lambda module, args, kwargs: fed.append(int(kwargs["input_ids"].numel())), with_kwargs=True
+    )
     try:
         _, sum_c = cross_score(model, ctx, zs, method=method, batch_size=batch_size)
     finally:

@@ -23,8 +23,12 @@ from ragen_torchrl.transforms.overlong import OverlongPenalty, overlong_penalty
 G = 4
 
 
-def records(returns: list[list[float]], first_group: int = 0, num_tokens: list[list[int]] | None = None,
-            success: list[list[bool]] | None = None):
+def records(
+    returns: list[list[float]],
+    first_group: int = 0,
+    num_tokens: list[list[int]] | None = None,
+    success: list[list[bool]] | None = None,
+):
     """Trajectory records like ``collect_rollouts``'s: one row per trajectory, ragged tokens, lazily stacked.
 
     ``success`` defaults to ``return > 0`` (a win pays 1, a loss 0, penalties are negative).
@@ -34,9 +38,15 @@ def records(returns: list[list[float]], first_group: int = 0, num_tokens: list[l
         for i, r in enumerate(rets):
             n = 10 if num_tokens is None else num_tokens[g][i]
             ok = float(r) > 0 if success is None else success[g][i]
-            rows.append(TensorDict(group_id=torch.tensor(first_group + g), episode_return=torch.tensor(float(r)),
-                                   success=torch.tensor(bool(ok)), num_tokens=torch.tensor(n),
-                                   tokens=torch.arange(n)))
+            rows.append(
+                TensorDict(
+                    group_id=torch.tensor(first_group + g),
+                    episode_return=torch.tensor(float(r)),
+                    success=torch.tensor(bool(ok)),
+                    num_tokens=torch.tensor(n),
+                    tokens=torch.arange(n),
+                )
+            )
     return lazy_stack(rows)
 
 
@@ -69,12 +79,22 @@ def all_informative(td) -> bool:
 
 
 # 8 groups: 3 informative, 5 degenerate (all 1 or all 0)
-FIRST = [[1, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1],
-         [0.5, 0, 0, 0]]
+FIRST = [
+    [1, 0, 1, 1],
+    [1, 1, 1, 1],
+    [0, 0, 0, 0],
+    [0, 1, 0, 0],
+    [1, 1, 1, 1],
+    [0, 0, 0, 0],
+    [1, 1, 1, 1],
+    [0.5, 0, 0, 0],
+]
 
 
 def test_informative_groups():
-    ids, keep = informative_groups(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.3, 0.3 + 1e-9]), torch.tensor([5, 5, 2, 2, 9, 9]))
+    ids, keep = informative_groups(
+        torch.tensor([1.0, 1.0, 0.0, 1.0, 0.3, 0.3 + 1e-9]), torch.tensor([5, 5, 2, 2, 9, 9])
+    )
     assert ids.tolist() == [2, 5, 9] and keep.tolist() == [True, False, False]
 
 
@@ -198,11 +218,14 @@ def test_overlong_transform_shapes_returns_once():
 def test_success_criterion_drops_by_task_outcome_not_by_shaped_return():
     # DAPO (arXiv 2503.14476) Eq. 11: "0 < |{o_i | is_equivalent(a, o_i)}| < G": by accuracy, not shaped reward
     first = records(
-        [[1, 1, 1, 0.5],        # all succeed, one overlong-penalised: no signal by outcome (return: kept)
-         [0, -0.1, 0, 0],       # all fail, one invalid turn: no signal by outcome (return: kept)
-         [1, 0, 0, 0],          # mixed outcomes: kept by both
-         [-0.1, -0.1, -0.1, -0.1]],  # all fail, equal returns: dropped by both
-        success=[[True] * 4, [False] * 4, [True, False, False, False], [False] * 4])
+        [
+            [1, 1, 1, 0.5],  # all succeed, one overlong-penalised: no signal by outcome (return: kept)
+            [0, -0.1, 0, 0],  # all fail, one invalid turn: no signal by outcome (return: kept)
+            [1, 0, 0, 0],  # mixed outcomes: kept by both
+            [-0.1, -0.1, -0.1, -0.1],
+        ],  # all fail, equal returns: dropped by both
+        success=[[True] * 4, [False] * 4, [True, False, False, False], [False] * 4],
+    )
     out, stats = DynamicSampler(max_extra_rollouts=0)(first, FakeCollector(p=1.0))
     assert group_ids(out) == [2] and stats["dynamic_sampling/dropped_groups"] == 3
     out, stats = DynamicSampler(max_extra_rollouts=0, criterion="return")(first, FakeCollector(p=1.0))

@@ -62,7 +62,14 @@ PAYLOADS: dict[str, list[str]] = {
     "thousands of actions": [" || ".join(["Up", "Left", "Down", "Right"] * 1_000), "||" * 5_000, "Up" * 5_000],
     "9**9**9**9": ["9**9**9**9", "9**9**9**9 = 24", "(9**9)**(9**9)"],
     "fullwidth digits": ["１２３４", "Would you prefer １ over ２?", "４２", "Ａ(１,０,１)"],
-    "unclosed tags": ["<answer>1234", "<interact>compare 1 2", "<think>x", "</answer>", "<answer>", "<think>x</think><answer>"],
+    "unclosed tags": [
+        "<answer>1234",
+        "<interact>compare 1 2",
+        "<think>x",
+        "</answer>",
+        "<answer>",
+        "<think>x</think><answer>",
+    ],
     # recursive-descent parsers (CircuitDecoding formulas, Countdown equations): deep nesting
     "deep nesting": [
         "A = " + "NOT " * 120 + "x1",
@@ -113,7 +120,9 @@ def _step(env: TextGameEnv, replies: list[str], before: list[str] | None = None)
     """Reset ``len(replies)`` rows on level seed 5 and step them once; ``before`` receives
     each row's observation after the reset."""
     n = len(replies)
-    td = env.reset(TensorDict(level_seed=torch.full((n,), 5), group_id=torch.zeros(n, dtype=torch.long), batch_size=[n]))
+    td = env.reset(
+        TensorDict(level_seed=torch.full((n,), 5), group_id=torch.zeros(n, dtype=torch.long), batch_size=[n])
+    )
     if before is not None:
         before.extend(game.render_text() for game in env.games)
     msgs = History(role=["assistant"] * n, content=replies, batch_size=(n,))
@@ -138,9 +147,18 @@ def _check_contract(nxt, n: int) -> None:
 def test_payload_list_covers_every_issue_class():
     # issue 13: "10,000-digit numbers, 1 MB replies, 10k nested tags, NUL bytes, lone surrogates,
     # right-to-left marks, thousands of actions, `9**9**9**9`, fullwidth digits, unclosed tags"
-    assert {"10k-digit numbers", "1 MB replies", "10k nested tags", "NUL bytes", "lone surrogates",
-            "right-to-left marks", "thousands of actions", "9**9**9**9", "fullwidth digits",
-            "unclosed tags"} <= set(PAYLOADS)
+    assert {
+        "10k-digit numbers",
+        "1 MB replies",
+        "10k nested tags",
+        "NUL bytes",
+        "lone surrogates",
+        "right-to-left marks",
+        "thousands of actions",
+        "9**9**9**9",
+        "fullwidth digits",
+        "unclosed tags",
+    } <= set(PAYLOADS)
     assert len(PAYLOADS["10k-digit numbers"][0]) == 10_000 and len(PAYLOADS["1 MB replies"][0]) == 1 << 20
     assert PAYLOADS["10k nested tags"][0].count("<answer>") == 10_000
     assert {"<answer>{p}</answer>", "<interact>{p}</interact>", "\\boxed{{{p}}}"} <= set(WRAPPERS.values())
@@ -174,10 +192,41 @@ def test_hostile_payloads_never_crash(name):
 
 
 # ----------------------------------------------------------------------------- hypothesis
-FRAGMENTS = ["<think>", "</think>", "<answer>", "</answer>", "<interact>", "</interact>", "\\boxed{", "}",
-             "||", "Left", "Up", "Right", "Down", "1234", "(1,0,1)", "A = x1 AND x2", "compare 1 2",
-             "Would you prefer 1 over 2?", "estimate:", "=", "+", "*", "(", ")", "\n", " ", "\x00", "\ud800",
-             "\u200f", "１２", "9**9**9**9", "9" * 5_000, " " * 2_000]
+FRAGMENTS = [
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<interact>",
+    "</interact>",
+    "\\boxed{",
+    "}",
+    "||",
+    "Left",
+    "Up",
+    "Right",
+    "Down",
+    "1234",
+    "(1,0,1)",
+    "A = x1 AND x2",
+    "compare 1 2",
+    "Would you prefer 1 over 2?",
+    "estimate:",
+    "=",
+    "+",
+    "*",
+    "(",
+    ")",
+    "\n",
+    " ",
+    "\x00",
+    "\ud800",
+    "\u200f",
+    "１２",
+    "9**9**9**9",
+    "9" * 5_000,
+    " " * 2_000,
+]
 replies = st.one_of(
     st.text(max_size=200),
     st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=8), max_size=40).map("".join),

@@ -46,7 +46,13 @@ def test_safe_int_never_raises_and_clamps():
     assert safe_int(TEN_K) == INT_CLAMP == 10**18
     assert safe_int("-" + TEN_K) == -(10**18)
     assert safe_int("0" * 10_000 + "7") == 7  # leading zeros are not significant
-    assert (safe_int("12"), safe_int("１２"), safe_int("1e3"), safe_int("\x00"), safe_int("\ud800")) == (12, 12, None, None, None)
+    assert (safe_int("12"), safe_int("１２"), safe_int("1e3"), safe_int("\x00"), safe_int("\ud800")) == (
+        12,
+        12,
+        None,
+        None,
+        None,
+    )
 
 
 def test_movie_recommendation_seen_position_10k_digits():

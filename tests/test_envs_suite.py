@@ -21,11 +21,8 @@ from tensordict import TensorDict  # noqa: E402
 from torchrl.data.llm import History  # noqa: E402
 
 from ragen_torchrl.envs import available_envs, make_env  # noqa: E402
-from ragen_torchrl.envs.bandit import BanditEnv  # noqa: E402
-from ragen_torchrl.envs.countdown import CountdownEnv  # noqa: E402
 from ragen_torchrl.envs.games.bandit import TRAIN_NAME_PAIRS, VAL_NAME_PAIRS  # noqa: E402
 from ragen_torchrl.envs.games.metamathqa import INCORRECT_FEEDBACK  # noqa: E402
-from ragen_torchrl.envs.metamathqa import MetaMathQAEnv  # noqa: E402
 from ragen_torchrl.envs.sokoban import SokobanEnv  # noqa: E402
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET, in_val_bucket, level_split  # noqa: E402
 from ragen_torchrl.envs.text_env import TextGameEnv, sample_seed  # noqa: E402
@@ -207,7 +204,9 @@ def test_countdown_oracle_scores_one_and_wrong_numbers_score_less():
     game = env.games[0]
     all_numbers = " + ".join(str(n) for n in game.numbers)
     correct_by_sum = sum(game.numbers) == game.target
-    nxt = step(env, td, [oracle_reply(env, 0), env.format_reply("x", [all_numbers]), env.format_reply("x", ["1000000"])])
+    nxt = step(
+        env, td, [oracle_reply(env, 0), env.format_reply("x", [all_numbers]), env.format_reply("x", ["1000000"])]
+    )
     assert nxt["reward"].flatten().tolist() == pytest.approx([1.0, 1.0 if correct_by_sum else 0.1, 0.0])
     assert nxt["success"].tolist() == [True, correct_by_sum, False]
     assert nxt["action_is_valid"].all() and nxt["done"].all() and nxt["terminated"].all()
@@ -284,7 +283,9 @@ def test_group_shares_level_and_everything_is_deterministic(name):
         td = reset(env, seeds, group_ids=groups, sample_seeds=samples)
         prompts = [first_user(td, r) for r in range(4)]
         nxt = step(env, td, [oracle_reply(env, r) for r in range(4)])
-        runs.append((prompts, nxt["reward"].flatten().tolist(), [nxt["history", "prompt"][r].content[-1] for r in range(4)]))
+        runs.append(
+            (prompts, nxt["reward"].flatten().tolist(), [nxt["history", "prompt"][r].content[-1] for r in range(4)])
+        )
     prompts = runs[0][0]
     assert prompts[0] == prompts[1] == prompts[2]
     assert runs[0] == runs[1]
@@ -294,7 +295,13 @@ def test_val_seeds_are_split_by_seed_range():
     from ragen_torchrl.trainer.rollout import VAL_SEED_OFFSET as trainer_offset
 
     assert VAL == trainer_offset
-    assert [level_split(s) for s in (0, VAL - 1, VAL, 2 * VAL - 1, 2 * VAL)] == ["train", "train", "val", "val", "train"]
+    assert [level_split(s) for s in (0, VAL - 1, VAL, 2 * VAL - 1, 2 * VAL)] == [
+        "train",
+        "train",
+        "val",
+        "val",
+        "train",
+    ]
 
 
 def test_sokoban_validation_rooms_are_disjoint_from_training_rooms():
@@ -338,7 +345,9 @@ def write_jsonl(path: Path, records) -> Path:
 
 
 def test_metamathqa_from_jsonl_file_splits_deterministically(tmp_path):
-    records = [{"query": f"What is {i} + {i}?", "response": f"{i} + {i} = {2 * i}. The answer is: {2 * i}"} for i in range(40)]
+    records = [
+        {"query": f"What is {i} + {i}?", "response": f"{i} + {i} = {2 * i}. The answer is: {2 * i}"} for i in range(40)
+    ]
     path = write_jsonl(tmp_path / "mm.jsonl", records)
     env = make_env("metamathqa", num_envs=2, data_path=str(path))
     train, val = env.problems["train"], env.problems["val"]
@@ -368,7 +377,9 @@ def test_metamathqa_missing_or_malformed_file_names_file_and_fields(tmp_path):
     with pytest.raises(ValueError, match="nope.jsonl") as err:
         make_env("metamathqa", num_envs=1, data_path=str(missing))
     assert "query" in str(err.value) and "response" in str(err.value)
-    bad = write_jsonl(tmp_path / "bad.jsonl", [{"query": "What is 1 + 1?", "response": "2. The answer is: 2"}, {"prompt": "x"}])
+    bad = write_jsonl(
+        tmp_path / "bad.jsonl", [{"query": "What is 1 + 1?", "response": "2. The answer is: 2"}, {"prompt": "x"}]
+    )
     with pytest.raises(ValueError, match=r"bad\.jsonl, line 2") as err:
         make_env("metamathqa", num_envs=1, data_path=str(bad))
     assert "question" in str(err.value) and "answer" in str(err.value)
@@ -378,7 +389,11 @@ def test_metamathqa_missing_or_malformed_file_names_file_and_fields(tmp_path):
 
 
 def test_countdown_from_jsonl_file(tmp_path):
-    records = [{"target": 24, "nums": [3, 4, 6]}, {"target": 10, "nums": [2, 5, 7]}, {"target": 12, "numbers": [3, 4, 9]}]
+    records = [
+        {"target": 24, "nums": [3, 4, 6]},
+        {"target": 10, "nums": [2, 5, 7]},
+        {"target": 12, "numbers": [3, 4, 9]},
+    ]
     path = write_jsonl(tmp_path / "cd.jsonl", records)
     env = make_env("countdown", num_envs=1, data_path=str(path), val_fraction=0.34)
     pools = env.problems

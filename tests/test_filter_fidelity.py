@@ -36,8 +36,7 @@ def load(name):
 
 def records(returns=RETURNS, groups=GROUPS, **extra):
     n = len(groups)
-    return TensorDict(group_id=torch.tensor(groups), episode_return=torch.tensor(returns),
-                      batch_size=[n], **extra)
+    return TensorDict(group_id=torch.tensor(groups), episode_return=torch.tensor(returns), batch_size=[n], **extra)
 
 
 # ---------------------------------------------------------------------- stops without a filter
@@ -156,8 +155,16 @@ def test_non_finite_or_non_number_value_is_rejected(value):
 
 
 @pytest.mark.parametrize(
-    "strategy, value", [("top_p", 1.0), ("top_p", 1e-6), ("top_k", 1.0), ("top_k_abs", 4), ("top_k_abs", 4.0),
-                        ("min_p", 0.0), ("min_p", 1.0)]
+    "strategy, value",
+    [
+        ("top_p", 1.0),
+        ("top_p", 1e-6),
+        ("top_k", 1.0),
+        ("top_k_abs", 4),
+        ("top_k_abs", 4.0),
+        ("min_p", 0.0),
+        ("min_p", 1.0),
+    ],
 )
 def test_in_range_values_are_accepted(strategy, value):
     assert check_filter_value(strategy, value) == float(value)

@@ -198,8 +198,10 @@ def test_explain_uses_steps():
 def test_load_countdown_jsonl(tmp_path):
     path = tmp_path / "cd.jsonl"
     path.write_text(
-        json.dumps({"target": 24, "nums": [3, 4, 6]}) + "\n\n"
-        + json.dumps({"target": 10, "numbers": [5, 5, 2], "extra": 1}) + "\n"
+        json.dumps({"target": 24, "nums": [3, 4, 6]})
+        + "\n\n"
+        + json.dumps({"target": 10, "numbers": [5, 5, 2], "extra": 1})
+        + "\n"
     )
     problems = load_countdown_file(path)
     assert problems == [CountdownProblem(24, (3, 4, 6)), CountdownProblem(10, (5, 5, 2))]
@@ -217,8 +219,15 @@ def test_load_countdown_errors(tmp_path):
     missing = tmp_path / "nope.jsonl"
     with pytest.raises(ValueError, match="nope.jsonl.*not found"):
         load_countdown_file(missing)
-    for bad in ['{"target": 24}', '{"nums": [1, 2]}', '{"target": "x", "nums": [1]}',
-                '{"target": 3, "nums": "12"}', '{"target": 3, "nums": [1.5]}', '[1, 2]', '{bad json']:
+    for bad in [
+        '{"target": 24}',
+        '{"nums": [1, 2]}',
+        '{"target": "x", "nums": [1]}',
+        '{"target": 3, "nums": "12"}',
+        '{"target": 3, "nums": [1.5]}',
+        "[1, 2]",
+        "{bad json",
+    ]:
         path = tmp_path / "bad.jsonl"
         path.write_text(json.dumps({"target": 1, "nums": [1]}) + "\n" + bad + "\n")
         with pytest.raises(ValueError, match=r"bad\.jsonl, line 2.*'target'.*'nums'"):

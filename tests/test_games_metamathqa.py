@@ -141,8 +141,13 @@ def test_load_errors(tmp_path):
         load_metamathqa(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match=r"missing\.parquet.*not found"):
         load_metamathqa(str(tmp_path / "missing.parquet"))
-    for bad in [{"query": "q?"}, {"response": "The answer is: 3"}, {"query": "q?", "response": "no marker"},
-                {"question": "q?", "answer": ""}, {"question": 3, "answer": "3"}]:
+    for bad in [
+        {"query": "q?"},
+        {"response": "The answer is: 3"},
+        {"query": "q?", "response": "no marker"},
+        {"question": "q?", "answer": ""},
+        {"question": 3, "answer": "3"},
+    ]:
         path = tmp_path / "bad.jsonl"
         path.write_text(json.dumps({"question": "ok?", "answer": "1"}) + "\n" + json.dumps(bad) + "\n")
         with pytest.raises(ValueError, match=r"bad\.jsonl, line 2.*'query' and 'response'.*'question' and 'answer'"):

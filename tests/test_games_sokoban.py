@@ -37,10 +37,7 @@ def test_from_text_and_render():
     assert g.box_positions == [(1, 2)]
     assert g.target_positions == [(1, 4)]
     assert g.action_names == ("Up", "Down", "Left", "Right")
-    assert g.render_text() == (
-        "######\n#PX_O#\n######\n"
-        "Player (row, col): (1, 1). Boxes: (1, 2). Targets: (1, 4)."
-    )
+    assert g.render_text() == ("######\n#PX_O#\n######\nPlayer (row, col): (1, 1). Boxes: (1, 2). Targets: (1, 4).")
     assert SokobanGame.from_text(g.to_text()).render_text() == g.render_text()
     assert g.instructions and "Up" in g.instructions
 

@@ -26,7 +26,6 @@ from ragen_torchrl.envs.games.guess_numbers import (
 from ragen_torchrl.envs.games.movie_recommendation import (
     MovieRecommendationGame,
     generate_catalog,
-    least_squares_estimate,
     load_catalog,
 )
 from ragen_torchrl.envs.games.preference_estimation import (
@@ -46,15 +45,46 @@ from ragen_torchrl.envs.games.situation_puzzles import (
 from ragen_torchrl.transforms.t3_rules import SimilarityDecreaseRule, make_rule
 
 BASE_KEYS = {
-    "kind", "valid", "feedback", "turn", "turns_left", "progress", "progress_before", "success",
+    "kind",
+    "valid",
+    "feedback",
+    "turn",
+    "turns_left",
+    "progress",
+    "progress_before",
+    "success",
     "action_is_effective",
 }
 
 BAD_QUERIES = [
-    "", "   ", None, "123", "1123", "abcd", "12345", "1 2 3", "A(1,0)", "A(2,0,1)", "Z(1,0,1)",
-    "compare 1", "compare 0 1", "compare 1 1", "compare 1 999", "rate 999", "rate", "estimate: 1,2",
-    "estimate: nan, nan, nan, nan", "estimate: inf,1,1,1", "((((", "NOT " * 3000, "\x00\x01",
-    "💥💥", "1" * 10_000, "compare 1 2; estimate: a, b", "interact:", "answer:",
+    "",
+    "   ",
+    None,
+    "123",
+    "1123",
+    "abcd",
+    "12345",
+    "1 2 3",
+    "A(1,0)",
+    "A(2,0,1)",
+    "Z(1,0,1)",
+    "compare 1",
+    "compare 0 1",
+    "compare 1 1",
+    "compare 1 999",
+    "rate 999",
+    "rate",
+    "estimate: 1,2",
+    "estimate: nan, nan, nan, nan",
+    "estimate: inf,1,1,1",
+    "((((",
+    "NOT " * 3000,
+    "\x00\x01",
+    "💥💥",
+    "1" * 10_000,
+    "compare 1 2; estimate: a, b",
+    "interact:",
+    "answer:",
 ]
 
 
@@ -71,8 +101,11 @@ def _make_games():
 # ---------------------------------------------------------------------------------- common API
 def test_common_api_and_paper_defaults():
     expected = {
-        "GuessNumbers": 10, "CircuitDecoding": 10, "PreferenceEstimation": 10,
-        "MovieRecommendation": 5, "SituationPuzzles": 15,
+        "GuessNumbers": 10,
+        "CircuitDecoding": 10,
+        "PreferenceEstimation": 10,
+        "MovieRecommendation": 5,
+        "SituationPuzzles": 15,
     }
     for game in _make_games():
         assert game.action_names is None
@@ -122,8 +155,13 @@ def _signature(game):
 
 
 def test_generate_is_deterministic_and_splits_differ():
-    for cls in (GuessNumbersGame, CircuitDecodingGame, PreferenceEstimationGame,
-                MovieRecommendationGame, SituationPuzzlesGame):
+    for cls in (
+        GuessNumbersGame,
+        CircuitDecodingGame,
+        PreferenceEstimationGame,
+        MovieRecommendationGame,
+        SituationPuzzlesGame,
+    ):
         a, b = cls.generate(3), cls.generate(3)
         assert _signature(a) == _signature(b) and a.render_text() == b.render_text()
         assert _signature(cls.generate(3, split="val")) != _signature(a)
@@ -365,9 +403,7 @@ def test_catalog_generation_and_loading(tmp_path):
     arr.write_text(json.dumps(cat[:5]))
     assert load_catalog(arr) == cat[:5]
     csv_path = tmp_path / "cat.csv"
-    csv_path.write_text(
-        'title,attributes\n"Alpha, the movie","[0.1, 0.2]"\nBeta,0.3;0.4\nGamma,0.5 0.6\n'
-    )
+    csv_path.write_text('title,attributes\n"Alpha, the movie","[0.1, 0.2]"\nBeta,0.3;0.4\nGamma,0.5 0.6\n')
     loaded = load_catalog(csv_path)
     assert [c["title"] for c in loaded] == ["Alpha, the movie", "Beta", "Gamma"]
     assert loaded[1]["attributes"] == [0.3, 0.4]
@@ -469,9 +505,18 @@ def test_word_f1_and_output_mapping():
     assert word_f1("", "") == 1.0 and word_f1("x", "") == 0.0
     assert word_f1("a b", "a c") == pytest.approx(0.5)
     assert word_f1("a a b", "a b b") == pytest.approx(2 / 3)
-    for text, out in [("Yes", "Yes"), (" yes.", "Yes"), ("No, never", "No"), ("NO", "No"),
-                      ("Unknown", "Unknown"), ("Nope", "Unknown"), ("", "Unknown"),
-                      ("maybe yes", "Unknown"), (None, "Unknown"), ("Yesterday", "Unknown")]:
+    for text, out in [
+        ("Yes", "Yes"),
+        (" yes.", "Yes"),
+        ("No, never", "No"),
+        ("NO", "No"),
+        ("Unknown", "Unknown"),
+        ("Nope", "Unknown"),
+        ("", "Unknown"),
+        ("maybe yes", "Unknown"),
+        (None, "Unknown"),
+        ("Yesterday", "Unknown"),
+    ]:
         assert map_judge_output(text) == out
 
 
@@ -538,17 +583,20 @@ def test_hf_judge_with_tiny_qwen2():
     tokenizers = pytest.importorskip("tokenizers")
     transformers = pytest.importorskip("transformers")
     words = ["Yes", "No", "Unknown", "<pad>", "<eos>", "<unk>", "the", "man"]
-    tk = tokenizers.Tokenizer(
-        tokenizers.models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>")
-    )
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
     )
     torch.manual_seed(0)
     cfg = transformers.Qwen2Config(
-        vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+        vocab_size=len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
     )
     model = transformers.Qwen2ForCausalLM(cfg).eval()
     judge = HFJudge(model, tok, max_new_tokens=2)

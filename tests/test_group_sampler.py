@@ -28,9 +28,7 @@ FIRST = batch([0, 0, 1, 1, 2, 2], [1.0, 0.0, 1.0, 1.0, 0.0, 2.0])
 
 
 def make_rb(size=32, batch_size=64, **kw):
-    return ReplayBuffer(
-        storage=LazyTensorStorage(size), sampler=TopVarianceGroupSampler(**kw), batch_size=batch_size
-    )
+    return ReplayBuffer(storage=LazyTensorStorage(size), sampler=TopVarianceGroupSampler(**kw), batch_size=batch_size)
 
 
 def test_samples_only_top_groups_and_recomputes_after_write():
@@ -97,16 +95,24 @@ def test_generator_makes_sampling_reproducible():
 
 def test_lazy_stack_storage_with_ragged_records_and_other_metric():
     rows = [
-        TensorDict(group_id=torch.tensor(g), episode_return=torch.tensor(r), num_tokens=torch.tensor(n),
-                   tokens=torch.arange(n), text=f"t{i}")
+        TensorDict(
+            group_id=torch.tensor(g),
+            episode_return=torch.tensor(r),
+            num_tokens=torch.tensor(n),
+            tokens=torch.arange(n),
+            text=f"t{i}",
+        )
         for i, (g, r, n) in enumerate(zip([0, 0, 1, 1], [0.0, 1.0, 1.0, 1.0], [2, 4, 10, 30]))
     ]
     rb = ReplayBuffer(storage=LazyStackStorage(10), sampler=TopVarianceGroupSampler(), batch_size=4)
     rb.extend(lazy_stack(rows))
     assert set(rb.sample().get("group_id").tolist()) == {0}
     # length ablation: mean lengths 3 vs 20; top_k .5 of 2 groups -> 1 group: group 1
-    rb = ReplayBuffer(storage=LazyStackStorage(10), batch_size=4,
-                      sampler=TopVarianceGroupSampler(metric="length", strategy="top_k", value=0.5))
+    rb = ReplayBuffer(
+        storage=LazyStackStorage(10),
+        batch_size=4,
+        sampler=TopVarianceGroupSampler(metric="length", strategy="top_k", value=0.5),
+    )
     rb.extend(lazy_stack(rows))
     sample = rb.sample()
     assert set(sample.get("group_id").tolist()) == {1}

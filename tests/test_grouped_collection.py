@@ -94,7 +94,7 @@ def test_bad_arguments_name_the_value():
 
 # The README's "Use the components in your own TorchRL pipeline" snippet, executed as written
 # (``model`` and ``tokenizer`` are any HF causal LM and its tokenizer; here the tiny test model).
-README_SNIPPET = '''
+README_SNIPPET = """
 from ragen_torchrl.collectors import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
 
@@ -104,7 +104,7 @@ policy = make_generation_policy(model, tokenizer, max_new_tokens=16)
 records = collect_rollouts(env, policy, level_seeds=[3, 7], group_size=G)
 print(records["group_id"].tolist())           # [0, 0, 0, 0, 1, 1, 1, 1]
 print(records["episode_return"].shape)        # one return per trajectory
-'''
+"""
 
 
 def test_readme_snippet_runs(tiny_model_dir, capsys):

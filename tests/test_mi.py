@@ -356,8 +356,18 @@ def test_tracker_ema_of_marginal_std():
         (torch.tensor([[0.0, float("-inf")], [0.0, 0.0]]), torch.tensor([0, 1]), {}, "NaN or infinite"),
         (torch.zeros(2, 2, dtype=torch.long), torch.tensor([0, 1]), {}, "floating"),
         (torch.zeros(2, 3), torch.tensor([0, 1]), {"seq_log_probs": torch.zeros(2, 2)}, "seq_log_probs has shape"),
-        (torch.zeros(2, 3), torch.tensor([0, 1]), {"seq_log_probs": torch.full((2, 3), float("nan"))}, "seq_log_probs contains NaN"),
-        (torch.zeros(2, 3), torch.tensor([0, 1]), {"col_equivalence": torch.tensor([0, 1])}, "col_equivalence has length 2"),
+        (
+            torch.zeros(2, 3),
+            torch.tensor([0, 1]),
+            {"seq_log_probs": torch.full((2, 3), float("nan"))},
+            "seq_log_probs contains NaN",
+        ),
+        (
+            torch.zeros(2, 3),
+            torch.tensor([0, 1]),
+            {"col_equivalence": torch.tensor([0, 1])},
+            "col_equivalence has length 2",
+        ),
         (torch.zeros(2, 3), torch.tensor([0, 1]), {"col_equivalence": torch.tensor([0.0, 1.0, 2.0])}, "integer"),
     ],
 )

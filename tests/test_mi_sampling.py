@@ -71,8 +71,9 @@ def test_trajectory_uniform_multi_turn_pool_by_hand():
 
 def test_trajectory_uniform_turn_is_uniform_over_valid_turns():
     # trajectory with 4 turns, turn 1 empty: turns 0, 2, 3 each with probability 1/3
-    s = sample_trajectory_uniform_pairs(torch.tensor([4]), 3000, torch.Generator().manual_seed(4),
-                                        valid_turns=[[True, False, True, True]])
+    s = sample_trajectory_uniform_pairs(
+        torch.tensor([4]), 3000, torch.Generator().manual_seed(4), valid_turns=[[True, False, True, True]]
+    )
     freq = torch.bincount(s.turn_idx, minlength=4).double() / 3000
     assert freq[1] == 0.0
     assert (freq[[0, 2, 3]] - 1 / 3).abs().max() < 0.04
@@ -81,8 +82,9 @@ def test_trajectory_uniform_turn_is_uniform_over_valid_turns():
 def test_all_valid_mask_draws_like_no_mask():
     turns = torch.tensor([1, 4, 0, 2])
     a = sample_trajectory_uniform_pairs(turns, 50, torch.Generator().manual_seed(1))
-    b = sample_trajectory_uniform_pairs(turns, 50, torch.Generator().manual_seed(1),
-                                        valid_turns=torch.ones(4, 4, dtype=torch.bool))
+    b = sample_trajectory_uniform_pairs(
+        turns, 50, torch.Generator().manual_seed(1), valid_turns=torch.ones(4, 4, dtype=torch.bool)
+    )
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     g = torch.tensor([5, 5, 2, 2, 9])
     a = sample_first_turn_pairs(g, 3, torch.Generator().manual_seed(2))
@@ -136,7 +138,9 @@ def test_monitor_with_half_empty_reasoning(tiny_model):
     chats, groups = [], []
     for g, obs in enumerate(OBS):
         for s in range(2):
-            reply = f"<think>the goal is {g} steps away</think><answer>Down</answer>" if s == 0 else "<answer>Down</answer>"
+            reply = (
+                f"<think>the goal is {g} steps away</think><answer>Down</answer>" if s == 0 else "<answer>Down</answer>"
+            )
             chats.append([SYSTEM, {"role": "user", "content": obs}, {"role": "assistant", "content": reply}])
             groups.append(g)
     td = TensorDict(group_id=torch.tensor(groups), episode_return=torch.zeros(8), batch_size=[8]).to_lazystack(0)

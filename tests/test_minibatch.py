@@ -19,8 +19,9 @@ def test_whole_groups_cover_every_row_once():
 
 def test_group_order_is_shuffled_and_reproducible():
     groups = torch.arange(10).repeat_interleave(2)
-    first = [tuple(group_minibatches(groups, 2, generator=torch.Generator().manual_seed(s))[0].tolist())
-             for s in range(10)]
+    first = [
+        tuple(group_minibatches(groups, 2, generator=torch.Generator().manual_seed(s))[0].tolist()) for s in range(10)
+    ]
     assert len(set(first)) > 1
     a = group_minibatches(groups, 4, generator=torch.Generator().manual_seed(3))
     b = group_minibatches(groups, 4, generator=torch.Generator().manual_seed(3))

@@ -123,9 +123,10 @@ def test_trained_tokenizer_tag_tokens_are_single_tokens(small_tokenizer):
     for special in (PAD_TOKEN, EOT_TOKEN, "<|im_start|>"):
         assert len(small_tokenizer(special, add_special_tokens=False)["input_ids"]) == 1, special
     # no BOS/EOS is added silently
-    assert small_tokenizer("Left", add_special_tokens=True)["input_ids"] == small_tokenizer(
-        "Left", add_special_tokens=False
-    )["input_ids"]
+    assert (
+        small_tokenizer("Left", add_special_tokens=True)["input_ids"]
+        == small_tokenizer("Left", add_special_tokens=False)["input_ids"]
+    )
 
 
 def test_tiny_tokenizer_round_trips_unicode(tiny_model):
@@ -260,8 +261,9 @@ def _chatml_tokenizer_without_pad():
     words = ["<|im_start|>", "<|im_end|>", "user", "assistant", "system", "hi", "ok", "\n"]
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)} | {"[UNK]": len(words)}, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|im_end|>",
-                                  unk_token="[UNK]", padding_side="right")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|im_end|>", unk_token="[UNK]", padding_side="right"
+    )
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     return tok
 
@@ -270,9 +272,16 @@ def _model_for(tok):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, pad_token_id=tok.pad_token_id,
-                      eos_token_id=tok.eos_token_id)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     return Qwen2ForCausalLM(cfg)
 
 

@@ -155,8 +155,9 @@ DUAL_RATIOS = {(0, 1): 1.5, (0, 2): 0.5, (0, 4): 4.0, (1, 3): 4.0, (1, 4): 2.0}
 @pytest.mark.parametrize("dual_clip", [None, 3.0])
 def test_dual_clip_by_hand(dual_clip):
     # verl compute_policy_loss / arXiv 1912.09729: "for A < 0 the objective is max(min(r A, clip(r) A), c A)"
-    loss, out, grad = run(MaskedStatsGRPOLoss, ratios=DUAL_RATIOS, clip_epsilon=0.2, aggregation="token_mean",
-                          dual_clip=dual_clip)
+    loss, out, grad = run(
+        MaskedStatsGRPOLoss, ratios=DUAL_RATIOS, clip_epsilon=0.2, aggregation="token_mean", dual_clip=dual_clip
+    )
     # per-token losses: A=+1: -1.2, -0.5, -1.2; A=-1: r=4 gives +4 (bounded at c=3 with dual-clip), r=2 gives +2
     tail = 3.0 if dual_clip else 4.0
     assert out.loss_objective.item() == pytest.approx((-1.2 - 0.5 - 1.2 + tail + 2.0) / 5, abs=1e-6)
@@ -211,11 +212,14 @@ def test_drgrpo_sum_over_constant_length_by_hand():
     torch.testing.assert_close(grad, hand, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("loss_cls, kwargs, weight", [
-    (MaskedStatsGRPOLoss, dict(aggregation="prompt_mean"), lambda n: 1 / (2 * n)),  # 1/(B |y_i|)
-    (DrGRPOLoss, dict(max_length=8), lambda n: 1 / (2 * 8)),                      # 1/(B L_max)
-    (DAPOLoss, dict(), lambda n: 1 / 6),                                            # 1/sum|y|
-])
+@pytest.mark.parametrize(
+    "loss_cls, kwargs, weight",
+    [
+        (MaskedStatsGRPOLoss, dict(aggregation="prompt_mean"), lambda n: 1 / (2 * n)),  # 1/(B |y_i|)
+        (DrGRPOLoss, dict(max_length=8), lambda n: 1 / (2 * 8)),  # 1/(B L_max)
+        (DAPOLoss, dict(), lambda n: 1 / 6),  # 1/sum|y|
+    ],
+)
 def test_length_bias_per_token_weights(loss_cls, kwargs, weight):
     """Equal advantages, lengths 2 and 4, ratio 1: the weight each token gets."""
     mask = torch.tensor([[False, False, True, True], [True, True, True, True]])
@@ -270,8 +274,9 @@ def test_metrics_average_over_assistant_tokens_only():
     ent = torch.full_like(CUR, 2.0)
     ent[0, 1] = 5.0
     actor = FakeActor(CUR, entropy=ent)
-    loss = MaskedStatsGRPOLoss(actor, masking_strategy="rlhf", clip_epsilon=0.2, entropy_coeff=0.001,
-                               aggregation="prompt_mean")
+    loss = MaskedStatsGRPOLoss(
+        actor, masking_strategy="rlhf", clip_epsilon=0.2, entropy_coeff=0.001, aggregation="prompt_mean"
+    )
     out = loss(make_batch(CUR, RATIOS, MASK, ADV))
     obj = build_objective({"name": "grpo"}, actor, None)
     obj.loss_module = loss
@@ -311,8 +316,9 @@ def test_kl_to_reference_is_masked_k3():
 ALL_CLIPPED = {(b, t): 1.5 for b, t in MASK.nonzero().tolist()}
 
 
-@pytest.mark.parametrize("loss_cls, kwargs", [(MaskedStatsGRPOLoss, {}), (DAPOLoss, {}), (GSPOLoss, {}),
-                                              (DrGRPOLoss, {"max_length": 8})])
+@pytest.mark.parametrize(
+    "loss_cls, kwargs", [(MaskedStatsGRPOLoss, {}), (DAPOLoss, {}), (GSPOLoss, {}), (DrGRPOLoss, {"max_length": 8})]
+)
 def test_loss_output_stats_are_over_assistant_tokens(loss_cls, kwargs):
     # issue 16 item 5: "entropy and clip fraction on the loss output are over assistant tokens"
     ent = torch.full_like(CUR, 2.0)
@@ -336,8 +342,13 @@ def test_loss_class_defaults_equal_the_config_defaults():
     coeffs = {float(OmegaConf.load(f).entropy_coeff) for f in CONFIG_DIR.glob("*.yaml")}
     assert coeffs == {DEFAULT_ENTROPY_COEFF} == {0.001}
     trunk = Critic(1, backbone=FakeTrunk(torch.zeros(2, 5, 1)))
-    losses = [MaskedStatsGRPOLoss(FakeActor(CUR)), DAPOLoss(FakeActor(CUR)), GSPOLoss(FakeActor(CUR)),
-              DrGRPOLoss(FakeActor(CUR), max_length=8), PPOLoss(FakeActor(CUR), trunk)]
+    losses = [
+        MaskedStatsGRPOLoss(FakeActor(CUR)),
+        DAPOLoss(FakeActor(CUR)),
+        GSPOLoss(FakeActor(CUR)),
+        DrGRPOLoss(FakeActor(CUR), max_length=8),
+        PPOLoss(FakeActor(CUR), trunk),
+    ]
     for loss in losses:
         assert loss.entropy_coeff == 0.001, type(loss).__name__
         # one reference-log-prob key: the class default is where build_objective and the loop store it
@@ -383,8 +394,15 @@ def test_behaviour_log_probs_with_an_unpadded_wrapper(tiny_model, pad_output):
     recs.set(("history", "full"), History.from_chats(SCRIPTED))
     padded = compute_behaviour_log_probs(make_logprob_policy(model, tok), recs)
     # torchrl's default pad_output=False: ragged outputs, one tensor per row
-    actor = TransformersWrapper(model, tokenizer=tok, chat_template=wrapper_chat_template(tok),
-                                input_mode="history", generate=False, return_log_probs=True, pad_output=pad_output)
+    actor = TransformersWrapper(
+        model,
+        tokenizer=tok,
+        chat_template=wrapper_chat_template(tok),
+        input_mode="history",
+        generate=False,
+        return_log_probs=True,
+        pad_output=pad_output,
+    )
     rows = compute_behaviour_log_probs(actor, recs)
     for i in range(2):
         for key in padded[i].keys(True, True):
@@ -438,8 +456,9 @@ def test_bilevel_gae_by_hand(turn_lam, g1):
     one = torch.tensor([[False, True, True, True]])
     v = torch.tensor([[0.0, 0.2, 0.5, 0.1]])
     r = episode_token_rewards(one, torch.tensor([2.0]))
-    torch.testing.assert_close(bilevel_gae(r, v, one, gamma=0.9, lam=0.8, turn_gamma=0.5),
-                               masked_gae(r, v, one, gamma=0.9, lam=0.8))
+    torch.testing.assert_close(
+        bilevel_gae(r, v, one, gamma=0.9, lam=0.8, turn_gamma=0.5), masked_gae(r, v, one, gamma=0.9, lam=0.8)
+    )
 
 
 def test_clipped_value_loss_and_gradient_by_hand():
@@ -455,11 +474,13 @@ def test_clipped_value_loss_and_gradient_by_hand():
     assert clipped.tolist() == [True, False, False, False]
     loss.sum().backward()
     assert values.grad.tolist() == pytest.approx([0.0, -1.7, 1.9, -0.1])
-    assert explained_variance(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[1.0, 2.0, 3.0]]),
-                              torch.ones(1, 3, dtype=torch.bool)) == pytest.approx(1.0)
+    assert explained_variance(
+        torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[1.0, 2.0, 3.0]]), torch.ones(1, 3, dtype=torch.bool)
+    ) == pytest.approx(1.0)
     # V = mean(R): explains nothing
-    assert explained_variance(torch.full((1, 3), 2.0), torch.tensor([[1.0, 2.0, 3.0]]),
-                              torch.ones(1, 3, dtype=torch.bool)) == pytest.approx(0.0)
+    assert explained_variance(
+        torch.full((1, 3), 2.0), torch.tensor([[1.0, 2.0, 3.0]]), torch.ones(1, 3, dtype=torch.bool)
+    ) == pytest.approx(0.0)
 
 
 class FakeTrunk(nn.Module):
@@ -477,8 +498,8 @@ class FakeTrunk(nn.Module):
 def test_ppo_loss_token_advantages_and_value_loss_by_hand():
     # V(t) = h[t-1] (head weight 1, bias 0); hidden chosen so assistant-token values are known
     h = torch.zeros(2, 5, 1, dtype=torch.float64)
-    h[0, 0], h[0, 1], h[0, 3] = 0.2, 0.4, 0.9   # values at tokens 1, 2, 4
-    h[1, 2], h[1, 3] = -0.3, 0.1                # values at tokens 3, 4
+    h[0, 0], h[0, 1], h[0, 3] = 0.2, 0.4, 0.9  # values at tokens 1, 2, 4
+    h[1, 2], h[1, 3] = -0.3, 0.1  # values at tokens 3, 4
     critic = Critic(1, backbone=FakeTrunk(h)).double()
     with torch.no_grad():
         critic.head.weight.fill_(1.0)
@@ -516,18 +537,24 @@ def test_build_objective_from_the_config_files(name):
     obj = build_objective(cfg, FakeActor(CUR), None)
     lm = obj.loss_module
     assert lm.masking_strategy == "rlhf"
-    expected = {"grpo": (MaskedStatsGRPOLoss, (0.2, 0.2), "prompt_mean"),
-                "drgrpo": (DrGRPOLoss, (0.2, 0.2), "dr_grpo"),
-                "dapo": (DAPOLoss, (0.2, 0.28), "token_mean"),
-                "gspo": (GSPOLoss, (3e-4, 4e-4), "prompt_mean")}[name]
+    expected = {
+        "grpo": (MaskedStatsGRPOLoss, (0.2, 0.2), "prompt_mean"),
+        "drgrpo": (DrGRPOLoss, (0.2, 0.2), "dr_grpo"),
+        "dapo": (DAPOLoss, (0.2, 0.28), "token_mean"),
+        "gspo": (GSPOLoss, (3e-4, 4e-4), "prompt_mean"),
+    }[name]
     assert type(lm) is expected[0]
     assert (lm.clip_epsilon_low.item(), lm.clip_epsilon_high.item()) == pytest.approx(expected[1])
     assert lm.aggregation == expected[2]
     assert lm.kl_to_ref_coeff is None  # off by default everywhere
     assert (obj.dynamic_sampling is not None) == (name == "dapo")
     assert (obj.reward_transform is not None) == (name == "dapo")
-    recs = TensorDict(episode_return=torch.tensor([1.0, 0.0, 3.0, 3.0]), group_id=torch.tensor([0, 0, 1, 1]),
-                      num_tokens=torch.tensor([10, 230, 5, 5]), batch_size=[4])
+    recs = TensorDict(
+        episode_return=torch.tensor([1.0, 0.0, 3.0, 3.0]),
+        group_id=torch.tensor([0, 0, 1, 1]),
+        num_tokens=torch.tensor([10, 230, 5, 5]),
+        batch_size=[4],
+    )
     recs = obj.advantage(obj.shape_rewards(recs))
     adv = recs["advantage"].reshape(-1)
     assert recs["advantage"].shape == (4, 1, 1)
@@ -572,8 +599,12 @@ def scripted_batch(obj, actor):
 
     from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs
 
-    recs = TensorDict(group_id=torch.tensor([0, 0]), episode_return=torch.tensor([1.0, -0.5]),
-                      num_tokens=torch.tensor([20, 12]), batch_size=[2]).to_lazystack(0)
+    recs = TensorDict(
+        group_id=torch.tensor([0, 0]),
+        episode_return=torch.tensor([1.0, -0.5]),
+        num_tokens=torch.tensor([20, 12]),
+        batch_size=[2],
+    ).to_lazystack(0)
     recs.set(("history", "full"), History.from_chats(SCRIPTED))
     recs = obj.advantage(obj.shape_rewards(recs))
     return obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
@@ -594,9 +625,12 @@ def test_each_objective_on_the_tiny_policy(tiny_model, name):
     m = obj.metrics(out, batch)
     n = [int(x.sum()) for x in batch.get(("masks", "all_assistant_mask"), as_list=True)]
     a = batch.get("advantage").reshape(-1).tolist()
-    expected = {"grpo": -(a[0] + a[1]) / 2, "gspo": -(a[0] + a[1]) / 2,
-                "dapo": -(a[0] * n[0] + a[1] * n[1]) / (n[0] + n[1]),
-                "drgrpo": -(a[0] * n[0] + a[1] * n[1]) / (2 * cfg.get("max_length", 1))}[name]
+    expected = {
+        "grpo": -(a[0] + a[1]) / 2,
+        "gspo": -(a[0] + a[1]) / 2,
+        "dapo": -(a[0] * n[0] + a[1] * n[1]) / (n[0] + n[1]),
+        "drgrpo": -(a[0] * n[0] + a[1] * n[1]) / (2 * cfg.get("max_length", 1)),
+    }[name]
     assert out.loss_objective.item() == pytest.approx(expected, abs=1e-5)
     assert m["assistant_tokens"] == sum(n) and abs(m["kl_approx"]) < 1e-5 and m["clip_fraction"] == 0
     obj.total_loss(out).backward()

@@ -51,7 +51,11 @@ def test_config_dir_honours_ragen_config_dir(tmp_path):
     env = {**os.environ, "RAGEN_CONFIG_DIR": str(tmp_path)}
     out = subprocess.run(
         [sys.executable, "-c", "from ragen_torchrl.trainer.cli import CONFIG_DIR; print(CONFIG_DIR)"],
-        env=env, capture_output=True, text=True, check=True, cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
     assert out.stdout.strip() == str(tmp_path)
 
@@ -68,7 +72,11 @@ def test_ragen_config_dir_override_reaches_hydra(tmp_path):
     code = "import sys; from ragen_torchrl.trainer.cli import train_main; sys.argv = ['ragen-train', *sys.argv[1:]]; train_main()"
     run = lambda env: subprocess.run(  # noqa: E731
         [sys.executable, "-c", code, "trainer=smoke", "--cfg", "job", "--package", "trainer"],
-        env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     base = {k: v for k, v in os.environ.items() if k != "RAGEN_CONFIG_DIR"}
     shipped, custom = run(base), run({**base, "RAGEN_CONFIG_DIR": str(mine)})
@@ -81,8 +89,11 @@ def test_wheel_lists_every_config():
     """The wheel holds every shipped yaml (pyproject's package-data), under ragen_torchrl/configs/."""
     wheel = _build_wheel()
     with zipfile.ZipFile(wheel) as zf:
-        in_wheel = {n.removeprefix("ragen_torchrl/configs/") for n in zf.namelist()
-                    if n.startswith("ragen_torchrl/configs/") and n.endswith(".yaml")}
+        in_wheel = {
+            n.removeprefix("ragen_torchrl/configs/")
+            for n in zf.namelist()
+            if n.startswith("ragen_torchrl/configs/") and n.endswith(".yaml")
+        }
     assert in_wheel == _yaml_files(SHIPPED)
 
 
@@ -93,19 +104,26 @@ def _build_wheel() -> Path:
     """Build the wheel once per session (offline: setuptools is already installed)."""
     if _WHEEL:
         return _WHEEL[0]
-    import tempfile
-
     import shutil
+    import tempfile
 
     out = Path(tempfile.mkdtemp(prefix="ragen_wheel_"))
     # build from a clean copy: setuptools reuses an in-tree build/ folder, whose stale
     # files (a module since moved or deleted) would ship in the wheel
     src = out / "src"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", "*.egg-info", "__pycache__", "outputs", ".pytest_cache", ".hypothesis"))
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", "outputs", ".pytest_cache", ".hypothesis"
+        ),
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
-        check=True, capture_output=True, text=True, timeout=300,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     (wheel,) = out.glob("ragen_torchrl-*.whl")
     _WHEEL.append(wheel)
@@ -120,14 +138,21 @@ def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_ca
     py = env_dir / "bin" / "python"
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        check=True, capture_output=True, text=True, timeout=300,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     work = tmp_path / "elsewhere"  # an unrelated directory: no configs/ and no checkout around
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RAGEN_CONFIG_DIR", "PYTHONPATH")}
     where = subprocess.run(
         [str(py), "-c", "import ragen_torchrl.trainer.cli as c; print(c.__file__); print(c.CONFIG_DIR)"],
-        env=env, cwd=work, capture_output=True, text=True, check=True,
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     # the venv imports its installed copy (not the editable checkout), and its shipped configs
     assert Path(where[0]).resolve().is_relative_to(env_dir.resolve()), where
@@ -136,16 +161,30 @@ def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_ca
 
     run_dir = tmp_path / "run"
     overrides = [
-        "trainer=smoke", "trainer.total_iterations=1", "trainer.val_levels=2",
-        "sft.steps=3", "sft.episodes=10",
-        "model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=1", "model.vocab_size=300",
-        f"model.cache_dir={ragen_cache_dir}", "model.device=cpu", "model.threads=1",
-        "rollout.max_new_tokens=8", "trainer.log_text_samples=1", "diagnostics.mi.enabled=false",
+        "trainer=smoke",
+        "trainer.total_iterations=1",
+        "trainer.val_levels=2",
+        "sft.steps=3",
+        "sft.episodes=10",
+        "model.hidden_size=32",
+        "model.intermediate_size=64",
+        "model.num_layers=1",
+        "model.vocab_size=300",
+        f"model.cache_dir={ragen_cache_dir}",
+        "model.device=cpu",
+        "model.threads=1",
+        "rollout.max_new_tokens=8",
+        "trainer.log_text_samples=1",
+        "diagnostics.mi.enabled=false",
         f"hydra.run.dir={run_dir}",
     ]
     res = subprocess.run(
         [str(env_dir / "bin" / "ragen-train"), *overrides],
-        env=env, cwd=work, capture_output=True, text=True, timeout=300,
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert (run_dir / "checkpoints" / "last.pt").is_file()

@@ -17,7 +17,7 @@ import torch
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "Use the components in your own TorchRL pipeline"
 
-SNR_FILTER_IN_A_REPLAY_BUFFER = '''\
+SNR_FILTER_IN_A_REPLAY_BUFFER = """\
 import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
@@ -35,9 +35,9 @@ rb.extend(records)
 print(rb[:]["group_id"].tolist(), rb.transform[0].last_stats["kept_ratio"])
 # -> [0, 0, 2, 2] 0.666...  (group 1 has no reward variance: never written)
 batch = GroupAdvantage()(rb[:])  # group-normalised advantage over the kept, whole groups
-'''
+"""
 
-TOP_VARIANCE_GROUP_SAMPLER = '''\
+TOP_VARIANCE_GROUP_SAMPLER = """\
 import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
@@ -50,9 +50,9 @@ rb.extend(TensorDict(group_id=torch.tensor([0, 0, 1, 1, 2, 2]),
                      episode_return=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 2.0]), batch_size=[6]))
 batch = rb.sample()
 print(sorted(set(batch["group_id"].tolist())))  # -> [2]: the group with the largest variance
-'''
+"""
 
-COLLAPSE_MONITOR = '''\
+COLLAPSE_MONITOR = """\
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from tensordict import TensorDict
@@ -74,9 +74,9 @@ records.set(("history", "full"), History.from_chats([
 ]))
 metrics = CollapseMonitor(model, tokenizer, num_pairs=4)(records)
 print(metrics["collapse/first_turn/mi_estimate"], metrics["collapse/trajectory/valid_rate"])
-'''
+"""
 
-LOSS_ON_A_HAND_BUILT_BATCH = '''\
+LOSS_ON_A_HAND_BUILT_BATCH = """\
 import torch
 from tensordict import TensorDict
 from torchrl.data.llm import History
@@ -103,7 +103,7 @@ loss = DAPOLoss(actor, masking_strategy="rlhf")  # clip (0.2, 0.28), token_mean,
 out = loss(batch)
 (out.loss_objective + out.loss_entropy).backward()
 print(out.clip_fraction.item(), out.entropy.item())  # both over assistant tokens only
-'''
+"""
 
 EXAMPLES = {
     "snr_filter_in_a_replay_buffer": SNR_FILTER_IN_A_REPLAY_BUFFER,

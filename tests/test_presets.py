@@ -63,8 +63,9 @@ def test_preset_runs_one_iteration_at_default_shape(group, name, ragen_cache_dir
     assert stats["rollout/num_trajectories"] == 64.0
     # explained variance is undefined (NaN) when every return of the batch is equal, as an
     # untrained policy's all-failure batch is; every other metric must be a number
-    nans = [k for k, v in stats.items()
-            if k.startswith(("rollout/", "train/")) and v != v and "explained_variance" not in k]
+    nans = [
+        k for k, v in stats.items() if k.startswith(("rollout/", "train/")) and v != v and "explained_variance" not in k
+    ]
     assert not nans, nans  # no NaN
     if not stats.get("filter/skipped_update") and not stats.get("dapo/skipped_update"):
         assert stats["train/optimizer_steps"] >= 1

@@ -154,8 +154,9 @@ def test_frozenlake_paper_observation_on_goal_and_in_hole():
 
 def test_frozenlake_default_observation_is_annotated():
     # the shipped preset keeps the annotated observation (the tiny model's format)
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     cfg = yaml.safe_load((Path(__file__).parents[1] / "ragen_torchrl/configs/env/frozenlake.yaml").read_text())
     assert cfg["observation"] == "annotated" and cfg["slip_seeding"] == "level"

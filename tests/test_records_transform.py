@@ -21,8 +21,11 @@ def records() -> TensorDict:
 
 
 def test_sampled_minibatches_keep_the_advantage_computed_at_write_time():
-    rb = ReplayBuffer(storage=LazyTensorStorage(16), batch_size=2,
-                      transform=Compose(GroupAdvantage(), SNRFilter(metric="reward_variance")))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(16),
+        batch_size=2,
+        transform=Compose(GroupAdvantage(), SNRFilter(metric="reward_variance")),
+    )
     rb.extend(records())
     stored = rb[:]
     assert stored["group_id"].tolist() == [0, 0, 2, 2]  # the flat group was dropped at write time

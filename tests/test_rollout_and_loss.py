@@ -305,7 +305,9 @@ SCRIPTED = [
 def test_behaviour_log_probs_match_an_independent_forward(model_tok):
     model, tok = model_tok
     history = History.from_chats(SCRIPTED)
-    recs = TensorDict(group_id=torch.tensor([0, 0]), episode_return=torch.tensor([1.0, 0.0]), batch_size=[2]).to_lazystack(0)
+    recs = TensorDict(
+        group_id=torch.tensor([0, 0]), episode_return=torch.tensor([1.0, 0.0]), batch_size=[2]
+    ).to_lazystack(0)
     recs.set(("history", "full"), history)
     assert list(training_view(recs)[1].get(("history", "prompt")).role)[-1] == "assistant"
     behaviour = compute_behaviour_log_probs(make_logprob_policy(model, tok), recs)

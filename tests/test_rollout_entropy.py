@@ -40,9 +40,14 @@ def test_recorded_entropy_matches_a_teacher_forced_forward(model_tok, chunk_size
     env = make_env("frozenlake", num_envs=n)
     policy = make_generation_policy(model, tok, max_new_tokens=10, temperature=1.0)
     levels = torch.tensor([11] * 3 + [12] * 3)
-    td = env.reset(TensorDict(level_seed=levels, group_id=torch.tensor([0, 0, 0, 1, 1, 1]),
-                              sample_seed=torch.tensor([sample_seed(int(s), i % 3) for i, s in enumerate(levels)]),
-                              batch_size=[n]))
+    td = env.reset(
+        TensorDict(
+            level_seed=levels,
+            group_id=torch.tensor([0, 0, 0, 1, 1, 1]),
+            sample_seed=torch.tensor([sample_seed(int(s), i % 3) for i, s in enumerate(levels)]),
+            batch_size=[n],
+        )
+    )
     torch.manual_seed(0)
     out, sums, counts = _generate(policy, td, chunk_size)
     prompts = out.get(("tokens", "prompt"), as_list=True)

@@ -119,17 +119,13 @@ def test_all_kept_returns_input_and_nothing_kept_returns_none():
 
 def test_empty_batch():
     filt = SNRFilter()
-    empty = TensorDict(
-        group_id=torch.zeros(0, dtype=torch.long), episode_return=torch.zeros(0), batch_size=[0]
-    )
+    empty = TensorDict(group_id=torch.zeros(0, dtype=torch.long), episode_return=torch.zeros(0), batch_size=[0])
     assert filt(empty) is None
     assert filt.last_stats["num_groups"] == 0.0 and filt.last_stats["empty_after_filter"] == 1.0
 
 
 def test_string_group_ids_and_metric_columns():
-    rows = [
-        TensorDict(group_id=f"level-{g}", episode_return=torch.tensor(r)) for g, r in zip(GROUPS, RETURNS)
-    ]
+    rows = [TensorDict(group_id=f"level-{g}", episode_return=torch.tensor(r)) for g, r in zip(GROUPS, RETURNS)]
     out = SNRFilter()(lazy_stack(rows))
     assert out.get("group_id").tolist() == ["level-0", "level-0", "level-2", "level-2"]
     # length metric: group means (1+2)/2 = 1.5, (3+4)/2 = 3.5, (5+6)/2 = 5.5; top_k .34 -> int(1.02) = 1
@@ -220,8 +216,16 @@ CONFIG_FILES = sorted(CONFIG_DIR.glob("*.yaml"))
 
 def test_config_files_exist():
     names = {p.stem for p in CONFIG_FILES}
-    presets = {"none", "snr_top_p", "snr_reference", "snr_top_k", "snr_smallest", "snr_entropy",
-               "snr_entropy_variance", "snr_length"}
+    presets = {
+        "none",
+        "snr_top_p",
+        "snr_reference",
+        "snr_top_k",
+        "snr_smallest",
+        "snr_entropy",
+        "snr_entropy_variance",
+        "snr_length",
+    }
     assert presets <= names
     assert "snr_paper" not in names  # renamed to snr_reference (it is the reference code's rule)
 
@@ -247,7 +251,12 @@ def test_config_presets():
     top_p = build_filter(load("snr_top_p"))
     # RAGEN-2 §3.3 (paper text): "ranks prompts by variance", top-p linear, zeros excluded
     assert (top_p.metric, top_p.strategy, top_p.value, top_p.mode, top_p.include_zero) == (
-        "reward_variance", "top_p", 0.9, "linear", False)
+        "reward_variance",
+        "top_p",
+        0.9,
+        "linear",
+        False,
+    )
     assert load("snr_top_p")["grad_snr"]["every"] == 10
     # reference code: softmax over the unbiased std, zero-std groups included
     ref = build_filter(load("snr_reference"))

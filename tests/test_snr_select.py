@@ -286,7 +286,9 @@ def test_group_scores_errors():
 
 def test_constant_group_is_exactly_zero():
     # two-pass variance: a constant float group gives exactly 0, so include_zero=False drops it
-    ids, std = group_scores(torch.full((16,), 0.1, dtype=torch.float32), torch.zeros(16, dtype=torch.long), "reward_std")
+    ids, std = group_scores(
+        torch.full((16,), 0.1, dtype=torch.float32), torch.zeros(16, dtype=torch.long), "reward_std"
+    )
     assert std.tolist() == [0.0]
 
 

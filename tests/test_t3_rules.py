@@ -7,13 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_torchrl.transforms.t3_rules import (
+    TASK_NAMES,
     AnyRule,
     ConsecutiveUnknownRule,
     EstimateDriftRule,
     OutsideHypothesisRule,
     ShrinkStallRule,
     SimilarityDecreaseRule,
-    TASK_NAMES,
     make_rule,
 )
 
@@ -68,9 +68,11 @@ def test_shrink_stall_matches_reference(seq, k):
 
 
 def test_outside_hypothesis_and_guess_numbers_combo():
-    assert _run(OutsideHypothesisRule(), [1, 1, 1], [
-        {"guess_in_previous_hypotheses": True}, {}, {"guess_in_previous_hypotheses": False}
-    ]) == [False, False, True]
+    assert _run(
+        OutsideHypothesisRule(),
+        [1, 1, 1],
+        [{"guess_in_previous_hypotheses": True}, {}, {"guess_in_previous_hypotheses": False}],
+    ) == [False, False, True]
     seq = [1440, 200, 150, 150]
     infos = [{"guess_in_previous_hypotheses": g} for g in (True, False, True, True)]
     # T3 paper, GuessNumbers: "truncate if |H_t| does not decrease for k turns" -- the guess outside
@@ -109,7 +111,11 @@ def test_malformed_turns_count_as_stalls():
     assert _run(ShrinkStallRule(1), [5], [mal]) == [True]
     assert _run(ConsecutiveUnknownRule(2), [0, 0], [mal, mal]) == [False, True]
     # PE: estimate at turn 1 (baseline), then two malformed turns
-    assert _run(SimilarityDecreaseRule(2), [0.3, 0.3, 0.3], [{"estimate_updated": True}, mal, mal]) == [False, False, True]
+    assert _run(SimilarityDecreaseRule(2), [0.3, 0.3, 0.3], [{"estimate_updated": True}, mal, mal]) == [
+        False,
+        False,
+        True,
+    ]
     assert _run(OutsideHypothesisRule(2), [1, 1], [mal, mal]) == [False, True]
 
 
@@ -118,7 +124,10 @@ def test_consecutive_unknown():
     fired = _run(ConsecutiveUnknownRule(5), [0] * 8, [{"judge_answer": a} for a in answers])
     assert _first(fired) == 8
     # an invalid question (judge_answer None) counts as Unknown
-    assert _run(ConsecutiveUnknownRule(2), [0, 0], [{"judge_answer": None}, {"judge_answer": "Unknown"}]) == [False, True]
+    assert _run(ConsecutiveUnknownRule(2), [0, 0], [{"judge_answer": None}, {"judge_answer": "Unknown"}]) == [
+        False,
+        True,
+    ]
     # without judge_answer, progress is the game's own consecutive count
     assert _run(ConsecutiveUnknownRule(3), [1, 2, 0, 1, 2, 3]) == [False] * 5 + [True]
 

@@ -351,8 +351,10 @@ def test_rule_firing_on_the_last_turn_changes_nothing():
 
 
 # ------------------------------------------------------------------------------ validation mode
-@pytest.mark.parametrize("make", [lambda: T3Truncation("guess_numbers", enabled=False),
-                                  lambda: T3Truncation("guess_numbers").set_enabled(False)])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: T3Truncation("guess_numbers", enabled=False), lambda: T3Truncation("guess_numbers").set_enabled(False)],
+)
 def test_disabled_transform_never_truncates(make):
     env = make_env("guess_numbers", num_envs=1).append_transform(make())
     td = reset(env, [3])
@@ -464,8 +466,11 @@ def test_token_stats_separate_rule_fired_from_truncated():
     # issue item 9: "t3/ metrics separate 'rule fired' from 'episode ended truncated'": 3 of 4
     # episodes fired; one answered correctly on the forced turn (success, not truncated)
     records = {
-        "num_tokens": [10, 20, 30, 40], "success": [True, False, False, True], "num_turns": [3, 4, 5, 10],
-        "t3_rule_fired": [True, True, True, False], "truncated_by_t3": [False, True, True, False],
+        "num_tokens": [10, 20, 30, 40],
+        "success": [True, False, False, True],
+        "num_turns": [3, 4, 5, 10],
+        "t3_rule_fired": [True, True, True, False],
+        "truncated_by_t3": [False, True, True, False],
     }
     s = t3_token_stats(records, max_turn=10)
     assert s["t3/rule_fire_rate"] == 0.75 and s["t3/truncation_rate"] == 0.5

@@ -124,9 +124,15 @@ def test_reset_prompt_group_and_levels():
     # (3,1) (3,2) (3,3) (2,3) (1,3) avoids the only hole (0, 2) -> 5 steps
     assert last_user(td, 0) == FrozenLakeGame(seed=7).render_text()
     # level 7 has no holes; level 11 shows its hole (0, 2) as O and P at the start (3, 0)
-    assert last_user(td, 0) == "_P__\n____\n_G__\n____\nPlayer (0,1) Goal (2,1). Goal is down. Left ice, Down ice, Right ice, Up wall."
+    assert (
+        last_user(td, 0)
+        == "_P__\n____\n_G__\n____\nPlayer (0,1) Goal (2,1). Goal is down. Left ice, Down ice, Right ice, Up wall."
+    )
     assert last_user(td, 2) == FrozenLakeGame(seed=11).render_text()
-    assert last_user(td, 2) == "__O_\n___G\n____\nP___\nPlayer (3,0) Goal (1,3). Goal is up right. Left wall, Down wall, Right ice, Up ice."
+    assert (
+        last_user(td, 2)
+        == "__O_\n___G\n____\nP___\nPlayer (3,0) Goal (1,3). Goal is up right. Left wall, Down wall, Right ice, Up ice."
+    )
     # same level seed -> same map; different seeds -> different maps
     assert last_user(td, 0) == last_user(td, 1)
     assert last_user(td, 2) == last_user(td, 3)
@@ -228,7 +234,10 @@ def test_next_prompt_is_full_history_plus_one_user_message():
     # row 0 moved Right: the new observation is the rendered game
     assert last_user(nxt, 0) == env.games[0].render_text()
     # OPEN4 after Right: P at (0, 1), no holes
-    assert last_user(nxt, 0) == "_P__\n____\n____\n___G\nPlayer (0,1) Goal (3,3). Goal is down right. Left ice, Down ice, Right ice, Up wall."
+    assert (
+        last_user(nxt, 0)
+        == "_P__\n____\n____\n___G\nPlayer (0,1) Goal (3,3). Goal is down right. Left ice, Down ice, Right ice, Up wall."
+    )
     # a second turn keeps growing the conversation
     nxt2 = step(env, nxt, [ok("Down"), ok("Down")])
     assert roles(nxt2, 0) == ["system", "user", "assistant", "user", "assistant", "user"]

@@ -74,9 +74,7 @@ def test_step_accepts_the_random_history_action():
     env = make_env("frozenlake", num_envs=2)
     td = env.rand_action(env.reset())
     first = td.get(("history", "full"))[0]
-    assert first.role is None or list(first.role) == [
-        None
-    ]  # no readable message at all
+    assert first.role is None or list(first.role) == [None]  # no readable message at all
     nxt = env.step(td)["next"]
     assert nxt["reward"].reshape(-1).tolist() == pytest.approx([-0.1, -0.1])
     assert nxt.get(("history", "prompt"))[0].role[-1] == "user"
@@ -89,12 +87,8 @@ def test_reset_without_levels_draws_them_from_the_seeded_generator():
     env = make_env("frozenlake", num_envs=3)
     env.set_seed(7)
     first = env.reset()
-    rng = random.Random(
-        7
-    )  # the generator: random.Random(seed).randrange(2**30) per row
-    assert first["level_seed"].tolist() == [
-        rng.randrange(VAL_SEED_OFFSET) for _ in range(3)
-    ]
+    rng = random.Random(7)  # the generator: random.Random(seed).randrange(2**30) per row
+    assert first["level_seed"].tolist() == [rng.randrange(VAL_SEED_OFFSET) for _ in range(3)]
     assert first["group_id"].tolist() == [0, 1, 2]
     assert first["sample_seed"].tolist() == [0, 1, 2]  # the row index, as before
     again = env.reset()
@@ -111,9 +105,7 @@ def test_reset_without_levels_draws_them_from_the_seeded_generator():
             batch_size=[3],
         )
     )
-    assert [g.render_text() for g in explicit.games] == [
-        g.render_text() for g in env.games
-    ]
+    assert [g.render_text() for g in explicit.games] == [g.render_text() for g in env.games]
 
 
 def test_reset_with_levels_behaves_as_before():
@@ -159,12 +151,8 @@ def test_partial_reset_restarts_only_the_masked_rows():
     out = env.maybe_reset(nxt.clone())  # what env.rollout / LLMCollector call
     assert out["turn"].tolist() == [0, 1]
     assert env.games[1] is game1 and env._turns == [0, 1]
-    assert (
-        len(out.get(("history", "prompt"))[0].role) == 2
-    )  # system + first observation
-    assert (
-        len(out.get(("history", "prompt"))[1].role) == 4
-    )  # unchanged: 2 + reply + feedback
+    assert len(out.get(("history", "prompt"))[0].role) == 2  # system + first observation
+    assert len(out.get(("history", "prompt"))[1].role) == 4  # unchanged: 2 + reply + feedback
     assert out["group_id"].tolist() == [2, 1]  # a new group for the restarted row
     assert out["level_seed"][1] == td["level_seed"][1]
     assert out["level_seed"][0] != td["level_seed"][0]
@@ -217,9 +205,7 @@ def test_env_rollout_multi_turn_with_auto_reset(generation_policy):
         for t in range(5):
             if done[row, t]:
                 assert int(turns[row, t + 1]) == 1
-                assert int(data[row, t + 1]["group_id"]) != int(
-                    data[row, t]["group_id"]
-                )
+                assert int(data[row, t + 1]["group_id"]) != int(data[row, t]["group_id"])
 
 
 def test_llm_collector_multi_turn(generation_policy):
@@ -229,9 +215,7 @@ def test_llm_collector_multi_turn(generation_policy):
     env = make_env("frozenlake", num_envs=2, max_turn=2)
     env.set_seed(0)
     torch.manual_seed(0)
-    collector = LLMCollector(
-        env, policy=generation_policy, dialog_turns_per_batch=4, total_dialog_turns=8
-    )
+    collector = LLMCollector(env, policy=generation_policy, dialog_turns_per_batch=4, total_dialog_turns=8)
     batches = list(collector)
     collector.shutdown()
     assert len(batches) == 2
@@ -283,10 +267,7 @@ def test_env_rollout_ragged_rows_scripted_policy():
     # steps 0 and 1 row 0 takes 2 and 3; after step 2 rows 0 and 1 take 4 and 5; then 6, 7
     assert data["group_id"].tolist() == [[0, 2, 3, 4, 6, 7], [1, 1, 1, 5, 5, 5]]
     # conversation lengths: row 1 grows by 2 messages a turn, row 0 restarts at 2 every step
-    lengths = [
-        [len(data[r, t].get(("history", "prompt")).role) for t in range(6)]
-        for r in range(2)
-    ]
+    lengths = [[len(data[r, t].get(("history", "prompt")).role) for t in range(6)] for r in range(2)]
     assert lengths == [[2] * 6, [2, 4, 6, 2, 4, 6]]
 
 
@@ -321,15 +302,11 @@ def test_readme_env_pipeline_snippet(tiny_model):
     exec(README_ENV_SNIPPET, {"model": model, "tokenizer": tokenizer})  # noqa: S102 (the README's text)
 
 
-@pytest.mark.parametrize(
-    "name", ["guess_numbers", "circuit_decoding", "situation_puzzles"]
-)
+@pytest.mark.parametrize("name", ["guess_numbers", "circuit_decoding", "situation_puzzles"])
 def test_check_env_specs_t3_transformed_env(name):
     # T3Truncation through a TransformedEnv: its keys are declared, partial resets keep the
     # running rows' stall counters (malformed="penalty" lets episodes run into the rule)
-    env = make_env(name, num_envs=3, malformed="penalty").append_transform(
-        T3Truncation(k=2)
-    )
+    env = make_env(name, num_envs=3, malformed="penalty").append_transform(T3Truncation(k=2))
     check_env_specs(env)
     check_env_specs(env, break_when_any_done=False, seed=3)
 

@@ -24,9 +24,20 @@ from ragen_torchrl.trainer.loop import Trainer
 pytestmark = pytest.mark.slow
 
 EXPECTED_TAGS = {
-    "train/loss", "train/clip_fraction", "train/kl_approx", "train/entropy", "train/grad_norm",
-    "rollout/reward_mean", "rollout/success", "rollout/turns", "rollout/tokens", "rollout/format_valid",
-    "val/success", "timing/rollout", "timing/update", "timing/total",
+    "train/loss",
+    "train/clip_fraction",
+    "train/kl_approx",
+    "train/entropy",
+    "train/grad_norm",
+    "rollout/reward_mean",
+    "rollout/success",
+    "rollout/turns",
+    "rollout/tokens",
+    "rollout/format_valid",
+    "val/success",
+    "timing/rollout",
+    "timing/update",
+    "timing/total",
 }
 
 
@@ -154,8 +165,15 @@ def test_resume_without_checkpoint_fails(ragen_cache_dir, tmp_path):
 # --------------------------------------------------------------------------- filter + collapse diagnostics
 def test_snr_filter_and_collapse_tags_are_logged(ragen_cache_dir, tmp_path):
     run_dir = tmp_path / "run"
-    cfg = make_cfg(ragen_cache_dir, "filter=snr_top_p", "diagnostics.mi.enabled=true", "diagnostics.mi.every=1",
-                   "diagnostics.mi.num_pairs=4", "trainer.total_iterations=2", "trainer.val_every=0")
+    cfg = make_cfg(
+        ragen_cache_dir,
+        "filter=snr_top_p",
+        "diagnostics.mi.enabled=true",
+        "diagnostics.mi.every=1",
+        "diagnostics.mi.num_pairs=4",
+        "trainer.total_iterations=2",
+        "trainer.val_every=0",
+    )
     trainer = Trainer(cfg, run_dir=run_dir)
     assert trainer.snr is not None and trainer.collapse is not None
     trainer.fit()
@@ -269,8 +287,14 @@ def test_all_non_finite_losses_leave_weights_unchanged(ragen_cache_dir, tmp_path
 @pytest.mark.parametrize("algo", ["grpo", "drgrpo", "dapo", "gspo", "ppo"])
 @pytest.mark.parametrize("env", ["frozenlake", "sokoban"])
 def test_every_algorithm_trains_end_to_end(ragen_cache_dir, tmp_path, algo, env):
-    cfg = make_cfg(ragen_cache_dir, f"algo={algo}", f"env={env}", "trainer.total_iterations=1",
-                   "trainer.val_every=0", "sft.episodes=4")
+    cfg = make_cfg(
+        ragen_cache_dir,
+        f"algo={algo}",
+        f"env={env}",
+        "trainer.total_iterations=1",
+        "trainer.val_every=0",
+        "sft.episodes=4",
+    )
     trainer = Trainer(cfg, run_dir=tmp_path / f"{algo}-{env}")
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     summary = trainer.fit()
@@ -288,8 +312,14 @@ def test_every_algorithm_trains_end_to_end(ragen_cache_dir, tmp_path, algo, env)
 
 
 def test_t3_truncation_runs_in_the_trainer(ragen_cache_dir, tmp_path):
-    cfg = make_cfg(ragen_cache_dir, "env=guess_numbers", "t3.enabled=true", "trainer.total_iterations=1",
-                   "trainer.val_every=0", "sft.episodes=4")
+    cfg = make_cfg(
+        ragen_cache_dir,
+        "env=guess_numbers",
+        "t3.enabled=true",
+        "trainer.total_iterations=1",
+        "trainer.val_every=0",
+        "sft.episodes=4",
+    )
     trainer = Trainer(cfg, run_dir=tmp_path / "t3")
     trainer.fit()
     stats = trainer.history[-1]
@@ -314,8 +344,13 @@ def test_filter_presets_and_gradient_snr_probe(ragen_cache_dir, tmp_path, monkey
 
     monkeypatch.setattr(loop_mod, "collect_rollouts", with_variance)
     run_dir = tmp_path / preset
-    cfg = make_cfg(ragen_cache_dir, f"filter={preset}", "filter.grad_snr.every=1", "trainer.total_iterations=1",
-                   "trainer.val_every=0")
+    cfg = make_cfg(
+        ragen_cache_dir,
+        f"filter={preset}",
+        "filter.grad_snr.every=1",
+        "trainer.total_iterations=1",
+        "trainer.val_every=0",
+    )
     trainer = Trainer(cfg, run_dir=run_dir)
     trainer.fit()
     logged = scalars(run_dir)

@@ -95,9 +95,15 @@ def test_variance_collapse_stop_also_runs_without_a_filter(ragen_cache_dir, tmp_
         return records
 
     monkeypatch.setattr(loop_mod, "collect_rollouts", shrinking_variance)
-    trainer = _tiny_run(ragen_cache_dir, tmp_path, "filter=none", "trainer.total_iterations=10",
-                        "filter.collapse_stop.warmup=1", "filter.collapse_stop.patience=2",
-                        "trainer.val_every=0")
+    trainer = _tiny_run(
+        ragen_cache_dir,
+        tmp_path,
+        "filter=none",
+        "trainer.total_iterations=10",
+        "filter.collapse_stop.warmup=1",
+        "filter.collapse_stop.patience=2",
+        "trainer.val_every=0",
+    )
     trainer.fit()
     # base = std{1, 0} = 0.7071 after iteration 1; iterations 2 and 3 have std 0.0354 < 0.0707
     assert trainer.stop_reason is not None and trainer.stop_reason.startswith("reward_variance_collapse")
@@ -108,8 +114,14 @@ def test_variance_collapse_stop_also_runs_without_a_filter(ragen_cache_dir, tmp_
 def test_sustained_low_validation_success_stops_training(ragen_cache_dir, tmp_path):
     # RAGEN-2 reference: stop when validation success stays below 1% for 5 consecutive validations
     # (threshold 1.0 here makes every validation below 100% "low"; patience 2: validations at 0 and 1)
-    trainer = _tiny_run(ragen_cache_dir, tmp_path, "trainer.total_iterations=5", "trainer.val_every=1",
-                        "filter.val_stop.threshold=1.0", "filter.val_stop.patience=2")
+    trainer = _tiny_run(
+        ragen_cache_dir,
+        tmp_path,
+        "trainer.total_iterations=5",
+        "trainer.val_every=1",
+        "filter.val_stop.threshold=1.0",
+        "filter.val_stop.patience=2",
+    )
     summary = trainer.fit()
     assert trainer.stop_reason is not None and "validation" in trainer.stop_reason
     assert len(trainer.history) == 1

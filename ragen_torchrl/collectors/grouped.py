@@ -115,7 +115,9 @@ def check_policy_output(out, num_rows: int) -> None:
         raise PolicyContractError(f"policy returned {rows} rows for {num_rows} input rows; it must keep the batch")
 
 
-def make_generation_policy(model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0) -> TransformersWrapper:
+def make_generation_policy(
+    model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0
+) -> TransformersWrapper:
     """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
@@ -168,7 +170,9 @@ def _generate_part(policy, td: TensorDictBase) -> tuple[TensorDictBase, torch.Te
     return out, sums, counts
 
 
-def _generate(policy, td: TensorDictBase, chunk_size: int) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
+def _generate(
+    policy, td: TensorDictBase, chunk_size: int
+) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
     """Generate replies in chunks; also the per-row entropy sums and counts when recorded."""
     n = td.batch_size[0]
     if n <= chunk_size:
@@ -232,9 +236,7 @@ def collect_rollouts(
         )
     levels = torch.tensor([s for s in level_seeds for _ in range(group_size)], dtype=torch.long)
     groups = torch.arange(len(level_seeds)).repeat_interleave(group_size) + group_offset
-    samples = torch.tensor(
-        [sample_seed(s, g) for s in level_seeds for g in range(group_size)], dtype=torch.long
-    )
+    samples = torch.tensor([sample_seed(s, g) for s in level_seeds for g in range(group_size)], dtype=torch.long)
     td = env.reset(TensorDict(level_seed=levels, group_id=groups, sample_seed=samples, batch_size=[n]))
     returns = torch.zeros(n)
     success = torch.zeros(n, dtype=torch.bool)

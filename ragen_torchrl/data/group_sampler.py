@@ -10,8 +10,8 @@ and samples row indices only from the kept groups.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch

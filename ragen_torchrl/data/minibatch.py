@@ -22,8 +22,9 @@ import torch
 __all__ = ["group_minibatches"]
 
 
-def group_minibatches(group_ids: torch.Tensor, mini_batch_size: int, *,
-                      generator: torch.Generator | None = None) -> list[torch.Tensor]:
+def group_minibatches(
+    group_ids: torch.Tensor, mini_batch_size: int, *, generator: torch.Generator | None = None
+) -> list[torch.Tensor]:
     """Shuffle the groups and pack whole groups into mini-batches of about ``mini_batch_size`` rows.
 
     Groups are taken in a random order and added to the current mini-batch while it has room;

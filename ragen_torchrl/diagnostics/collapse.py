@@ -55,7 +55,9 @@ def turn_pairs(history) -> list[tuple[list[dict], str]]:
             continue
         text = content if "<think>" in content else "<think>" + content
         m = _THINK.search(text)
-        out.append(([{"role": r, "content": c} for r, c in zip(roles[:i], contents[:i])], m.group(1).strip() if m else ""))
+        out.append(
+            ([{"role": r, "content": c} for r, c in zip(roles[:i], contents[:i])], m.group(1).strip() if m else "")
+        )
     return out
 
 
@@ -75,8 +77,18 @@ class CollapseMonitor:
             :func:`cross_score`); ``None`` = the model's own.
     """
 
-    def __init__(self, model, tokenizer, *, num_pairs: int = 64, every: int = 5, seed: int = 0,
-                 think_tag: str = "<think>", method: str = "auto", dtype=None) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        num_pairs: int = 64,
+        every: int = 5,
+        seed: int = 0,
+        think_tag: str = "<think>",
+        method: str = "auto",
+        dtype=None,
+    ) -> None:
         if num_pairs < 1 or every < 1:
             raise ValueError(f"num_pairs and every must be >= 1, got {num_pairs}, {every}")
         if method not in METHODS:
@@ -150,8 +162,7 @@ class CollapseMonitor:
                 sample = sample_first_turn_pairs(group_ids, self.num_pairs, self.generator, valid=first_valid)
                 out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids))
             elif name == "trajectory" and any_valid:
-                sample = sample_trajectory_uniform_pairs(turns, self.num_pairs, self.generator,
-                                                         valid_turns=valid_turns)
+                sample = sample_trajectory_uniform_pairs(turns, self.num_pairs, self.generator, valid_turns=valid_turns)
                 out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids))
             for k, v in out.items():
                 metrics[f"collapse/{name}/{k}"] = float(v)

@@ -333,7 +333,9 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
             shared = _common_prefix_len(prefixes) if len(prefixes) > 1 else 0
             if shared >= 2:
                 out = model(input_ids=prefixes[0][:shared].unsqueeze(0).to(device), use_cache=True, **kwargs)
-                head = _select_cache(_checked_cache(out), torch.zeros(len(prefixes), dtype=torch.long, device=device), shared)
+                head = _select_cache(
+                    _checked_cache(out), torch.zeros(len(prefixes), dtype=torch.long, device=device), shared
+                )
                 del out
                 rest = [p[shared:] for p in prefixes]
                 rest_ids, _ = _pad_right(rest, device)
@@ -341,8 +343,13 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
                     yield cols, lens, head, last_tok
                     continue
                 pos = shared + torch.arange(rest_ids.shape[1], device=device)
-                out = model(input_ids=rest_ids, position_ids=pos.unsqueeze(0).expand(len(rest), -1),
-                            use_cache=True, **{cache_name: head}, **kwargs)
+                out = model(
+                    input_ids=rest_ids,
+                    position_ids=pos.unsqueeze(0).expand(len(rest), -1),
+                    use_cache=True,
+                    **{cache_name: head},
+                    **kwargs,
+                )
             else:
                 prefix, _ = _pad_right(prefixes, device)
                 out = model(input_ids=prefix, use_cache=True, **kwargs)
@@ -476,19 +483,21 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
                 inp[:, 0] = last_tok[local]
                 # Additive 4-D mask [cb, 1, S, plen + S]: the real prefix slots, then the tree
                 # slots each query may see (itself and its ancestors).
-                visible = torch.cat([
-                    _prefix_mask(lens, plen).bool().unsqueeze(1).expand(cb, s_in, plen),
-                    anc.unsqueeze(0).expand(cb, s_in, s_in),
-                ], dim=2)
+                visible = torch.cat(
+                    [
+                        _prefix_mask(lens, plen).bool().unsqueeze(1).expand(cb, s_in, plen),
+                        anc.unsqueeze(0).expand(cb, s_in, s_in),
+                    ],
+                    dim=2,
+                )
                 mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, neg)
                 pos = (lens - 1).unsqueeze(1) + depth.unsqueeze(0)
                 kwargs = {}
                 if base is not None and plen > 0:
                     kwargs[cache_name] = _select_cache(base, local, plen)
-                out = model(input_ids=inp, attention_mask=mask.unsqueeze(1), position_ids=pos,
-                            use_cache=True, **kwargs)
+                out = model(input_ids=inp, attention_mask=mask.unsqueeze(1), position_ids=pos, use_cache=True, **kwargs)
                 logits = out.logits.to(sum_lp.dtype)
-                lse = torch.logsumexp(logits, dim=-1)                       # [cb, S]
+                lse = torch.logsumexp(logits, dim=-1)  # [cb, S]
                 node_lp = logits[:, node_parent, node_tokens] - lse[:, node_parent]  # [cb, T]
                 # each reasoning's sum over its path; in float64 because the order of the terms
                 # differs from a per-pair sum, whose float32 rounding we want to stay within
@@ -501,8 +510,10 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
                         # reasoning's mean over the slots that predict its tokens
                         rows, row_of = own[:, 1].unique(return_inverse=True)
                         rows = rows.to(device)
-                        h = token_entropy(logits[rows].reshape(-1, 1, logits.shape[-1]),
-                                          torch.ones(rows.numel() * s_in, 1, dtype=torch.bool, device=device))
+                        h = token_entropy(
+                            logits[rows].reshape(-1, 1, logits.shape[-1]),
+                            torch.ones(rows.numel() * s_in, 1, dtype=torch.bool, device=device),
+                        )
                         h = h.view(rows.numel(), s_in).double()[row_of.to(device)]
                         pred = tree.predictors[own[:, 0]].to(device, torch.float64)
                         ent[gi[own[:, 0]]] = ((h * pred).sum(-1) / tree.lengths[own[:, 0]].to(device)).float().cpu()
@@ -622,7 +633,9 @@ def cross_score(
     if entropy_cols is not None:
         ent_cols = torch.as_tensor(entropy_cols, dtype=torch.long).reshape(-1).cpu()
         if ent_cols.numel() != len(zs) or (ent_cols.numel() and (ent_cols.min() < 0 or ent_cols.max() >= len(ctx))):
-            raise ValueError(f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}")
+            raise ValueError(
+                f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}"
+            )
     cache_name, has_logits_to_keep = _forward_kwargs(model)
     # Identical token sequences score identically, so each distinct context and reasoning is
     # scored once and the matrix is expanded afterwards. Templated reasoning (the thing this

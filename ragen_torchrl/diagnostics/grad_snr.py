@@ -91,9 +91,7 @@ def bucket_grad_norms(
     for bucket, losses in losses_by_bucket.items():
         for name, loss in losses.items():
             if loss.numel() != 1:
-                raise ValueError(
-                    f"loss {name!r} of bucket {bucket} must be a scalar, got shape {tuple(loss.shape)}"
-                )
+                raise ValueError(f"loss {name!r} of bucket {bucket} must be a scalar, got shape {tuple(loss.shape)}")
             key = f"grad_snr/bucket{bucket}/{name}_grad_norm"
             if not loss.requires_grad:
                 out[key] = 0.0

@@ -100,9 +100,7 @@ def _as_index_vector(name: str, value: Any, length: int, upper: int | None) -> t
         raise ValueError(f"{name} has length {t.numel()}, expected {length}")
     t = t.detach().to(device="cpu", dtype=torch.long)
     if upper is not None and t.numel() and (int(t.min()) < 0 or int(t.max()) >= upper):
-        raise ValueError(
-            f"{name} entries must lie in [0, {upper}), got min {int(t.min())} max {int(t.max())}"
-        )
+        raise ValueError(f"{name} entries must lie in [0, {upper}), got min {int(t.min())} max {int(t.max())}")
     return t
 
 
@@ -124,9 +122,7 @@ def _miss_probability(pool: torch.Tensor, bad: torch.Tensor, draws: torch.Tensor
     max_draws = int(draws.max()) if draws.numel() else 0
     for q in range(max_draws):
         active = draws > q
-        factor = ((bad - q).clamp(min=0.0) / (pool - q).clamp(min=1.0)).where(
-            active, torch.ones_like(pool)
-        )
+        factor = ((bad - q).clamp(min=0.0) / (pool - q).clamp(min=1.0)).where(active, torch.ones_like(pool))
         out = out * factor
     return out
 
@@ -266,9 +262,7 @@ def mi_proxies(
     if seq_log_probs is not None:
         seq = _as_matrix("seq_log_probs", seq_log_probs)
         if seq.shape != mat.shape:
-            raise ValueError(
-                f"seq_log_probs has shape {tuple(seq.shape)}, expected {tuple(mat.shape)}"
-            )
+            raise ValueError(f"seq_log_probs has shape {tuple(seq.shape)}, expected {tuple(mat.shape)}")
         out.update({f"{k}_seq": v for k, v in _family(seq, cols, equiv).items()})
     return out
 
@@ -388,9 +382,7 @@ def _valid_turn_mask(turns: torch.Tensor, valid_turns: Any) -> torch.Tensor:
     if isinstance(valid_turns, torch.Tensor):
         v = valid_turns.detach().cpu().bool()
         if v.dim() != 2 or v.shape[0] != turns.numel():
-            raise ValueError(
-                f"valid_turns must be a [B, T] mask with B = {turns.numel()}, got shape {tuple(v.shape)}"
-            )
+            raise ValueError(f"valid_turns must be a [B, T] mask with B = {turns.numel()}, got shape {tuple(v.shape)}")
     else:  # one sequence of flags per trajectory (ragged)
         rows = [list(r) for r in valid_turns]
         if len(rows) != turns.numel():
@@ -502,9 +494,7 @@ def sample_first_turn_pairs(
     # Columns: groups with a valid trajectory, in order of their first valid trajectory, so
     # column j is stable for a given batch layout.
     uniq, inverse = torch.unique(groups[candidates], return_inverse=True)
-    first_pos = torch.full((uniq.numel(),), b, dtype=torch.long).scatter_reduce(
-        0, inverse, candidates, reduce="amin"
-    )
+    first_pos = torch.full((uniq.numel(),), b, dtype=torch.long).scatter_reduce(0, inverse, candidates, reduce="amin")
     order = torch.argsort(first_pos)  # sorted-unique index -> appearance rank
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel())
@@ -566,9 +556,7 @@ def sample_trajectory_uniform_pairs(
     """
     turns = torch.as_tensor(turns_per_traj)
     if turns.dim() != 1 or turns.numel() == 0:
-        raise ValueError(
-            f"turns_per_traj must be a non-empty 1-D tensor, got shape {tuple(turns.shape)}"
-        )
+        raise ValueError(f"turns_per_traj must be a non-empty 1-D tensor, got shape {tuple(turns.shape)}")
     if num_pairs < 1:
         raise ValueError(f"num_pairs must be >= 1, got {num_pairs}")
     turns = turns.detach().cpu().long()

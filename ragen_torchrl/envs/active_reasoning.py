@@ -74,7 +74,7 @@ from tensordict import TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 
 from .games.circuit_decoding import CircuitDecodingGame
-from .games.guess_numbers import InteractiveGame, GuessNumbersGame
+from .games.guess_numbers import GuessNumbersGame, InteractiveGame
 from .games.movie_recommendation import MovieRecommendationGame
 from .games.preference_estimation import PreferenceEstimationGame
 from .games.situation_puzzles import PUZZLES, SituationPuzzlesGame
@@ -104,8 +104,7 @@ ACTIVE_FORMAT_INSTRUCTIONS = (
 )
 #: first line of the next user message after a reply without valid tags
 INVALID_REPLY = (
-    "Invalid reply: reason inside <think>...</think>, then use <interact>QUERY</interact> or "
-    "<answer>ANSWER</answer>."
+    "Invalid reply: reason inside <think>...</think>, then use <interact>QUERY</interact> or <answer>ANSWER</answer>."
 )
 
 #: appended to the user message before the last turn of the budget (reference: "... Now present
@@ -302,8 +301,9 @@ class ActiveReasoningEnv(TextGameEnv):
         demonstrator then)."""
         return game.oracle_action()
 
-    def demo_turn(self, game: InteractiveGame, rng: random.Random, noise: float, actions_left: int,
-                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
+    def demo_turn(
+        self, game: InteractiveGame, rng: random.Random, noise: float, actions_left: int, noise_kind: str = "heuristic"
+    ) -> tuple[str, bool, int]:
         """One demonstration turn: the demonstrator's query or answer (:meth:`demo_action`); with
         probability ``noise`` a query is replaced by :meth:`noisy_query` (answers never are)."""
         off_oracle = bool(getattr(game, "_demo_off_oracle", False))
@@ -400,7 +400,7 @@ class ActiveReasoningEnv(TextGameEnv):
         # TransformedEnv._step calls this with the full-batch done spec; for a sub-batch of rows
         # the reshape to (num_envs, 1) would fail. _step always writes every done key with the
         # sub-batch's shape, so there is nothing to complete then.
-        if done_spec.ndim and tuple(data.batch_size[-done_spec.ndim:]) != tuple(done_spec.shape):
+        if done_spec.ndim and tuple(data.batch_size[-done_spec.ndim :]) != tuple(done_spec.shape):
             return data
         return super()._complete_done(done_spec, data)
 
@@ -472,8 +472,12 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
 
         def factory(level_seed: int, sample: int) -> CircuitDecodingGame:
             return CircuitDecodingGame.generate(
-                level_seed, level_split(level_seed), num_circuits=num_circuits, n_inputs=n_inputs,
-                family=family, max_turns=max_turn,
+                level_seed,
+                level_split(level_seed),
+                num_circuits=num_circuits,
+                n_inputs=n_inputs,
+                family=family,
+                max_turns=max_turn,
             )
 
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
@@ -519,9 +523,15 @@ class PreferenceEstimationEnv(ActiveReasoningEnv):
 
         def factory(level_seed: int, sample: int) -> PreferenceEstimationGame:
             return PreferenceEstimationGame.generate(
-                level_seed, level_split(level_seed), num_items=num_items, dim=dim,
-                nonnegative=nonnegative, threshold=threshold,
-                estimate_source=estimate_source, oracle_particles=oracle_particles, max_turns=max_turn,
+                level_seed,
+                level_split(level_seed),
+                num_items=num_items,
+                dim=dim,
+                nonnegative=nonnegative,
+                threshold=threshold,
+                estimate_source=estimate_source,
+                oracle_particles=oracle_particles,
+                max_turns=max_turn,
             )
 
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
@@ -567,8 +577,13 @@ class MovieRecommendationEnv(ActiveReasoningEnv):
 
         def factory(level_seed: int, sample: int) -> MovieRecommendationGame:
             return MovieRecommendationGame.generate(
-                level_seed, level_split(level_seed), catalog=catalog, num_seen=num_seen,
-                num_candidates=num_candidates, estimate_source=estimate_source, max_turns=max_turn,
+                level_seed,
+                level_split(level_seed),
+                catalog=catalog,
+                num_seen=num_seen,
+                num_candidates=num_candidates,
+                estimate_source=estimate_source,
+                max_turns=max_turn,
             )
 
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
@@ -606,7 +621,10 @@ class SituationPuzzlesEnv(ActiveReasoningEnv):
     ) -> None:
         def factory(level_seed: int, sample: int) -> SituationPuzzlesGame:
             return SituationPuzzlesGame.generate(
-                level_seed, level_split(level_seed), judge=judge, success_threshold=success_threshold,
+                level_seed,
+                level_split(level_seed),
+                judge=judge,
+                success_threshold=success_threshold,
                 max_turns=max_turn,
             )
 

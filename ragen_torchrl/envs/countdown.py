@@ -141,7 +141,11 @@ class CountdownEnv(TextGameEnv):
         val_data_path = _check_path("val_data_path", val_data_path)
         if val_data_path is not None and data_path is None:
             raise ValueError("val_data_path needs data_path (the training file) as well")
-        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
+        if (
+            isinstance(val_fraction, bool)
+            or not isinstance(val_fraction, (int, float))
+            or not 0.0 <= val_fraction < 1.0
+        ):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
         if num_numbers is not None:
             num_numbers = _check_int("num_numbers", num_numbers, 2)
@@ -169,13 +173,16 @@ class CountdownEnv(TextGameEnv):
         def factory(level_seed: int, sample: int) -> CountdownGame:
             # one deterministic answer check: the sample seed is not needed
             if pools is None:
-                return draw_in_split(generate, lambda g: _problem_key(g.target, g.numbers), level_seed, self.val_fraction)
+                return draw_in_split(
+                    generate, lambda g: _problem_key(g.target, g.numbers), level_seed, self.val_fraction
+                )
             return CountdownGame.from_problems(pools[level_split(level_seed)], level_seed)
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
-    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int,
-                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
+    def demo_turn(
+        self, game: TextGame, rng: random.Random, noise: float, actions_left: int, noise_kind: str = "heuristic"
+    ) -> tuple[str, bool, int]:
         """One demonstration answer: the solver's equation, or with probability ``noise``
         a wrong one that uses every number once in random order with random operators
         (mostly the 0.1 "right numbers, wrong value" case), so the warm-started policy is

@@ -85,13 +85,17 @@ def _stamp(path_or_name: str) -> tuple[int, int] | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path_or_name: str, stamp: tuple[int, int] | None, hub_split: str, limit: int | None) -> tuple[MathProblem, ...]:
+def _load(
+    path_or_name: str, stamp: tuple[int, int] | None, hub_split: str, limit: int | None
+) -> tuple[MathProblem, ...]:
     # cached: the trainer builds a training and a validation env from the same config;
     # the file's mtime/size in the key reloads it after an edit
     return tuple(load_metamathqa(path_or_name, split=hub_split, limit=limit))
 
 
-def load_problems(path_or_name: str | os.PathLike, hub_split: str = "train", limit: int | None = None) -> tuple[MathProblem, ...]:
+def load_problems(
+    path_or_name: str | os.PathLike, hub_split: str = "train", limit: int | None = None
+) -> tuple[MathProblem, ...]:
     """MetaMathQA problems of a local file or hub dataset (cached per path and modification time).
 
     Raises:
@@ -156,7 +160,11 @@ class MetaMathQAEnv(TextGameEnv):
         val_data_path = _check_path("val_data_path", val_data_path)
         if val_data_path is not None and data_path is None:
             raise ValueError("val_data_path needs data_path (the training data) as well")
-        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
+        if (
+            isinstance(val_fraction, bool)
+            or not isinstance(val_fraction, (int, float))
+            or not 0.0 <= val_fraction < 1.0
+        ):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit must be a positive integer or null, got {limit!r}")
@@ -192,8 +200,9 @@ class MetaMathQAEnv(TextGameEnv):
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
-    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int,
-                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
+    def demo_turn(
+        self, game: TextGame, rng: random.Random, noise: float, actions_left: int, noise_kind: str = "heuristic"
+    ) -> tuple[str, bool, int]:
         """One demonstration attempt: the reference answer, or with probability ``noise``
         (for numeric answers, and never on the last attempt) a nearby wrong number, so the
         demonstrations also show recovering after "Incorrect. Please think again."."""

@@ -85,12 +85,18 @@ class SokobanEnv(TextGameEnv):
         num_boxes = _positive_int("num_boxes", num_boxes)
         # the player and every box need their own interior cell
         if num_boxes + 1 > (height - 2) * (width - 2):
-            raise ValueError(f"num_boxes={num_boxes} does not fit a {height}x{width} room (interior {height - 2}x{width - 2})")
+            raise ValueError(
+                f"num_boxes={num_boxes} does not fit a {height}x{width} room (interior {height - 2}x{width - 2})"
+            )
         if num_steps is not None:
             num_steps = _positive_int("num_steps", num_steps)
         search_depth = _positive_int("search_depth", search_depth)
         max_nodes = _positive_int("max_nodes", max_nodes)
-        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
+        if (
+            isinstance(val_fraction, bool)
+            or not isinstance(val_fraction, (int, float))
+            or not 0.0 <= val_fraction < 1.0
+        ):
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
         if level is not None:
             SokobanGame.from_text(level)  # fail now (ValueError naming the problem), not at reset
@@ -98,8 +104,12 @@ class SokobanEnv(TextGameEnv):
 
         def generate(seed: int) -> SokobanGame:
             return SokobanGame.generate(
-                seed, dim=(height, width), num_boxes=num_boxes, num_steps=num_steps,
-                search_depth=search_depth, max_nodes=max_nodes,
+                seed,
+                dim=(height, width),
+                num_boxes=num_boxes,
+                num_steps=num_steps,
+                search_depth=search_depth,
+                max_nodes=max_nodes,
             )
 
         def factory(level_seed: int, sample: int) -> SokobanGame:

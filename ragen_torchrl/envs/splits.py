@@ -110,7 +110,9 @@ def draw_in_split(
     )
 
 
-def split_records(records: Sequence[T], key: Callable[[T], str], val_fraction: float, source: str) -> tuple[list[T], list[T]]:
+def split_records(
+    records: Sequence[T], key: Callable[[T], str], val_fraction: float, source: str
+) -> tuple[list[T], list[T]]:
     """Partition data records into ``(train, val)`` by content hash.
 
     The records whose hash is among the ``ceil(val_fraction * n)`` smallest go to

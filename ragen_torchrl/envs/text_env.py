@@ -85,6 +85,7 @@ NOISE_KINDS = ("uniform", "heuristic")
 #: the level selection of a row: state keys that every reset and step writes, shape ``(B,)``
 LEVEL_KEYS = ("level_seed", "group_id", "sample_seed")
 
+
 class TextGameEnv(ChatEnv):
     """Batched multi-turn chat env over :class:`TextGame` cores.
 
@@ -220,8 +221,9 @@ class TextGameEnv(ChatEnv):
         """An assistant reply in this env's format (used by demonstrations)."""
         return f"<think>{think}</think><answer>{' || '.join(actions)}</answer>"
 
-    def demo_turn(self, game: TextGame, rng: random.Random, noise: float, actions_left: int,
-                  noise_kind: str = "heuristic") -> tuple[str, bool, int]:
+    def demo_turn(
+        self, game: TextGame, rng: random.Random, noise: float, actions_left: int, noise_kind: str = "heuristic"
+    ) -> tuple[str, bool, int]:
         """Play one demonstration turn on ``game``; return ``(reply, game_over, actions_used)``.
 
         Each action is the oracle's, except with probability ``noise`` a non-optimal one:
@@ -286,8 +288,14 @@ class TextGameEnv(ChatEnv):
         return [int(given[i]) for i in rows], [int(groups[i]) for i in rows], [int(samples[i]) for i in rows]
 
     def _initial_prompt(self, game: TextGame) -> History:
-        return History.from_chats([[{"role": "system", "content": self.system_prompt},
-                                    {"role": "user", "content": self.observation_text(game)}]])[0]
+        return History.from_chats(
+            [
+                [
+                    {"role": "system", "content": self.system_prompt},
+                    {"role": "user", "content": self.observation_text(game)},
+                ]
+            ]
+        )[0]
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         n = self.batch_size[0]
@@ -390,7 +398,13 @@ class TextGameEnv(ChatEnv):
         logger.warning(
             "%s: env error on row %d (level_seed=%s, reply of %d chars): %s: %s; the row ends "
             "with the format penalty %g and the rollout goes on",
-            type(self).__name__, idx, seed, len(reply), type(error).__name__, error, self.format_penalty,
+            type(self).__name__,
+            idx,
+            seed,
+            len(reply),
+            type(error).__name__,
+            error,
+            self.format_penalty,
             exc_info=error,
         )
         self.env_error_count += 1
@@ -400,8 +414,14 @@ class TextGameEnv(ChatEnv):
         except Exception:  # the game's state may be half-updated: any progress will do
             progress = 0.0
         row = {key: default for key, (_, default) in self.STEP_FIELDS.items()}
-        row.update(reward=self.format_penalty, terminated=True, truncated=False, done=True,
-                   turn=self._turns[idx], progress=progress if math.isfinite(progress) else 0.0)
+        row.update(
+            reward=self.format_penalty,
+            terminated=True,
+            truncated=False,
+            done=True,
+            turn=self._turns[idx],
+            progress=progress if math.isfinite(progress) else 0.0,
+        )
         return row, ENV_ERROR_MESSAGE
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -413,7 +433,9 @@ class TextGameEnv(ChatEnv):
         # bound the work on runaway generations before any parser or game sees the text
         replies = [r[:MAX_REPLY_CHARS] if isinstance(r, str) else "" for r in replies]
         n = len(env_index)
-        values: dict[str, list] = {key: [] for key in ("reward", "done", "terminated", "truncated", "turn", "progress", *self.STEP_FIELDS)}
+        values: dict[str, list] = {
+            key: [] for key in ("reward", "done", "terminated", "truncated", "turn", "progress", *self.STEP_FIELDS)
+        }
         new_msgs = []
         for idx, reply in zip(env_index, replies):
             turns = self._turns[idx]
@@ -425,9 +447,9 @@ class TextGameEnv(ChatEnv):
             for key in values:
                 values[key].append(row[key])
             new_msgs.append(message)
-        next_prompt = lazy_stack([
-            _history(msgs + [("user", message)]) for msgs, message in zip(conversations, new_msgs)
-        ])
+        next_prompt = lazy_stack(
+            [_history(msgs + [("user", message)]) for msgs, message in zip(conversations, new_msgs)]
+        )
         data = {key: torch.tensor(values[key], dtype=dtype) for key, (dtype, _) in self.STEP_FIELDS.items()}
         rows = torch.tensor(env_index, dtype=torch.long)
         data.update(

@@ -44,8 +44,14 @@ def looks_like_local_path(name_or_path: str) -> bool:
         [True, True, True, True, False]
     """
     s = str(name_or_path)
-    return (s.startswith(("/", "~", "./", "../", ".\\")) or s in (".", "..") or "\\" in s
-            or s.count("/") > 1 or s.endswith("/") or bool(re.match(r"^[A-Za-z]:", s)))
+    return (
+        s.startswith(("/", "~", "./", "../", ".\\"))
+        or s in (".", "..")
+        or "\\" in s
+        or s.count("/") > 1
+        or s.endswith("/")
+        or bool(re.match(r"^[A-Za-z]:", s))
+    )
 
 
 def hub_offline_by_env() -> bool:
@@ -108,17 +114,22 @@ def check_model_source(name_or_path: str, key: str = "model.name_or_path", *, pr
     if looks_like_local_path(s):
         raise ModelSourceError(f"{key}={s}: the local path does not exist")
     if not _REPO_ID.match(s) or "--" in s or ".." in s:
-        raise ModelSourceError(f"{key}={s}: neither an existing local path nor a valid Hugging Face hub name "
-                               "(org/name)")
+        raise ModelSourceError(
+            f"{key}={s}: neither an existing local path nor a valid Hugging Face hub name (org/name)"
+        )
     if _hub_cached(s):
         return "hub-cached"
     if hub_offline_by_env():
-        raise ModelSourceError(f"{key}={s}: not a local path, and the hub model is not in the local Hugging Face "
-                               f"cache while offline mode is on ({'/'.join(_OFFLINE_VARS)})")
+        raise ModelSourceError(
+            f"{key}={s}: not a local path, and the hub model is not in the local Hugging Face "
+            f"cache while offline mode is on ({'/'.join(_OFFLINE_VARS)})"
+        )
     if probe_hub and not hub_reachable():
-        raise ModelSourceError(f"{key}={s}: not a local path (no such directory), not in the local Hugging Face "
-                               "cache, and the hub is unreachable: this machine may be offline. Download the "
-                               "model elsewhere and pass its local directory")
+        raise ModelSourceError(
+            f"{key}={s}: not a local path (no such directory), not in the local Hugging Face "
+            "cache, and the hub is unreachable: this machine may be offline. Download the "
+            "model elsewhere and pass its local directory"
+        )
     return "hub"
 
 
@@ -135,8 +146,14 @@ def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.dev
         raise ValueError("model.device is 'cuda' but CUDA is not available on this machine")
     if dtype == "auto":
         return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype not in names:
         raise ValueError(f"unknown model.dtype {dtype!r}; valid: auto, {', '.join(names)}")
     return dev, names[dtype]

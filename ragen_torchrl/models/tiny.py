@@ -130,7 +130,9 @@ def _fingerprint(corpus: list[str], cfg: TinyModelConfig) -> str:
     return h.hexdigest()[:16]
 
 
-def build_tiny_model(corpus: Iterable[str], cfg: TinyModelConfig | None = None, cache_dir: str | os.PathLike = ".") -> str:
+def build_tiny_model(
+    corpus: Iterable[str], cfg: TinyModelConfig | None = None, cache_dir: str | os.PathLike = "."
+) -> str:
     """Build (or reuse) the tiny tokenizer + model and return the saved directory.
 
     The directory name carries a hash of ``cfg`` and the corpus, so a second call with

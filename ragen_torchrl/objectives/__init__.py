@@ -81,17 +81,43 @@ LOSS_TERMS = ("loss_objective", "loss_entropy", "loss_kl_to_ref", "loss_kl_to_in
 
 __all__ = [
     # the training-loop bundle
-    "ALGORITHMS", "LOSS_TERMS", "Objective", "PPOObjective", "build_objective",
+    "ALGORITHMS",
+    "LOSS_TERMS",
+    "Objective",
+    "PPOObjective",
+    "build_objective",
     # losses (torchrl LossModules) and their defaults
-    "MaskedStatsGRPOLoss", "DrGRPOLoss", "DAPOLoss", "GSPOLoss", "PPOLoss", "PPOLossOutput", "Critic",
-    "TokenStatsMixin", "DEFAULT_ENTROPY_COEFF", "REF_LOG_PROBS_KEY", "make_grpo_loss",
+    "MaskedStatsGRPOLoss",
+    "DrGRPOLoss",
+    "DAPOLoss",
+    "GSPOLoss",
+    "PPOLoss",
+    "PPOLossOutput",
+    "Critic",
+    "TokenStatsMixin",
+    "DEFAULT_ENTROPY_COEFF",
+    "REF_LOG_PROBS_KEY",
+    "make_grpo_loss",
     # log-prob plumbing: score conversations, attach behaviour data
-    "make_logprob_policy", "compute_behaviour_log_probs", "attach_training_data", "training_view",
+    "make_logprob_policy",
+    "compute_behaviour_log_probs",
+    "attach_training_data",
+    "training_view",
     # data hooks and pure functions
-    "DynamicSampler", "informative_groups", "prepare_ppo_batch", "masked_gae", "bilevel_gae", "masked_whiten",
-    "sequence_log_ratio", "dual_clip_gain", "check_dual_clip",
+    "DynamicSampler",
+    "informative_groups",
+    "prepare_ppo_batch",
+    "masked_gae",
+    "bilevel_gae",
+    "masked_whiten",
+    "sequence_log_ratio",
+    "dual_clip_gain",
+    "check_dual_clip",
     # metrics
-    "masked_token_metrics", "loss_output_metrics", "sequence_metrics", "value_metrics",
+    "masked_token_metrics",
+    "loss_output_metrics",
+    "sequence_metrics",
+    "value_metrics",
 ]
 
 
@@ -107,10 +133,16 @@ class Objective:
         dynamic_sampling: ``None`` or a :class:`~ragen_torchrl.objectives.dapo.DynamicSampler`.
     """
 
-    def __init__(self, name: str, loss_module: LossModule, model: nn.Module | None, *,
-                 advantage_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
-                 reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
-                 dynamic_sampling: DynamicSampler | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        loss_module: LossModule,
+        model: nn.Module | None,
+        *,
+        advantage_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        dynamic_sampling: DynamicSampler | None = None,
+    ) -> None:
         self.name = name
         self.loss_module = loss_module
         self.model = model
@@ -191,8 +223,17 @@ class Objective:
 class PPOObjective(Objective):
     """PPO: GAE in :meth:`prepare`, critic parameters in their own optimizer group."""
 
-    def __init__(self, name: str, loss_module: PPOLoss, model: nn.Module, *, critic_lr: float,
-                 gae: dict[str, Any], chunk_size: int = 32, **kwargs) -> None:
+    def __init__(
+        self,
+        name: str,
+        loss_module: PPOLoss,
+        model: nn.Module,
+        *,
+        critic_lr: float,
+        gae: dict[str, Any],
+        chunk_size: int = 32,
+        **kwargs,
+    ) -> None:
         super().__init__(name, loss_module, model, **kwargs)
         self.critic: Critic = loss_module.critic
         self.critic_lr = float(critic_lr)
@@ -202,8 +243,9 @@ class PPOObjective(Objective):
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """Old values, GAE advantages (``[L, 1]`` per row) and value targets."""
         backbone = None if self.critic.backbone is not None else self.model.base_model
-        batch, self.prepare_stats = prepare_ppo_batch(batch, self.critic, backbone=backbone,
-                                                      chunk_size=self.chunk_size, **self.gae)
+        batch, self.prepare_stats = prepare_ppo_batch(
+            batch, self.critic, backbone=backbone, chunk_size=self.chunk_size, **self.gae
+        )
         return batch
 
     def parameters(self) -> Iterator[nn.Parameter]:
@@ -333,8 +375,9 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
         max_length = algo_cfg.get("max_length")
         if max_length is None:
             raise ValueError("algo.max_length (L_max, the generation budget of a trajectory) is required for drgrpo")
-        loss = DrGRPOLoss(actor, max_length=int(max_length), clip_epsilon=_clip(algo_cfg.get("clip_epsilon"), 0.2),
-                          **common)
+        loss = DrGRPOLoss(
+            actor, max_length=int(max_length), clip_epsilon=_clip(algo_cfg.get("clip_epsilon"), 0.2), **common
+        )
         kwargs["advantage_transform"] = GroupAdvantage(scale="none", eps=adv_eps)
     elif name == "dapo":
         loss = DAPOLoss(actor, clip_epsilon=_clip(algo_cfg.get("clip_epsilon"), (0.2, 0.28)), **common)
@@ -354,15 +397,32 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     else:  # ppo
         critic = _build_critic(algo_cfg, model)
         value_clip = algo_cfg.get("value_clip", 0.5)
-        loss = PPOLoss(actor, critic, policy_model=model, clip_epsilon=_clip(algo_cfg.get("clip_epsilon"), 0.2),
-                       value_clip=None if value_clip is None else float(value_clip),
-                       value_coeff=float(algo_cfg.get("value_coeff", 1.0)), **common)
-        gae = dict(gamma=float(algo_cfg.get("gamma", 1.0)), lam=float(algo_cfg.get("lam", 1.0)),
-                   bi_level=bool(algo_cfg.get("bi_level", False)), turn_gamma=float(algo_cfg.get("turn_gamma", 0.95)),
-                   turn_lam=float(algo_cfg.get("turn_lam", 1.0)), whiten=bool(algo_cfg.get("whiten_advantages", True)))
+        loss = PPOLoss(
+            actor,
+            critic,
+            policy_model=model,
+            clip_epsilon=_clip(algo_cfg.get("clip_epsilon"), 0.2),
+            value_clip=None if value_clip is None else float(value_clip),
+            value_coeff=float(algo_cfg.get("value_coeff", 1.0)),
+            **common,
+        )
+        gae = dict(
+            gamma=float(algo_cfg.get("gamma", 1.0)),
+            lam=float(algo_cfg.get("lam", 1.0)),
+            bi_level=bool(algo_cfg.get("bi_level", False)),
+            turn_gamma=float(algo_cfg.get("turn_gamma", 0.95)),
+            turn_lam=float(algo_cfg.get("turn_lam", 1.0)),
+            whiten=bool(algo_cfg.get("whiten_advantages", True)),
+        )
         objective: Objective = PPOObjective(
-            name, loss, model, critic_lr=float(algo_cfg.get("critic_lr", algo_cfg.get("lr", 1e-5))), gae=gae,
-            chunk_size=int(algo_cfg.get("critic_chunk_size", 32)), **kwargs)
+            name,
+            loss,
+            model,
+            critic_lr=float(algo_cfg.get("critic_lr", algo_cfg.get("lr", 1e-5))),
+            gae=gae,
+            chunk_size=int(algo_cfg.get("critic_chunk_size", 32)),
+            **kwargs,
+        )
     if name != "ppo":
         objective = Objective(name, loss, model, **kwargs)
     # the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen

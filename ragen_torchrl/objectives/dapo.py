@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 class DAPOLoss(TokenStatsMixin, DAPO):
     """torchrl's ``DAPO`` loss with DAPO's defaults: clip ``(0.2, 0.28)``, ``token_mean``."""
 
-    def __init__(self, actor_network=None, *, clip_epsilon=(0.2, 0.28), aggregation: str = "token_mean",
-                 **kwargs) -> None:
+    def __init__(
+        self, actor_network=None, *, clip_epsilon=(0.2, 0.28), aggregation: str = "token_mean", **kwargs
+    ) -> None:
         super().__init__(actor_network, clip_epsilon=clip_epsilon, aggregation=aggregation, **kwargs)
 
 
@@ -126,11 +127,23 @@ class DynamicSampler:
         ([1, 1, 2, 2], 0.0)
     """
 
-    def __init__(self, *, max_extra_rollouts: int = 3, oversample: float = 1.0, tol: float = 1e-6,
-                 criterion: str = "success",
-                 reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
-                 return_key="episode_return", group_key="group_id", success_key="success") -> None:
-        if isinstance(max_extra_rollouts, bool) or int(max_extra_rollouts) != max_extra_rollouts or max_extra_rollouts < 0:
+    def __init__(
+        self,
+        *,
+        max_extra_rollouts: int = 3,
+        oversample: float = 1.0,
+        tol: float = 1e-6,
+        criterion: str = "success",
+        reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        return_key="episode_return",
+        group_key="group_id",
+        success_key="success",
+    ) -> None:
+        if (
+            isinstance(max_extra_rollouts, bool)
+            or int(max_extra_rollouts) != max_extra_rollouts
+            or max_extra_rollouts < 0
+        ):
             raise ValueError(f"max_extra_rollouts must be a non-negative integer, got {max_extra_rollouts!r}")
         if not oversample >= 1.0:
             raise ValueError(f"oversample must be >= 1, got {oversample!r}")
@@ -146,8 +159,10 @@ class DynamicSampler:
     def _outcomes(self, records: TensorDictBase) -> torch.Tensor:
         key = self.success_key if self.criterion == "success" else self.return_key
         if key not in records.keys(True):
-            raise ValueError(f"dynamic sampling with criterion={self.criterion!r} reads the records' {key!r} "
-                             f"column, which is missing (keys: {sorted(map(str, records.keys()))})")
+            raise ValueError(
+                f"dynamic sampling with criterion={self.criterion!r} reads the records' {key!r} "
+                f"column, which is missing (keys: {sorted(map(str, records.keys()))})"
+            )
         return records.get(key)
 
     def _split(self, records: TensorDictBase):
@@ -158,8 +173,7 @@ class DynamicSampler:
         largest = int(torch.unique(gids, return_counts=True)[1].max()) if gids.numel() else 0
         return groups, len(ids), int((~keep).sum()), largest
 
-    def __call__(self, records: TensorDictBase | None,
-                 collect_more: Callable[[int], TensorDictBase | None]):
+    def __call__(self, records: TensorDictBase | None, collect_more: Callable[[int], TensorDictBase | None]):
         if records is None or records.batch_size[0] == 0:
             groups, target, dropped, group_size = [], 0, 0, 0
         else:
@@ -181,8 +195,12 @@ class DynamicSampler:
             more = self._renumber(more, seen)
             new_groups, n_new, n_dropped, largest = self._split(more)
             if largest > group_size:
-                log.warning("dynamic sampling: collect_more returned a group of %d rows (the batch's groups have %d):"
-                            " group ids must be distinct within one return", largest, group_size)
+                log.warning(
+                    "dynamic sampling: collect_more returned a group of %d rows (the batch's groups have %d):"
+                    " group ids must be distinct within one return",
+                    largest,
+                    group_size,
+                )
             rows_in += more.batch_size[0]
             collected += n_new
             dropped += n_dropped
@@ -202,8 +220,13 @@ class DynamicSampler:
             "dynamic_sampling/shortfall": float(shortfall),
         }
         if shortfall:
-            log.warning("dynamic sampling: %d of %d groups carry signal after %d extra rollouts (shortfall %d)",
-                        len(groups), target, calls, shortfall)
+            log.warning(
+                "dynamic sampling: %d of %d groups carry signal after %d extra rollouts (shortfall %d)",
+                len(groups),
+                target,
+                calls,
+                shortfall,
+            )
         if not groups:
             return None, stats
         if calls == 0 and dropped == 0:

@@ -53,8 +53,9 @@ class DrGRPOLoss(TokenStatsMixin, GRPOLoss):
         super().__init__(actor_network, **kwargs)
         self.max_length = int(max_length)
 
-    def _aggregate_loss_value(self, value: torch.Tensor, mask: torch.Tensor,
-                              tensordict: TensorDictBase | None = None) -> torch.Tensor:
+    def _aggregate_loss_value(
+        self, value: torch.Tensor, mask: torch.Tensor, tensordict: TensorDictBase | None = None
+    ) -> torch.Tensor:
         if self.aggregation == "none" or self.reduction == "none":
             return super()._aggregate_loss_value(value, mask, tensordict=tensordict)
         # sum over each sequence's tokens / L_max, then mean over sequences:

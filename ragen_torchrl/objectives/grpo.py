@@ -51,8 +51,14 @@ def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
     )
 
 
-def make_grpo_loss(actor: TransformersWrapper, *, clip_epsilon=0.2, entropy_coeff: float = 0.001,
-                   kl_coeff: float = 0.0, aggregation: str = "prompt_mean") -> MaskedStatsGRPOLoss:
+def make_grpo_loss(
+    actor: TransformersWrapper,
+    *,
+    clip_epsilon=0.2,
+    entropy_coeff: float = 0.001,
+    kl_coeff: float = 0.0,
+    aggregation: str = "prompt_mean",
+) -> MaskedStatsGRPOLoss:
     """torchrl's GRPOLoss configured for multi-turn assistant-only training.
 
     A :class:`~ragen_torchrl.objectives.metrics.MaskedStatsGRPOLoss`: torchrl's loss terms,
@@ -77,8 +83,12 @@ def training_view(records: TensorDictBase) -> TensorDictBase:
     return td
 
 
-_BEHAVIOUR_KEYS = (("tokens", "full"), ("log_probs", "full"), ("masks", "all_assistant_mask"),
-                   ("masks", "all_attention_mask"))
+_BEHAVIOUR_KEYS = (
+    ("tokens", "full"),
+    ("log_probs", "full"),
+    ("masks", "all_assistant_mask"),
+    ("masks", "all_attention_mask"),
+)
 
 
 def _per_row(out: TensorDictBase, key) -> list[torch.Tensor]:
@@ -93,7 +103,9 @@ def _per_row(out: TensorDictBase, key) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def compute_behaviour_log_probs(actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32) -> TensorDictBase:
+def compute_behaviour_log_probs(
+    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32
+) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
 
     The result (lazy stack, one row per trajectory) holds ``("tokens", "full")``,

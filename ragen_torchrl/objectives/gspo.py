@@ -50,8 +50,9 @@ class GSPOLoss(TokenStatsMixin, GRPOLoss):
     has been formed), nor is ``dual_clip`` (a token-level bound).
     """
 
-    def __init__(self, actor_network=None, *, clip_epsilon=(3e-4, 4e-4), aggregation: str = "prompt_mean",
-                 **kwargs) -> None:
+    def __init__(
+        self, actor_network=None, *, clip_epsilon=(3e-4, 4e-4), aggregation: str = "prompt_mean", **kwargs
+    ) -> None:
         if kwargs.get("kl_mask_threshold"):
             raise ValueError("GSPOLoss does not support kl_mask_threshold")
         if kwargs.get("dual_clip") is not None:

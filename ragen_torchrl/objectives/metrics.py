@@ -26,9 +26,9 @@ Example:
 
 from __future__ import annotations
 
-import torch
 from dataclasses import dataclass
 
+import torch
 from tensordict import NestedKey, TensorDictBase, is_tensor_collection
 from tensordict.utils import expand_as_right
 from torchrl.objectives.llm import GRPOLoss
@@ -287,8 +287,9 @@ def check_dual_clip(value) -> float | None:
     return float(value)
 
 
-def dual_clip_gain(ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float, clip_high: float,
-                   dual_clip: float | None) -> torch.Tensor:
+def dual_clip_gain(
+    ratio: torch.Tensor, advantage: torch.Tensor, clip_low: float, clip_high: float, dual_clip: float | None
+) -> torch.Tensor:
     """Per-token PPO gain (minus the loss), with verl's dual-clip for negative advantages.
 
     ``gain = min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)``, and for ``A < 0`` with

@@ -77,8 +77,15 @@ def turn_ends(mask: torch.Tensor) -> torch.Tensor:
     return mask & ~nxt
 
 
-def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float,
-               episode_ends: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float,
+    episode_ends: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE along the masked positions of each row, skipping the unmasked ones.
 
     Args:
@@ -111,15 +118,24 @@ def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, 
     # padding steps are their own finished episodes: nothing flows into real steps
     ends = ends | ~valid
     next_v = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], 1)
-    a, tgt = generalized_advantage_estimate(gamma, lam, v[..., None], next_v[..., None], r[..., None],
-                                            ends[..., None], ends[..., None])
+    a, tgt = generalized_advantage_estimate(
+        gamma, lam, v[..., None], next_v[..., None], r[..., None], ends[..., None], ends[..., None]
+    )
     adv.scatter_(1, order, torch.where(valid, a[..., 0], zero))
     ret.scatter_(1, order, torch.where(valid, tgt[..., 0], zero))
     return adv, ret
 
 
-def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float,
-                turn_gamma: float, turn_lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def bilevel_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float,
+    turn_gamma: float,
+    turn_lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Bi-level GAE: turn level (``turn_gamma``, ``turn_lam``), then token level inside turns.
 
     Turn level: over the turns' last tokens ``e_k``, ``delta_k = r(e_k) + turn_gamma V(e_{k+1})
@@ -158,8 +174,9 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, *, unb
     return torch.where(mask, ((x.double() - mean) * scale).to(x.dtype), torch.zeros_like(x))
 
 
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token ``0.5 * max((V - R)^2, (V_clip - R)^2)``, ``V_clip = V_old + clamp(V - V_old, -c, c)``.
 
     Returns ``(loss, clipped)``; ``clipped`` marks tokens where the clipped branch is the
@@ -218,8 +235,9 @@ class Critic(nn.Module):
         v = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
         return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], 1)
 
-    def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor,
-                backbone: nn.Module | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, attention_mask: torch.Tensor, backbone: nn.Module | None = None
+    ) -> torch.Tensor:
         trunk = self.backbone if self.backbone is not None else backbone
         if trunk is None:
             raise ValueError("this critic is a head on the policy: pass the policy's trunk as `backbone`")
@@ -228,15 +246,20 @@ class Critic(nn.Module):
 
 
 def _left_padded_inputs(tokens: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    attn = pad_sequence([torch.ones_like(t, dtype=torch.bool) for t in tokens], batch_first=True,
-                        padding_value=False, padding_side="left")
+    attn = pad_sequence(
+        [torch.ones_like(t, dtype=torch.bool) for t in tokens],
+        batch_first=True,
+        padding_value=False,
+        padding_side="left",
+    )
     ids = pad_sequence(tokens, batch_first=True, padding_value=0, padding_side="left")
     return ids, attn
 
 
 @torch.no_grad()
-def compute_values(critic: Critic, tokens: list[torch.Tensor], *, backbone: nn.Module | None = None,
-                   chunk_size: int = 32) -> list[torch.Tensor]:
+def compute_values(
+    critic: Critic, tokens: list[torch.Tensor], *, backbone: nn.Module | None = None, chunk_size: int = 32
+) -> list[torch.Tensor]:
     """Values of every token of every row (unpadded ``[L_i]`` float32), in chunks.
 
     Inputs are left-padded like the policy's log-prob wrapper pads them, so the values
@@ -252,10 +275,20 @@ def compute_values(critic: Critic, tokens: list[torch.Tensor], *, backbone: nn.M
     return out
 
 
-def prepare_ppo_batch(batch: TensorDictBase, critic: Critic, *, gamma: float = 1.0, lam: float = 1.0,
-                      bi_level: bool = False, turn_gamma: float = 0.95, turn_lam: float = 1.0,
-                      whiten: bool = True, backbone: nn.Module | None = None, chunk_size: int = 32,
-                      return_key="episode_return") -> tuple[TensorDictBase, dict[str, float]]:
+def prepare_ppo_batch(
+    batch: TensorDictBase,
+    critic: Critic,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    bi_level: bool = False,
+    turn_gamma: float = 0.95,
+    turn_lam: float = 1.0,
+    whiten: bool = True,
+    backbone: nn.Module | None = None,
+    chunk_size: int = 32,
+    return_key="episode_return",
+) -> tuple[TensorDictBase, dict[str, float]]:
     """Old values, GAE advantages and value targets for a batch with behaviour data attached.
 
     Reads per row ``("tokens", "full")``, ``("masks", "all_assistant_mask")`` and
@@ -327,15 +360,25 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
 
     output_type = PPOLossOutput
 
-    def __init__(self, actor_network, critic: Critic, *, policy_model: nn.Module | None = None,
-                 value_clip: float | None = 0.5, value_coeff: float = 1.0,
-                 aggregation: str = "token_mean", **kwargs) -> None:
+    def __init__(
+        self,
+        actor_network,
+        critic: Critic,
+        *,
+        policy_model: nn.Module | None = None,
+        value_clip: float | None = 0.5,
+        value_coeff: float = 1.0,
+        aggregation: str = "token_mean",
+        **kwargs,
+    ) -> None:
         super().__init__(actor_network, aggregation=aggregation, **kwargs)
         self.critic = critic
         if critic.backbone is None:
             policy_model = policy_model if policy_model is not None else getattr(actor_network, "model", None)
             if policy_model is None or policy_model.get_output_embeddings() is None:
-                raise ValueError("critic='head' needs the policy model (with an output embedding) to read hidden states")
+                raise ValueError(
+                    "critic='head' needs the policy model (with an output embedding) to read hidden states"
+                )
         # not registered as a submodule: the actor already owns it (no duplicate parameters)
         self.__dict__["_policy_model"] = policy_model
         self.value_clip = None if value_clip is None else float(value_clip)
@@ -359,6 +402,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         captured: dict[str, torch.Tensor] = {}
         hook = None
         if self.critic.backbone is None:
+
             def grab(_module, args, kwargs):
                 captured["hidden"] = args[0] if args else kwargs["input"]
 
@@ -384,14 +428,20 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
             tokens = td.get(("tokens", "full"), as_padded_tensor=True, padding_side="left", padding_value=-1)
             attn = tokens != -1
             if ("masks", "all_attention_mask") in td.keys(True):
-                attn = attn & td.get(("masks", "all_attention_mask"), as_padded_tensor=True, padding_side="left",
-                                     padding_value=False).bool()
+                attn = (
+                    attn
+                    & td.get(
+                        ("masks", "all_attention_mask"), as_padded_tensor=True, padding_side="left", padding_value=False
+                    ).bool()
+                )
             values = self.critic(torch.where(attn, tokens, torch.zeros_like(tokens)), attn)
         old = self._padded(td, VALUE_KEY).to(values.device)
         target = self._padded(td, VALUE_TARGET_KEY).to(values.device)
         if old.shape != values.shape or target.shape != values.shape:
-            raise ValueError(f"stored values {tuple(old.shape)} / targets {tuple(target.shape)} do not line up "
-                             f"with the tokens {tuple(values.shape)}: run Objective.prepare on this batch")
+            raise ValueError(
+                f"stored values {tuple(old.shape)} / targets {tuple(target.shape)} do not line up "
+                f"with the tokens {tuple(values.shape)}: run Objective.prepare on this batch"
+            )
         per_token, vclipped = clipped_value_loss(values, old, target, self.value_clip)
         loss_critic = self.value_coeff * self._aggregate_loss_value(per_token.unsqueeze(-1), mask, tensordict=td)
         self._stash(values=values, old_values=old, value_target=target, value_clipped=vclipped)

@@ -57,10 +57,19 @@ REQUIRED_KEYS = ("iteration", "model", "optimizer", "rng")
 
 #: config keys (and every key below them) whose change alters what a resumed run means
 PROTECTED = (
-    "seed", "algo", "env", "filter", "model", "sft", "t3",
-    "trainer.prompts_per_iter", "trainer.group_size",  # the batch shape P x G
-    "trainer.val_levels", "trainer.val_temperature",  # the validation metric (and its stop rule)
-    "rollout.max_new_tokens", "rollout.temperature",
+    "seed",
+    "algo",
+    "env",
+    "filter",
+    "model",
+    "sft",
+    "t3",
+    "trainer.prompts_per_iter",
+    "trainer.group_size",  # the batch shape P x G
+    "trainer.val_levels",
+    "trainer.val_temperature",  # the validation metric (and its stop rule)
+    "rollout.max_new_tokens",
+    "rollout.temperature",
 )
 #: keys under a protected one that only say where/how fast a run executes
 HARMLESS = ("model.device", "model.threads", "model.cache_dir")
@@ -262,6 +271,7 @@ def is_protected(key: str) -> bool:
         >>> is_protected("trainer.total_iterations"), is_protected("seedling")
         (False, False)
     """
+
     def under(k: str, prefixes) -> bool:
         return any(k == p or k.startswith(p + ".") for p in prefixes)
 
@@ -282,8 +292,9 @@ def config_changes(stored: Mapping[str, Any], given: Mapping[str, Any]) -> list[
     return [(k, old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in keys if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
 
 
-def check_resume_config(stored: Mapping[str, Any], given: Mapping[str, Any], *,
-                        allow_changes: bool = False) -> list[tuple[str, Any, Any]]:
+def check_resume_config(
+    stored: Mapping[str, Any], given: Mapping[str, Any], *, allow_changes: bool = False
+) -> list[tuple[str, Any, Any]]:
     """Compare the checkpoint's config with the resuming one; refuse meaning-changing edits.
 
     Every change is logged. Changes to :func:`is_protected` keys raise :class:`ConfigError`
@@ -311,14 +322,20 @@ def check_resume_config(stored: Mapping[str, Any], given: Mapping[str, Any], *,
         if (key, old, new) in refused:
             continue
         if _ABSENT in (old, new):
-            log.warning("resume: config key %s only in the %s config (%r -> %r): not compared", key,
-                        "given" if old == _ABSENT else "stored", old, new)
+            log.warning(
+                "resume: config key %s only in the %s config (%r -> %r): not compared",
+                key,
+                "given" if old == _ABSENT else "stored",
+                old,
+                new,
+            )
         else:
             log.info("resume: config change %s: %r -> %r", key, old, new)
     if refused and not allow_changes:
         listed = ", ".join(f"{k}: {o} -> {n}" for k, o, n in refused)
-        raise ConfigError(f"resuming with a config that changes the run: {listed} "
-                          f"(set {ALLOW_KEY}=true to resume anyway)")
+        raise ConfigError(
+            f"resuming with a config that changes the run: {listed} (set {ALLOW_KEY}=true to resume anyway)"
+        )
     for key, old, new in refused:
         log.warning("resume: %s=true, accepting a change that alters the run: %s: %r -> %r", ALLOW_KEY, key, old, new)
     return changes

@@ -99,10 +99,9 @@ def _run_dir() -> str:
 
 
 def _train(cfg) -> None:
+    from ..models.loading import ModelSourceError
     from .config import ConfigError
     from .loop import Trainer
-
-    from ..models.loading import ModelSourceError
 
     try:
         trainer = Trainer(cfg, _run_dir())
@@ -113,10 +112,9 @@ def _train(cfg) -> None:
 
 
 def _sft(cfg) -> None:
+    from ..models.loading import ModelSourceError
     from .config import ConfigError, validate_config
     from .loop import Trainer
-
-    from ..models.loading import ModelSourceError
 
     try:
         validate_config(cfg)
@@ -126,8 +124,10 @@ def _sft(cfg) -> None:
         raise _config_error(e) from None
     stats = trainer.validate(step=0)
     print(f"warm-started model: {trainer.model_path}")
-    print(f"validation success {stats['success']:.3f} ± {stats['success_stderr']:.3f}, "
-          f"format-valid {stats['format_valid']:.3f}")
+    print(
+        f"validation success {stats['success']:.3f} ± {stats['success_stderr']:.3f}, "
+        f"format-valid {stats['format_valid']:.3f}"
+    )
 
 
 def _hydra_main(task):

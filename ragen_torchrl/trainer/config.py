@@ -74,7 +74,7 @@ LIMITS: dict[str, int] = {
     "sft.episodes": 1_000_000,
     "sft.steps": 10_000_000,
     "sft.batch_size": 4096,
-    "diagnostics.mi.num_pairs": 1024,   # cross-scoring is quadratic in the pairs
+    "diagnostics.mi.num_pairs": 1024,  # cross-scoring is quadratic in the pairs
     "model.threads": 1024,
     "model.vocab_size": 1 << 18,
     "model.hidden_size": 16384,
@@ -82,8 +82,8 @@ LIMITS: dict[str, int] = {
     "model.num_layers": 256,
     "model.num_heads": 256,
     "model.num_kv_heads": 256,
-    "env.size": 64,                     # FrozenLake side (size x size cells)
-    "env.dim": 64,                      # Sokoban side / PreferenceEstimation dimensions
+    "env.size": 64,  # FrozenLake side (size x size cells)
+    "env.dim": 64,  # Sokoban side / PreferenceEstimation dimensions
     "env.num_boxes": 64,
     "env.num_steps": 100_000,
     "env.search_depth": 100_000,
@@ -91,13 +91,13 @@ LIMITS: dict[str, int] = {
     "env.max_turn": 100,
     "env.max_actions_per_turn": 100,
     "env.max_actions_per_traj": 10_000,
-    "env.num_circuits": 26,             # circuits are named A..Z
-    "env.n_inputs": 8,                  # 2^n truth-table rows per candidate formula
+    "env.num_circuits": 26,  # circuits are named A..Z
+    "env.n_inputs": 8,  # 2^n truth-table rows per candidate formula
     "env.num_items": 10_000,
     "env.oracle_particles": 1_000_000,
     "env.num_seen": 10_000,
     "env.num_candidates": 10_000,
-    "env.num_numbers": 6,               # Countdown's solvability search is factorial in it
+    "env.num_numbers": 6,  # Countdown's solvability search is factorial in it
     "env.max_number": 1_000_000,
     "env.max_target": 1_000_000_000,
     "env.limit": 100_000_000,
@@ -113,12 +113,29 @@ TINY_MAX_POSITIONS = 4096
 #: algorithms whose advantage compares a sample with its group (a group of one has A = 0)
 GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")
 #: keys the code reads although not every config file defines them (``+key=value`` may add them)
-OPTIONAL_KEYS = ("algo.aggregation", "algo.max_length", "algo.overlong.enabled", "algo.overlong.max_length",
-                 "algo.overlong.cache_length", "t3.outside_trigger", "trainer.resume_allow_changes")
+OPTIONAL_KEYS = (
+    "algo.aggregation",
+    "algo.max_length",
+    "algo.overlong.enabled",
+    "algo.overlong.max_length",
+    "algo.overlong.cache_length",
+    "t3.outside_trigger",
+    "trainer.resume_allow_changes",
+)
 
-_BOOL_KEYS = ("sft.enabled", "t3.enabled", "diagnostics.mi.enabled", "env.require_think", "env.nonnegative",
-              "algo.bi_level", "algo.whiten_advantages", "algo.overlong.enabled", "algo.dynamic_sampling.enabled",
-              "trainer.resume_allow_changes", "t3.outside_trigger")
+_BOOL_KEYS = (
+    "sft.enabled",
+    "t3.enabled",
+    "diagnostics.mi.enabled",
+    "env.require_think",
+    "env.nonnegative",
+    "algo.bi_level",
+    "algo.whiten_advantages",
+    "algo.overlong.enabled",
+    "algo.dynamic_sampling.enabled",
+    "trainer.resume_allow_changes",
+    "t3.outside_trigger",
+)
 
 
 def _get(cfg: DictConfig, key: str):
@@ -139,8 +156,9 @@ def _limit_error(key: str, value: Any, limit: int) -> ConfigError:
     return ConfigError(f"{key}={value!r} exceeds the limit {limit} (ragen_torchrl.trainer.config.LIMITS)")
 
 
-def check_positive_int(cfg: DictConfig, key: str, *, allow_zero: bool = False, optional: bool = False,
-                       maximum: int | None = None) -> None:
+def check_positive_int(
+    cfg: DictConfig, key: str, *, allow_zero: bool = False, optional: bool = False, maximum: int | None = None
+) -> None:
     """``cfg[key]`` is an int >= 1 (>= 0 with ``allow_zero``), at most ``maximum`` (default
     :data:`LIMITS`); ``optional`` lets ``null`` pass."""
     value = _get(cfg, key)
@@ -163,15 +181,17 @@ def check_probability(cfg: DictConfig, key: str) -> None:
         raise ConfigError(f"{key} must be a probability in [0, 1], got {value!r}")
 
 
-def check_positive_float(cfg: DictConfig, key: str, *, allow_zero: bool = False, maximum: float | None = None,
-                         optional: bool = False) -> None:
+def check_positive_float(
+    cfg: DictConfig, key: str, *, allow_zero: bool = False, maximum: float | None = None, optional: bool = False
+) -> None:
     """``cfg[key]`` is a finite number > 0 (>= 0 with ``allow_zero``) and <= ``maximum``."""
     value = _get(cfg, key)
     if optional and value is None:
         return
     if not _is_number(value) or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{key} must be a finite {'non-negative' if allow_zero else 'positive'} number, "
-                          f"got {value!r}")
+        raise ConfigError(
+            f"{key} must be a finite {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
+        )
     if maximum is not None and value > maximum:
         raise ConfigError(f"{key} must be at most {maximum}, got {value!r}")
 
@@ -209,6 +229,7 @@ def check_finite(cfg: DictConfig) -> None:
         ...
         ragen_torchrl.trainer.config.ConfigError: algo.clip_epsilon[1] must be a finite number, got nan
     """
+
     def walk(node: Any, prefix: str) -> None:
         if isinstance(node, Mapping):
             for k, v in node.items():
@@ -310,8 +331,11 @@ def unknown_keys(cfg: DictConfig, allowed: Mapping[str, Any]) -> list[str]:
             else:
                 walk(v, tree[k], key)
 
-    walk(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False) if OmegaConf.is_config(cfg) else cfg,
-         allowed, "")
+    walk(
+        OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False) if OmegaConf.is_config(cfg) else cfg,
+        allowed,
+        "",
+    )
     return out
 
 
@@ -337,9 +361,11 @@ def check_unknown_keys(cfg: DictConfig, config_dir: str | os.PathLike | None = N
             tree = tree.get(part) if isinstance(tree, dict) else None
         close = difflib.get_close_matches(leaf, list(tree) if isinstance(tree, dict) else [], n=1)
         hints.append(f"{key} (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else key)
-    raise ConfigError(f"unknown config key(s): {', '.join(hints)}; no file in {config_dir} defines "
-                      f"{'it' if len(bad) == 1 else 'them'} (the code would silently ignore "
-                      f"{'it' if len(bad) == 1 else 'them'})")
+    raise ConfigError(
+        f"unknown config key(s): {', '.join(hints)}; no file in {config_dir} defines "
+        f"{'it' if len(bad) == 1 else 'them'} (the code would silently ignore "
+        f"{'it' if len(bad) == 1 else 'them'})"
+    )
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -355,11 +381,14 @@ def check_clip_epsilon(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.clip_epsilon must be a positive number or a pair (low, high) of them, got {clip!r}")
     low, high = clips[0], clips[-1]
     if low >= 1:
-        raise ConfigError(f"algo.clip_epsilon low must be < 1 (the ratio's lower clip 1 - low must stay > 0), "
-                          f"got {clip!r}")
+        raise ConfigError(
+            f"algo.clip_epsilon low must be < 1 (the ratio's lower clip 1 - low must stay > 0), got {clip!r}"
+        )
     if high > 1:
-        raise ConfigError(f"algo.clip_epsilon high must be <= 1 (a ratio clip above 2 is almost always a typo, "
-                          f"e.g. 20 for 0.2), got {clip!r}")
+        raise ConfigError(
+            f"algo.clip_epsilon high must be <= 1 (a ratio clip above 2 is almost always a typo, "
+            f"e.g. 20 for 0.2), got {clip!r}"
+        )
 
 
 def check_group_size(cfg: DictConfig) -> None:
@@ -369,9 +398,11 @@ def check_group_size(cfg: DictConfig) -> None:
     name = str(_get(cfg, "algo.name") or "grpo").lower()
     g = _get(cfg, "trainer.group_size")
     if name in GROUP_RELATIVE and g == 1:
-        raise ConfigError(f"trainer.group_size=1 with algo.name={name}: a group-relative advantage is 0 for every "
-                          "sample of a one-sample group (nothing to learn from); use group_size >= 2, or algo=ppo "
-                          "(a critic baseline)")
+        raise ConfigError(
+            f"trainer.group_size=1 with algo.name={name}: a group-relative advantage is 0 for every "
+            "sample of a one-sample group (nothing to learn from); use group_size >= 2, or algo=ppo "
+            "(a critic baseline)"
+        )
 
 
 def check_algo(cfg: DictConfig) -> None:
@@ -398,11 +429,13 @@ def check_algo(cfg: DictConfig) -> None:
     dual = _get(cfg, "algo.dual_clip")
     if dual is not None and (not _is_number(dual) or not math.isfinite(dual) or not dual > 1):
         # verl's dual-clip bound c must exceed 1 (objectives.metrics.check_dual_clip, checked again below)
-        raise ConfigError(f"algo.dual_clip must be null (off) or a finite number > 1 (the reference uses 3.0), "
-                          f"got {dual!r}")
+        raise ConfigError(
+            f"algo.dual_clip must be null (off) or a finite number > 1 (the reference uses 3.0), got {dual!r}"
+        )
     if name == "gspo" and dual is not None:
-        raise ConfigError(f"algo.dual_clip is a token-level option; GSPO clips the sequence ratio and takes null, "
-                          f"got {dual!r}")
+        raise ConfigError(
+            f"algo.dual_clip is a token-level option; GSPO clips the sequence ratio and takes null, got {dual!r}"
+        )
     check_choice(cfg, "algo.minibatch", ("group", "row"))
     check_choice(cfg, "algo.critic", ("separate", "head"))
     for key in ("algo.ppo_epochs", "algo.mini_batch_size"):
@@ -415,8 +448,9 @@ def check_algo(cfg: DictConfig) -> None:
     if _get(cfg, "algo.overlong.enabled"):
         l_max = _get(cfg, "algo.overlong.max_length") or _get(cfg, "algo.max_length")
         if l_max is None:
-            raise ConfigError("algo.overlong.enabled needs algo.overlong.max_length or algo.max_length "
-                              "(L_max, the generation budget)")
+            raise ConfigError(
+                "algo.overlong.enabled needs algo.overlong.max_length or algo.max_length (L_max, the generation budget)"
+            )
         check_positive_int(cfg, "algo.overlong.cache_length", allow_zero=True, maximum=int(l_max))
     if _get(cfg, "algo.dynamic_sampling") is not None:
         if _has(cfg, "algo.dynamic_sampling.max_extra_rollouts"):
@@ -460,10 +494,23 @@ def check_env(cfg: DictConfig) -> None:
     val_fraction = _get(cfg, "env.val_fraction")
     if val_fraction is not None and (not _is_number(val_fraction) or not 0.0 <= val_fraction < 1.0):
         raise ConfigError(f"env.val_fraction must be in [0, 1), got {val_fraction!r}")
-    for key in ("env.size", "env.num_boxes", "env.search_depth", "env.max_nodes", "env.max_turn",
-                "env.max_actions_per_turn", "env.max_actions_per_traj", "env.num_circuits", "env.n_inputs",
-                "env.num_items", "env.oracle_particles", "env.num_seen", "env.num_candidates", "env.max_number",
-                "env.max_target"):
+    for key in (
+        "env.size",
+        "env.num_boxes",
+        "env.search_depth",
+        "env.max_nodes",
+        "env.max_turn",
+        "env.max_actions_per_turn",
+        "env.max_actions_per_traj",
+        "env.num_circuits",
+        "env.n_inputs",
+        "env.num_items",
+        "env.oracle_particles",
+        "env.num_seen",
+        "env.num_candidates",
+        "env.max_number",
+        "env.max_target",
+    ):
         if _has(cfg, key):
             check_positive_int(cfg, key)
     for key in ("env.num_steps", "env.num_numbers", "env.limit"):
@@ -522,19 +569,25 @@ def check_sizes(cfg: DictConfig) -> None:
     and its training memory against this machine's RAM."""
     p, g = _get(cfg, "trainer.prompts_per_iter"), _get(cfg, "trainer.group_size")
     if p * g > MAX_ROWS:
-        raise ConfigError(f"trainer.prompts_per_iter x trainer.group_size = {p} x {g} = {p * g} rows per iteration "
-                          f"exceeds the limit {MAX_ROWS}")
+        raise ConfigError(
+            f"trainer.prompts_per_iter x trainer.group_size = {p} x {g} = {p * g} rows per iteration "
+            f"exceeds the limit {MAX_ROWS}"
+        )
     tokens = estimate_iteration_tokens(cfg)
     if tokens > MAX_ITERATION_TOKENS:
-        raise ConfigError(f"one iteration may generate trainer.prompts_per_iter x trainer.group_size x env.max_turn x "
-                          f"rollout.max_new_tokens = {tokens:,} tokens (about {tokens * 16 / 2**30:.1f} GiB of ids and "
-                          f"log-probs), over the limit {MAX_ITERATION_TOKENS:,}: lower one of them")
+        raise ConfigError(
+            f"one iteration may generate trainer.prompts_per_iter x trainer.group_size x env.max_turn x "
+            f"rollout.max_new_tokens = {tokens:,} tokens (about {tokens * 16 / 2**30:.1f} GiB of ids and "
+            f"log-probs), over the limit {MAX_ITERATION_TOKENS:,}: lower one of them"
+        )
     tiny = _get(cfg, "model.hidden_size") is not None and not _get(cfg, "model.name_or_path")
     if tiny:
         generated = int(_get(cfg, "env.max_turn") or 1) * int(_get(cfg, "rollout.max_new_tokens"))
         if generated > TINY_MAX_POSITIONS:
-            raise ConfigError(f"env.max_turn x rollout.max_new_tokens = {generated} tokens per trajectory exceeds the "
-                              f"tiny model's {TINY_MAX_POSITIONS} positions")
+            raise ConfigError(
+                f"env.max_turn x rollout.max_new_tokens = {generated} tokens per trajectory exceeds the "
+                f"tiny model's {TINY_MAX_POSITIONS} positions"
+            )
         hidden, heads, kv = (_get(cfg, k) for k in ("model.hidden_size", "model.num_heads", "model.num_kv_heads"))
         if hidden % heads:
             raise ConfigError(f"model.hidden_size={hidden} must be divisible by model.num_heads={heads}")
@@ -542,9 +595,11 @@ def check_sizes(cfg: DictConfig) -> None:
             raise ConfigError(f"model.num_heads={heads} must be divisible by model.num_kv_heads={kv}")
         need, ram = estimate_tiny_model_bytes(cfg), _physical_memory()
         if ram and need > ram // 2:
-            raise ConfigError(f"the tiny model (model.vocab_size/hidden_size/intermediate_size/num_layers) needs about "
-                              f"{need / 2**30:.1f} GiB to train, more than half of this machine's "
-                              f"{ram / 2**30:.1f} GiB")
+            raise ConfigError(
+                f"the tiny model (model.vocab_size/hidden_size/intermediate_size/num_layers) needs about "
+                f"{need / 2**30:.1f} GiB to train, more than half of this machine's "
+                f"{ram / 2**30:.1f} GiB"
+            )
 
 
 def check_t3(cfg: DictConfig) -> None:
@@ -561,16 +616,23 @@ def check_t3(cfg: DictConfig) -> None:
 
     env_name = str(_get(cfg, "env.name"))
     builder = getattr(envs, "_REGISTRY", {}).get(env_name)
-    task = (getattr(builder, "task_name", "") or ENV_TASKS.get(env_name)
-            or ENV_TASKS.get(env_name.removesuffix("_small")))
+    task = (
+        getattr(builder, "task_name", "") or ENV_TASKS.get(env_name) or ENV_TASKS.get(env_name.removesuffix("_small"))
+    )
     if not task:
-        t3_envs = sorted({n for n, b in getattr(envs, "_REGISTRY", {}).items() if getattr(b, "task_name", "")}
-                         | set(ENV_TASKS))
-        raise ConfigError(f"t3.enabled=true needs an env with a T3 stall rule ({', '.join(t3_envs)}); "
-                          f"env.name={env_name} has none")
+        t3_envs = sorted(
+            {n for n, b in getattr(envs, "_REGISTRY", {}).items() if getattr(b, "task_name", "")} | set(ENV_TASKS)
+        )
+        raise ConfigError(
+            f"t3.enabled=true needs an env with a T3 stall rule ({', '.join(t3_envs)}); env.name={env_name} has none"
+        )
     try:
-        make_rule(task, k=_get(cfg, "t3.k"), cumulative=_get(cfg, "t3.cumulative"),
-                  outside_trigger=bool(_get(cfg, "t3.outside_trigger") or False))
+        make_rule(
+            task,
+            k=_get(cfg, "t3.k"),
+            cumulative=_get(cfg, "t3.cumulative"),
+            outside_trigger=bool(_get(cfg, "t3.outside_trigger") or False),
+        )
     except ValueError as e:
         raise ConfigError(f"t3: {e}") from None
 
@@ -645,8 +707,8 @@ def check_paths(cfg: DictConfig) -> None:
             from ..models.loading import looks_like_local_path
 
             if not Path(os.path.expanduser(str(value))).exists() and (
-                    looks_like_local_path(str(value)) or key != "env.data_path"
-                    or _get(cfg, "env.name") != "metamathqa"):
+                looks_like_local_path(str(value)) or key != "env.data_path" or _get(cfg, "env.name") != "metamathqa"
+            ):
                 raise MissingPathError(f"{key}={value}: the file does not exist")
     cache = _get(cfg, "model.cache_dir")
     if cache:
@@ -675,8 +737,13 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     seed = _get(cfg, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) >= 2**63:
         raise ConfigError(f"seed must be an integer, got {seed!r}")
-    for key in ("trainer.prompts_per_iter", "trainer.group_size", "trainer.val_levels", "rollout.max_new_tokens",
-                "rollout.chunk_size"):
+    for key in (
+        "trainer.prompts_per_iter",
+        "trainer.group_size",
+        "trainer.val_levels",
+        "rollout.max_new_tokens",
+        "rollout.chunk_size",
+    ):
         check_positive_int(cfg, key)
     for key in ("trainer.total_iterations", "trainer.val_every", "trainer.save_every", "sft.steps", "sft.episodes"):
         check_positive_int(cfg, key, allow_zero=True, maximum=LIMITS.get(key, 10_000_000))
@@ -699,8 +766,14 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     check_group_size(cfg)
     check_env(cfg)
     if _get(cfg, "model") is not None:
-        for key in ("model.vocab_size", "model.hidden_size", "model.intermediate_size", "model.num_layers",
-                    "model.num_heads", "model.num_kv_heads"):
+        for key in (
+            "model.vocab_size",
+            "model.hidden_size",
+            "model.intermediate_size",
+            "model.num_layers",
+            "model.num_heads",
+            "model.num_kv_heads",
+        ):
             if _has(cfg, key) and not _get(cfg, "model.name_or_path"):
                 check_positive_int(cfg, key)
         if _has(cfg, "model.threads"):
@@ -711,8 +784,9 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
         check_positive_int(cfg, "diagnostics.mi.num_pairs")
         dtype = _get(cfg, "diagnostics.mi.dtype")
         if dtype not in (None, "float32", "float64", "bfloat16", "float16"):
-            raise ConfigError(f"diagnostics.mi.dtype must be null, float32, float64, bfloat16 or float16, "
-                              f"got {dtype!r}")
+            raise ConfigError(
+                f"diagnostics.mi.dtype must be null, float32, float64, bfloat16 or float16, got {dtype!r}"
+            )
     if _get(cfg, "sft.noise_kind") not in (None, "uniform", "heuristic"):
         raise ConfigError(f"sft.noise_kind must be 'uniform' or 'heuristic', got {_get(cfg, 'sft.noise_kind')!r}")
     if _get(cfg, "model.name_or_path") is None and _get(cfg, "model.name") not in ("tiny", None):
@@ -731,8 +805,9 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
         from ..diagnostics.cross_scoring import METHODS
 
         if _get(cfg, "diagnostics.mi.method") not in (None, *METHODS):
-            raise ConfigError(f"diagnostics.mi.method must be one of {METHODS}, "
-                              f"got {_get(cfg, 'diagnostics.mi.method')!r}")
+            raise ConfigError(
+                f"diagnostics.mi.method must be one of {METHODS}, got {_get(cfg, 'diagnostics.mi.method')!r}"
+            )
     if _get(cfg, "filter") is not None:
         from ..transforms.snr import validate_filter_config
 

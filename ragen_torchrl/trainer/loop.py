@@ -40,8 +40,15 @@ from ..envs import make_env
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
-from ..transforms.snr import (FilterGuard, ValidationStop, build_filter, group_scores, loss_scale, unfiltered_stats,
-                              validate_filter_config)
+from ..transforms.snr import (
+    FilterGuard,
+    ValidationStop,
+    build_filter,
+    group_scores,
+    loss_scale,
+    unfiltered_stats,
+    validate_filter_config,
+)
 from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
 from .config import ConfigError, check_run_dir, validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
@@ -122,10 +129,12 @@ def iteration_line(step: int, total: int, stats: dict[str, float]) -> str:
     """
     reason = skipped_update_reason(stats)
     update = f"update skipped: {reason}" if reason else f"loss {stats.get('train/loss', float('nan')):+.4f}"
-    return (f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
-            f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
-            f"{update} {stats['timing/total']:.1f}s"
-            + (f" kept {stats['filter/kept_ratio']:.2f}" if "filter/kept_ratio" in stats else ""))
+    return (
+        f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
+        f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
+        f"{update} {stats['timing/total']:.1f}s"
+        + (f" kept {stats['filter/kept_ratio']:.2f}" if "filter/kept_ratio" in stats else "")
+    )
 
 
 class ResumableTensorboardLogger(TensorboardLogger):
@@ -187,9 +196,14 @@ def prepare_model(cfg: DictConfig, env) -> str:
         from .demonstrations import tokenizer_corpus
 
         m = cfg.model
-        tiny = TinyModelConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
-                               intermediate_size=m.intermediate_size, num_layers=m.num_layers,
-                               num_heads=m.num_heads, num_kv_heads=m.num_kv_heads)
+        tiny = TinyModelConfig(
+            vocab_size=m.vocab_size,
+            hidden_size=m.hidden_size,
+            intermediate_size=m.intermediate_size,
+            num_layers=m.num_layers,
+            num_heads=m.num_heads,
+            num_kv_heads=m.num_kv_heads,
+        )
         base = build_tiny_model(tokenizer_corpus(env), tiny, m.cache_dir)
     if cfg.sft.enabled and cfg.sft.steps > 0:
         from .sft import warm_start
@@ -230,8 +244,11 @@ class Trainer:
             # before any model is built: a missing/damaged checkpoint or a refused config
             # change is a config error (exit 2), not a traceback after the warm start
             resume_state, self.resumed_from = load_latest(self.ckpt_dir, what=f"trainer.resume={resume}")
-            check_resume_config(resume_state.get("config") or {}, OmegaConf.to_container(cfg, resolve=True),
-                                allow_changes=bool(cfg.trainer.get("resume_allow_changes", False)))
+            check_resume_config(
+                resume_state.get("config") or {},
+                OmegaConf.to_container(cfg, resolve=True),
+                allow_changes=bool(cfg.trainer.get("resume_allow_changes", False)),
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.model.get("threads"):
             torch.set_num_threads(int(cfg.model.threads))
@@ -252,10 +269,12 @@ class Trainer:
         self.model, self.tokenizer = load_pretrained(self.model_path, cfg.model.device, cfg.model.dtype)
         self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
         rcfg = cfg.rollout
-        self.policy = make_generation_policy(self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens,
-                                             temperature=rcfg.temperature)
-        self.val_policy = make_generation_policy(self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens,
-                                                 temperature=t.val_temperature)
+        self.policy = make_generation_policy(
+            self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=rcfg.temperature
+        )
+        self.val_policy = make_generation_policy(
+            self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=t.val_temperature
+        )
         self.actor = make_logprob_policy(self.model, self.tokenizer)
         a = cfg.algo
         try:
@@ -267,8 +286,9 @@ class Trainer:
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_actor = make_logprob_policy(ref_model, self.tokenizer)
-        self.optimizer = torch.optim.AdamW(self.objective.optimizer_param_groups(float(a.lr)), lr=float(a.lr),
-                                           weight_decay=float(a.weight_decay))
+        self.optimizer = torch.optim.AdamW(
+            self.objective.optimizer_param_groups(float(a.lr)), lr=float(a.lr), weight_decay=float(a.weight_decay)
+        )
         self._refills = 0
 
         # SNR-aware filtering (RAGEN-2 §3.3): runs on the trajectory records before any
@@ -288,9 +308,15 @@ class Trainer:
         mi = cfg.get("diagnostics", {}).get("mi", {})
         self.collapse = None
         if mi.get("enabled", False):
-            self.collapse = CollapseMonitor(self.model, self.tokenizer, num_pairs=int(mi.num_pairs),
-                                            every=int(mi.every), seed=int(cfg.seed),
-                                            method=mi.get("method") or "auto", dtype=mi.get("dtype"))
+            self.collapse = CollapseMonitor(
+                self.model,
+                self.tokenizer,
+                num_pairs=int(mi.num_pairs),
+                every=int(mi.every),
+                seed=int(cfg.seed),
+                method=mi.get("method") or "auto",
+                dtype=mi.get("dtype"),
+            )
 
         self.iteration = 0
         self.history: list[dict[str, float]] = []
@@ -320,8 +346,14 @@ class Trainer:
             t3 = cfg.get("t3") or {}
             # training env only: validation always runs untruncated
             try:
-                env = env.append_transform(T3Truncation(cfg.env.name, k=t3.get("k"), cumulative=t3.get("cumulative"),
-                                                        outside_trigger=bool(t3.get("outside_trigger") or False)))
+                env = env.append_transform(
+                    T3Truncation(
+                        cfg.env.name,
+                        k=t3.get("k"),
+                        cumulative=t3.get("cumulative"),
+                        outside_trigger=bool(t3.get("outside_trigger") or False),
+                    )
+                )
             except ValueError as e:
                 raise ConfigError(f"t3: {e}") from e
         self._train_envs[num_groups] = env
@@ -389,8 +421,9 @@ class Trainer:
                     continue
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.objective.trainable_parameters(),
-                                                           float(a.max_grad_norm) or float("inf"))
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.objective.trainable_parameters(), float(a.max_grad_norm) or float("inf")
+                )
                 if not torch.isfinite(grad_norm):
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
@@ -442,8 +475,12 @@ class Trainer:
         batch = attach_training_data(batch, behaviour)
         if self.ref_actor is not None:
             ref = compute_behaviour_log_probs(self.ref_actor, batch)
-            batch = lazy_stack([row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
-                                for row, r in zip(batch.unbind(0), ref.unbind(0))])
+            batch = lazy_stack(
+                [
+                    row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
+                    for row, r in zip(batch.unbind(0), ref.unbind(0))
+                ]
+            )
         batch = self.objective.prepare(batch)
         if scale != 1.0:
             batch = scale_advantages(batch, scale)
@@ -458,8 +495,16 @@ class Trainer:
         parts = []
         for s in range(0, num_groups, self.P):
             part = seeds[s : s + self.P]  # the last part may hold fewer than P groups
-            parts.append(collect_rollouts(self._train_env(len(part)), self.policy, part, self.G,
-                                          chunk_size=int(self.cfg.rollout.chunk_size), group_offset=s))
+            parts.append(
+                collect_rollouts(
+                    self._train_env(len(part)),
+                    self.policy,
+                    part,
+                    self.G,
+                    chunk_size=int(self.cfg.rollout.chunk_size),
+                    group_offset=s,
+                )
+            )
         return self.objective.shape_rewards(lazy_stack([r for p in parts for r in p.unbind(0)]))
 
     def train_iteration(self) -> dict[str, float]:
@@ -472,8 +517,9 @@ class Trainer:
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
         stats["timing/rollout"] = t_rollout
         # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start
-        stats["rollout/env_errors_total"] = float(sum(
-            getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values()))
+        stats["rollout/env_errors_total"] = float(
+            sum(getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values())
+        )
         if self.t3_enabled:
             from ..transforms.t3 import t3_token_stats
 
@@ -527,7 +573,9 @@ class Trainer:
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
         stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
-        stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(("masks", "all_assistant_mask"), as_list=True)))
+        stats["train/assistant_tokens"] = float(
+            sum(int(m.sum()) for m in behaviour.get(("masks", "all_assistant_mask"), as_list=True))
+        )
         stats["timing/update"] = t_update
         stats["timing/total"] = time.time() - t0
         return stats
@@ -539,8 +587,12 @@ class Trainer:
             "iteration": self.iteration,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
             "history": self.history,
             "guard": self.guard.state_dict(),
             "val_stop": self.val_stop.state_dict(),
@@ -596,8 +648,11 @@ class Trainer:
         val_start = None
         if self.iteration == 0:
             val_start = self.validate(step=0)
-            print(f"[val] iteration 0: success {val_start['success']:.3f} ± {val_start['success_stderr']:.3f}, "
-                  f"return {val_start['reward_mean']:.3f}, format-valid {val_start['format_valid']:.3f}", flush=True)
+            print(
+                f"[val] iteration 0: success {val_start['success']:.3f} ± {val_start['success_stderr']:.3f}, "
+                f"return {val_start['reward_mean']:.3f}, format-valid {val_start['format_valid']:.3f}",
+                flush=True,
+            )
         val_end = val_start
         while self.iteration < total:
             stats = self.train_iteration()
@@ -621,12 +676,22 @@ class Trainer:
         if total > 0:
             val_end = self.validate(step=self.iteration, stop_rule=False)
         self.logger.experiment.flush()
-        summary = {"val_start": val_start, "val_end": val_end, "seconds": time.time() - t_start,
-                   "iterations": total, "run_dir": str(self.run_dir)}
+        summary = {
+            "val_start": val_start,
+            "val_end": val_end,
+            "seconds": time.time() - t_start,
+            "iterations": total,
+            "run_dir": str(self.run_dir),
+        }
         if val_start is not None and val_end is not None:
-            print(f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
-                  f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
-                  f"({val_end.get('num_trajectories', 0):.0f} levels, {summary['seconds']:.0f}s)", flush=True)
+            print(
+                f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
+                f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
+                f"({val_end.get('num_trajectories', 0):.0f} levels, {summary['seconds']:.0f}s)",
+                flush=True,
+            )
         elif val_end is not None:
-            print(f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}", flush=True)
+            print(
+                f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}", flush=True
+            )
         return summary

@@ -123,8 +123,13 @@ def warm_start(base_path: str, env, sft_cfg: dict, cache_dir: str, device: str =
         log.info("warm start: using cached model %s", target)
         return str(target)
     model, tokenizer = load_pretrained(base_path, device=device, dtype=dtype)
-    demos = make_demonstrations(env, int(sft_cfg["episodes"]), noise=float(sft_cfg["noise"]),
-                                noise_kind=str(sft_cfg.get("noise_kind", "uniform")), seed=int(sft_cfg["seed"]))
+    demos = make_demonstrations(
+        env,
+        int(sft_cfg["episodes"]),
+        noise=float(sft_cfg["noise"]),
+        noise_kind=str(sft_cfg.get("noise_kind", "uniform")),
+        seed=int(sft_cfg["seed"]),
+    )
     log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
     with torch.random.fork_rng():
         torch.manual_seed(int(sft_cfg["seed"]))

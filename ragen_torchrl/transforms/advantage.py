@@ -77,8 +77,15 @@ class GroupAdvantage(RecordTransform):
         torch.Size([2, 1, 1])
     """
 
-    def __init__(self, *, scale: str = "std", eps: float = 1e-6, return_key="episode_return",
-                 group_key="group_id", advantage_key="advantage") -> None:
+    def __init__(
+        self,
+        *,
+        scale: str = "std",
+        eps: float = 1e-6,
+        return_key="episode_return",
+        group_key="group_id",
+        advantage_key="advantage",
+    ) -> None:
         super().__init__(in_keys=[return_key, group_key], out_keys=[advantage_key])
         group_advantage(torch.zeros(1), torch.zeros(1), scale=scale)  # validate early
         self.scale, self.eps = scale, eps

@@ -69,8 +69,15 @@ class OverlongPenalty(RecordTransform):
         [1.0, 0.25]
     """
 
-    def __init__(self, max_length: int, cache_length: int, *, length_key="num_tokens",
-                 return_key="episode_return", penalty_key="overlong_penalty") -> None:
+    def __init__(
+        self,
+        max_length: int,
+        cache_length: int,
+        *,
+        length_key="num_tokens",
+        return_key="episode_return",
+        penalty_key="overlong_penalty",
+    ) -> None:
         _check_lengths(max_length, cache_length)
         super().__init__(in_keys=[length_key, return_key], out_keys=[return_key, penalty_key])
         self.max_length, self.cache_length = int(max_length), int(cache_length)

@@ -608,9 +608,7 @@ class SNRFilter(Transform):
         return self.filter(tensordict)
 
     def forward(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        if self.filter_on_forward is False or (
-            self.filter_on_forward is None and self._used_at_write_time
-        ):
+        if self.filter_on_forward is False or (self.filter_on_forward is None and self._used_at_write_time):
             return tensordict
         return self.filter(tensordict)
 
@@ -747,8 +745,11 @@ class FilterGuard:
         patience: int = 10,
         ratio: float = 0.1,
     ):
-        for name, got, low in (("max_consecutive_empty", max_consecutive_empty, 0),
-                               ("warmup", warmup, 1), ("patience", patience, 1)):
+        for name, got, low in (
+            ("max_consecutive_empty", max_consecutive_empty, 0),
+            ("warmup", warmup, 1),
+            ("patience", patience, 1),
+        ):
             if isinstance(got, bool) or not isinstance(got, int) or got < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {got!r}")
         if not isinstance(collapse_stop, bool):
@@ -806,9 +807,7 @@ class FilterGuard:
                     self.base_std = sum(self._warmup_values) / self.warmup
             self._window.append(std)
             limit = self.ratio * self.base_std if self.base_std else None
-            if limit is not None and len(self._window) == self.patience and all(
-                v < limit for v in self._window
-            ):
+            if limit is not None and len(self._window) == self.patience and all(v < limit for v in self._window):
                 reason = (
                     f"reward_variance_collapse: in-group std below {self.ratio} x base "
                     f"({self.base_std:.4g}) for {self.patience} consecutive non-empty iterations"
@@ -920,10 +919,7 @@ class ValidationStop:
         self.consecutive_low = self.consecutive_low + 1 if success < self.threshold else 0
         if not self.enabled or self.consecutive_low < self.patience:
             return None
-        reason = (
-            f"validation_success: below {self.threshold:g} for {self.consecutive_low} "
-            f"consecutive validations"
-        )
+        reason = f"validation_success: below {self.threshold:g} for {self.consecutive_low} consecutive validations"
         if self.stop_reason is None:
             self.stop_reason = reason
         return reason

@@ -208,8 +208,9 @@ class T3Truncation(Transform):
     # -- specs -----------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         for key in ("truncated_by_t3", "t3_rule_fired"):
-            observation_spec[key] = Bounded(0, 1, shape=observation_spec.shape, dtype=torch.bool,
-                                            device=observation_spec.device)
+            observation_spec[key] = Bounded(
+                0, 1, shape=observation_spec.shape, dtype=torch.bool, device=observation_spec.device
+            )
         return observation_spec
 
     # -- reset/step --------------------------------------------------------------------
@@ -307,7 +308,9 @@ class T3Truncation(Transform):
         next_tensordict.set(("history", "prompt"), lazy_stack(histories))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError("T3Truncation is an env transform (it needs the env's per-step data); use it in a TransformedEnv")
+        raise RuntimeError(
+            "T3Truncation is an env transform (it needs the env's per-step data); use it in a TransformedEnv"
+        )
 
 
 def _task_name(name: str) -> str:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 __all__ = [
     "AnyRule",
@@ -96,8 +96,7 @@ class StallRule(ABC):
         return fire
 
     @abstractmethod
-    def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
-        ...
+    def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool: ...
 
 
 class ShrinkStallRule(StallRule):
@@ -304,7 +303,7 @@ class EstimateDriftRule(StallRule):
             self.steps.append(0.0)  # no new estimate: the belief did not move
         if len(self.steps) < self.window:
             return False
-        recent = self.steps[-self.window:]
+        recent = self.steps[-self.window :]
         return sum(recent) / len(recent) < self.threshold
 
 
@@ -385,9 +384,7 @@ def make_rule(
     defaults = PAPER_DEFAULTS[task]
     kk = defaults["k"] if k is None else int(k)
     if cumulative is not None and task not in ("GuessNumbers", "CircuitDecoding"):
-        raise ValueError(
-            f"cumulative applies to GuessNumbers and CircuitDecoding only, not {task}"
-        )
+        raise ValueError(f"cumulative applies to GuessNumbers and CircuitDecoding only, not {task}")
     if unsupervised and task != "MovieRecommendation":
         raise ValueError(f"unsupervised applies to MovieRecommendation only, not {task}")
     if outside_trigger and task != "GuessNumbers":

@@ -411,21 +411,15 @@ class CircuitDecodingGame(InteractiveGame):
         name = m.group("name")
         if name is None or name == "*" or name.upper() == "ALL":
             # reference rule: one circuit per query (reading all of them at once is not allowed)
-            return self._invalid(
-                query, f"name one circuit ({', '.join(self.names)}) per query, e.g. {example}."
-            )
+            return self._invalid(query, f"name one circuit ({', '.join(self.names)}) per query, e.g. {example}.")
         if name.upper() in self.names:
             idxs = [self.names.index(name.upper())]
         else:
-            return self._invalid(
-                query, f"unknown circuit {name!r}; the circuits are {', '.join(self.names)}."
-            )
+            return self._invalid(query, f"unknown circuit {name!r}; the circuits are {', '.join(self.names)}.")
         before = self.hypothesis_size
         k = self.assignments.index(bits)
         circuits = tuple(self.names[i] for i in idxs)
-        repeated = any(
-            b == bits and set(circuits) <= set(c) for c, b in self.queries
-        )
+        repeated = any(b == bits and set(circuits) <= set(c) for c, b in self.queries)
         self.queries.append((circuits, bits))
         outputs: dict[str, int] = {}
         for i in idxs:

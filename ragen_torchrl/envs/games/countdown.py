@@ -158,9 +158,7 @@ def _tokenize(text: str) -> list[tuple[str, Any]]:
     return tokens
 
 
-def evaluate_expression(
-    text: str, numbers: Iterable[int], target: int | None = None
-) -> tuple[Fraction, list[int]]:
+def evaluate_expression(text: str, numbers: Iterable[int], target: int | None = None) -> tuple[Fraction, list[int]]:
     """Evaluate a Countdown equation exactly.
 
     Accepts integer literals, ``+ - * /`` (also ``×``, ``÷`` and the unicode minus),
@@ -507,7 +505,9 @@ def read_records(path: str | os.PathLike, expected: str) -> list[tuple[int, dict
             try:
                 pairs.append((i, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}, line {i}: invalid JSON ({exc.msg}); expected an object with {expected}") from None
+                raise ValueError(
+                    f"{path}, line {i}: invalid JSON ({exc.msg}); expected an object with {expected}"
+                ) from None
     for i, rec in pairs:
         if not isinstance(rec, dict):
             raise ValueError(f"{path}, line {i}: expected a JSON object with {expected}, got {type(rec).__name__}")
@@ -525,8 +525,7 @@ def _read_parquet(path: str) -> list[dict]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ImportError(
-            f"{path}: reading parquet needs pandas or pyarrow (pip install pyarrow), "
-            f"or convert the file to JSON lines"
+            f"{path}: reading parquet needs pandas or pyarrow (pip install pyarrow), or convert the file to JSON lines"
         ) from None
     return pq.read_table(path).to_pylist()
 

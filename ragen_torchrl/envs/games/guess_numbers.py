@@ -185,9 +185,7 @@ class InteractiveGame(TextGame):
             reward, info = self.answer(payload)
             return reward, True, info
         before = self.progress()
-        feedback = (
-            "Invalid action: use 'interact:<query>' to ask or 'answer:<answer>' to finish."
-        )
+        feedback = "Invalid action: use 'interact:<query>' to ask or 'answer:<answer>' to finish."
         if not self.done:
             self.turn += 1
             self.transcript.append((text.strip(), feedback))
@@ -234,9 +232,7 @@ def is_valid_code(code: object) -> bool:
 
 
 def _fb(secret: str, guess: str) -> tuple[int, int]:
-    a = (secret[0] == guess[0]) + (secret[1] == guess[1]) + (secret[2] == guess[2]) + (
-        secret[3] == guess[3]
-    )
+    a = (secret[0] == guess[0]) + (secret[1] == guess[1]) + (secret[2] == guess[2]) + (secret[3] == guess[3])
     common = len(set(secret) & set(guess))
     return a, common - a
 
@@ -317,7 +313,7 @@ def _parse_code(text: str) -> str | None:
         ('1234', None, None)
     """
     text = text if isinstance(text, str) else ""
-    body = text[_GUESS_RE.match(text).end():].strip()
+    body = text[_GUESS_RE.match(text).end() :].strip()
     body = re.sub(r"[\s,;\-\[\]\(\)\"'`.]", "", body)
     return body if is_valid_code(body) else None
 
@@ -381,9 +377,7 @@ class GuessNumbersGame(InteractiveGame):
         before = len(self.hypotheses)
         guess = _parse_code(query)
         if guess is None:
-            feedback_text = (
-                f"Invalid query {query!r}: a guess must be 4 distinct digits, for example 0123."
-            )
+            feedback_text = f"Invalid query {query!r}: a guess must be 4 distinct digits, for example 0123."
             return feedback_text, {
                 "valid": False,
                 "guess": None,

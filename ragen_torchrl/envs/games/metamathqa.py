@@ -79,7 +79,7 @@ def _unwrap_boxed(s: str) -> str:
                 depth -= 1
             j += 1
         if depth == 0:
-            return s[i:j - 1]
+            return s[i : j - 1]
     return s
 
 
@@ -161,9 +161,9 @@ def extract_answer(response: str) -> str | None:
         m = list(re.finditer(r"the answer is:?", response, re.IGNORECASE))
         if not m:
             return None
-        ans = response[m[-1].end():]
+        ans = response[m[-1].end() :]
     else:
-        ans = response[idx + len(ANSWER_MARKER):]
+        ans = response[idx + len(ANSWER_MARKER) :]
     ans = ans.strip()
     return ans or None
 
@@ -247,7 +247,7 @@ class MetaMathQAGame(TextGame):
             self._done = True
             self._success = True
             self._last_wrong = False
-            return 1.0 / (2 ** attempt), True, {"success": True, "action_is_effective": effective}
+            return 1.0 / (2**attempt), True, {"success": True, "action_is_effective": effective}
         self._last_wrong = True
         if self.attempt >= self.max_attempts:
             self._done = True
@@ -284,10 +284,7 @@ class MetaMathQAGame(TextGame):
 
 
 # --------------------------------------------------------------------------- data
-_EXPECTED = (
-    "fields 'query' and 'response' (the final answer after 'The answer is: '), "
-    "or 'question' and 'answer'"
-)
+_EXPECTED = "fields 'query' and 'response' (the final answer after 'The answer is: '), or 'question' and 'answer'"
 _LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
 
 
@@ -308,7 +305,9 @@ def _record_to_problem(rec: dict, where: str) -> MathProblem:
     return MathProblem(question.strip(), answer)
 
 
-def load_metamathqa(path_or_name: str | os.PathLike, split: str = "train", limit: int | None = None) -> list[MathProblem]:
+def load_metamathqa(
+    path_or_name: str | os.PathLike, split: str = "train", limit: int | None = None
+) -> list[MathProblem]:
     """Load MetaMathQA-style problems.
 
     Args:
@@ -328,11 +327,7 @@ def load_metamathqa(path_or_name: str | os.PathLike, split: str = "train", limit
     """
     src = os.fspath(path_or_name)
     problems: list[MathProblem] = []
-    looks_local = (
-        os.path.exists(src)
-        or src.lower().endswith(_LOCAL_SUFFIXES)
-        or src.startswith((".", "~", os.sep))
-    )
+    looks_local = os.path.exists(src) or src.lower().endswith(_LOCAL_SUFFIXES) or src.startswith((".", "~", os.sep))
     if looks_local:
         src = os.path.expanduser(src)
         for line, rec in read_records(src, _EXPECTED):

@@ -70,12 +70,44 @@ __all__ = [
 Catalog = list[dict[str, Any]]
 
 _ADJECTIVES = (
-    "Silent", "Crimson", "Hidden", "Broken", "Golden", "Last", "Midnight", "Frozen", "Wild",
-    "Lost", "Electric", "Distant", "Secret", "Burning", "Quiet", "Velvet", "Iron", "Paper",
+    "Silent",
+    "Crimson",
+    "Hidden",
+    "Broken",
+    "Golden",
+    "Last",
+    "Midnight",
+    "Frozen",
+    "Wild",
+    "Lost",
+    "Electric",
+    "Distant",
+    "Secret",
+    "Burning",
+    "Quiet",
+    "Velvet",
+    "Iron",
+    "Paper",
 )
 _NOUNS = (
-    "River", "Empire", "Garden", "Signal", "Horizon", "Mirror", "Harbor", "Machine", "Forest",
-    "Letter", "Voyage", "Kingdom", "Shadow", "Orchard", "Comet", "Lantern", "Island", "Echo",
+    "River",
+    "Empire",
+    "Garden",
+    "Signal",
+    "Horizon",
+    "Mirror",
+    "Harbor",
+    "Machine",
+    "Forest",
+    "Letter",
+    "Voyage",
+    "Kingdom",
+    "Shadow",
+    "Orchard",
+    "Comet",
+    "Lantern",
+    "Island",
+    "Echo",
 )
 
 
@@ -93,9 +125,7 @@ def generate_catalog(seed: int = 0, num_items: int = 50, dim: int = 4) -> Catalo
         base = names[i % len(names)]
         rnd = i // len(names)
         titles.append(base if rnd == 0 else f"{base} {rnd + 1}")
-    return [
-        {"title": t, "attributes": [round(rng.random(), 2) for _ in range(dim)]} for t in titles
-    ]
+    return [{"title": t, "attributes": [round(rng.random(), 2) for _ in range(dim)]} for t in titles]
 
 
 _FIELDS_HINT = "expected fields 'title' (text) and 'attributes' (a list of numbers)"
@@ -246,9 +276,7 @@ class MovieRecommendationGame(InteractiveGame):
     ) -> None:
         super().__init__(max_turns)
         if estimate_source not in self.ESTIMATE_SOURCES:
-            raise ValueError(
-                f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}"
-            )
+            raise ValueError(f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}")
         self.catalog = [{"title": c["title"], "attributes": [float(a) for a in c["attributes"]]} for c in catalog]
         self.dim = len(self.catalog[0]["attributes"])
         if len(preference) != self.dim or norm(preference) == 0:
@@ -292,9 +320,7 @@ class MovieRecommendationGame(InteractiveGame):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         catalog = generate_catalog(0) if catalog is None else catalog
         if num_seen + num_candidates > len(catalog):
-            raise ValueError(
-                f"catalog has {len(catalog)} movies, fewer than num_seen + num_candidates"
-            )
+            raise ValueError(f"catalog has {len(catalog)} movies, fewer than num_seen + num_candidates")
         dim = len(catalog[0]["attributes"])
         rng = random.Random(f"MovieRecommendation/{split}/{int(seed)}")
         picks = rng.sample(range(len(catalog)), num_seen + num_candidates)
@@ -398,7 +424,10 @@ class MovieRecommendationGame(InteractiveGame):
         agent = self.estimate_source == "agent"
         if pair is None:
             return "Estimate recorded.", self._info(
-                True, query_type="estimate", estimate_reported=True, estimate_updated=agent,
+                True,
+                query_type="estimate",
+                estimate_reported=True,
+                estimate_updated=agent,
                 action_is_effective=True,
             )
         a, b = pair

@@ -120,7 +120,7 @@ def split_estimate(query: str) -> tuple[str, str | None]:
     if not m:
         return (query or "").strip(), None
     body = query[: m.start()].strip().rstrip(";,").strip()
-    return body, query[m.end():].strip()
+    return body, query[m.end() :].strip()
 
 
 _COMPARE_RE = re.compile(
@@ -196,9 +196,7 @@ def pair_answer(u_first: float, u_second: float, tol: float = EQUAL_TOL) -> str:
     return "Yes" if u_first > u_second else "No"
 
 
-def comparison_estimate(
-    items: Sequence[Sequence[float]], comparisons: Sequence[tuple[int, int]]
-) -> Vector | None:
+def comparison_estimate(items: Sequence[Sequence[float]], comparisons: Sequence[tuple[int, int]]) -> Vector | None:
     """Closed-form estimate from ``(winner, loser)`` index pairs (0-based):
     ``normalise(sum unit(x_w - x_l))``; ``None`` without comparisons."""
     if not comparisons:
@@ -306,9 +304,7 @@ class PreferencePosterior:
         """How many particles prefer ``a`` over ``b`` (0-based)."""
         return sum(1 for u in self._utils if u[a] > u[b])
 
-    def best_pair(
-        self, candidates: Sequence[tuple[int, int]], max_eval: int = 250
-    ) -> tuple[int, int] | None:
+    def best_pair(self, candidates: Sequence[tuple[int, int]], max_eval: int = 250) -> tuple[int, int] | None:
         """The pair that splits the particles most evenly (ties: first); at most
         ``max_eval`` evenly spaced particles are scored."""
         utils = self._utils
@@ -357,9 +353,7 @@ class PreferenceEstimationGame(InteractiveGame):
         #: ``v*`` is known to be non-negative (told to the agent, used by the demonstrator's prior)
         self.nonnegative = bool(nonnegative)
         if estimate_source not in self.ESTIMATE_SOURCES:
-            raise ValueError(
-                f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}"
-            )
+            raise ValueError(f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}")
         if len(items) < 2:
             raise ValueError("need at least two items")
         self.items = [[float(a) for a in x] for x in items]
@@ -464,9 +458,7 @@ class PreferenceEstimationGame(InteractiveGame):
         if body:
             parsed = self._parse_ids(parse_pair(body))
             if isinstance(parsed, str):
-                return self._invalid(
-                    query, parsed + ", e.g. 'Would you prefer item 1 over item 2? estimate: ...'."
-                )
+                return self._invalid(query, parsed + ", e.g. 'Would you prefer item 1 over item 2? estimate: ...'.")
             ids = parsed
         elif est is None:
             return self._invalid(
@@ -542,9 +534,7 @@ class PreferenceEstimationGame(InteractiveGame):
 
     def _oracle_pair(self) -> tuple[int, int] | None:
         n = len(self.items)
-        pairs = [
-            (a, b) for a in range(n) for b in range(a + 1, n) if frozenset((a, b)) not in self.asked
-        ]
+        pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if frozenset((a, b)) not in self.asked]
         return self.posterior().best_pair(pairs) if pairs else None
 
     def oracle_action(self) -> str:

@@ -187,8 +187,14 @@ class HFJudge:
         (True, False)
     """
 
-    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 4, prompt: str = JUDGE_PROMPT,
-                 max_question_chars: int = 500):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_new_tokens: int = 4,
+        prompt: str = JUDGE_PROMPT,
+        max_question_chars: int = 500,
+    ):
         if isinstance(max_question_chars, bool) or not isinstance(max_question_chars, int) or max_question_chars < 1:
             raise ValueError(f"max_question_chars must be a positive integer, got {max_question_chars!r}")
         self.model = model
@@ -216,10 +222,8 @@ class HFJudge:
         pad = getattr(self.tokenizer, "pad_token_id", None)
         if pad is None:
             pad = getattr(self.tokenizer, "eos_token_id", None)
-        out = self.model.generate(
-            **enc, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=pad
-        )
-        new_tokens = out[0][enc["input_ids"].shape[1]:]
+        out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=pad)
+        new_tokens = out[0][enc["input_ids"].shape[1] :]
         return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
 
     def judge(self, puzzle: Puzzle, question: str) -> str:
@@ -298,8 +302,7 @@ PUZZLES: tuple[Puzzle, ...] = (
         "parachute",
         "A man lies dead in the middle of an open field. Next to him is an unopened package. "
         "There are no footprints around him and nobody else is nearby.",
-        "The man jumped out of a plane, but his parachute did not open. The unopened package is "
-        "the parachute.",
+        "The man jumped out of a plane, but his parachute did not open. The unopened package is the parachute.",
         (
             _F("parachute", True, "Is the package a parachute?"),
             _F("plane|aircraft|airplane|helicopter", True, "Did he come from a plane?"),
@@ -360,14 +363,12 @@ PUZZLES: tuple[Puzzle, ...] = (
             _F("twin", False, "Are they twins?"),
             _F("adopt", False, "Was one of them adopted?"),
             _F("brother|sibling", True, "Are they brothers?"),
-            _F("third|another|more, baby|child|children|sibling", True,
-               "Was a third baby born at the same time?"),
+            _F("third|another|more, baby|child|children|sibling", True, "Was a third baby born at the same time?"),
         ),
     ),
     Puzzle(
         "balloon",
-        "A man is found dead in the desert holding half of a matchstick. There are no tracks "
-        "around him.",
+        "A man is found dead in the desert holding half of a matchstick. There are no tracks around him.",
         "He was travelling in a hot air balloon that was losing height. The passengers drew "
         "matchsticks to choose who would jump out to lighten it, and he drew the short half.",
         (
@@ -409,8 +410,7 @@ PUZZLES: tuple[Puzzle, ...] = (
     ),
     Puzzle(
         "friday",
-        "A cowboy rides into town on Friday. He stays for three days and then rides out of town on "
-        "Friday.",
+        "A cowboy rides into town on Friday. He stays for three days and then rides out of town on Friday.",
         "The cowboy's horse is named Friday.",
         (
             _F("horse", True, "Is Friday the name of his horse?"),
@@ -436,10 +436,8 @@ PUZZLES: tuple[Puzzle, ...] = (
     ),
     Puzzle(
         "baseball",
-        "A man leaves home, turns left three times and returns home, where a man in a mask is "
-        "waiting for him.",
-        "He is a baseball player running around the bases back to home plate, and the man in the "
-        "mask is the catcher.",
+        "A man leaves home, turns left three times and returns home, where a man in a mask is waiting for him.",
+        "He is a baseball player running around the bases back to home plate, and the man in the mask is the catcher.",
         (
             _F("baseball|game|sport", True, "Is it a game of baseball?"),
             _F("catcher", True, "Is the masked man the catcher?"),
@@ -465,8 +463,7 @@ PUZZLES: tuple[Puzzle, ...] = (
     ),
     Puzzle(
         "window_cleaner",
-        "A man jumps out of a window of a twenty-storey building. He lands on the ground without "
-        "any injury.",
+        "A man jumps out of a window of a twenty-storey building. He lands on the ground without any injury.",
         "He was cleaning the windows from the inside and jumped out of a ground floor window.",
         (
             _F("ground|first|bottom", True, "Did he jump from the ground floor?"),
@@ -572,8 +569,7 @@ PUZZLES: tuple[Puzzle, ...] = (
         "polar_bear",
         "A woman builds a house in which every window faces south. A bear walks past the house. "
         "What colour is the bear?",
-        "The house is at the North Pole, so every window faces south and the bear is a white "
-        "polar bear.",
+        "The house is at the North Pole, so every window faces south and the bear is a white polar bear.",
         (
             _F("north|pole|arctic", True, "Is the house at the North Pole?"),
             _F("south, pole|antarctic", False, "Is the house at the South Pole?"),

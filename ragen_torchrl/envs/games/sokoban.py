@@ -185,6 +185,7 @@ def _min_assignment(boxes: Sequence[tuple[int, int]], targets: Sequence[tuple[in
 
     Exact (over permutations) up to 6 boxes; beyond that each box takes its nearest target.
     """
+
     def dist(a, b):
         return abs(a[0] - b[0]) + abs(a[1] - b[1])
 
@@ -285,7 +286,7 @@ def _reverse_play(
                 p2 = nbr[p1][d]  # ... and steps away, pulling the box onto p1
                 if p2 < 0 or boxmask >> p2 & 1:
                     continue
-                nb = boxes[:i] + (p1,) + boxes[i + 1:]
+                nb = boxes[:i] + (p1,) + boxes[i + 1 :]
                 children.append((p2, nb, i, swaps + (i != last), depth + 1))
         rng.shuffle(children)
         stack.extend(children)
@@ -414,8 +415,13 @@ class SokobanGame(TextGame):
         return r * width + c
 
     def _setup(
-        self, height: int, width: int, walls: bytes, targets: frozenset[int],
-        boxes: frozenset[int], player: int,
+        self,
+        height: int,
+        width: int,
+        walls: bytes,
+        targets: frozenset[int],
+        boxes: frozenset[int],
+        player: int,
     ) -> None:
         if len(boxes) < 1 or len(boxes) != len(targets):
             raise ValueError(
@@ -464,9 +470,7 @@ class SokobanGame(TextGame):
         width = len(lines[0])
         for i, ln in enumerate(lines):
             if len(ln) != width:
-                raise ValueError(
-                    f"Sokoban level is not rectangular: row 0 has {width} cells, row {i} has {len(ln)}"
-                )
+                raise ValueError(f"Sokoban level is not rectangular: row 0 has {width} cells, row {i} has {len(ln)}")
         height = len(lines)
         walls = bytearray(height * width)
         targets, boxes, players = set(), set(), []
@@ -491,8 +495,7 @@ class SokobanGame(TextGame):
                     targets.add(p)
                 else:
                     raise ValueError(
-                        f"Sokoban level has an unknown symbol {ch!r} at row {r}, col {c}; "
-                        f"expected one of # _ O X √ P S"
+                        f"Sokoban level has an unknown symbol {ch!r} at row {r}, col {c}; expected one of # _ O X √ P S"
                     )
         if len(players) != 1:
             raise ValueError(f"Sokoban level needs exactly one player (P or S), found {len(players)}")
@@ -644,8 +647,13 @@ class SokobanGame(TextGame):
         visited states (or the level is unsolvable)."""
         live = _live_mask(self.height, self.width, self._walls, self.targets)
         plan = _bfs_plan(
-            self._nbr, self.height * self.width, self.player, self._mask_boxes(),
-            self._target_mask, live, max_nodes,
+            self._nbr,
+            self.height * self.width,
+            self.player,
+            self._mask_boxes(),
+            self._target_mask,
+            live,
+            max_nodes,
         )
         return None if plan is None else [ACTIONS[d] for d in plan]
 
