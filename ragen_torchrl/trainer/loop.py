@@ -40,18 +40,12 @@ from ..envs import make_env
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
-from ..transforms.snr import (
-    FilterGuard,
-    ValidationStop,
-    build_filter,
-    group_scores,
-    loss_scale,
-    unfiltered_stats,
-    validate_filter_config,
-)
+from ..transforms.group_selection import group_scores
+from ..transforms.snr import build_filter, validate_filter_config
 from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
 from .config import ConfigError, check_run_dir, validate_config
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
+from .stops import FilterGuard, ValidationStop, loss_scale, unfiltered_stats
 
 log = logging.getLogger(__name__)
 

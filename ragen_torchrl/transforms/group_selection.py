@@ -1,0 +1,399 @@
+"""Pure group statistics and group selection for SNR-aware filtering (RAGEN-2, arXiv 2604.06268, §3.3).
+
+* :func:`group_scores` -- one score per prompt group from per-trajectory values (reward std or
+  variance, or an ablation metric).
+* :func:`select_groups` -- which groups to keep, given one score per group (top-p linear or
+  softmax, top-k, top-k absolute, min-p).
+* :func:`check_filter_value` -- the valid range of a strategy's ``value``.
+
+No TorchRL here: :class:`~ragen_torchrl.transforms.snr.SNRFilter` (a transform) and
+:class:`~ragen_torchrl.data.group_sampler.TopVarianceGroupSampler` (a sampler) wrap these, and the
+trainer's stop rules (:mod:`ragen_torchrl.trainer.stops`) read the same statistics.
+
+Example:
+    >>> import torch
+    >>> ids, rv = group_scores(torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), "reward_variance")
+    >>> ids.tolist(), rv.tolist(), select_groups(rv, strategy="top_p", value=0.9).tolist()
+    ([0, 1], [0.5, 0.0], [0])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "STRATEGIES",
+    "MODES",
+    "METRICS",
+    "ENTROPY_METRICS",
+    "check_filter_value",
+    "select_groups",
+    "group_scores",
+]
+
+STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p")
+MODES = ("linear", "softmax")
+METRICS = (
+    "reward_std",
+    "reward_variance",
+    "reward_mean",
+    "entropy",
+    "entropy_std",
+    "entropy_variance",
+    "length",
+)
+#: Metrics read from the per-trajectory entropy column (``entropy_key``, default ``"entropy"``).
+ENTROPY_METRICS = ("entropy", "entropy_std", "entropy_variance")
+
+# A group whose score is within this of 0 counts as "zero" (no signal). Matches the reference
+# implementation, and is far below any reward scale we use, so float round-off of a constant
+# group's std (~1e-17) is classed as zero while a genuine 1e-6 std is not.
+_ZERO_TOL = 1e-10
+# int(0.29 * 100) == 28 in floating point; this nudge makes top_k keep the 29 groups the user means.
+_FLOOR_TOL = 1e-9
+
+
+# --------------------------------------------------------------------------------------------
+# selection
+# --------------------------------------------------------------------------------------------
+def _check_choice(name: str, got: Any, valid: Sequence[str]) -> None:
+    if got not in valid:
+        raise ValueError(f"unknown {name} {got!r}; valid options: {', '.join(valid)}")
+
+
+def _check_number(name: str, got: Any, *, minimum: float | None = 0.0) -> float:
+    # bool is an int subclass: reject it so that `value: true` in a YAML file is an error.
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        raise ValueError(f"{name} must be a number, got {got!r}")
+    got = float(got)
+    if not math.isfinite(got):
+        raise ValueError(f"{name} must be finite, got {got!r}")
+    if minimum is not None and got < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {got!r}")
+    return got
+
+
+def _check_selection_args(strategy: str, value: Any, mode: str, eps: Any) -> tuple[float, float]:
+    _check_choice("strategy", strategy, STRATEGIES)
+    _check_choice("mode", mode, MODES)
+    value = _check_number("value", value)
+    eps = _check_number("eps", eps)
+    if strategy == "min_p" and value > 1.0:
+        # score >= value * max with value > 1 could only keep groups above the maximum.
+        raise ValueError(f"min_p needs a value in [0, 1], got {value!r}")
+    return value, eps
+
+
+def check_filter_value(strategy: str, value: Any, key: str = "value") -> float:
+    """Check a filter ``value`` against its strategy's range; return it as a float.
+
+    The ranges a *configured* filter must respect (RAGEN-2 §3.3 and the reference code's
+    options): ``top_p`` in (0, 1], ``top_k`` in (0, 1] (a fraction of the groups),
+    ``top_k_abs`` a positive integer (``4`` or ``4.0``), ``min_p`` in [0, 1]; NaN, inf and
+    booleans are rejected. :func:`select_groups` itself is more lenient (any ``value >= 0``:
+    e.g. top_p ``>= 1`` keeps every candidate), so that the pure rule stays total; the config
+    (:func:`validate_filter_config`) and :class:`SNRFilter` use this stricter check, because an
+    out-of-range value there is almost always a mistake (``top_p: 90``, ``top_k: 4``).
+
+    Args:
+        strategy: one of :data:`STRATEGIES`.
+        value: the value to check.
+        key: the config key named in the error message.
+
+    Raises:
+        ValueError: naming ``key``, the strategy, the allowed range and the bad value.
+
+    Examples:
+        >>> check_filter_value("top_k_abs", 4)
+        4.0
+        >>> check_filter_value("top_p", 1.5, "filter.value")
+        Traceback (most recent call last):
+        ...
+        ValueError: filter.value must be in (0, 1] for strategy top_p, got 1.5
+    """
+    _check_choice("strategy", strategy, STRATEGIES)
+    got = _check_number(key, value, minimum=None)
+    if strategy in ("top_p", "top_k"):
+        ok, allowed = 0.0 < got <= 1.0, "in (0, 1]"
+    elif strategy == "top_k_abs":
+        ok, allowed = got >= 1.0 and got.is_integer(), "a positive integer"
+    else:
+        ok, allowed = 0.0 <= got <= 1.0, "in [0, 1]"
+    if not ok:
+        raise ValueError(f"{key} must be {allowed} for strategy {strategy}, got {value!r}")
+    return got
+
+
+def select_groups(
+    scores,
+    *,
+    strategy: str = "top_p",
+    value: float = 0.9,
+    mode: str = "linear",
+    include_zero: bool = False,
+    eps: float = 0.01,
+    largest: bool = True,
+) -> torch.Tensor:
+    """Return the indices of the groups to keep, given one score per group.
+
+    Candidates are all groups, minus the zero-score groups (``|score| <= 1e-10``) when
+    ``include_zero`` is False. They are ranked by score -- descending when ``largest`` (the method),
+    ascending when not (the "smallest" ablation) -- with a stable sort, so tied groups keep their
+    index order (lower index first). The strategy then keeps a prefix (or subset) of that ranking:
+
+    * ``top_p`` / ``mode="linear"`` (recommended): keep the smallest prefix whose cumulative score
+      reaches ``value * sum(candidate scores) - eps``; the prefix stops at the first score ``<= 0``;
+      if the threshold is never reached (e.g. every score is 0) nothing is kept.
+    * ``top_p`` / ``mode="softmax"`` (the paper's main-table runs): ``probs = softmax(scores)``
+      (``softmax(-scores)`` when not ``largest``) in ranking order; keep
+      ``searchsorted(cumsum(probs), value) + 1`` groups, at most the number of candidates.
+      Scale-dependent: multiplying the rewards by 10 changes the selection.
+    * ``top_p`` with ``value >= 1`` keeps every candidate (both modes).
+    * ``top_k``: keep ``max(1, int(value * num_groups))`` groups, ``num_groups`` counting *all*
+      groups (zero-score ones included), at most the number of candidates.
+    * ``top_k_abs``: keep ``max(1, int(value))`` groups, at most the number of candidates.
+    * ``min_p`` (``value`` in [0, 1]): when ``largest``, keep groups with
+      ``score >= value * max``; when not, keep ``score <= min / value``. Meant for non-negative
+      scores (std, variance, entropy, length).
+
+    For ``largest=False`` every rule is applied unchanged to the ascending ranking (top_p linear
+    accumulates the smallest positive scores until they reach ``value`` of the total; with
+    ``include_zero=True`` a zero score comes first and stops the prefix, so nothing is kept).
+
+    Args:
+        scores: 1-D tensor (or sequence) with one finite score per group.
+
+    Keyword Args:
+        strategy: one of ``top_p``, ``top_k``, ``top_k_abs``, ``min_p``.
+        value: ``p`` for top_p, the fraction for top_k, the count for top_k_abs, the ratio for
+            min_p. Must be ``>= 0``.
+        mode: ``linear`` or ``softmax`` (used by top_p only, always validated).
+        include_zero: whether zero-score groups are candidates at all.
+        eps: slack subtracted from the top_p linear threshold, so that round-off cannot make a
+            full prefix miss a threshold it mathematically reaches.
+        largest: rank descending (keep high scores) or ascending (keep low scores).
+
+    Returns:
+        A ``torch.long`` tensor of kept group indices **in ranking order** (best first; ties by
+        lower index). Sort it if you need index order. Empty when nothing is kept.
+
+    Raises:
+        ValueError: NaN or infinite scores, a scores tensor with more than one dimension, an
+            unknown ``strategy``/``mode``, or a negative ``value``/``eps``.
+
+    Examples:
+        >>> import torch
+        >>> select_groups(torch.tensor([0.5, 0.0, 2.0, 1.0]))  # 0.9 * 3.5 - 0.01 = 3.14
+        tensor([2, 3, 0])
+        >>> select_groups(torch.tensor([0.5, 0.0, 2.0, 1.0]), strategy="top_k", value=0.5)
+        tensor([2, 3])
+        >>> select_groups(torch.zeros(3))  # no group carries signal
+        tensor([], dtype=torch.int64)
+    """
+    value, eps = _check_selection_args(strategy, value, mode, eps)
+    scores = torch.as_tensor(scores)
+    if scores.ndim > 1:
+        raise ValueError(f"scores must be 1-D (one per group), got shape {tuple(scores.shape)}")
+    # float64 keeps the cumulative sums exact enough for the hand-checked thresholds.
+    scores = scores.reshape(-1).to(torch.float64)
+    device = scores.device
+    empty = torch.empty(0, dtype=torch.long, device=device)
+    if torch.isnan(scores).any():
+        raise ValueError(
+            f"select_groups got NaN scores at group indices "
+            f"{torch.nonzero(torch.isnan(scores)).flatten().tolist()}; check the episode returns"
+        )
+    if not torch.isfinite(scores).all():
+        raise ValueError("select_groups got infinite scores; scores must be finite")
+
+    num_groups = scores.numel()
+    candidates = torch.arange(num_groups, device=device)
+    if not include_zero:
+        nonzero = scores.abs() > _ZERO_TOL
+        scores, candidates = scores[nonzero], candidates[nonzero]
+    num_candidates = scores.numel()
+    if num_candidates == 0:
+        return empty
+
+    order = torch.sort(scores, descending=largest, stable=True).indices
+    ranked_scores, ranked = scores[order], candidates[order]
+
+    if strategy == "top_p":
+        if value >= 1.0:
+            return ranked
+        if mode == "softmax":
+            probs = torch.softmax(ranked_scores if largest else -ranked_scores, dim=0)
+            # searchsorted (left) = first position whose cumulative mass is >= p.
+            cutoff = int(torch.searchsorted(torch.cumsum(probs, 0), value).item())
+            return ranked[: min(cutoff + 1, num_candidates)]
+        threshold = value * float(scores.sum()) - eps
+        cumulative, count = 0.0, 0
+        for score in ranked_scores.tolist():
+            if cumulative >= threshold or score <= 0:
+                break
+            cumulative += score
+            count += 1
+        return ranked[:count] if cumulative >= threshold else empty
+
+    if strategy in ("top_k", "top_k_abs"):
+        raw = value * num_groups if strategy == "top_k" else value
+        k = max(1, min(int(raw + _FLOOR_TOL), num_candidates))
+        return ranked[:k]
+
+    # min_p: the small tolerance keeps the max (or min) itself when value == 1.
+    if largest:
+        keep = ranked_scores >= value * float(ranked_scores.max()) - _ZERO_TOL
+    else:
+        bound = float(ranked_scores.min()) / value if value > 0 else math.inf
+        keep = ranked_scores <= bound + _ZERO_TOL
+    return ranked[keep]
+
+
+# --------------------------------------------------------------------------------------------
+# scoring
+# --------------------------------------------------------------------------------------------
+def _per_row(name: str, values, num_rows: int) -> torch.Tensor:
+    """One float64 value per trajectory; accepts (N,), (N, 1) or (N, 1, 1) (LLM reward shape)."""
+    values = torch.as_tensor(values)
+    if values.numel() != num_rows:
+        raise ValueError(
+            f"{name} must hold one value per trajectory ({num_rows}), got shape "
+            f"{tuple(values.shape)}; reduce per-step/per-token values to one per trajectory first"
+        )
+    values = values.reshape(num_rows).to(torch.float64)
+    if torch.isnan(values).any():
+        raise ValueError(f"{name} contains NaN")
+    return values
+
+
+def _segment_moments(values: torch.Tensor, inverse: torch.Tensor, num_groups: int):
+    """Per-group count, mean and unbiased variance (0 for a group of one)."""
+    count = torch.zeros(num_groups, dtype=torch.float64, device=values.device)
+    count.index_add_(0, inverse, torch.ones_like(values))
+    total = torch.zeros_like(count).index_add_(0, inverse, values)
+    mean = total / count
+    # Two-pass (deviations from the group mean) rather than E[x^2] - E[x]^2: a constant group then
+    # has exactly zero variance, which the zero-score test relies on.
+    deviation = values - mean[inverse]
+    squares = torch.zeros_like(count).index_add_(0, inverse, deviation * deviation)
+    variance = torch.where(count > 1, squares / (count - 1).clamp_min(1), torch.zeros_like(count))
+    return count, mean, variance
+
+
+def group_scores(
+    returns,
+    group_ids,
+    metric: str = "reward_variance",
+    entropy=None,
+    lengths=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Score every prompt group from per-trajectory values.
+
+    Metrics: ``reward_variance`` (unbiased within-group variance of ``returns`` -- the paper's
+    text, RAGEN-2 §3.3, and the default of the presets), ``reward_std`` (its square root, ddof=1
+    -- what the reference code ranks by), and the ablations ``reward_mean``, ``entropy`` (group
+    mean of the per-trajectory entropy), ``entropy_std`` / ``entropy_variance`` (unbiased std /
+    variance *across the group* of the per-trajectory entropies: the "entropy-variance" filter)
+    and ``length`` (group mean of per-trajectory length). A group with a single trajectory has
+    std/variance 0: it carries no within-group signal.
+
+    The entropy metrics need exactly one number per trajectory (the trainer's ``entropy`` column:
+    the mean token entropy of the trajectory's generated tokens, shape ``(N,)``); per-token values
+    must be reduced first.
+
+    Args:
+        returns: one raw episode return per trajectory, shape (N,) (or (N, 1) / (N, 1, 1)).
+        group_ids: integer group id per trajectory, shape (N,).
+        metric: one of :data:`METRICS`. Defaults to ``reward_variance`` (the paper's text).
+        entropy: per-trajectory entropy (one value each), needed by the :data:`ENTROPY_METRICS`.
+        lengths: per-trajectory length (e.g. response tokens), needed by ``length``.
+
+    Returns:
+        ``(ids, scores)``: the unique group ids in ascending order (long) and one float64 score
+        per id, aligned.
+
+    Examples:
+        >>> import torch
+        >>> r, g = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([7, 7, 3, 3])
+        >>> ids, s = group_scores(r, g)  # group 7: unbiased variance of {1, 0} = 0.5
+        >>> ids.tolist(), s.tolist()
+        ([3, 7], [0.0, 0.5])
+        >>> [round(x, 4) for x in group_scores(r, g, "reward_std")[1].tolist()]  # sqrt(0.5)
+        [0.0, 0.7071]
+    """
+    _check_choice("metric", metric, METRICS)
+    group_ids = torch.as_tensor(group_ids)
+    if group_ids.ndim != 1:
+        raise ValueError(f"group_ids must be 1-D, got shape {tuple(group_ids.shape)}")
+    if group_ids.is_floating_point() or group_ids.is_complex():
+        raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
+    num_rows = group_ids.numel()
+    returns = _per_row("returns", returns, num_rows)
+    ids, inverse = torch.unique(group_ids, sorted=True, return_inverse=True)
+    num_groups = ids.numel()
+
+    if metric in ("reward_std", "reward_variance", "reward_mean"):
+        values = returns
+    elif metric in ENTROPY_METRICS:
+        if entropy is None:
+            raise ValueError(f"metric {metric!r} needs per-trajectory entropy values (got None)")
+        values = _per_row("entropy", entropy, num_rows)
+    else:
+        if lengths is None:
+            raise ValueError(f"metric {metric!r} needs per-trajectory lengths (got None)")
+        values = _per_row("lengths", lengths, num_rows)
+
+    _, mean, variance = _segment_moments(values, inverse.to(values.device), num_groups)
+    if metric in ("reward_std", "entropy_std"):
+        return ids, variance.sqrt()
+    if metric in ("reward_variance", "entropy_variance"):
+        return ids, variance
+    return ids, mean
+
+
+def group_codes(value, num_rows: int) -> torch.Tensor:
+    """Map a group-id column (tensor, or non-tensor such as strings) to long codes per row."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 0 and num_rows == 0:
+            return torch.empty(0, dtype=torch.long)
+        if value.shape[:1] != (num_rows,):
+            raise ValueError(f"group id column has shape {tuple(value.shape)}, expected ({num_rows}, ...)")
+        flat = value.reshape(num_rows, -1)
+        # (N, T) batches repeat the id along time; anything else is not a prompt group.
+        if flat.shape[1] != 1 and not bool((flat == flat[:, :1]).all()):
+            raise ValueError("group id must be constant within a trajectory")
+        flat = flat[:, 0]
+        if flat.is_floating_point():
+            raise ValueError(f"group ids must be integers or strings, got dtype {flat.dtype}")
+        return flat.long()
+    items = value.tolist() if hasattr(value, "tolist") else list(value)
+    codes: dict[Any, int] = {}
+    return torch.tensor([codes.setdefault(item, len(codes)) for item in items], dtype=torch.long)
+
+
+def filter_stats(reward_var: torch.Tensor, kept_group: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    num_groups = reward_var.numel()
+    kept_groups = int(kept_group.sum())
+    std = reward_var.sqrt()
+    kept_std = std[kept_group]
+    rv_mean = float(reward_var.mean()) if num_groups else 0.0
+    # Population std: defined for a single group and independent of a ddof convention choice.
+    rv_std = float(reward_var.std(correction=0)) if num_groups else 0.0
+    return {
+        "num_groups": float(num_groups),
+        "kept_groups": float(kept_groups),
+        "kept_ratio": kept_groups / num_groups if num_groups else 0.0,
+        "num_trajectories": float(mask.numel()),
+        "kept_trajectories": float(mask.sum()),
+        "zero_variance_groups": float((std <= _ZERO_TOL).sum()),
+        "in_group_std_mean": float(std.mean()) if num_groups else 0.0,
+        "in_group_std_max": float(std.max()) if num_groups else 0.0,
+        "kept_in_group_std_mean": float(kept_std.mean()) if kept_groups else 0.0,
+        "kept_in_group_std_max": float(kept_std.max()) if kept_groups else 0.0,
+        "empty_after_filter": 0.0 if kept_groups else 1.0,
+        "heterogeneity": rv_std / rv_mean if rv_mean > 0 else 0.0,
+    }
