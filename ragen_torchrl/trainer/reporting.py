@@ -1,0 +1,122 @@
+"""What a training run reports: rollout statistics, the iteration line, TensorBoard logging.
+
+Example:
+    >>> iteration_line(3, 60, {"rollout/reward_mean": 0.5, "rollout/success": 0.5, "rollout/tokens": 40.0,
+    ...                        "train/loss": 0.01, "timing/total": 4.2})
+    '[iter    3/60] reward +0.500 success 0.500 tokens 40 loss +0.0100 4.2s'
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from tensordict import TensorDictBase
+from torchrl.record.loggers import TensorboardLogger
+
+__all__ = [
+    "ResumableTensorboardLogger",
+    "conversation_text",
+    "iteration_line",
+    "make_tensorboard_logger",
+    "skipped_update_reason",
+    "summarize",
+]
+
+
+def summarize(records: TensorDictBase) -> dict[str, float]:
+    """Rollout statistics of a batch of trajectory records."""
+    ret = records.get("episode_return").float()
+    succ = records.get("success").float()
+    n = ret.numel()
+    return {
+        "reward_mean": ret.mean().item(),
+        "reward_std": ret.std().item() if n > 1 else 0.0,
+        "success": succ.mean().item(),
+        "success_stderr": math.sqrt(max(succ.mean().item() * (1 - succ.mean().item()), 0.0) / max(n, 1)),
+        "turns": records.get("num_turns").float().mean().item(),
+        "tokens": records.get("num_tokens").float().mean().item(),
+        "format_valid": records.get("format_valid").float().mean().item(),
+        "num_trajectories": float(n),
+    }
+
+
+def skipped_update_reason(stats: dict[str, float]) -> str | None:
+    """Why an iteration took no optimizer step (``None`` when it did), from its stats.
+
+    Example:
+        >>> skipped_update_reason({"filter/skipped_update": 1.0, "filter/num_groups": 16.0,
+        ...                        "filter/zero_variance_groups": 16.0})
+        'the filter kept none of the 16 groups (16 with zero reward variance)'
+        >>> skipped_update_reason({"train/optimizer_steps": 1.0, "train/loss": 0.5}) is None
+        True
+    """
+    if stats.get("filter/skipped_update"):
+        n = stats.get("filter/num_groups", float("nan"))
+        z = stats.get("filter/zero_variance_groups", float("nan"))
+        return f"the filter kept none of the {n:.0f} groups ({z:.0f} with zero reward variance)"
+    if stats.get("dapo/skipped_update"):
+        calls = stats.get("dynamic_sampling/extra_rollouts", 0.0)
+        return f"no group carries signal after {calls:.0f} refill rollouts (DAPO dynamic sampling)"
+    if stats.get("train/optimizer_steps", 1.0) == 0:
+        skipped = stats.get("train/skipped_nonfinite", 0.0)
+        return f"non-finite loss or gradient in all {skipped:.0f} mini-batches"
+    return None
+
+
+def iteration_line(step: int, total: int, stats: dict[str, float]) -> str:
+    """The console line of one training iteration; a skipped update says so and why.
+
+    Example:
+        >>> stats = {"rollout/reward_mean": 0.25, "rollout/success": 0.5, "rollout/tokens": 40.0,
+        ...          "timing/total": 1.25, "train/loss": -0.0123, "train/optimizer_steps": 1.0}
+        >>> iteration_line(3, 10, stats)
+        '[iter    3/10] reward +0.250 success 0.500 tokens 40 loss -0.0123 1.2s'
+        >>> iteration_line(3, 10, {**stats, "train/optimizer_steps": 0.0, "train/skipped_nonfinite": 2.0})[53:]
+        'update skipped: non-finite loss or gradient in all 2 mini-batches 1.2s'
+    """
+    reason = skipped_update_reason(stats)
+    update = f"update skipped: {reason}" if reason else f"loss {stats.get('train/loss', float('nan')):+.4f}"
+    return (
+        f"[iter {step:4d}/{total}] reward {stats['rollout/reward_mean']:+.3f} "
+        f"success {stats['rollout/success']:.3f} tokens {stats['rollout/tokens']:.0f} "
+        f"{update} {stats['timing/total']:.1f}s"
+        + (f" kept {stats['filter/kept_ratio']:.2f}" if "filter/kept_ratio" in stats else "")
+    )
+
+
+class ResumableTensorboardLogger(TensorboardLogger):
+    """torchrl's ``TensorboardLogger`` whose ``SummaryWriter`` is opened with ``purge_step``.
+
+    With ``purge_step=s`` TensorBoard hides every event an earlier writer logged at a step
+    ``>= s`` (``SummaryWriter(purge_step=...)``), so the iterations a resumed run re-runs are
+    not shown twice. ``purge_step=None`` is the plain logger.
+
+    Example:
+        >>> import tempfile
+        >>> logger = ResumableTensorboardLogger("tb", tempfile.mkdtemp(), purge_step=3)
+        >>> logger.purge_step, type(logger.experiment).__name__
+        (3, 'SummaryWriter')
+    """
+
+    def __init__(self, exp_name: str, log_dir: str, purge_step: int | None = None) -> None:
+        self.purge_step = purge_step  # read by _create_experiment, which the base __init__ calls
+        super().__init__(exp_name=exp_name, log_dir=log_dir)
+
+    def _create_experiment(self):
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(log_dir=str(os.path.join(self.log_dir, self.exp_name)), purge_step=self.purge_step)
+
+
+def make_tensorboard_logger(run_dir: str | os.PathLike, purge_step: int | None = None) -> TensorboardLogger:
+    """The run's TensorBoard logger (``run_dir/tb``); see :class:`ResumableTensorboardLogger`."""
+    return ResumableTensorboardLogger(exp_name="tb", log_dir=str(run_dir), purge_step=purge_step)
+
+
+def conversation_text(records: TensorDictBase, index: int) -> str:
+    """One trajectory as readable text (for TensorBoard)."""
+    hist = records[index].get(("history", "full"))
+    lines = [f"**{r}**: {c}" for r, c in zip(hist.role, hist.content)]
+    ret = records[index].get("episode_return").item()
+    return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"
