@@ -47,12 +47,12 @@ from typing import Any, Sequence
 from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
 from ragen_torchrl.envs.games.preference_estimation import (
     PreferencePosterior,
+    ask_pair,
     comparison_estimate,
     cosine,
     dot,
     format_vector,
     norm,
-    pair_answer,
     parse_pair,
     parse_vector,
     random_unit,
@@ -293,7 +293,7 @@ class MovieRecommendationGame(InteractiveGame):
         self.estimate_source = estimate_source
         self.estimate: list[float] | None = None
         self.comparisons: list[tuple[int, int]] = []  # (winner, loser) seen positions
-        self.asked: set[tuple] = set()
+        self.asked: set[frozenset[int]] = set()
         utils = {i: dot(self.preference, self.catalog[i]["attributes"]) for i in self.candidates}
         self.best = max(self.candidates, key=lambda i: utils[i])
         self._oracle_particles = int(oracle_particles)
@@ -431,19 +431,14 @@ class MovieRecommendationGame(InteractiveGame):
                 action_is_effective=True,
             )
         a, b = pair
-        key = frozenset(pair)
-        repeated = key in self.asked
-        self.asked.add(key)
         ua = dot(self.preference, self._attrs(self.seen[a]))
         ub = dot(self.preference, self._attrs(self.seen[b]))
-        reply = pair_answer(ua, ub)
-        preferred, observed = None, False
-        if reply == "Equal":
+        reply, order, repeated, observed = ask_pair(self.asked, self.comparisons, a, b, ua, ub)
+        preferred = None
+        if order is None:
             text = f"Equal: the user likes '{self._title(self.seen[a])}' and '{self._title(self.seen[b])}' the same."
         else:
-            w, l = (a, b) if reply == "Yes" else (b, a)
-            observed = (w, l) not in self.comparisons
-            self.comparisons.append((w, l))
+            w, l = order
             preferred = w + 1
             text = f"{reply}: the user prefers '{self._title(self.seen[w])}' over '{self._title(self.seen[l])}'."
         return text, self._info(

@@ -196,6 +196,34 @@ def pair_answer(u_first: float, u_second: float, tol: float = EQUAL_TOL) -> str:
     return "Yes" if u_first > u_second else "No"
 
 
+def ask_pair(
+    asked: set, comparisons: list[tuple[int, int]], a: int, b: int, u_a: float, u_b: float
+) -> tuple[str, tuple[int, int] | None, bool, bool]:
+    """Answer "Would you prefer a over b?" and record it in the game's question log.
+
+    Adds the pair to ``asked`` and, unless the answer is Equal, ``(winner, loser)`` to
+    ``comparisons``. Returns ``(reply, (winner, loser) or None, repeated, observed)``:
+    ``repeated`` -- the pair was asked before; ``observed`` -- the ordering is new evidence.
+
+    Example:
+        >>> asked, comps = set(), []
+        >>> ask_pair(asked, comps, 0, 1, 0.2, 0.5), comps
+        (('No', (1, 0), False, True), [(1, 0)])
+        >>> ask_pair(asked, comps, 1, 0, 0.5, 0.2)   # the same pair again, same ordering
+        ('Yes', (1, 0), True, False)
+    """
+    key = frozenset((a, b))
+    repeated = key in asked
+    asked.add(key)
+    reply = pair_answer(u_a, u_b)
+    if reply == "Equal":
+        return reply, None, repeated, False
+    order = (a, b) if reply == "Yes" else (b, a)
+    observed = order not in comparisons
+    comparisons.append(order)
+    return reply, order, repeated, observed
+
+
 def comparison_estimate(items: Sequence[Sequence[float]], comparisons: Sequence[tuple[int, int]]) -> Vector | None:
     """Closed-form estimate from ``(winner, loser)`` index pairs (0-based):
     ``normalise(sum unit(x_w - x_l))``; ``None`` without comparisons."""
@@ -471,17 +499,13 @@ class PreferenceEstimationGame(InteractiveGame):
         observed = False
         if ids is not None:
             a, b = ids
-            repeated = frozenset(ids) in self.asked
-            self.asked.add(frozenset(ids))
             ua, ub = dot(self.preference, self.items[a]), dot(self.preference, self.items[b])
-            reply = pair_answer(ua, ub)
+            reply, order, repeated, observed = ask_pair(self.asked, self.comparisons, a, b, ua, ub)
             compared = (a + 1, b + 1)
-            if reply == "Equal":
+            if order is None:
                 text = f"Equal: the user likes items {a + 1} and {b + 1} the same."
             else:
-                w, l = (a, b) if reply == "Yes" else (b, a)
-                observed = (w, l) not in self.comparisons
-                self.comparisons.append((w, l))
+                w, l = order
                 preferred = w + 1
                 text = f"{reply}: the user prefers item {w + 1} over item {l + 1}."
         else:
