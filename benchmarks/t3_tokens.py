@@ -28,7 +28,8 @@ without it.)
 
 Usage::
 
-    python benchmarks/t3_tokens.py                        # all five tasks, warm-started models
+    python benchmarks/t3_tokens.py                        # the two small presets and all five tasks
+    python benchmarks/t3_tokens.py --tasks guess_numbers_small circuit_decoding_small
     python benchmarks/t3_tokens.py --quick                # 4 levels x 2 samples, 20 SFT steps
     python benchmarks/t3_tokens.py --tasks guess_numbers --levels 64 -o sft.steps=300
     python benchmarks/t3_tokens.py --policy scripted --p-trap 0.3
@@ -63,7 +64,15 @@ from ragen_torchrl.trainer.loop import env_kwargs, prepare_model
 from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 from ragen_torchrl.transforms.t3 import DEFAULT_PROMPT, ENV_TASKS, T3Truncation, t3_token_stats
 
-TASKS = tuple(ENV_TASKS)
+#: the CPU-scale presets first (a tiny model learns them in minutes), then the paper-size envs
+SMALL_TASKS = ("guess_numbers_small", "circuit_decoding_small")
+TASKS = SMALL_TASKS + tuple(ENV_TASKS)
+
+
+def task_env(task: str) -> tuple[str, dict]:
+    """Env registry name and constructor arguments of a task (an ``env=`` preset name)."""
+    cfg = compose_task_config(task, [])
+    return str(cfg.env.name), env_kwargs(cfg.env)
 
 
 def best_answer(game: InteractiveGame) -> str:
@@ -110,8 +119,9 @@ def policy_reply(
 def run_mode(task: str, levels: list[int], samples: int, p_trap: float, t3: bool, tokenizer) -> dict[str, float]:
     """Play every (level, sample) episode to the end; return summary statistics."""
     n = len(levels) * samples
-    base = make_env(task, num_envs=n)
-    env = base.append_transform(T3Truncation(task)) if t3 else base
+    name, kwargs = task_env(task)
+    base = make_env(name, num_envs=n, **kwargs)
+    env = base.append_transform(T3Truncation(name)) if t3 else base
     level_t = torch.tensor([lv for lv in levels for _ in range(samples)])
     td = env.reset(TensorDict(level_seed=level_t, group_id=torch.arange(n) // samples, batch_size=[n]))
     rngs = [random.Random(f"{task}/{lv}/{s}") for lv in levels for s in range(samples)]
@@ -255,7 +265,8 @@ def main(argv: list[str] | None = None) -> None:
             policy = load_policy(cfg)  # warm start outside the timed modes
             run = lambda t3: run_model_mode(cfg, policy, levels, args.samples, t3, seed=int(cfg.seed))  # noqa: E731
         else:
-            corpus_env = make_env(task, num_envs=1)
+            name, kwargs = task_env(task)
+            corpus_env = make_env(name, num_envs=1, **kwargs)
             tokenizer = train_tokenizer(
                 tokenizer_corpus(corpus_env, num_episodes=40) + [DEFAULT_PROMPT], vocab_size=512
             )

@@ -414,24 +414,79 @@ class ActiveReasoningEnv(TextGameEnv):
 
 # ------------------------------------------------------------------------------------ tasks
 class GuessNumbersEnv(ActiveReasoningEnv):
-    """GuessNumbers: find 4 distinct digits from (in place, misplaced) feedback; reward = exact match.
+    """GuessNumbers: find a code of distinct digits from (in place, misplaced) feedback; reward = exact match.
+
+    Args:
+        num_digits, num_symbols: code length and alphabet, digits ``0 .. num_symbols-1``
+            (default 4 of 10, the paper's 5040 codes; the ``guess_numbers_small`` preset uses
+            3 of 6, 120 codes).
+        terse, list_candidates: shorter demonstrator reasoning that lists the candidates once at
+            most ``list_candidates`` are left (:class:`GuessNumbersGame`).
+        split_by: ``"secret"`` (default: validation secrets are never training secrets) or
+            ``"level"`` (both splits draw from every code; for tiny code spaces), see
+            :meth:`GuessNumbersGame.generate`.
+        Other arguments: :class:`ActiveReasoningEnv`.
 
     Example:
         >>> env = GuessNumbersEnv(num_envs=2)
         >>> env.max_turn, env.task_name
         (10, 'GuessNumbers')
+        >>> GuessNumbersEnv(num_digits=3, num_symbols=6).game_factory(0, 0).hypothesis_size
+        120
     """
 
     task_name = "GuessNumbers"
+    #: random guesses tried when looking for one that leaves ``H`` unchanged (a noisy demonstration)
+    STALL_TRIES = 32
 
-    def __init__(self, *, num_envs: int = 1, max_turn: int = GuessNumbersGame.max_turns, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        num_envs: int = 1,
+        max_turn: int = GuessNumbersGame.max_turns,
+        num_digits: int = 4,
+        num_symbols: int = 10,
+        terse: bool = False,
+        list_candidates: int | None = None,
+        split_by: str = "secret",
+        **kwargs: Any,
+    ) -> None:
+        from .games.guess_numbers import _check_size
+
+        self.num_digits, self.num_symbols = _check_size(num_digits, num_symbols)
+        self.terse = bool(terse)
+        if split_by not in GuessNumbersGame.SPLIT_BY:
+            raise ValueError(f"split_by must be one of {GuessNumbersGame.SPLIT_BY}, got {split_by!r}")
+
         def factory(level_seed: int, sample: int) -> GuessNumbersGame:
-            return GuessNumbersGame.generate(level_seed, level_split(level_seed), max_turns=max_turn)
+            return GuessNumbersGame.generate(
+                level_seed,
+                level_split(level_seed),
+                num_digits=self.num_digits,
+                num_symbols=self.num_symbols,
+                split_by=split_by,
+                terse=self.terse,
+                list_candidates=list_candidates,
+                max_turns=max_turn,
+            )
 
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
 
     def random_query(self, game: InteractiveGame, rng: random.Random) -> str:
-        return "".join(rng.sample("0123456789", 4))
+        """A guess that makes no progress (leaves ``H`` unchanged: a belief-trap query) when one of
+        :attr:`STALL_TRIES` random guesses does, else the last random guess."""
+        from .games.guess_numbers import _fb
+
+        digits = "0123456789"[: game.num_symbols]
+        hyps = game.hypotheses
+        guess = ""
+        for _ in range(self.STALL_TRIES):
+            guess = "".join(rng.sample(digits, game.num_digits))
+            if hyps:
+                first = _fb(hyps[0], guess)
+                if all(_fb(h, guess) == first for h in hyps):  # stops at the first split
+                    return guess
+        return guess
 
     def demo_action(self, game: InteractiveGame, rng: random.Random, off_oracle: bool) -> str:
         # The game's minimax oracle is cached along its own decision tree; after a noisy query the
@@ -448,8 +503,10 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
     """CircuitDecoding: identify hidden Boolean circuits by querying them; reward = fraction identified.
 
     Args:
-        num_circuits, n_inputs, family: instance generator settings
+        num_circuits, n_inputs, family, split_by: instance generator settings
             (:meth:`CircuitDecodingGame.generate`).
+        terse: shorter demonstrator reasoning that carries each circuit's known truth-table cells
+            (:meth:`CircuitDecodingGame.known_table`).
 
     Example:
         >>> CircuitDecodingEnv(num_envs=1, num_circuits=1).max_turn
@@ -466,9 +523,14 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
         num_circuits: int = 2,
         n_inputs: int = 3,
         family: str = "default",
+        terse: bool = False,
+        split_by: str = "circuits",
         **kwargs: Any,
     ) -> None:
         self.num_circuits, self.n_inputs, self.family = int(num_circuits), int(n_inputs), family
+        self.terse = bool(terse)
+        if split_by not in CircuitDecodingGame.SPLIT_BY:
+            raise ValueError(f"split_by must be one of {CircuitDecodingGame.SPLIT_BY}, got {split_by!r}")
 
         def factory(level_seed: int, sample: int) -> CircuitDecodingGame:
             return CircuitDecodingGame.generate(
@@ -477,14 +539,27 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
                 num_circuits=num_circuits,
                 n_inputs=n_inputs,
                 family=family,
+                split_by=split_by,
                 max_turns=max_turn,
+                terse=self.terse,
             )
 
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
 
+    #: random queries tried when looking for one that splits nothing (a noisy demonstration)
+    STALL_TRIES = 32
+
     def random_query(self, game: InteractiveGame, rng: random.Random) -> str:
-        bits = ",".join(rng.choice("01") for _ in range(game.n))
-        return f"{rng.choice(game.names)}({bits})"  # a query names one circuit
+        """A query that makes no progress (its circuit's candidates all give the same bit: a
+        belief-trap query) when one of :attr:`STALL_TRIES` random queries does, else the last one."""
+        query = ""
+        for _ in range(self.STALL_TRIES):
+            i = rng.randrange(len(game.names))
+            k = rng.randrange(len(game.assignments))
+            query = f"{game.names[i]}(" + ",".join(map(str, game.assignments[k])) + ")"  # one circuit per query
+            if len({(t >> k) & 1 for t in game.alive[i]}) <= 1:
+                return query
+        return query
 
 
 class PreferenceEstimationEnv(ActiveReasoningEnv):

@@ -91,7 +91,10 @@ LIMITS: dict[str, int] = {
     "env.max_turn": 100,
     "env.max_actions_per_turn": 100,
     "env.max_actions_per_traj": 10_000,
-    "env.num_circuits": 26,  # circuits are named A..Z
+    "env.num_circuits": 26,
+    "env.num_digits": 10,
+    "env.num_symbols": 10,
+    "env.list_candidates": 100_000,  # circuits are named A..Z
     "env.n_inputs": 8,  # 2^n truth-table rows per candidate formula
     "env.num_items": 10_000,
     "env.oracle_particles": 1_000_000,
@@ -262,6 +265,10 @@ def _union(a: Any, b: Any) -> Any:
     return out
 
 
+#: first-line header of a group preset whose keys are global (``env: {...}``, ``sft: {...}``)
+GLOBAL_PACKAGE = "@package _global_"
+
+
 def config_schema(config_dir: str | os.PathLike) -> dict[str, Any]:
     """The keys the config files in ``config_dir`` define.
 
@@ -271,16 +278,24 @@ def config_schema(config_dir: str | os.PathLike) -> dict[str, Any]:
     import yaml
 
     root = Path(config_dir)
-    main = yaml.safe_load((root / "config.yaml").read_text()) or {}
+    main = _tree(yaml.safe_load((root / "config.yaml").read_text()) or {})
     groups: dict[str, dict[str, tuple[Any, Any]]] = {}
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
         opts = {}
         for f in sorted(d.glob("*.yaml")):
-            data = yaml.safe_load(f.read_text()) or {}
+            text = f.read_text()
+            data = yaml.safe_load(text) or {}
+            if isinstance(data, dict) and GLOBAL_PACKAGE in text.split("\n", 1)[0]:
+                # a preset that also pins keys outside its group (e.g. env=guess_numbers_small sets
+                # the warm start its task needs): its group's keys are under the group's name
+                data = dict(data)
+                own = data.pop(d.name, None) or {}
+                main = _union(main, _tree(data))
+                data = own
             opts[f.stem] = (data.get("name") if isinstance(data, dict) else None, _tree(data))
         if opts:
             groups[d.name] = opts
-    return {"main": _tree(main), "groups": groups}
+    return {"main": main, "groups": groups}
 
 
 def allowed_keys(cfg: DictConfig, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -504,6 +519,8 @@ def check_env(cfg: DictConfig) -> None:
         "env.max_actions_per_traj",
         "env.num_circuits",
         "env.n_inputs",
+        "env.num_digits",
+        "env.num_symbols",
         "env.num_items",
         "env.oracle_particles",
         "env.num_seen",
@@ -513,6 +530,13 @@ def check_env(cfg: DictConfig) -> None:
     ):
         if _has(cfg, key):
             check_positive_int(cfg, key)
+    digits, symbols = _get(cfg, "env.num_digits"), _get(cfg, "env.num_symbols")
+    if isinstance(digits, int) and isinstance(symbols, int) and digits > symbols:
+        raise ConfigError(
+            f"env.num_digits ({digits}) must be at most env.num_symbols ({symbols}): the code's digits are distinct"
+        )
+    if _has(cfg, "env.list_candidates"):
+        check_positive_int(cfg, "env.list_candidates", allow_zero=True, optional=True)
     for key in ("env.num_steps", "env.num_numbers", "env.limit"):
         if _has(cfg, key):
             check_positive_int(cfg, key, optional=True)

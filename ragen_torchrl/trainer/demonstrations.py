@@ -36,6 +36,7 @@ def make_demonstrations(
     noise_kind: str = "uniform",
     seed: int = 0,
     level_seed_offset: int = 1 << 31,
+    progress: bool = False,
 ) -> list[list[dict[str, str]]]:
     """Roll out the oracle (with ``noise``) and return the conversations.
 
@@ -49,7 +50,10 @@ def make_demonstrations(
         seed: RNG seed (levels and noise).
         level_seed_offset: demonstration levels are drawn from
             ``[offset, offset + 2**30)``, disjoint from training and validation seeds.
+        progress: show a progress bar (episodes/s, ETA) on stderr.
     """
+    from tqdm.auto import tqdm
+
     if not 0.0 <= noise <= 1.0:
         raise ValueError(f"sft.noise must be in [0, 1], got {noise}")
     if noise_kind not in NOISE_KINDS:
@@ -58,7 +62,7 @@ def make_demonstrations(
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     rng = random.Random(seed)
     conversations = []
-    for _ in range(num_episodes):
+    for _ in tqdm(range(num_episodes), desc="demonstrations", unit="episode", disable=not progress, mininterval=1.0):
         level = level_seed_offset + rng.randrange(1 << 30)
         game = env.game_factory(level, sample_seed(level, 0))
         chat = [

@@ -373,10 +373,19 @@ class Trainer:
         stats["rollout/env_errors_total"] = float(
             sum(getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values())
         )
-        if self.t3_enabled:
+        if self.t3_enabled or getattr(self.val_env, "task_name", ""):
+            # token accounting on every active-reasoning run, so a run without T3 is the baseline
+            # of one with it (no truncation column there: nothing was truncated)
             from ..transforms.t3 import t3_token_stats
 
-            stats.update(t3_token_stats(records, self.env.max_turn))
+            cols = {k: records.get(k) for k in ("num_tokens", "success", "num_turns")}
+            keys = set(records.keys())
+            cols["truncated_by_t3"] = (
+                records.get("truncated_by_t3") if "truncated_by_t3" in keys else torch.zeros_like(cols["success"])
+            )
+            if "t3_rule_fired" in keys:
+                cols["t3_rule_fired"] = records.get("t3_rule_fired")
+            stats.update(t3_token_stats(cols, self.env.max_turn))
 
         # MI proxies on the pre-filter batch, scored by the pre-update policy
         if self.collapse is not None and self.collapse.should_run(it):

@@ -63,6 +63,8 @@ def prepare_model(cfg: DictConfig, env) -> str:
         sft_cfg.pop("enabled", None)
         t0 = time.time()
         # demonstrations come from the untransformed env (T3 only shapes RL rollouts)
-        base = warm_start(base, env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype)
+        base = warm_start(
+            base, env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype, env_kwargs(cfg.env)
+        )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base

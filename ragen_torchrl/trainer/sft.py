@@ -76,11 +76,15 @@ def supervised_finetune(
     lr: float = 1e-3,
     seed: int = 0,
     log_every: int = 50,
+    progress: bool = True,
 ) -> list[float]:
     """Fine-tune ``model`` in place on the assistant tokens of ``conversations``.
 
-    Returns the loss history. Observation and system tokens are never trained.
+    Returns the loss history. Observation and system tokens are never trained. ``progress``
+    shows a progress bar (steps/s, ETA, current loss) on stderr.
     """
+    from tqdm.auto import tqdm
+
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"invalid SFT settings: steps={steps}, batch_size={batch_size}, lr={lr}")
     device = next(model.parameters()).device
@@ -92,7 +96,8 @@ def supervised_finetune(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.1, 1 - s / max(steps, 1)))
     losses = []
     t0 = time.time()
-    for step in range(steps):
+    bar = tqdm(range(steps), desc="warm start (SFT)", unit="step", disable=not progress, mininterval=1.0)
+    for step in bar:
         start = rng.randrange(max(len(data) - batch_size, 0) + 1)
         batch = data[start : start + batch_size]
         ids, attn, tgt = pad_batch(batch, tokenizer.pad_token_id, device)
@@ -103,21 +108,36 @@ def supervised_finetune(
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
         if log_every and (step + 1) % log_every == 0:
             log.info("sft step %d/%d loss %.4f (%.0fs)", step + 1, steps, loss.item(), time.time() - t0)
+    bar.close()
     model.eval()
     return losses
 
 
-def warm_start(base_path: str, env, sft_cfg: dict, cache_dir: str, device: str = "auto", dtype: str = "auto") -> str:
+def warm_start(
+    base_path: str,
+    env,
+    sft_cfg: dict,
+    cache_dir: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    env_config: dict | None = None,
+) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
     ``sft_cfg`` keys: ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``.
+    ``env_config`` (the env's constructor arguments) is part of the cache key: two sizes of one
+    game must not share a warm start.
     """
     from ..models.loading import load_pretrained
     from .demonstrations import make_demonstrations
 
     env_desc = f"{type(env).__name__}:{env.system_prompt}:{env.max_turn}:{env.max_actions_per_turn}"
+    if env_config:
+        env_desc += ":" + json.dumps(env_config, sort_keys=True, default=str)
     target = Path(cache_dir).expanduser() / f"sft-{sft_fingerprint(dict(sft_cfg), base_path, env_desc)}"
     if (target / "config.json").exists():
         log.info("warm start: using cached model %s", target)
@@ -129,6 +149,7 @@ def warm_start(base_path: str, env, sft_cfg: dict, cache_dir: str, device: str =
         noise=float(sft_cfg["noise"]),
         noise_kind=str(sft_cfg.get("noise_kind", "uniform")),
         seed=int(sft_cfg["seed"]),
+        progress=True,
     )
     log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
     with torch.random.fork_rng():

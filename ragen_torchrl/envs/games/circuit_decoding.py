@@ -282,6 +282,8 @@ class CircuitDecodingGame(InteractiveGame):
 
     max_turns = 10
     task_name = "CircuitDecoding"
+    #: how validation instances differ from training ones (``generate(split_by=...)``)
+    SPLIT_BY = ("circuits", "level")
 
     def __init__(
         self,
@@ -290,8 +292,10 @@ class CircuitDecodingGame(InteractiveGame):
         family: str = "default",
         names: Sequence[str] | None = None,
         max_turns: int | None = None,
+        terse: bool = False,
     ) -> None:
         super().__init__(max_turns)
+        self.terse = bool(terse)
         self.n = int(n_inputs)
         self.family = family
         self.classes = candidate_classes(self.n, family)
@@ -326,13 +330,21 @@ class CircuitDecodingGame(InteractiveGame):
         num_circuits: int = 2,
         n_inputs: int = 3,
         family: str = "default",
+        split_by: str = "circuits",
         **kwargs: Any,
     ) -> "CircuitDecodingGame":
-        """Distinct hidden classes drawn uniformly (representative formulas). An instance is
-        ``"val"`` when the mixed-radix rank of its class tuple is divisible by 5, else ``"train"``
-        (disjoint splits)."""
+        """Distinct hidden classes drawn uniformly (representative formulas).
+
+        ``split_by="circuits"`` (default): an instance is ``"val"`` when the mixed-radix rank of
+        its class tuple is divisible by 5, else ``"train"`` (disjoint splits). ``split_by="level"``:
+        both splits draw from every tuple, each from its own level seeds; for tiny families (one
+        circuit of 24 functions), where holding out a fifth of the tuples holds out answers the
+        rules allow (the circuits are hidden in every episode either way).
+        """
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        if split_by not in cls.SPLIT_BY:
+            raise ValueError(f"split_by must be one of {cls.SPLIT_BY}, got {split_by!r}")
         classes = candidate_classes(n_inputs, family)
         tables = sorted(classes)
         if num_circuits > len(tables):
@@ -343,7 +355,7 @@ class CircuitDecodingGame(InteractiveGame):
             rank = 0
             for p in picks:
                 rank = rank * len(tables) + p
-            if (rank % 5 == 0) == (split == "val"):
+            if split_by == "level" or (rank % 5 == 0) == (split == "val"):
                 circuits = [classes[tables[p]][0] for p in picks]
                 return cls(circuits, n_inputs=n_inputs, family=family, **kwargs)
 
@@ -499,8 +511,46 @@ class CircuitDecodingGame(InteractiveGame):
         i, k = self._best_query()
         return self.INTERACT_PREFIX + f"{self.names[i]}(" + ",".join(map(str, self.assignments[k])) + ")"
 
+    #: terse reasoning names a circuit's candidate functions once at most this many are left
+    LIST_CANDIDATES = 2
+
+    def known_table(self, index: int) -> str:
+        """What the queries so far revealed of circuit ``index``: one character per assignment
+        (in :func:`assignments` order): the output bit, or ``?`` when not asked yet.
+
+        Example:
+            >>> game = CircuitDecodingGame(["x1 AND x2"], n_inputs=2)
+            >>> _ = game.interact("A(1,1)"); game.known_table(0)
+            '???1'
+        """
+        name = self.names[index]
+        cells = ["?"] * len(self.assignments)
+        for circuits, bits in self.queries:
+            if name in circuits:
+                k = self.assignments.index(bits)
+                cells[k] = str((self.tables[index] >> k) & 1)
+        return "".join(cells)
+
+    def _explain_terse(self, kind: str, payload: str) -> str | None:
+        # the known part of each truth table, carried from turn to turn (a small model updates
+        # one cell per feedback instead of re-reading the history), and the function once found
+        parts = []
+        for i, (nm, alive) in enumerate(zip(self.names, self.alive)):
+            part = f"{nm} {self.known_table(i)}"
+            if 0 < len(alive) <= self.LIST_CANDIDATES:
+                part += " is " + " or ".join(self.classes[t][0] for t in alive)
+            parts.append(part)
+        state = ", ".join(parts)
+        if kind == "answer":
+            return f"{state}. I answer."
+        if kind == "interact":
+            return f"{state}. I ask {payload}."
+        return None
+
     def explain(self, action: str) -> str:
         kind, payload = self.split_action(action)
+        if self.terse:
+            return self._explain_terse(kind, payload) or super().explain(action)
         sizes = ", ".join(f"{nm}: {len(a)}" for nm, a in zip(self.names, self.alive))
         if kind == "answer":
             if all(len(a) == 1 for a in self.alive):

@@ -221,29 +221,76 @@ class InteractiveGame(TextGame):
 # --------------------------------------------------------------------------------------------
 #: all 5040 codes of 4 distinct digits, in lexicographic order (leading zero allowed)
 ALL_CODES: tuple[str, ...] = tuple("".join(p) for p in itertools.permutations("0123456789", 4))
-_CODE_INDEX = {c: i for i, c in enumerate(ALL_CODES)}
-#: the demonstrator's fixed first guess
+#: the demonstrator's fixed first guess (default size)
 OPENER = "0123"
+#: the paper's size: 4 distinct digits out of 0-9
+DEFAULT_DIGITS, DEFAULT_SYMBOLS = 4, 10
 
 
-def is_valid_code(code: object) -> bool:
-    """True for a string of exactly 4 distinct decimal digits."""
-    return isinstance(code, str) and code in _CODE_INDEX
+def _check_size(num_digits: int, num_symbols: int) -> tuple[int, int]:
+    num_digits, num_symbols = int(num_digits), int(num_symbols)
+    if not 1 <= num_digits <= num_symbols <= 10:
+        raise ValueError(
+            f"need 1 <= num_digits <= num_symbols <= 10 (distinct decimal digits), got num_digits={num_digits}, "
+            f"num_symbols={num_symbols}"
+        )
+    return num_digits, num_symbols
+
+
+@lru_cache(maxsize=64)
+def all_codes(num_digits: int = DEFAULT_DIGITS, num_symbols: int = DEFAULT_SYMBOLS) -> tuple[str, ...]:
+    """Every secret of ``num_digits`` distinct digits drawn from ``0 .. num_symbols-1``, in
+    lexicographic order (``all_codes(4, 10) == ALL_CODES``; ``all_codes(3, 6)`` has 120 codes).
+
+    Example:
+        >>> len(all_codes(3, 6)), all_codes(3, 6)[:3]
+        (120, ('012', '013', '014'))
+    """
+    num_digits, num_symbols = _check_size(num_digits, num_symbols)
+    if (num_digits, num_symbols) == (DEFAULT_DIGITS, DEFAULT_SYMBOLS):
+        return ALL_CODES
+    return tuple("".join(p) for p in itertools.permutations("0123456789"[:num_symbols], num_digits))
+
+
+@lru_cache(maxsize=64)
+def _code_index(num_digits: int, num_symbols: int) -> dict[str, int]:
+    return {c: i for i, c in enumerate(all_codes(num_digits, num_symbols))}
+
+
+def is_valid_code(code: object, num_digits: int = DEFAULT_DIGITS, num_symbols: int = DEFAULT_SYMBOLS) -> bool:
+    """True for a string of exactly ``num_digits`` distinct digits below ``num_symbols`` (default 4 of 0-9)."""
+    return isinstance(code, str) and code in _code_index(num_digits, num_symbols)
 
 
 def _fb(secret: str, guess: str) -> tuple[int, int]:
-    a = (secret[0] == guess[0]) + (secret[1] == guess[1]) + (secret[2] == guess[2]) + (secret[3] == guess[3])
+    a = sum(s == g for s, g in zip(secret, guess))
     common = len(set(secret) & set(guess))
     return a, common - a
+
+
+def _valid_pair(secret: object, guess: object) -> bool:
+    return (
+        isinstance(secret, str)
+        and isinstance(guess, str)
+        and len(secret) == len(guess) >= 1
+        and secret.isdigit()
+        and guess.isdigit()
+        and len(set(secret)) == len(secret)
+        and len(set(guess)) == len(guess)
+    )
 
 
 def feedback(secret: str, guess: str) -> tuple[int, int]:
     """``(A, B)``: digits of ``guess`` in the right place, and right digits in the wrong place.
 
-    Both arguments must be 4-distinct-digit strings (``ValueError`` otherwise).
+    Both arguments must be strings of distinct digits of the same length (``ValueError`` otherwise).
+
+    Example:
+        >>> feedback("0157", "0123"), feedback("015", "510")
+        ((2, 0), (1, 2))
     """
-    if not is_valid_code(secret) or not is_valid_code(guess):
-        raise ValueError(f"secret and guess must be 4 distinct digits, got {secret!r}, {guess!r}")
+    if not _valid_pair(secret, guess):
+        raise ValueError(f"secret and guess must be distinct digits of the same length, got {secret!r}, {guess!r}")
     return _fb(secret, guess)
 
 
@@ -253,11 +300,11 @@ def consistent_candidates(
     """All codes (from ``candidates``, default :data:`ALL_CODES`) consistent with ``history``.
 
     ``history`` is a sequence of ``(guess, (A, B))`` pairs; the result keeps the candidates'
-    order. With an empty history this is all 5040 codes.
+    order. With an empty history this is all of ``candidates`` (5040 codes by default).
     """
     pool = list(ALL_CODES if candidates is None else candidates)
     for guess, fb in history:
-        if not is_valid_code(guess):
+        if not (isinstance(guess, str) and guess.isdigit() and len(set(guess)) == len(guess)):
             raise ValueError(f"invalid guess in history: {guess!r}")
         target = (int(fb[0]), int(fb[1]))
         pool = [c for c in pool if _fb(c, guess) == target]
@@ -273,11 +320,15 @@ ORACLE_BUDGET = 60_000
 
 
 @lru_cache(maxsize=8192)
-def _oracle_guess(history: tuple[tuple[str, tuple[int, int]], ...]) -> str:
+def _oracle_guess(
+    history: tuple[tuple[str, tuple[int, int]], ...],
+    num_digits: int = DEFAULT_DIGITS,
+    num_symbols: int = DEFAULT_SYMBOLS,
+) -> str:
     """Minimax guess from a bounded pool drawn from the consistent set (always inside H)."""
     if not history:
-        return OPENER
-    cands = consistent_candidates(history)
+        return "0123456789"[:num_digits]
+    cands = consistent_candidates(history, all_codes(num_digits, num_symbols))
     if len(cands) <= 2:
         return cands[0]
     limit = max(8, ORACLE_BUDGET // len(cands))
@@ -305,24 +356,40 @@ def _fb_text(guess: str, fb: tuple[int, int]) -> str:
 _GUESS_RE = re.compile(r"\s*(?:guess\s*[:=]?)?", re.IGNORECASE)
 
 
-def _parse_code(text: str) -> str | None:
-    """A 4-distinct-digit code from loose text (``"1234"``, ``"1 2 3 4"``, ``"guess 1,2,3,4"``).
+def _parse_code(text: str, num_digits: int = DEFAULT_DIGITS, num_symbols: int = DEFAULT_SYMBOLS) -> str | None:
+    """A code of distinct digits from loose text (``"1234"``, ``"1 2 3 4"``, ``"guess 1,2,3,4"``).
 
     Example:
         >>> _parse_code("Guess: 1, 2, 3, 4"), _parse_code("1123"), _parse_code(" " * 10_000 + "x")
         ('1234', None, None)
+        >>> _parse_code("0 1 5", 3, 6), _parse_code("016", 3, 6)
+        ('015', None)
     """
     text = text if isinstance(text, str) else ""
     body = text[_GUESS_RE.match(text).end() :].strip()
     body = re.sub(r"[\s,;\-\[\]\(\)\"'`.]", "", body)
-    return body if is_valid_code(body) else None
+    return body if is_valid_code(body, num_digits, num_symbols) else None
 
 
 # --------------------------------------------------------------------------------------------
 # the game
 # --------------------------------------------------------------------------------------------
 class GuessNumbersGame(InteractiveGame):
-    """Bulls-and-cows over 4 distinct digits (see the module docstring).
+    """Bulls-and-cows over distinct digits (see the module docstring).
+
+    Args:
+        secret: the hidden code.
+        max_turns: the turn budget (default 10, the paper's).
+        num_digits, num_symbols: code length and alphabet (digits ``0 .. num_symbols-1``); the
+            paper's size is 4 of 10 (5040 codes, the default). Smaller sizes keep every rule and
+            the progress signal ``|H_t|``, e.g. 3 of 6 (120 codes) for the ``guess_numbers_small``
+            preset, which a tiny model can learn on a CPU.
+        terse: shorter demonstrator reasoning (:meth:`explain`): the number of codes that still
+            fit, the candidates themselves once at most ``list_candidates`` are left, and the
+            move.
+        list_candidates: with ``terse``, list the candidates once at most this many are left
+            (default 4). A list the reasoning carries from turn to turn lets a small model
+            filter it by the newest feedback alone instead of re-deriving it from the whole history.
 
     Info keys of an interaction: ``guess`` (the parsed guess or ``None``), ``in_place``,
     ``misplaced`` (``None`` when invalid), ``hypothesis_size`` (``|H_t|``),
@@ -331,35 +398,88 @@ class GuessNumbersGame(InteractiveGame):
     Answer info: ``valid``, ``answer``, ``success``, ``reward``.
 
     ``progress()`` = ``|H_t|`` (float).
+
+    Example:
+        >>> game = GuessNumbersGame("31", num_digits=2, num_symbols=5, terse=True, list_candidates=6)
+        >>> game.hypothesis_size, game.interact("01")[0]
+        (20, 'Guess 01: 1 in place, 0 misplaced')
+        >>> game.explain(game.oracle_action())
+        '6 fit: 02 03 04 21 31 41. I guess 02.'
     """
 
     max_turns = 10
     task_name = "GuessNumbers"
-    instructions = (
-        "Find the secret number: 4 distinct digits (a leading zero is allowed). "
-        "Ask with <interact>GUESS</interact> (4 distinct digits) and get how many digits are in "
-        "the right place and how many are right but misplaced. Finish with <answer>NUMBER</answer>."
-    )
+    #: terse reasoning lists the candidates once at most this many are left (``list_candidates``)
+    list_candidates = 4
 
-    def __init__(self, secret: str, max_turns: int | None = None) -> None:
+    def __init__(
+        self,
+        secret: str,
+        max_turns: int | None = None,
+        *,
+        num_digits: int = DEFAULT_DIGITS,
+        num_symbols: int = DEFAULT_SYMBOLS,
+        terse: bool = False,
+        list_candidates: int | None = None,
+    ) -> None:
         super().__init__(max_turns)
-        if not is_valid_code(secret):
-            raise ValueError(f"secret must be 4 distinct digits, got {secret!r}")
+        self.num_digits, self.num_symbols = _check_size(num_digits, num_symbols)
+        if list_candidates is not None:
+            if int(list_candidates) < 0:
+                raise ValueError(f"list_candidates must be >= 0, got {list_candidates}")
+            self.list_candidates = int(list_candidates)
+        if not is_valid_code(secret, self.num_digits, self.num_symbols):
+            raise ValueError(
+                f"secret must be {self.num_digits} distinct digits from 0-{self.num_symbols - 1}, got {secret!r}"
+            )
         self.secret = secret
+        self.terse = bool(terse)
         self.history: list[tuple[str, tuple[int, int]]] = []
-        self.hypotheses: list[str] = list(ALL_CODES)
+        self.hypotheses: list[str] = list(all_codes(self.num_digits, self.num_symbols))
+        self.instructions = (
+            f"Find the secret number: {self.num_digits} distinct digits from 0-{self.num_symbols - 1} "
+            "(a leading zero is allowed). "
+            f"Ask with <interact>GUESS</interact> ({self.num_digits} distinct digits) and get how many digits "
+            "are in the right place and how many are right but misplaced. Finish with <answer>NUMBER</answer>."
+        )
+
+    #: how validation instances differ from training ones (``generate(split_by=...)``)
+    SPLIT_BY = ("secret", "level")
 
     @classmethod
-    def generate(cls, seed: int, split: str = "train", **kwargs: Any) -> "GuessNumbersGame":
-        """A deterministic instance. Secrets with index % 5 == 0 (in :data:`ALL_CODES`) are the
-        ``"val"`` split (1008 secrets), the rest ``"train"`` (4032): the splits are disjoint."""
+    def generate(
+        cls,
+        seed: int,
+        split: str = "train",
+        *,
+        num_digits: int = DEFAULT_DIGITS,
+        num_symbols: int = DEFAULT_SYMBOLS,
+        split_by: str = "secret",
+        **kwargs: Any,
+    ) -> "GuessNumbersGame":
+        """A deterministic instance of the ``"train"`` or ``"val"`` split.
+
+        ``split_by="secret"`` (default): secrets with index % 5 == 0 (in :func:`all_codes`) are
+        the ``"val"`` split (1008 of the 5040 default secrets), the rest ``"train"``: no
+        validation secret is ever a training secret. ``split_by="level"``: both splits draw from
+        every code, each from its own level seeds (the trainer keeps validation and training
+        level seeds apart). Use it for tiny code spaces (20 codes at 2 of 5), where holding out a
+        fifth of the secrets only holds out valid answers the rules allow: the secret is hidden in
+        every episode, so a policy cannot memorise it either way.
+        """
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        if split_by not in cls.SPLIT_BY:
+            raise ValueError(f"split_by must be one of {cls.SPLIT_BY}, got {split_by!r}")
+        codes = all_codes(num_digits, num_symbols)
         rng = random.Random(f"GuessNumbers/{split}/{int(seed)}")
         while True:
-            idx = rng.randrange(len(ALL_CODES))
-            if (idx % 5 == 0) == (split == "val"):
-                return cls(ALL_CODES[idx], **kwargs)
+            idx = rng.randrange(len(codes))
+            if split_by == "level" or (idx % 5 == 0) == (split == "val"):
+                return cls(codes[idx], num_digits=num_digits, num_symbols=num_symbols, **kwargs)
+
+    def _parse(self, text: str) -> str | None:
+        return _parse_code(text, self.num_digits, self.num_symbols)
 
     # ---- proxy -------------------------------------------------------------------------------
     @property
@@ -375,9 +495,12 @@ class GuessNumbersGame(InteractiveGame):
 
     def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
         before = len(self.hypotheses)
-        guess = _parse_code(query)
+        guess = self._parse(query)
         if guess is None:
-            feedback_text = f"Invalid query {query!r}: a guess must be 4 distinct digits, for example 0123."
+            feedback_text = (
+                f"Invalid query {query!r}: a guess must be {self.num_digits} distinct digits from "
+                f"0-{self.num_symbols - 1}, for example {'0123456789'[: self.num_digits]}."
+            )
             return feedback_text, {
                 "valid": False,
                 "guess": None,
@@ -408,13 +531,13 @@ class GuessNumbersGame(InteractiveGame):
         }
 
     def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
-        code = _parse_code(text)
+        code = self._parse(text)
         if code is None:
             return 0.0, {
                 "valid": False,
                 "answer": None,
                 "success": False,
-                "feedback": f"Invalid answer {text!r}: expected 4 distinct digits. Reward 0.",
+                "feedback": f"Invalid answer {text!r}: expected {self.num_digits} distinct digits. Reward 0.",
             }
         ok = code == self.secret
         fb = "Correct!" if ok else f"Wrong: the secret was {self.secret}."
@@ -426,19 +549,21 @@ class GuessNumbersGame(InteractiveGame):
             return self.ANSWER_PREFIX + self.hypotheses[0]
         if self.turns_left <= 1 and self.hypotheses:
             return self.ANSWER_PREFIX + self.hypotheses[0]
-        return self.INTERACT_PREFIX + _oracle_guess(tuple(self.history))
+        return self.INTERACT_PREFIX + _oracle_guess(tuple(self.history), self.num_digits, self.num_symbols)
 
     def explain(self, action: str) -> str:
         kind, payload = self.split_action(action)
+        if self.terse:
+            return self._explain_terse(kind, payload) or super().explain(action)
         n = len(self.hypotheses)
         t = len(self.history)
         if kind == "answer":
-            code = _parse_code(payload)
+            code = self._parse(payload)
             if code is not None and n == 1 and code == self.hypotheses[0]:
                 return f"Only {code} fits all {t} feedback lines, so I answer {code}."
             return f"{n} numbers still fit the feedback; I answer {payload}."
         if kind == "interact":
-            guess = _parse_code(payload)
+            guess = self._parse(payload)
             if guess is None:
                 return f"I ask {payload}."
             worst = max(_partition_sizes(guess, self.hypotheses).values()) if n else 0
@@ -454,3 +579,14 @@ class GuessNumbersGame(InteractiveGame):
                 f"{inside} and at most {worst} stay possible after the reply."
             )
         return super().explain(action)
+
+    def _explain_terse(self, kind: str, payload: str) -> str | None:
+        n = len(self.hypotheses)
+        fits = f"{n} fit" if n > self.list_candidates or n == 0 else f"{n} fit: {' '.join(self.hypotheses)}"
+        if kind == "answer":
+            return f"{fits}. I answer {payload}."
+        if kind == "interact":
+            if not self.history:
+                return f"No feedback yet. I open with {payload}."
+            return f"{fits}. I guess {payload}."
+        return None
