@@ -1,0 +1,243 @@
+"""The report's PNG plots (matplotlib, Agg backend; the ``plot`` extra).
+
+* ``val_success.png``: validation success against iteration, per group: mean over seeds, ±1 SE band;
+* ``update_time.png``: update time per iteration, per group (seconds), mean and ±1 SE band;
+* ``success_vs_<diagnostic>.png``: final success against a diagnostic measured early, one point per
+  run coloured by group, Spearman's rho on the plot;
+* ``diagnostics.png``: the MI z-score and reasoning entropy (and retrieval accuracy) against iteration.
+
+Legends sit outside the axes (they never cover data) and figures are saved with a tight bounding box.
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from ragen_torchrl.reporting.runs import Run
+    >>> from ragen_torchrl.reporting.stats import group_runs
+    >>> runs = [Run(Path(f"r{s}"), {"seed": s}, [{"iteration": 1, "timing/update": 1.0 + s}],
+    ...             [(0, {"success": 0.2}), (1, {"success": 0.4 + s / 10})]) for s in (0, 1)]
+    >>> _, groups = group_runs(runs)
+    >>> out = Path(tempfile.mkdtemp())
+    >>> plot_val_success(groups, out / "val_success.png").stat().st_size > 0
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .runs import Run
+from .stats import DIAGNOSTICS, Diagnostic, DiagnosticPoints, Group, mean_se, update_times
+
+__all__ = [
+    "PlotDependencyError",
+    "plot_diagnostics",
+    "plot_success_vs_diagnostic",
+    "plot_update_time",
+    "plot_val_success",
+    "pyplot",
+    "write_plots",
+]
+
+
+class PlotDependencyError(ImportError):
+    """matplotlib is not installed (install the ``plot`` extra)."""
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, imported on first use.
+
+    Raises :class:`PlotDependencyError` naming the ``plot`` extra when matplotlib is missing.
+
+    Example:
+        >>> pyplot().get_backend().lower()
+        'agg'
+    """
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise PlotDependencyError(
+            "the plots need matplotlib: pip install 'ragen-torchrl[plot]' (or pip install 'matplotlib>=3.7')"
+        ) from e
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colours(n: int) -> list:
+    plt = pyplot()
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _band(series_per_run: Sequence[Sequence[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
+    """Iterations and mean/SE across runs at each iteration any run logged."""
+    by_it: dict[int, list[float]] = {}
+    for series in series_per_run:
+        for it, v in series:
+            by_it.setdefault(it, []).append(v)
+    its = sorted(by_it)
+    stats = [mean_se(by_it[it]) for it in its]
+    return its, [m for m, _ in stats], [s for _, s in stats]
+
+
+def _legend(ax, title: str | None = None) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small")
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    pyplot().close(fig)
+    return path
+
+
+def _line_with_band(ax, groups: Sequence[Group], series_of, colours) -> None:
+    for group, colour in zip(groups, colours):
+        its, mean, se = _band([series_of(r) for r in group.runs])
+        if not its:
+            continue
+        n = len(group.runs)
+        ax.plot(its, mean, marker="o", ms=3, color=colour, label=f"{group.label} (n={n})")
+        lo = [m - s for m, s in zip(mean, se)]
+        hi = [m + s for m, s in zip(mean, se)]
+        ax.fill_between(its, lo, hi, color=colour, alpha=0.2, linewidth=0)
+
+
+def plot_val_success(groups: Sequence[Group], path: str | Path) -> Path:
+    """Validation success against iteration per group: mean over seeds with a ±1 SE band (see module example)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    _line_with_band(ax, groups, lambda r: r.val_series("success"), _colours(len(groups)))
+    ax.set_title("Validation success over training (mean ± 1 SE across seeds)")
+    ax.set_xlabel("training iteration (0 = before training)")
+    ax.set_ylabel("validation success rate (fraction of levels solved)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    _legend(ax, "group")
+    return _save(fig, path)
+
+
+def plot_update_time(groups: Sequence[Group], path: str | Path) -> Path:
+    """Update time per iteration per group (:func:`~.stats.update_times`), mean over seeds with a ±1 SE band.
+
+    Example:
+        >>> import tempfile
+        >>> g = Group({}, [Run(Path("r"), {}, [{"iteration": 1, "timing/update": 1.5}], [])])
+        >>> plot_update_time([g], Path(tempfile.mkdtemp()) / "update_time.png").name
+        'update_time.png'
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    _line_with_band(ax, groups, update_times, _colours(len(groups)))
+    ax.set_title("Policy update time per iteration (mean ± 1 SE across seeds; skipped update = 0 s)")
+    ax.set_xlabel("training iteration")
+    ax.set_ylabel("update time (s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    _legend(ax, "group")
+    return _save(fig, path)
+
+
+def plot_success_vs_diagnostic(groups: Sequence[Group], points: DiagnosticPoints, path: str | Path, pct: str) -> Path:
+    """Final validation success against a diagnostic measured early; one point per run, Spearman's rho shown.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.reporting.stats import diagnostic_points
+        >>> def run(mi, success):
+        ...     return Run(Path("r"), {}, [{"iteration": 1, "collapse/trajectory/mi_zscore": mi}],
+        ...                [(1, {"success": success})])
+        >>> g = Group({}, [run(0.1, 0.2), run(0.3, 0.4), run(0.2, 0.9)])
+        >>> [d] = diagnostic_points([g])
+        >>> plot_success_vs_diagnostic([g], d, Path(tempfile.mkdtemp()) / "s.png", "20%").name
+        's.png'
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colours = _colours(len(groups))
+    for gi, group in enumerate(groups):
+        xs = [p[2] for p in points.points if p[0] == gi]
+        ys = [p[3] for p in points.points if p[0] == gi]
+        if xs:
+            ax.scatter(xs, ys, s=40, color=colours[gi], edgecolor="black", linewidth=0.5, label=group.label, zorder=3)
+    rho = points.rho
+    rho_text = f"Spearman ρ = {rho:+.2f}" if rho == rho else "Spearman ρ: n/a (< 3 runs or constant)"
+    rho_text += f"  (n = {len(points.points)} runs)"
+    ax.text(
+        0.02,
+        0.97,
+        rho_text,
+        transform=ax.transAxes,
+        va="top",
+        ha="left",
+        fontsize="medium",
+        bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "0.6"},
+        zorder=4,
+    )
+    name = points.diagnostic.label.split(" (")[0]
+    ax.set_title(f"Final validation success vs early {name}")
+    ax.set_xlabel(f"{points.diagnostic.label}, mean over the first {pct} of iterations")
+    ax.set_ylabel("final validation success rate (fraction)")
+    ax.set_ylim(-0.03, 1.15)  # headroom above 1.0 for the rho box
+    ax.grid(alpha=0.3)
+    _legend(ax, "group")
+    return _save(fig, path)
+
+
+def plot_diagnostics(groups: Sequence[Group], diagnostics: Sequence[Diagnostic], path: str | Path) -> Path:
+    """Each diagnostic against iteration per group (one panel each), mean over seeds with a ±1 SE band.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.reporting.stats import DIAGNOSTICS
+        >>> g = Group({}, [Run(Path("r"), {}, [{"iteration": 1, "collapse/trajectory/mi_zscore": 0.5}], [])])
+        >>> plot_diagnostics([g], DIAGNOSTICS[:1], Path(tempfile.mkdtemp()) / "diagnostics.png").name
+        'diagnostics.png'
+    """
+    plt = pyplot()
+    fig, axes = plt.subplots(len(diagnostics), 1, figsize=(7.5, 3.2 * len(diagnostics)), sharex=True, squeeze=False)
+    colours = _colours(len(groups))
+    for ax, diag in zip(axes[:, 0], diagnostics):
+
+        def series(run: Run, diag=diag) -> list[tuple[int, float]]:
+            key = diag.key_for(run)
+            return run.series(key) if key else []
+
+        _line_with_band(ax, groups, series, colours)
+        ax.set_ylabel(diag.label.replace(" (", "\n("), fontsize="small")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_title("Collapse diagnostics over training (mean ± 1 SE across seeds)")
+    axes[-1, 0].set_xlabel("training iteration")
+    _legend(axes[0, 0], "group")
+    fig.align_ylabels(axes[:, 0])
+    return _save(fig, path)
+
+
+def write_plots(
+    groups: Sequence[Group], diagnostics: Sequence[DiagnosticPoints], out_dir: str | Path, fraction: float = 0.2
+) -> list[Path]:
+    """Write every plot the runs allow into ``out_dir``; returns their paths.
+
+    ``success_vs_<diagnostic>.png`` and ``diagnostics.png`` only for diagnostics some run logged.
+
+    Example:
+        >>> import tempfile
+        >>> g = Group({}, [Run(Path("r"), {}, [{"iteration": 1, "timing/update": 1.5}], [(0, {"success": 0.5})])])
+        >>> [p.name for p in write_plots([g], [], tempfile.mkdtemp())]
+        ['val_success.png', 'update_time.png']
+    """
+    out = Path(out_dir)
+    paths = [plot_val_success(groups, out / "val_success.png"), plot_update_time(groups, out / "update_time.png")]
+    for d in diagnostics:
+        paths.append(
+            plot_success_vs_diagnostic(groups, d, out / f"success_vs_{d.diagnostic.slug}.png", f"{fraction:.0%}")
+        )
+    logged = [d.diagnostic for d in diagnostics]
+    panels = [d for d in DIAGNOSTICS if d in logged]
+    if panels:
+        paths.append(plot_diagnostics(groups, panels, out / "diagnostics.png"))
+    return paths
