@@ -53,7 +53,7 @@ from torchrl.data.llm import History
 
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.active_reasoning import ActiveReasoningEnv
-from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
 from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame, format_vector, split_estimate
 from ragen_torchrl.envs.games.situation_puzzles import SituationPuzzlesGame

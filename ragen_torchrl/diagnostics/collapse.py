@@ -25,12 +25,12 @@ Example (outside any trainer)::
 
 from __future__ import annotations
 
-import re
 import time
 
 import torch
 from tensordict import TensorDictBase
 
+from ..envs.parsing import THINK_RE
 from .cross_scoring import METHODS, cross_score
 from .entropy import entropy_metrics
 from .mi import (
@@ -43,8 +43,6 @@ from .mi import (
 
 __all__ = ["CollapseMonitor", "turn_pairs"]
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-
 
 def turn_pairs(history) -> list[tuple[list[dict], str]]:
     """For each assistant turn of one conversation: (messages before it, reasoning text)."""
@@ -54,7 +52,7 @@ def turn_pairs(history) -> list[tuple[list[dict], str]]:
         if role != "assistant":
             continue
         text = content if "<think>" in content else "<think>" + content
-        m = _THINK.search(text)
+        m = THINK_RE.search(text)
         out.append(
             ([{"role": r, "content": c} for r, c in zip(roles[:i], contents[:i])], m.group(1).strip() if m else "")
         )

@@ -74,11 +74,12 @@ from tensordict import TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 
 from .games.circuit_decoding import CircuitDecodingGame
-from .games.guess_numbers import GuessNumbersGame, InteractiveGame
+from .games.guess_numbers import GuessNumbersGame
+from .games.interactive import InteractiveGame
 from .games.movie_recommendation import MovieRecommendationGame
 from .games.preference_estimation import PreferenceEstimationGame
 from .games.situation_puzzles import PUZZLES, SituationPuzzlesGame
-from .parsing import MAX_REPLY_CHARS
+from .parsing import MAX_REPLY_CHARS, THINK_RE
 from .splits import level_split
 from .text_env import TextGameEnv
 
@@ -114,7 +115,6 @@ LAST_TURN_PROMPT = "This is your last turn. Now present your answer inside <answ
 #: ``"penalty"``: ``format_penalty`` and the episode continues
 MALFORMED_MODES = ("end", "penalty")
 
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ACTION_RE = re.compile(r"<(interact|answer)>(.*?)</\1>", re.DOTALL)
 
 
@@ -162,7 +162,7 @@ def parse_active_reply(text: Any, *, require_think: bool = True) -> ActiveReply:
     text = text[:MAX_REPLY_CHARS]  # bounded regex work on runaway generations
     if "<think>" not in text and "</think>" in text:
         text = "<think>" + text
-    think_m = _THINK_RE.search(text)
+    think_m = THINK_RE.search(text)
     think = think_m.group(1).strip() if think_m else ""
     if require_think and think_m is None:
         return ActiveReply(None, think=think)

@@ -36,7 +36,8 @@ MAX_REPLY_CHARS = 8192
 MAX_INT_DIGITS = 18
 INT_CLAMP = 10**MAX_INT_DIGITS
 
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+#: the reasoning block of a reply; the one pattern every parser and diagnostic uses
+THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -114,7 +115,7 @@ def parse_response(
     text = text[:MAX_REPLY_CHARS]
     if "<think>" not in text and "</think>" in text:
         text = "<think>" + text  # generation was primed with the opening tag
-    think_m = _THINK_RE.search(text)
+    think_m = THINK_RE.search(text)
     answer_m = _ANSWER_RE.search(text, think_m.end() if think_m else 0)
     think = think_m.group(1).strip() if think_m else ""
     if answer_m is None or (require_think and think_m is None):

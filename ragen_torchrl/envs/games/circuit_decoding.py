@@ -43,7 +43,7 @@ import re
 from functools import lru_cache
 from typing import Any, Sequence
 
-from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+from ragen_torchrl.envs.games.interactive import InteractiveGame
 
 __all__ = [
     "CircuitDecodingGame",

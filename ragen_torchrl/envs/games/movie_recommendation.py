@@ -44,7 +44,7 @@ import random
 import re
 from typing import Any, Sequence
 
-from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.preference_estimation import (
     PreferencePosterior,
     ask_pair,

@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from ragen_torchrl.envs.games.guess_numbers import InteractiveGame
+from ragen_torchrl.envs.games.interactive import InteractiveGame
 
 __all__ = [
     "Fact",
