@@ -5,7 +5,7 @@ does, and ``ragen-train`` / ``ragen-sft`` run it once more before Hydra creates 
 dir; every failure is a :class:`ConfigError` naming the key and the bad value, and the
 CLI exits with status 2. In order, it checks:
 
-* **unknown keys** (:func:`check_unknown_keys`): every key must be one the config files
+* **unknown keys** (:func:`~ragen_torchrl.trainer.config_keys.check_unknown_keys`): every key must be one the config files
   define (``ragen_torchrl/configs/config.yaml`` and the files of the selected group options).
   Hydra's struct mode already rejects ``foo=1``; this also rejects ``+foo=1`` (Hydra's
   explicit "add a key" syntax), which would otherwise be silently ignored.
@@ -19,7 +19,7 @@ CLI exits with status 2. In order, it checks:
 * **sizes** (:data:`LIMITS`, :func:`estimate_iteration_tokens`): every size-like key is
   bounded (``env.size=100000`` would allocate 10^10 cells), and so are the tokens one
   iteration can generate and the tiny model's training memory.
-* **paths** (:func:`check_paths`): the model source exists (or, for a hub name, is cached or
+* **paths** (:func:`~ragen_torchrl.trainer.config_paths.check_paths`): the model source exists (or, for a hub name, is cached or
   the hub is reachable), the cache and run dirs are writable, a resumed run dir holds a
   checkpoint. Nothing is created on disk.
 
@@ -35,96 +35,39 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
-import tempfile
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+import tempfile  # noqa: F401 (tests patch tempfile.mkstemp through this module)
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig
 
-
-class ConfigError(ValueError):
-    """A config value is out of range or of the wrong type."""
-
-
-class MissingPathError(ConfigError, FileNotFoundError):
-    """A path the config names does not exist (e.g. ``trainer.resume`` without a checkpoint)."""
-
-
-#: upper bounds of size-like keys: each is far above any sensible run and far below what
-#: exhausts memory (``env.size=100000`` asks for 10^10 cells). Keys absent from a config are
-#: skipped; ``env.dim`` is Sokoban's (height, width) pair or PreferenceEstimation's vector size.
-LIMITS: dict[str, int] = {
-    "trainer.prompts_per_iter": 4096,
-    "trainer.group_size": 256,
-    "trainer.val_levels": 65536,
-    "trainer.total_iterations": 10_000_000,
-    "trainer.log_text_samples": 1024,
-    "rollout.max_new_tokens": 32768,
-    "rollout.chunk_size": 4096,
-    "algo.ppo_epochs": 100,
-    "algo.mini_batch_size": 65536,
-    "algo.max_length": 1 << 20,
-    "algo.critic_chunk_size": 4096,
-    "algo.overlong.max_length": 1 << 20,
-    "algo.dynamic_sampling.max_extra_rollouts": 100,
-    "sft.episodes": 1_000_000,
-    "sft.steps": 10_000_000,
-    "sft.batch_size": 4096,
-    "diagnostics.mi.num_pairs": 1024,  # cross-scoring is quadratic in the pairs
-    "model.threads": 1024,
-    "model.vocab_size": 1 << 18,
-    "model.hidden_size": 16384,
-    "model.intermediate_size": 65536,
-    "model.num_layers": 256,
-    "model.num_heads": 256,
-    "model.num_kv_heads": 256,
-    "env.size": 64,  # FrozenLake side (size x size cells)
-    "env.dim": 64,  # Sokoban side / PreferenceEstimation dimensions
-    "env.num_boxes": 64,
-    "env.num_steps": 100_000,
-    "env.search_depth": 100_000,
-    "env.max_nodes": 1_000_000,
-    "env.max_turn": 100,
-    "env.max_actions_per_turn": 100,
-    "env.max_actions_per_traj": 10_000,
-    "env.num_circuits": 26,
-    "env.num_digits": 10,
-    "env.num_symbols": 10,
-    "env.list_candidates": 100_000,  # circuits are named A..Z
-    "env.n_inputs": 8,  # 2^n truth-table rows per candidate formula
-    "env.num_items": 10_000,
-    "env.oracle_particles": 1_000_000,
-    "env.num_seen": 10_000,
-    "env.num_candidates": 10_000,
-    "env.num_numbers": 6,  # Countdown's solvability search is factorial in it
-    "env.max_number": 1_000_000,
-    "env.max_target": 1_000_000_000,
-    "env.limit": 100_000_000,
-}
-#: rows of one iteration (P x G)
-MAX_ROWS = 65536
-#: tokens one iteration may generate, P x G x env.max_turn x rollout.max_new_tokens (about
-#: 16 bytes each for ids, log-probs and masks: 2^26 tokens ~ 1 GiB before any activations)
-MAX_ITERATION_TOKENS = 1 << 26
-#: positions of the tiny model (``TinyModelConfig.max_position_embeddings``)
-TINY_MAX_POSITIONS = 4096
+# the vocabulary, the unknown-key check and the path checks live in their own modules; they are
+# re-exported here, where every caller has always imported them from
+from .config_checks import (  # noqa: F401
+    LIMITS,
+    MAX_ITERATION_TOKENS,
+    MAX_ROWS,
+    OPTIONAL_KEYS,
+    TINY_MAX_POSITIONS,
+    ConfigError,
+    MissingPathError,
+    _get,
+    _has,
+    _is_number,
+    _limit_error,
+    check_bool,
+    check_choice,
+    check_finite,
+    check_float_range,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+)
+from .config_keys import GLOBAL_PACKAGE, allowed_keys, check_unknown_keys, config_schema, unknown_keys  # noqa: F401
+from .config_paths import check_paths, check_resume, check_run_dir, check_writable_dir  # noqa: F401
 
 #: algorithms whose advantage compares a sample with its group (a group of one has A = 0)
 GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")
-#: keys the code reads although not every config file defines them (``+key=value`` may add them)
-OPTIONAL_KEYS = (
-    "algo.aggregation",
-    "algo.max_length",
-    "algo.overlong.enabled",
-    "algo.overlong.max_length",
-    "algo.overlong.cache_length",
-    "t3.outside_trigger",
-    "trainer.resume_allow_changes",
-)
 
 _BOOL_KEYS = (
     "sft.enabled",
@@ -139,248 +82,6 @@ _BOOL_KEYS = (
     "trainer.resume_allow_changes",
     "t3.outside_trigger",
 )
-
-
-def _get(cfg: DictConfig, key: str):
-    return OmegaConf.select(cfg, key, throw_on_missing=False)
-
-
-def _has(cfg: DictConfig, key: str) -> bool:
-    parent, _, leaf = key.rpartition(".")
-    node = _get(cfg, parent) if parent else cfg
-    return isinstance(node, (DictConfig, Mapping)) and leaf in node
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _limit_error(key: str, value: Any, limit: int) -> ConfigError:
-    return ConfigError(f"{key}={value!r} exceeds the limit {limit} (ragen_torchrl.trainer.config.LIMITS)")
-
-
-def check_positive_int(
-    cfg: DictConfig, key: str, *, allow_zero: bool = False, optional: bool = False, maximum: int | None = None
-) -> None:
-    """``cfg[key]`` is an int >= 1 (>= 0 with ``allow_zero``), at most ``maximum`` (default
-    :data:`LIMITS`); ``optional`` lets ``null`` pass."""
-    value = _get(cfg, key)
-    if optional and value is None:
-        return
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise ConfigError(f"{key} must be {kind} integer, got {value!r}")
-    limit = LIMITS.get(key) if maximum is None else maximum
-    if limit is not None and value > limit:
-        raise _limit_error(key, value, limit)
-
-
-def check_probability(cfg: DictConfig, key: str) -> None:
-    value = _get(cfg, key)
-    if value is None:
-        return
-    if not _is_number(value) or not 0.0 <= float(value) <= 1.0:
-        raise ConfigError(f"{key} must be a probability in [0, 1], got {value!r}")
-
-
-def check_positive_float(
-    cfg: DictConfig, key: str, *, allow_zero: bool = False, maximum: float | None = None, optional: bool = False
-) -> None:
-    """``cfg[key]`` is a finite number > 0 (>= 0 with ``allow_zero``) and <= ``maximum``."""
-    value = _get(cfg, key)
-    if optional and value is None:
-        return
-    if not _is_number(value) or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(
-            f"{key} must be a finite {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
-        )
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{key} must be at most {maximum}, got {value!r}")
-
-
-def check_float_range(cfg: DictConfig, key: str, low: float, high: float, *, why: str = "") -> None:
-    """``cfg[key]``, when present and not null, is a finite number in [low, high]."""
-    value = _get(cfg, key)
-    if value is None:
-        return
-    if not _is_number(value) or not math.isfinite(value) or not low <= value <= high:
-        raise ConfigError(f"{key} must be a finite number in [{low}, {high}]{why}, got {value!r}")
-
-
-def check_bool(cfg: DictConfig, key: str, *, optional: bool = True) -> None:
-    value = _get(cfg, key)
-    if value is None and optional:
-        return
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {value!r}")
-
-
-def check_choice(cfg: DictConfig, key: str, choices) -> None:
-    value = _get(cfg, key)
-    if value is not None and value not in choices:
-        raise ConfigError(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
-
-
-def check_finite(cfg: DictConfig) -> None:
-    """Every float anywhere in ``cfg`` is finite (NaN/inf reach the optimizer or the env otherwise).
-
-    Example:
-        >>> from omegaconf import OmegaConf
-        >>> check_finite(OmegaConf.create({"algo": {"clip_epsilon": [0.2, float("nan")]}}))
-        Traceback (most recent call last):
-        ...
-        ragen_torchrl.trainer.config.ConfigError: algo.clip_epsilon[1] must be a finite number, got nan
-    """
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                if prefix == "" and k == "hydra":
-                    continue
-                walk(v, f"{prefix}.{k}" if prefix else str(k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{prefix}[{i}]")
-        elif isinstance(node, float) and not math.isfinite(node):
-            raise ConfigError(f"{prefix} must be a finite number, got {node!r}")
-
-    walk(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False), "")
-
-
-# ----------------------------------------------------------------------------- unknown keys
-def _tree(node: Any) -> Any:
-    """Key tree of a YAML mapping (leaves are ``None``), without Hydra's ``defaults`` list."""
-    if not isinstance(node, dict):
-        return None
-    return {str(k): _tree(v) for k, v in node.items() if k != "defaults"}
-
-
-def _union(a: Any, b: Any) -> Any:
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return a if isinstance(a, dict) else b
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _union(out[k], v) if k in out else v
-    return out
-
-
-#: first-line header of a group preset whose keys are global (``env: {...}``, ``sft: {...}``)
-GLOBAL_PACKAGE = "@package _global_"
-
-
-def config_schema(config_dir: str | os.PathLike) -> dict[str, Any]:
-    """The keys the config files in ``config_dir`` define.
-
-    Returns ``{"main": tree of config.yaml, "groups": {group: {option: (name, tree)}}}``
-    where a tree maps each key to its sub-tree (``None`` for a leaf).
-    """
-    import yaml
-
-    root = Path(config_dir)
-    main = _tree(yaml.safe_load((root / "config.yaml").read_text()) or {})
-    groups: dict[str, dict[str, tuple[Any, Any]]] = {}
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
-        opts = {}
-        for f in sorted(d.glob("*.yaml")):
-            text = f.read_text()
-            data = yaml.safe_load(text) or {}
-            if isinstance(data, dict) and GLOBAL_PACKAGE in text.split("\n", 1)[0]:
-                # a preset that also pins keys outside its group (e.g. env=guess_numbers_small sets
-                # the warm start its task needs): its group's keys are under the group's name
-                data = dict(data)
-                own = data.pop(d.name, None) or {}
-                main = _union(main, _tree(data))
-                data = own
-            opts[f.stem] = (data.get("name") if isinstance(data, dict) else None, _tree(data))
-        if opts:
-            groups[d.name] = opts
-    return {"main": main, "groups": groups}
-
-
-def allowed_keys(cfg: DictConfig, schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The key tree ``cfg`` may have: config.yaml, plus per group the union of the options
-    whose ``name`` matches the composed node's (all options when none matches; e.g.
-    ``algo=dapo_ragen`` has ``name: ppo`` and shares PPO's keys), plus :data:`OPTIONAL_KEYS`."""
-    allowed = dict(schema["main"] or {})
-    allowed.pop("hydra", None)
-    for group, opts in schema["groups"].items():
-        node = _get(cfg, group)
-        name = node.get("name") if isinstance(node, DictConfig) else None
-        chosen = [t for n, t in opts.values() if n is None or n == name] or [t for _, t in opts.values()]
-        tree: Any = {}
-        for t in chosen:
-            tree = _union(tree, t)
-        allowed[group] = _union(allowed.get(group), tree)
-    for key in OPTIONAL_KEYS:
-        parts = key.split(".")
-        node = allowed
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if node is None:
-                break
-        else:
-            node.setdefault(parts[-1], None)
-    return allowed
-
-
-def unknown_keys(cfg: DictConfig, allowed: Mapping[str, Any]) -> list[str]:
-    """Dotted keys of ``cfg`` that ``allowed`` (a key tree) does not have.
-
-    Example:
-        >>> from omegaconf import OmegaConf
-        >>> unknown_keys(OmegaConf.create({"a": {"b": 1, "c": 2}, "foo": 1}), {"a": {"b": None}})
-        ['a.c', 'foo']
-    """
-    out: list[str] = []
-
-    def walk(node: Any, tree: Any, prefix: str) -> None:
-        if not isinstance(node, Mapping) or not isinstance(tree, dict):
-            return
-        for k, v in node.items():
-            key = f"{prefix}.{k}" if prefix else str(k)
-            if prefix == "" and k == "hydra":
-                continue
-            if k not in tree:
-                out.append(key)
-            else:
-                walk(v, tree[k], key)
-
-    walk(
-        OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False) if OmegaConf.is_config(cfg) else cfg,
-        allowed,
-        "",
-    )
-    return out
-
-
-def check_unknown_keys(cfg: DictConfig, config_dir: str | os.PathLike | None = None) -> None:
-    """Reject keys no config file defines (``+foo=1``, ``+algo.lrr=0.1``), with close matches.
-
-    Skipped when ``config_dir`` (default: the CLI's ``RAGEN_CONFIG_DIR`` / ``ragen_torchrl/configs/``) has
-    no ``config.yaml``.
-    """
-    if config_dir is None:
-        from .cli import CONFIG_DIR as config_dir
-    if not (Path(config_dir) / "config.yaml").is_file():
-        return
-    allowed = allowed_keys(cfg, config_schema(config_dir))
-    bad = unknown_keys(cfg, allowed)
-    if not bad:
-        return
-    hints = []
-    for key in bad:
-        parent, _, leaf = key.rpartition(".")
-        tree: Any = allowed
-        for part in parent.split(".") if parent else []:
-            tree = tree.get(part) if isinstance(tree, dict) else None
-        close = difflib.get_close_matches(leaf, list(tree) if isinstance(tree, dict) else [], n=1)
-        hints.append(f"{key} (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else key)
-    raise ConfigError(
-        f"unknown config key(s): {', '.join(hints)}; no file in {config_dir} defines "
-        f"{'it' if len(bad) == 1 else 'them'} (the code would silently ignore "
-        f"{'it' if len(bad) == 1 else 'them'})"
-    )
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -659,90 +360,6 @@ def check_t3(cfg: DictConfig) -> None:
         )
     except ValueError as e:
         raise ConfigError(f"t3: {e}") from None
-
-
-# ----------------------------------------------------------------------------- paths
-def check_writable_dir(path: str | os.PathLike, key: str) -> None:
-    """``path`` is (or can be created as) a directory this process can write, without creating it.
-
-    Probes the nearest existing ancestor by creating and removing a temporary file in it.
-
-    Example:
-        >>> import tempfile
-        >>> f = tempfile.NamedTemporaryFile()
-        >>> check_writable_dir(f.name + "/sub", "model.cache_dir")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ragen_torchrl.trainer.config.ConfigError: model.cache_dir=.../sub cannot be created: ... is a file, ...
-    """
-    p = Path(os.path.expanduser(str(path)))
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"{key}={path} is a file, not a directory")
-    anc = p
-    while not anc.exists() and anc.parent != anc:
-        anc = anc.parent
-    if not anc.is_dir():
-        raise ConfigError(f"{key}={path} cannot be created: {anc} is a file, not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(dir=anc, prefix=".ragen-write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise ConfigError(f"{key}={path} is not writable: cannot create files in {anc} ({e.strerror or e})") from None
-
-
-def check_resume(cfg: DictConfig) -> None:
-    """``trainer.resume`` names an existing, writable run dir holding ``checkpoints/last.pt`` or
-    ``checkpoints/prev.pt`` (whether a file actually loads is checked when it is read)."""
-    resume = _get(cfg, "trainer.resume")
-    if not resume:
-        return
-    run = Path(os.path.expanduser(str(resume)))
-    if not run.is_dir():
-        raise MissingPathError(f"trainer.resume={resume}: no such run directory (no checkpoint to resume from)")
-    ckpt = run / "checkpoints"
-    names = ("last.pt", "prev.pt")
-    if not any((ckpt / n).is_file() for n in names):
-        raise MissingPathError(f"trainer.resume={resume}: no checkpoint in {ckpt} (expected {' or '.join(names)})")
-    check_writable_dir(run, "trainer.resume")
-
-
-def check_paths(cfg: DictConfig) -> None:
-    """The model source exists, the cache dir is writable, a resumed run has a checkpoint."""
-    name = _get(cfg, "model.name_or_path")
-    if name:
-        from ..models.loading import ModelSourceError, check_model_source
-
-        try:
-            check_model_source(str(name), "model.name_or_path")
-        except ModelSourceError as e:
-            raise ConfigError(str(e)) from None
-    critic = _get(cfg, "algo.critic_path")
-    if critic and str(_get(cfg, "algo.critic") or "separate") == "separate":
-        from ..models.loading import ModelSourceError, check_model_source
-
-        try:
-            check_model_source(str(critic), "algo.critic_path")
-        except ModelSourceError as e:
-            raise ConfigError(str(e)) from None
-    for key in ("env.data_path", "env.val_data_path", "env.catalog_path"):
-        value = _get(cfg, key)
-        if value:
-            from ..models.loading import looks_like_local_path
-
-            if not Path(os.path.expanduser(str(value))).exists() and (
-                looks_like_local_path(str(value)) or key != "env.data_path" or _get(cfg, "env.name") != "metamathqa"
-            ):
-                raise MissingPathError(f"{key}={value}: the file does not exist")
-    cache = _get(cfg, "model.cache_dir")
-    if cache:
-        check_writable_dir(cache, "model.cache_dir")
-    check_resume(cfg)
-
-
-def check_run_dir(run_dir: str | os.PathLike, key: str = "hydra.run.dir") -> None:
-    """The run dir (TensorBoard logs, checkpoints) is writable; see :func:`check_writable_dir`."""
-    check_writable_dir(run_dir, key)
 
 
 # ----------------------------------------------------------------------------- entry point
