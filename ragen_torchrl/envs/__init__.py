@@ -24,7 +24,7 @@ from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
 from .metamathqa import MetaMathQAEnv
 from .sokoban import SokobanEnv
-from .text_env import TextGameEnv
+from .text_env import RowTransformedEnv, TextGameEnv
 
 _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "frozenlake": FrozenLakeEnv,
@@ -63,4 +63,4 @@ def make_env(name: str, **cfg: Any) -> TextGameEnv:
     return builder(**cfg)
 
 
-__all__ = ["FrozenLakeEnv", "TextGameEnv", "make_env", "register_env", "available_envs"]
+__all__ = ["FrozenLakeEnv", "RowTransformedEnv", "TextGameEnv", "make_env", "register_env", "available_envs"]

@@ -405,9 +405,9 @@ class ActiveReasoningEnv(TextGameEnv):
         return super()._complete_done(done_spec, data)
 
     def append_transform(self, transform) -> "TransformedEnv":  # noqa: F821
-        """Wrap in a :class:`~ragen_torchrl.transforms.t3.RowTransformedEnv` (a ``TransformedEnv``
+        """Wrap in a :class:`~ragen_torchrl.envs.text_env.RowTransformedEnv` (a ``TransformedEnv``
         that accepts sub-batches of rows, like this env)."""
-        from ..transforms.t3 import RowTransformedEnv
+        from .text_env import RowTransformedEnv
 
         return RowTransformedEnv(self, transform)
 

@@ -65,6 +65,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.data.llm import History
+from torchrl.envs import TransformedEnv
 from torchrl.envs.llm import ChatEnv
 
 from .games.base import TextGame
@@ -503,3 +504,26 @@ def _history(messages: list[tuple[str, str]]) -> History:
 def sample_seed(level_seed: int, sample: int) -> int:
     """Deterministic per-sample seed for stochastic dynamics inside one prompt group."""
     return random.Random(level_seed * 1_000_003 + sample).getrandbits(31)
+
+
+class RowTransformedEnv(TransformedEnv):
+    """A ``TransformedEnv`` whose base env accepts sub-batches of rows (addressed by ``env_index``).
+
+    ``TransformedEnv`` inherits ``EnvBase``'s check that a step input has the full batch size and
+    reshapes rewards to the full spec shape; the row-addressed envs override both, but a
+    ``TransformedEnv`` does not consult its base env for them. This subclass delegates the two
+    hooks to the base env, so a rollout can step only its running rows through transforms.
+
+    Example:
+        >>> from ragen_torchrl.envs import make_env
+        >>> from ragen_torchrl.transforms import T3Truncation
+        >>> env = RowTransformedEnv(make_env("guess_numbers", num_envs=4), T3Truncation())
+        >>> env.batch_locked
+        False
+    """
+
+    def _assert_tensordict_shape(self, tensordict: TensorDictBase) -> None:
+        self.base_env._assert_tensordict_shape(tensordict)
+
+    def _step_proc_data(self, next_tensordict_out: TensorDictBase) -> TensorDictBase:
+        return self.base_env._step_proc_data(next_tensordict_out)

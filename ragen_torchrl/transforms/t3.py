@@ -68,6 +68,7 @@ from torchrl.data import Bounded, Composite
 from torchrl.data.llm import History
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
+from ..envs.text_env import RowTransformedEnv  # noqa: F401 (re-exported: it lives with TextGameEnv)
 from .t3_rules import PAPER_DEFAULTS, StallRule, _canonical, make_rule
 
 __all__ = [
@@ -90,28 +91,6 @@ ENV_TASKS = {
     "preference_estimation": "PreferenceEstimation",
     "movie_recommendation": "MovieRecommendation",
 }
-
-
-class RowTransformedEnv(TransformedEnv):
-    """A ``TransformedEnv`` whose base env accepts sub-batches of rows (addressed by ``env_index``).
-
-    ``TransformedEnv`` inherits ``EnvBase``'s check that a step input has the full batch size and
-    reshapes rewards to the full spec shape; the row-addressed envs override both, but a
-    ``TransformedEnv`` does not consult its base env for them. This subclass delegates the two
-    hooks to the base env, so a rollout can step only its running rows through transforms.
-
-    Example:
-        >>> from ragen_torchrl.envs import make_env
-        >>> env = RowTransformedEnv(make_env("guess_numbers", num_envs=4), T3Truncation())
-        >>> env.batch_locked
-        False
-    """
-
-    def _assert_tensordict_shape(self, tensordict: TensorDictBase) -> None:
-        self.base_env._assert_tensordict_shape(tensordict)
-
-    def _step_proc_data(self, next_tensordict_out: TensorDictBase) -> TensorDictBase:
-        return self.base_env._step_proc_data(next_tensordict_out)
 
 
 def _innermost_env(env: Any) -> Any:
