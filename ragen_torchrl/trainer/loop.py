@@ -42,6 +42,7 @@ from ..transforms.group_selection import group_scores
 from ..transforms.snr import build_filter, validate_filter_config
 from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
 from .config import ConfigError, check_run_dir, validate_config
+from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
     ResumableTensorboardLogger,
     conversation_text,
@@ -50,9 +51,10 @@ from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives 
     skipped_update_reason,
     summarize,
 )
-from .rollout import collect_rollouts, make_generation_policy, train_level_seeds, val_level_seeds
+from .rollout import collect_rollouts, make_generation_policy, train_level_seeds
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
 from .stops import FilterGuard, ValidationStop, loss_scale, unfiltered_stats
+from .summary import SUMMARY_FILE, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -226,22 +228,31 @@ class Trainer:
     def validate(self, step: int, *, stop_rule: bool = True) -> dict[str, float]:
         """Greedy-ish (temperature ``val_temperature``) rollouts on the fixed held-out levels.
 
+        Runs :func:`~ragen_torchrl.trainer.evaluate.evaluate_policy` (the code path of
+        ``ragen-eval``) with torch seeded to ``cfg.seed`` in a forked RNG state: every validation
+        of a run plays the same levels with the same sampling noise, and training's RNG stream
+        is untouched, so ``ragen-eval RUN_DIR`` reproduces the final validation exactly.
         With ``stop_rule`` the success rate feeds the sustained-low-validation stop
-        (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`.
+        (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`. The scalars logged
+        (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
         """
-        t0 = time.time()
-        seeds = val_level_seeds(int(self.cfg.trainer.val_levels))
-        records = collect_rollouts(self.val_env, self.val_policy, seeds, 1, chunk_size=int(self.cfg.rollout.chunk_size))
-        stats = summarize(records)
-        stats["seconds"] = time.time() - t0
-        for k, v in stats.items():
-            self.logger.log_scalar(f"val/{k}", v, step=step)
+        stats, records = evaluate_policy(
+            self.val_env,
+            self.val_policy,
+            int(self.cfg.trainer.val_levels),
+            seed=int(self.cfg.seed),
+            chunk_size=int(self.cfg.rollout.chunk_size),
+            desc=f"validation (iteration {step})",
+        )
+        logged = {f"val/{k}": v for k, v in stats.items()}
         if stop_rule:
             reason = self.val_stop.update(stats["success"])
-            for k, v in self.val_stop.metrics().items():
-                self.logger.log_scalar(f"stop/{k}", v, step=step)
+            logged.update({f"stop/{k}": float(v) for k, v in self.val_stop.metrics().items()})
             if reason and not self.stop_reason:
                 self.stop_reason = reason
+        for k, v in logged.items():
+            self.logger.log_scalar(k, v, step=step)
+        self.last_validation_scalars = logged
         n_text = int(self.cfg.trainer.get("log_text_samples", 0))
         for i in range(min(n_text, records.batch_size[0])):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
@@ -502,7 +513,14 @@ class Trainer:
 
     # -- main loop -----------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        """Train for ``trainer.total_iterations``; returns a summary with start/end validation."""
+        """Train for ``trainer.total_iterations``; returns the run summary, also written to ``summary.json``.
+
+        At the end (also after an early stop) the final validation runs, the trained policy is
+        written as a Hugging Face model dir ``<run_dir>/policy`` (loadable with ``from_pretrained``
+        and as ``model.name_or_path``), then ``<run_dir>/summary.json``
+        (:func:`~ragen_torchrl.trainer.summary.write_summary`: config, start/end validation,
+        every scalar logged per iteration, seconds, ``trainer.total_iterations``, stop reason, policy dir).
+        """
         t = self.cfg.trainer
         total = int(t.total_iterations)
         val_every = int(t.val_every)
@@ -526,6 +544,7 @@ class Trainer:
             last = step == total
             if val_every and (step % val_every == 0) and not last:
                 v = self.validate(step=step)
+                self.history[-1].update(self.last_validation_scalars)
                 print(f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f}", flush=True)
             if self.stop_reason:
                 print(f"[stop] {self.stop_reason}", flush=True)
@@ -537,14 +556,26 @@ class Trainer:
                 break
         if total > 0:
             val_end = self.validate(step=self.iteration, stop_rule=False)
+            if self.history and self.history[-1]["iteration"] == self.iteration:
+                self.history[-1].update(self.last_validation_scalars)
         self.logger.experiment.flush()
+        final_policy = None
+        try:
+            final_policy = str(export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR))
+        except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy
+            log.error("could not write the final policy to %s: %s", self.run_dir / POLICY_DIR, e)
         summary = {
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
             "val_start": val_start,
             "val_end": val_end,
+            "history": self.history,
             "seconds": time.time() - t_start,
-            "iterations": total,
+            "iterations": total,  # as configured; an early stop shows in stop_reason and the history
+            "stop_reason": self.stop_reason,
             "run_dir": str(self.run_dir),
+            "final_policy": final_policy,
         }
+        write_summary(self.run_dir / SUMMARY_FILE, **summary)
         if val_start is not None and val_end is not None:
             print(
                 f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "

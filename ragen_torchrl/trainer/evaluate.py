@@ -1,0 +1,497 @@
+"""Evaluation on the fixed validation levels: the code path of ``Trainer.validate`` and ``ragen-eval``.
+
+:func:`evaluate_policy` plays one episode on each of the first ``num_levels`` validation levels
+(:func:`~ragen_torchrl.trainer.rollout.val_level_seeds`, untruncated: T3 never applies) with
+torch seeded to ``seed`` inside a forked RNG state, so the numbers depend on the policy, the
+levels, the temperature and the seed only (not on what ran before), and the caller's RNG
+stream is left as it was. ``Trainer.validate`` calls it with the run's ``seed``; so does
+``ragen-eval``, which therefore reproduces a run's final validation exactly.
+
+``ragen-eval`` (:func:`main`)::
+
+    ragen-eval outputs/2026-11-30/12-00-00                 # a run dir: its final policy, its settings
+    ragen-eval outputs/.../checkpoints/last.pt --levels 64  # a checkpoint file
+    ragen-eval /models/my-policy --env sokoban --json eval.json
+    ragen-eval outputs/... --export exported/               # also write the policy as an HF model dir
+
+It prints success ± standard error, mean return, turns, tokens and format-valid, and writes
+them as JSON (``--json PATH``; a run dir defaults to ``<run dir>/eval.json``; otherwise the
+JSON goes to stdout). Bad input exits 2 with one ``ragen-eval: error: ...`` line.
+
+Example (a scripted policy on 3 FrozenLake levels):
+    >>> import tensordict, torch
+    >>> tensordict.set_list_to_stack(True).set()
+    >>> from tensordict import lazy_stack
+    >>> from torchrl.data.llm import History
+    >>> from ragen_torchrl.envs import make_env
+    >>> def right(td):
+    ...     reply = History(role="assistant", content="<answer>Right</answer>")
+    ...     full = td["history", "prompt"].extend(lazy_stack([reply.unsqueeze(0)] * td.shape[0]), inplace=False, dim=-1)
+    ...     return td.set(("history", "full"), full).set(("tokens", "response"), [torch.tensor([1])] * td.shape[0])
+    >>> stats, records = evaluate_policy(make_env("frozenlake", num_envs=3), right, 3, seed=0, progress=False)
+    >>> stats["num_trajectories"], records["level_seed"].tolist() == val_level_seeds(3)
+    (3.0, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from .reporting import summarize
+from .rollout import collect_rollouts, val_level_seeds
+
+__all__ = ["EvalError", "evaluate_policy", "export_policy", "main", "resolve_target", "stats_line"]
+
+log = logging.getLogger(__name__)
+
+#: the final policy of a run, written by ``Trainer.fit`` (an HF model dir)
+POLICY_DIR = "policy"
+EVAL_FILE = "eval.json"
+
+
+class EvalError(ValueError):
+    """Bad ``ragen-eval`` input (missing target, not a model, unknown env, ...): exit 2 with the message."""
+
+
+class _ProgressEnv:
+    """The env, counting finished episodes into a tqdm bar at each step (all else delegated)."""
+
+    def __init__(self, env, bar) -> None:
+        self._env = env
+        self._bar = bar
+
+    def __getattr__(self, name: str):
+        return getattr(self._env, name)
+
+    def step(self, td):
+        out = self._env.step(td)
+        self._bar.update(int(out.get(("next", "done")).sum()))
+        return out
+
+
+def evaluate_policy(
+    env,
+    policy,
+    num_levels: int,
+    *,
+    seed: int,
+    chunk_size: int = 128,
+    progress: bool = True,
+    desc: str = "validation",
+) -> tuple[dict[str, float], TensorDictBase]:
+    """One episode per validation level; returns the stats (:func:`~.reporting.summarize` + ``seconds``) and records.
+
+    ``env`` must have ``num_levels`` rows and no truncation transform. torch is seeded with
+    ``seed`` inside :func:`torch.random.fork_rng`, so the result does not depend on the RNG
+    state before the call, and the caller's RNG state is unchanged after it. ``progress``
+    shows a bar (levels done, rate, ETA) on stderr.
+
+    Example:
+        >>> from ragen_torchrl.envs import make_env
+        >>> evaluate_policy(make_env("frozenlake", num_envs=2), None, 0, seed=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_levels must be >= 1, got 0
+    """
+    from tqdm.auto import tqdm
+
+    if int(num_levels) < 1:
+        raise ValueError(f"num_levels must be >= 1, got {num_levels}")
+    t0 = time.time()
+    seeds = val_level_seeds(int(num_levels))
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        with tqdm(total=len(seeds), desc=desc, unit="level", disable=not progress, mininterval=1.0, leave=False) as bar:
+            records = collect_rollouts(_ProgressEnv(env, bar), policy, seeds, 1, chunk_size=int(chunk_size))
+    stats = summarize(records)
+    stats["seconds"] = time.time() - t0
+    return stats, records
+
+
+def export_policy(model, tokenizer, path: str | os.PathLike) -> Path:
+    """Write ``model`` and ``tokenizer`` (chat template included) as a Hugging Face model dir at ``path``.
+
+    Written to a sibling temp dir first and then renamed, so ``path`` is never half-written; an
+    existing model dir there is replaced. A non-empty dir that is not a model dir is refused.
+    The result loads with ``AutoModelForCausalLM.from_pretrained(path)`` and as ``model.name_or_path``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "notes.txt").write_text("mine")
+        >>> export_policy(None, None, d)
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.evaluate.EvalError: refusing to export into ... (exists and is not a model dir)
+    """
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "config.json").is_file())):
+        raise EvalError(f"refusing to export into {path} (exists and is not a model dir)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)  # the chat template travels with the tokenizer files
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def stats_line(stats: dict[str, float]) -> str:
+    """The human-readable evaluation line.
+
+    Example:
+        >>> stats_line({"success": 0.5, "success_stderr": 0.25, "reward_mean": 1.0, "turns": 2.0,
+        ...             "tokens": 30.0, "format_valid": 1.0, "num_trajectories": 4.0})
+        'success 0.500 ± 0.250, return 1.000, turns 2.00, tokens 30.0, format-valid 1.000 (4 levels)'
+    """
+    return (
+        f"success {stats['success']:.3f} ± {stats['success_stderr']:.3f}, return {stats['reward_mean']:.3f}, "
+        f"turns {stats['turns']:.2f}, tokens {stats['tokens']:.1f}, format-valid {stats['format_valid']:.3f} "
+        f"({stats['num_trajectories']:.0f} levels)"
+    )
+
+
+# -- ragen-eval ---------------------------------------------------------------------------------
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .cli import CONFIG_DIR
+
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise EvalError(_one_line(e)) from None
+
+
+def env_presets() -> list[str]:
+    """The env presets (``configs/env/*.yaml``) a model dir can be evaluated on.
+
+    Example:
+        >>> "frozenlake" in env_presets()
+        True
+    """
+    from .cli import CONFIG_DIR
+
+    return sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml"))
+
+
+def _env_node(preset: str):
+    if preset not in env_presets():
+        raise EvalError(f"unknown env preset {preset!r}; available: {', '.join(env_presets())}")
+    return _compose([f"env={preset}"]).env
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / "summary.json").is_file() or (path / "checkpoints").is_dir() or (path / POLICY_DIR).is_dir()
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config: summary.json, else its checkpoint, else Hydra's ``.hydra/config.yaml``."""
+    from .summary import read_summary
+
+    if (run_dir / "summary.json").is_file():
+        try:
+            return read_summary(run_dir)["config"]
+        except ValueError as e:
+            raise EvalError(str(e)) from None
+    ckpt = _latest_checkpoint(run_dir, required=False)
+    if ckpt is not None and ckpt[0].get("config"):
+        return ckpt[0]["config"]
+    hydra_cfg = run_dir / ".hydra" / "config.yaml"
+    if hydra_cfg.is_file():
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(OmegaConf.load(hydra_cfg), resolve=True)
+    raise EvalError(f"{run_dir}: no config found (no summary.json, checkpoint or .hydra/config.yaml)")
+
+
+def _latest_checkpoint(run_dir: Path, *, required: bool = True):
+    from .checkpoint import checkpoint_files, load_latest
+    from .config import ConfigError
+
+    if not checkpoint_files(run_dir / "checkpoints"):
+        if required:
+            raise EvalError(f"{run_dir}: no {POLICY_DIR}/ and no checkpoint in checkpoints/ to evaluate")
+        return None
+    try:
+        return load_latest(run_dir / "checkpoints", what=str(run_dir))
+    except ConfigError as e:
+        raise EvalError(str(e)) from None
+
+
+def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dtype: str):
+    """The checkpoint's weights on its starting model (``model_path``)."""
+    from ..models.loading import ModelSourceError, load_pretrained
+
+    base = state.get("model_path")
+    if not base:
+        raise EvalError(f"{where}: the checkpoint does not name its starting model (model_path)")
+    try:
+        model, tokenizer = load_pretrained(str(base), device, dtype)
+    except ModelSourceError as e:
+        raise EvalError(
+            f"{where}: cannot load the checkpoint's starting model (its weights are applied on it): {_one_line(e)}"
+        ) from None
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise EvalError(f"{where}: the weights do not fit the starting model {base}: {_one_line(e)}") from None
+    return model.eval(), tokenizer
+
+
+def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[str, Any]:
+    """What ``ragen-eval TARGET`` evaluates: ``{"kind", "config", "policy", "run_dir", "checkpoint"}``.
+
+    ``kind`` is ``"run"`` (a run dir: its config, and its final ``policy/`` or, when that is
+    missing or older, ``checkpoints/last.pt``), ``"checkpoint"`` (a checkpoint file: its config
+    and weights) or ``"model"`` (an HF model dir: the config files' defaults with ``env``).
+    ``policy`` is a model dir to load, or ``None`` when the weights come from ``checkpoint``.
+
+    Raises:
+        EvalError: the target does not exist or is none of the three.
+
+    Example:
+        >>> resolve_target("/nonexistent/run")
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.evaluate.EvalError: /nonexistent/run: no such file or directory
+    """
+    from omegaconf import OmegaConf
+
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise EvalError(f"{target}: no such file or directory")
+    if path.is_file():
+        from .checkpoint import DamagedCheckpointError, read_checkpoint
+
+        try:
+            state = read_checkpoint(path)
+        except DamagedCheckpointError as e:
+            raise EvalError(f"{target}: not a training checkpoint ({str(e).split(': ', 1)[-1]})") from None
+        if not state.get("config"):
+            raise EvalError(f"{target}: the checkpoint holds no config")
+        cfg = OmegaConf.create(state["config"])
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+        out = {"kind": "checkpoint", "policy": None, "run_dir": run_dir, "checkpoint": (state, path)}
+    elif _is_run_dir(path):
+        cfg = OmegaConf.create(_run_config(path))
+        policy, last = path / POLICY_DIR, path / "checkpoints" / "last.pt"
+        fresh = (policy / "config.json").is_file() and (
+            not last.is_file() or policy.stat().st_mtime >= last.stat().st_mtime
+        )
+        ckpt = None if fresh else _latest_checkpoint(path)
+        out = {"kind": "run", "policy": policy if fresh else None, "run_dir": path, "checkpoint": ckpt}
+    elif (path / "config.json").is_file():
+        cfg = _compose([f"model.name_or_path={path}", "sft.enabled=false"])
+        out = {"kind": "model", "policy": path, "run_dir": None, "checkpoint": None}
+    else:
+        raise EvalError(
+            f"{target}: not a run dir (no summary.json, checkpoints/ or policy/), a checkpoint file, "
+            "or a model dir (no config.json)"
+        )
+    if env is not None:
+        OmegaConf.set_struct(cfg, False)
+        cfg.env = _env_node(env)
+    out["config"] = cfg
+    return out
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _set(cfg, key: str, value: Any) -> None:
+    from omegaconf import OmegaConf
+
+    missing = object()
+    if OmegaConf.select(cfg, key, default=missing) is missing:
+        raise EvalError(f"-o {key}=...: no such config key")
+    OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+
+
+def _parse_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ragen-eval`` argument parser.
+
+    Example:
+        >>> build_parser().parse_args(["outputs/run", "--levels", "8"]).levels
+        8
+    """
+    p = argparse.ArgumentParser(
+        prog="ragen-eval",
+        description="Evaluate a run dir, a checkpoint file or an HF model dir on an env's fixed validation levels.",
+    )
+    p.add_argument("target", help="run dir, checkpoint file (checkpoints/last.pt) or Hugging Face model dir")
+    p.add_argument(
+        "--env", help="env preset (configs/env/*.yaml); for a model dir the default is the config's (frozenlake)"
+    )
+    p.add_argument("--levels", type=int, help="number of validation levels (default: trainer.val_levels)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (default: trainer.val_temperature)")
+    p.add_argument("--seed", type=int, help="torch seed of the evaluation (default: the run's seed)")
+    p.add_argument("--json", help="write the results here (default: <run dir>/eval.json for a run dir, else stdout)")
+    p.add_argument("--export", help="also write the evaluated policy as a Hugging Face model dir here")
+    p.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key, e.g. -o rollout.max_new_tokens=64 (repeatable)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``ragen-eval`` for parsed ``args``; returns the result written as JSON.
+
+    Raises:
+        EvalError: bad input (the CLI prints it and exits 2).
+    """
+    from ..envs import make_env
+    from ..models.loading import ModelSourceError, load_pretrained
+    from .rollout import make_generation_policy
+    from .setup import env_kwargs
+
+    tgt = resolve_target(args.target, args.env)
+    cfg = tgt["config"]
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EvalError(f"-o {item}: expected KEY=VALUE")
+        _set(cfg, key.strip(), _parse_value(value))
+    if args.levels is not None:
+        _set(cfg, "trainer.val_levels", int(args.levels))
+    if args.temperature is not None:
+        _set(cfg, "trainer.val_temperature", float(args.temperature))
+    if args.seed is not None:
+        _set(cfg, "seed", int(args.seed))
+    try:
+        levels = int(cfg.trainer.val_levels)
+        temperature = float(cfg.trainer.val_temperature)
+        seed = int(cfg.seed)
+        env_name = str(cfg.env.name)
+    except Exception as e:  # a config without the keys, or values of the wrong type
+        raise EvalError(f"the config lacks a usable trainer.val_levels/val_temperature/seed/env.name: {e}") from None
+    if levels < 1:
+        raise EvalError(f"--levels must be >= 1, got {levels}")
+    if temperature < 0:
+        raise EvalError(f"--temperature must be >= 0, got {temperature}")
+
+    try:
+        env = make_env(env_name, num_envs=levels, **env_kwargs(cfg.env))
+    except (TypeError, ValueError, KeyError) as e:
+        raise EvalError(f"env={env_name}: {e}") from None
+    if cfg.model.get("threads"):
+        torch.set_num_threads(int(cfg.model.threads))
+    device, dtype = str(cfg.model.get("device", "auto")), str(cfg.model.get("dtype", "auto"))
+    try:
+        if tgt["policy"] is not None:
+            model, tokenizer = load_pretrained(str(tgt["policy"]), device, dtype)
+            source = str(tgt["policy"])
+        else:
+            state, ckpt_path = tgt["checkpoint"]
+            model, tokenizer = _load_checkpoint_policy(state, ckpt_path, device, dtype)
+            source = str(ckpt_path)
+    except EvalError:
+        raise
+    except ModelSourceError as e:
+        raise EvalError(_one_line(e)) from None
+    except Exception as e:  # transformers raises many types for a dir that is no loadable model
+        where = tgt["policy"] if tgt["policy"] is not None else tgt["checkpoint"][1]
+        raise EvalError(f"cannot load the model {where}: {type(e).__name__}: {_one_line(e)}") from None
+    policy = make_generation_policy(
+        model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens), temperature=temperature
+    )
+    chunk = int(cfg.rollout.get("chunk_size", 128))
+    stats, _ = evaluate_policy(
+        env, policy, levels, seed=seed, chunk_size=chunk, progress=not args.no_progress, desc="evaluation"
+    )
+    result = {
+        "target": str(args.target),
+        "kind": tgt["kind"],
+        "policy": source,
+        "env": env_name,
+        "levels": levels,
+        "temperature": temperature,
+        "seed": seed,
+        "max_new_tokens": int(cfg.rollout.max_new_tokens),
+        "stats": stats,
+    }
+    if args.export:
+        result["exported"] = str(export_policy(model, tokenizer, args.export))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ragen-eval``; returns the exit status (0, or 2 on bad input).
+
+    Example:
+        >>> main(["/nonexistent/run"])
+        2
+    """
+    from .summary import json_safe, write_json_atomic
+
+    args = build_parser().parse_args(argv)
+    try:
+        result = evaluate(args)
+    except EvalError as e:
+        print(f"ragen-eval: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as e:  # e.g. an unwritable --export dir
+        print(f"ragen-eval: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    print(
+        f"{result['kind']} {result['policy']}: env {result['env']}, {result['levels']} levels, "
+        f"temperature {result['temperature']:g}, seed {result['seed']}",
+        flush=True,
+    )
+    print(stats_line(result["stats"]), flush=True)
+    out = args.json or (str(Path(args.target) / EVAL_FILE) if result["kind"] == "run" else None)
+    if out:
+        try:
+            write_json_atomic(out, result)
+        except OSError as e:
+            print(f"ragen-eval: error: cannot write {out}: {e}", file=sys.stderr, flush=True)
+            return 2
+        print(f"wrote {out}", flush=True)
+    else:
+        print(json.dumps(json_safe(result), indent=2, allow_nan=False), flush=True)
+    if result.get("exported"):
+        print(f"exported the policy to {result['exported']}", flush=True)
+    return 0
+
+
+def eval_main() -> None:
+    """Console entry point of ``ragen-eval``."""
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""A run's machine-readable summary: ``<run_dir>/summary.json``, written at the end of ``Trainer.fit``.
+
+Other tools (``ragen-eval``, reports over a sweep) read it, so its top-level keys are fixed
+(:data:`SUMMARY_KEYS`)::
+
+    {"config": {...},                      # the resolved run config
+     "val_start": {...} | null,            # validation stats before training (null on a resumed run)
+     "val_end": {...} | null,              # validation stats at the end
+     "history": [{"iteration": 1, "<tag>": float, ...}, ...],  # every scalar logged per iteration
+     "seconds": float,                     # wall time of this fit() call
+     "iterations": int,                    # trainer.total_iterations (an early stop: stop_reason, history)
+     "stop_reason": str | null,
+     "run_dir": str, "final_policy": "<run_dir>/policy" | null}
+
+NaN and infinite values are written as JSON ``null`` (the file is strict JSON), and the file
+is replaced atomically (a reader sees the old summary or the new one, never a partial file).
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> p = Path(tempfile.mkdtemp()) / "summary.json"
+    >>> _ = write_summary(p, config={"seed": 0}, val_start=None, val_end={"success": 0.5},
+    ...                   history=[{"iteration": 1, "train/loss": float("nan")}], seconds=1.5,
+    ...                   iterations=1, stop_reason=None, run_dir="outputs/r", final_policy=None)
+    >>> s = read_summary(p)
+    >>> s["history"], s["val_end"]
+    ([{'iteration': 1, 'train/loss': None}], {'success': 0.5})
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SUMMARY_FILE", "SUMMARY_KEYS", "json_safe", "read_summary", "write_summary"]
+
+SUMMARY_FILE = "summary.json"
+#: the top-level keys of a summary, in file order
+SUMMARY_KEYS = (
+    "config",
+    "val_start",
+    "val_end",
+    "history",
+    "seconds",
+    "iterations",
+    "stop_reason",
+    "run_dir",
+    "final_policy",
+)
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with NaN/inf floats replaced by ``None`` and scalars (numpy, torch) made plain Python.
+
+    Example:
+        >>> json_safe({"a": [1.0, float("nan")], "b": float("-inf"), "c": (1, "x")})
+        {'a': [1.0, None], 'b': None, 'c': [1, 'x']}
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        try:
+            obj = obj.item()
+        except (TypeError, ValueError):
+            return str(obj)
+        return json_safe(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    return obj
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as strict JSON (NaN/inf -> ``null``) to ``path`` atomically (tmp file + ``os.replace``).
+
+    Example:
+        >>> import tempfile
+        >>> p = write_json_atomic(Path(tempfile.mkdtemp()) / "x.json", {"v": float("inf")})
+        >>> p.read_text()
+        '{\\n  "v": null\\n}\\n'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_summary(
+    path: str | os.PathLike,
+    *,
+    config: Mapping[str, Any],
+    val_start: Mapping[str, float] | None,
+    val_end: Mapping[str, float] | None,
+    history: list[Mapping[str, Any]],
+    seconds: float,
+    iterations: int,
+    stop_reason: str | None,
+    run_dir: str | os.PathLike,
+    final_policy: str | os.PathLike | None,
+) -> Path:
+    """Write a run summary (schema in the module docstring) to ``path`` atomically; returns the path.
+
+    Example:
+        >>> import tempfile
+        >>> p = write_summary(Path(tempfile.mkdtemp()) / "summary.json", config={}, val_start=None,
+        ...                   val_end=None, history=[], seconds=0.0, iterations=0, stop_reason=None,
+        ...                   run_dir="r", final_policy=None)
+        >>> list(read_summary(p)) == list(SUMMARY_KEYS)
+        True
+    """
+    summary = {
+        "config": dict(config),
+        "val_start": None if val_start is None else dict(val_start),
+        "val_end": None if val_end is None else dict(val_end),
+        "history": [dict(h) for h in history],
+        "seconds": float(seconds),
+        "iterations": int(iterations),
+        "stop_reason": None if stop_reason is None else str(stop_reason),
+        "run_dir": str(run_dir),
+        "final_policy": None if final_policy is None else str(final_policy),
+    }
+    return write_json_atomic(path, summary)
+
+
+def read_summary(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a summary written by :func:`write_summary` (a run dir is accepted too: its ``summary.json``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not JSON, or lacks one of :data:`SUMMARY_KEYS`.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "summary.json").write_text('{"config": {}}')
+        >>> try:
+        ...     read_summary(d)
+        ... except ValueError as e:
+        ...     print(str(e).split(": ", 1)[1])
+        not a run summary (missing ['val_start', 'val_end', 'history', 'seconds', 'iterations', 'stop_reason', 'run_dir', 'final_policy'])
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    missing = [k for k in SUMMARY_KEYS if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{path}: not a run summary (missing {missing})")
+    return data

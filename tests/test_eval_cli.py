@@ -1,0 +1,219 @@
+"""``ragen-eval``, the run's ``summary.json`` and its final ``policy/`` export (issue 15 items 1, 2, 4)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.evaluate import main as eval_main
+from ragen_torchrl.trainer.loop import Trainer
+from ragen_torchrl.trainer.summary import SUMMARY_KEYS, read_summary, write_summary
+
+# tests/test_presets.py's SMALL overrides (a seconds-long trainer=smoke run), with 4 validation levels
+SMALL = [
+    "trainer=smoke",
+    "trainer.total_iterations=1",
+    "trainer.val_levels=4",
+    "trainer.log_text_samples=0",
+    "sft.steps=2",
+    "sft.episodes=4",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=1",
+    "model.vocab_size=300",
+    "model.device=cpu",
+    "model.threads=1",
+    "rollout.max_new_tokens=16",
+    "diagnostics.mi.enabled=false",
+]
+#: validation stats that must match exactly (``seconds`` is wall time)
+STAT_KEYS = ("success", "success_stderr", "reward_mean", "reward_std", "turns", "tokens", "format_valid")
+
+
+def make_cfg(cache_dir: str, *extra: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=[f"model.cache_dir={cache_dir}", *SMALL, *extra])
+
+
+@pytest.fixture(scope="module")
+def smoke_run(ragen_cache_dir, tmp_path_factory) -> tuple[Path, dict]:
+    """A finished trainer=smoke run: its dir and what fit() returned."""
+    run_dir = tmp_path_factory.mktemp("eval") / "run"
+    torch.manual_seed(0)
+    summary = Trainer(make_cfg(ragen_cache_dir), run_dir=run_dir).fit()
+    return run_dir, summary
+
+
+def stats_of(path: Path) -> dict:
+    return json.loads(path.read_text())["stats"]
+
+
+# --------------------------------------------------------------------------- summary helper
+def test_summary_nan_and_inf_round_trip_as_null(tmp_path):
+    path = write_summary(
+        tmp_path / "summary.json",
+        config={"seed": 0, "algo": {"lr": 1e-3}},
+        val_start={"success": float("nan")},
+        val_end={"success": 0.25, "tokens": float("inf")},
+        history=[{"iteration": 1, "train/loss": float("nan"), "train/grad_norm": torch.tensor(2.0)}],
+        seconds=3.5,
+        iterations=1,
+        stop_reason=None,
+        run_dir=tmp_path,
+        final_policy=None,
+    )
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    json.loads(text)  # strict JSON
+    s = read_summary(tmp_path)  # a run dir is accepted too
+    assert tuple(s) == SUMMARY_KEYS
+    assert s["val_start"] == {"success": None}
+    assert s["val_end"] == {"success": 0.25, "tokens": None}
+    assert s["history"] == [{"iteration": 1, "train/loss": None, "train/grad_norm": 2.0}]
+    assert s["run_dir"] == str(tmp_path) and s["iterations"] == 1 and s["seconds"] == 3.5
+    assert not list(tmp_path.glob("*.tmp"))  # the temp file was renamed away
+
+
+def test_read_summary_refuses_other_json(tmp_path):
+    (tmp_path / "summary.json").write_text('{"config": {}}')
+    with pytest.raises(ValueError, match="not a run summary"):
+        read_summary(tmp_path / "summary.json")
+
+
+# --------------------------------------------------------------------------- end to end
+@pytest.mark.slow
+def test_smoke_run_writes_summary_and_a_loadable_policy(smoke_run):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_dir, returned = smoke_run
+    s = read_summary(run_dir / "summary.json")
+    assert tuple(s) == SUMMARY_KEYS
+    assert s["config"]["trainer"]["val_levels"] == 4 and s["config"]["seed"] == 0
+    assert s["iterations"] == 1 and s["stop_reason"] is None and s["run_dir"] == str(run_dir)
+    assert s["final_policy"] == str(run_dir / "policy")
+    assert s["val_start"]["num_trajectories"] == 4.0 and s["val_end"]["num_trajectories"] == 4.0
+    assert [h["iteration"] for h in s["history"]] == [1]
+    first = s["history"][0]
+    assert "rollout/success" in first and "train/loss" in first and "timing/total" in first
+    assert first["val/success"] == s["val_end"]["success"]  # the final validation is logged at the last step
+    assert all(v is None or isinstance(v, (int, float)) for v in first.values())
+    assert returned["val_end"] == s["val_end"] and s["seconds"] > 0
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "policy")
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "policy")
+    assert "{% generation %}" in tokenizer.chat_template  # the chat template travels with the export
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+@pytest.mark.slow
+def test_policy_dir_trains_as_model_name_or_path(smoke_run, ragen_cache_dir, tmp_path):
+    run_dir, _ = smoke_run
+    cfg = make_cfg(ragen_cache_dir, f"model.name_or_path={run_dir / 'policy'}", "sft.enabled=false")
+    trainer = Trainer(cfg, run_dir=tmp_path / "again")
+    assert trainer.model_path == str(run_dir / "policy")
+    summary = trainer.fit()
+    assert summary["iterations"] == 1 and trainer.history[-1]["train/optimizer_steps"] >= 1
+    # it starts where the first run ended: same weights, same validation levels and seed
+    assert summary["val_start"] == {**read_summary(run_dir)["val_end"], "seconds": summary["val_start"]["seconds"]}
+
+
+@pytest.mark.slow
+def test_an_early_stop_still_writes_the_summary_and_policy(ragen_cache_dir, tmp_path):
+    # every validation below 100% is "low"; patience 1: the start validation already stops the run
+    cfg = make_cfg(
+        ragen_cache_dir, "trainer.total_iterations=3", "filter.val_stop.threshold=1.0", "filter.val_stop.patience=1"
+    )
+    Trainer(cfg, run_dir=tmp_path / "stopped").fit()
+    s = read_summary(tmp_path / "stopped")
+    assert s["stop_reason"] and "validation" in s["stop_reason"]
+    assert len(s["history"]) == 1 and s["val_end"] is not None
+    assert (tmp_path / "stopped" / "policy" / "config.json").is_file() and s["final_policy"]
+
+
+@pytest.mark.slow
+def test_ragen_eval_run_dir_reproduces_the_final_validation_exactly(smoke_run, capsys):
+    run_dir, _ = smoke_run
+    val_end = read_summary(run_dir)["val_end"]
+    assert eval_main([str(run_dir), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    got = stats_of(run_dir / "eval.json")  # the default JSON path of a run dir
+    print("val_end:", {k: val_end[k] for k in STAT_KEYS}, "\nragen-eval:", {k: got[k] for k in STAT_KEYS})
+    assert {k: got[k] for k in STAT_KEYS} == {k: val_end[k] for k in STAT_KEYS}
+    assert got["num_trajectories"] == 4.0
+    assert f"success {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}" in out
+
+    # the checkpoint holds the same final weights and config
+    ckpt_json = run_dir / "ckpt_eval.json"
+    assert eval_main([str(run_dir / "checkpoints" / "last.pt"), "--json", str(ckpt_json), "--no-progress"]) == 0
+    assert {k: stats_of(ckpt_json)[k] for k in STAT_KEYS} == {k: val_end[k] for k in STAT_KEYS}
+
+    # the match is not a coincidence: another seed samples other replies
+    other = run_dir / "seed1.json"
+    assert eval_main([str(run_dir), "--seed", "1", "--json", str(other), "--no-progress"]) == 0
+    assert stats_of(other)["tokens"] != val_end["tokens"]
+
+
+@pytest.mark.slow
+def test_ragen_eval_model_dir_with_env_levels_and_export(smoke_run, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    run_dir, _ = smoke_run
+    export = tmp_path / "exported"
+    argv = [str(run_dir / "policy"), "--env", "frozenlake", "--levels", "4", "--temperature", "0"]
+    assert eval_main([*argv, "--export", str(export), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{") : out.rindex("}") + 1])  # no --json: the JSON goes to stdout
+    assert result["kind"] == "model" and result["env"] == "frozenlake" and result["levels"] == 4
+    stats = result["stats"]
+    assert stats["num_trajectories"] == 4.0 and 0.0 <= stats["success"] <= 1.0
+    assert math.isfinite(stats["tokens"]) and stats["turns"] >= 1
+    assert AutoModelForCausalLM.from_pretrained(export) is not None
+    # greedy decoding of the exported copy gives the same numbers
+    again = tmp_path / "again.json"
+    assert eval_main([str(export), *argv[1:], "--json", str(again), "--no-progress"]) == 0
+    assert {k: stats_of(again)[k] for k in STAT_KEYS} == {k: stats[k] for k in STAT_KEYS}
+
+
+# --------------------------------------------------------------------------- bad input: exit 2, one line
+def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
+    model_like = tmp / "model_like"
+    model_like.mkdir()
+    (model_like / "config.json").write_text("{}")
+    (tmp / "empty").mkdir()
+    (tmp / "broken.pt").write_bytes(b"PK\x03\x04 cut short")
+    (tmp / "run" / "checkpoints").mkdir(parents=True)
+    config = {
+        "seed": 0,
+        "env": {"name": "frozenlake"},
+        "trainer": {"val_levels": 2, "val_temperature": 0.5},
+        "rollout": {"max_new_tokens": 8, "chunk_size": 8},
+        "model": {"device": "cpu", "dtype": "float32"},
+    }
+    state = {"iteration": 0, "model": {}, "optimizer": {}, "rng": {}, "config": config}
+    torch.save({**state, "model_path": str(tmp / "gone")}, tmp / "orphan.pt")
+    return [
+        ([str(tmp / "missing")], "no such file or directory"),
+        ([str(tmp / "empty")], "not a run dir"),
+        ([str(model_like), "--env", "no_such_env"], "unknown env preset 'no_such_env'"),
+        ([str(model_like)], "cannot load the model"),
+        ([str(tmp / "broken.pt")], "not a training checkpoint"),
+        ([str(tmp / "run")], "no config found"),
+        ([str(model_like), "-o", "no.such.key=1"], "no such config key"),
+        ([str(tmp / "orphan.pt")], "cannot load the checkpoint's starting model"),
+        ([str(model_like), "--levels", "0"], "--levels must be >= 1"),
+    ]
+
+
+def test_ragen_eval_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    for argv, message in _bad_inputs(tmp_path):
+        assert eval_main(argv) == 2, argv
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("ragen-eval: error: ")]
+        assert len(lines) == 1 and message in lines[0], (argv, err)
+        assert "Traceback" not in err
