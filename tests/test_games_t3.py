@@ -607,3 +607,21 @@ def test_hf_judge_with_tiny_qwen2():
     assert judge.last_output.split()[0] == "Yes"
     game = SituationPuzzlesGame(PUZZLES[0], judge=judge)
     assert game.interact("Did the man have hiccups?")[1]["judge_answer"] == "Yes"
+
+
+def test_puzzle_data_file_loads_and_bad_files_are_clear_errors(tmp_path):
+    from ragen_torchrl.envs.games.situation_puzzles import load_puzzles
+
+    assert load_puzzles() == PUZZLES and len(PUZZLES) >= 20
+    own = tmp_path / "mine.json"
+    own.write_text(
+        '{"puzzles": [{"id": "p", "story": "s", "explanation": "e", '
+        '"facts": [{"keywords": ["rain|wet"], "truth": true, "question": "Did it rain?"}]}]}'
+    )
+    (puzzle,) = load_puzzles(own)
+    assert puzzle.facts[0].keywords == ("rain|wet",) and puzzle.facts[0].truth is True
+    for bad in ('{"puzzles": [{"id": "p"}]}', "[1, 2]", "not json", '{"puzzles": []}'):
+        own.write_text(bad)
+        with pytest.raises(ValueError, match="mine.json"):
+            load_puzzles(own)
+

@@ -95,6 +95,9 @@ def test_wheel_lists_every_config():
             if n.startswith("ragen_torchrl/configs/") and n.endswith(".yaml")
         }
     assert in_wheel == _yaml_files(SHIPPED)
+    # the SituationPuzzles data file ships too
+    with zipfile.ZipFile(wheel) as zf:
+        assert "ragen_torchrl/envs/games/data/situation_puzzles.json" in zf.namelist()
 
 
 _WHEEL: list[Path] = []

@@ -38,10 +38,14 @@ Example:
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 from collections import Counter
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ragen_torchrl.envs.games.interactive import InteractiveGame
@@ -54,6 +58,7 @@ __all__ = [
     "Puzzle",
     "RuleBasedJudge",
     "SituationPuzzlesGame",
+    "load_puzzles",
     "map_judge_output",
     "match_fact",
     "word_f1",
@@ -233,352 +238,51 @@ class HFJudge:
     __call__ = judge
 
 
-def _F(keywords: str, truth: bool, question: str) -> Fact:
-    return Fact(tuple(k.strip() for k in keywords.split(",")), truth, question)
+#: the shipped puzzle set (a JSON file in the package: ``envs/games/data/situation_puzzles.json``)
+PUZZLES_FILE = "situation_puzzles.json"
+
+
+def load_puzzles(path: str | os.PathLike | None = None) -> tuple[Puzzle, ...]:
+    """Puzzles from a JSON file: the shipped set by default, or a user file of the same layout
+    (``{"puzzles": [{"id", "story", "explanation", "facts": [{"keywords", "truth", "question"}]}]}``;
+    ``keywords`` lists keyword groups, alternatives inside a group separated by ``|``).
+
+    Raises ``ValueError`` naming the puzzle and field when the file does not have that layout.
+
+    Example:
+        >>> puzzles = load_puzzles()
+        >>> puzzles[0].id, puzzles[0].facts[0].question
+        ('hiccups', 'Did the man have hiccups?')
+    """
+    if path is None:
+        text = resources.files("ragen_torchrl.envs.games").joinpath("data", PUZZLES_FILE).read_text(encoding="utf-8")
+        where = PUZZLES_FILE
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+        where = str(path)
+    try:
+        items = json.loads(text)["puzzles"]
+        puzzles = tuple(
+            Puzzle(
+                str(item["id"]),
+                str(item["story"]),
+                str(item["explanation"]),
+                tuple(
+                    Fact(tuple(str(k) for k in fact["keywords"]), bool(fact["truth"]), str(fact["question"]))
+                    for fact in item.get("facts", ())
+                ),
+            )
+            for item in items
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{where}: not a puzzle file ({type(e).__name__}: {e})") from None
+    if not puzzles or len({p.id for p in puzzles}) != len(puzzles):
+        raise ValueError(f"{where}: needs at least one puzzle and distinct ids")
+    return puzzles
 
 
 #: the shipped puzzles (original wordings of classic lateral-thinking puzzles)
-PUZZLES: tuple[Puzzle, ...] = (
-    Puzzle(
-        "hiccups",
-        "A man walks into a bar and asks the bartender for a glass of water. The bartender pulls "
-        "out a gun and points it at him. The man says thank you and walks out happy.",
-        "The man had hiccups. The bartender scared him with the gun, which cured his hiccups, so "
-        "he no longer needed the water.",
-        (
-            _F("hiccup", True, "Did the man have hiccups?"),
-            _F("thirst", False, "Was the man thirsty?"),
-            _F("scare|frighten|fright|shock", True, "Did the bartender try to scare him?"),
-            _F("shoot|shot|fire", False, "Did the bartender shoot at him?"),
-            _F("rob|robbery|threat", False, "Was the bartender threatening to rob him?"),
-            _F("cure|fix|stop", True, "Did the gun cure his problem?"),
-        ),
-    ),
-    Puzzle(
-        "elevator",
-        "A man lives on the tenth floor of a building. Every morning he takes the elevator down to "
-        "the ground floor. Every evening he takes the elevator only to the seventh floor and walks "
-        "up the stairs the rest of the way, except on rainy days.",
-        "The man is very short and can only reach the button for the seventh floor. On rainy days "
-        "he carries an umbrella and uses it to press the button for the tenth floor.",
-        (
-            _F("short|small|little", True, "Is the man very short?"),
-            _F("tall", False, "Is the man tall?"),
-            _F("reach, button", True, "Can he only reach the button for the seventh floor?"),
-            _F("umbrella", True, "Does he use his umbrella on rainy days?"),
-            _F("exercise|fitness|healthy|health", False, "Does he walk up for exercise?"),
-            _F("broken|broke|fault", False, "Is the elevator broken?"),
-        ),
-    ),
-    Puzzle(
-        "monopoly",
-        "A man pushes his car up to a hotel and immediately tells the owner that he is bankrupt.",
-        "He is playing the board game Monopoly. His car token landed on a property with a hotel "
-        "that he could not afford, so he went bankrupt.",
-        (
-            _F("game|monopoly", True, "Is he playing a game?"),
-            _F("real", False, "Is it a real car?"),
-            _F("token|piece", True, "Is the car a token?"),
-            _F("breakdown|engine|petrol|fuel|gas", False, "Did his car run out of fuel?"),
-            _F("afford|money|rent|pay", True, "Did he have to pay money he did not have?"),
-        ),
-    ),
-    Puzzle(
-        "goldfish",
-        "Romeo and Juliet lie dead on the floor of a room. Around them are pieces of broken glass "
-        "and a puddle of water. The window is open and nobody else is in the house.",
-        "Romeo and Juliet are goldfish. The wind blew through the open window and knocked their "
-        "bowl off the table. The bowl broke and they died without water.",
-        (
-            _F("fish|goldfish", True, "Are Romeo and Juliet fish?"),
-            _F("human|people|person", False, "Are Romeo and Juliet people?"),
-            _F("murder|kill", False, "Were they murdered?"),
-            _F("wind|breeze|gust", True, "Did the wind knock something over?"),
-            _F("bowl|tank|aquarium", True, "Did they live in a bowl?"),
-            _F("poison", False, "Were they poisoned?"),
-        ),
-    ),
-    Puzzle(
-        "parachute",
-        "A man lies dead in the middle of an open field. Next to him is an unopened package. "
-        "There are no footprints around him and nobody else is nearby.",
-        "The man jumped out of a plane, but his parachute did not open. The unopened package is the parachute.",
-        (
-            _F("parachute", True, "Is the package a parachute?"),
-            _F("plane|aircraft|airplane|helicopter", True, "Did he come from a plane?"),
-            _F("murder|kill", False, "Was he murdered?"),
-            _F("fall|fell|jump", True, "Did he fall from the sky?"),
-            _F("walk", False, "Did he walk into the field?"),
-            _F("parcel|mail|deliver|post", False, "Was the package delivered by mail?"),
-        ),
-    ),
-    Puzzle(
-        "photographer",
-        "A woman shoots her husband. Then she holds him under water for five minutes. Finally, she "
-        "hangs him. Later that evening they go out together and enjoy a lovely dinner.",
-        "The woman is a photographer. She took a photo of her husband, developed the picture in "
-        "water and hung it up to dry.",
-        (
-            _F("photo|picture|camera", True, "Did she take a photo of him?"),
-            _F("gun|weapon|pistol|rifle", False, "Did she use a gun?"),
-            _F("hurt|harm|injur|die|died|dead", False, "Was the husband hurt?"),
-            _F("develop", True, "Did she develop something in the water?"),
-            _F("dry|drying", True, "Did she hang something up to dry?"),
-        ),
-    ),
-    Puzzle(
-        "surgeon",
-        "A father and his son are in a car accident. The father dies at the scene and the son is "
-        "rushed to hospital. The surgeon looks at the boy and says: I cannot operate on him, he is "
-        "my son.",
-        "The surgeon is the boy's mother.",
-        (
-            _F("mother|mom|mum", True, "Is the surgeon the boy's mother?"),
-            _F("woman|female|lady", True, "Is the surgeon a woman?"),
-            _F("step|adopt|adopted", False, "Is the surgeon his stepfather?"),
-            _F("father|dad, alive|survive|live", False, "Did the father survive?"),
-            _F("ghost|spirit", False, "Is the surgeon a ghost?"),
-        ),
-    ),
-    Puzzle(
-        "blind_reader",
-        "A man sits in a pitch-dark room with no lamp, no candle and no window, and reads a thick "
-        "book from cover to cover.",
-        "The man is blind and reads the book in Braille with his fingers.",
-        (
-            _F("blind", True, "Is the man blind?"),
-            _F("braille|finger|touch", True, "Does he read with his fingers?"),
-            _F("light|lamp|candle|torch|flashlight|glow", False, "Does he use any light?"),
-            _F("memor", False, "Did he memorize the book?"),
-            _F("night|vision", False, "Does he have night vision?"),
-        ),
-    ),
-    Puzzle(
-        "triplets",
-        "Two boys are born to the same mother on the same day, at the same hour, in the same year, "
-        "yet they are not twins.",
-        "They are two of a set of triplets; a third baby was born at the same time.",
-        (
-            _F("triplet|quadruplet", True, "Are they triplets?"),
-            _F("twin", False, "Are they twins?"),
-            _F("adopt", False, "Was one of them adopted?"),
-            _F("brother|sibling", True, "Are they brothers?"),
-            _F("third|another|more, baby|child|children|sibling", True, "Was a third baby born at the same time?"),
-        ),
-    ),
-    Puzzle(
-        "balloon",
-        "A man is found dead in the desert holding half of a matchstick. There are no tracks around him.",
-        "He was travelling in a hot air balloon that was losing height. The passengers drew "
-        "matchsticks to choose who would jump out to lighten it, and he drew the short half.",
-        (
-            _F("balloon", True, "Was he in a hot air balloon?"),
-            _F("thirst|dehydrat|heat", False, "Did he die of thirst?"),
-            _F("draw|drew|lots|chose|choose|lottery", True, "Did people draw lots?"),
-            _F("jump|fell|fall", True, "Did he fall from above?"),
-            _F("alone", False, "Was he alone before he died?"),
-            _F("fire|smoke|cigar", False, "Did he light a fire?"),
-        ),
-    ),
-    Puzzle(
-        "iced_tea",
-        "Two women drink the same poisoned iced tea at a party. One drinks five glasses very "
-        "quickly and is fine. The other slowly sips one glass and dies.",
-        "The poison was in the ice cubes. The woman who drank quickly finished before the ice "
-        "melted, so the poison never got into her drink.",
-        (
-            _F("ice|cube", True, "Was the poison in the ice?"),
-            _F("antidote|immune|immunity", False, "Was she immune to the poison?"),
-            _F("melt", True, "Did something melt?"),
-            _F("fast|quick|speed", True, "Does it matter how quickly she drank?"),
-            _F("tea, poison", False, "Was the tea itself poisoned?"),
-        ),
-    ),
-    Puzzle(
-        "ball",
-        "A man throws a ball as hard as he can. It stops, changes direction and comes straight "
-        "back to his hand. Nothing touches it and it is not tied to anything.",
-        "He threw the ball straight up into the air, and gravity brought it back down to him.",
-        (
-            _F("upward|upwards|vertical|straight", True, "Did he throw it straight upward?"),
-            _F("wall", False, "Did it hit a wall?"),
-            _F("string|rope|elastic", False, "Was it on a string?"),
-            _F("bounce", False, "Did the ball bounce?"),
-            _F("gravity", True, "Did gravity bring it back?"),
-            _F("boomerang", False, "Was it a boomerang?"),
-        ),
-    ),
-    Puzzle(
-        "friday",
-        "A cowboy rides into town on Friday. He stays for three days and then rides out of town on Friday.",
-        "The cowboy's horse is named Friday.",
-        (
-            _F("horse", True, "Is Friday the name of his horse?"),
-            _F("name|named|called", True, "Is Friday a name?"),
-            _F("week|weeks", False, "Did he stay for a whole week?"),
-            _F("zone|timezone|calendar", False, "Did he cross a time zone?"),
-            _F("lie|lying|lied", False, "Is the cowboy lying?"),
-        ),
-    ),
-    Puzzle(
-        "snowman",
-        "In the middle of a garden lawn lie five pieces of coal, a carrot and a scarf. Nobody put "
-        "them there that morning.",
-        "Children built a snowman on the lawn. When the snow melted, only the coal, the carrot and "
-        "the scarf were left.",
-        (
-            _F("snowman|snow", True, "Was there a snowman?"),
-            _F("melt", True, "Did something melt?"),
-            _F("child|children|kid", True, "Did children put them there?"),
-            _F("murder|kill|crime|theft|steal", False, "Was there a crime?"),
-            _F("food|eat|eating|lunch|picnic", False, "Was someone eating there?"),
-        ),
-    ),
-    Puzzle(
-        "baseball",
-        "A man leaves home, turns left three times and returns home, where a man in a mask is waiting for him.",
-        "He is a baseball player running around the bases back to home plate, and the man in the mask is the catcher.",
-        (
-            _F("baseball|game|sport", True, "Is it a game of baseball?"),
-            _F("catcher", True, "Is the masked man the catcher?"),
-            _F("criminal|robber|thief|burglar", False, "Is the masked man a thief?"),
-            _F("house", False, "Is home his house?"),
-            _F("run|running|ran", True, "Is he running?"),
-        ),
-    ),
-    Puzzle(
-        "truck",
-        "A truck gets stuck under a low bridge. Engineers argue for hours about cutting the bridge "
-        "or the truck. A little boy walks by and solves the problem in one minute without any "
-        "tools.",
-        "The boy told them to let some air out of the truck's tires, which lowered the truck "
-        "enough to drive it out from under the bridge.",
-        (
-            _F("tire|tyre|wheel", True, "Did it involve the tires?"),
-            _F("air", True, "Did they let air out?"),
-            _F("cut|damage|break", False, "Did they cut anything?"),
-            _F("crane|tow|push", False, "Did they tow the truck?"),
-            _F("lower", True, "Was the truck made lower?"),
-        ),
-    ),
-    Puzzle(
-        "window_cleaner",
-        "A man jumps out of a window of a twenty-storey building. He lands on the ground without any injury.",
-        "He was cleaning the windows from the inside and jumped out of a ground floor window.",
-        (
-            _F("ground|first|bottom", True, "Did he jump from the ground floor?"),
-            _F("net|mattress|cushion|parachute", False, "Did he land on a net?"),
-            _F("top|height|high", False, "Did he jump from a great height?"),
-            _F("clean", True, "Was he cleaning the windows?"),
-            _F("luck", False, "Was it just luck?"),
-        ),
-    ),
-    Puzzle(
-        "bald",
-        "A man walks home in heavy rain for an hour without an umbrella or a hat. His clothes get "
-        "soaked but not a single hair on his head gets wet.",
-        "The man is bald, so he has no hair to get wet.",
-        (
-            _F("bald", True, "Is the man bald?"),
-            _F("hair", False, "Does he have any hair?"),
-            _F("cover|hood|umbrella", False, "Was his head covered?"),
-            _F("wig", False, "Does he wear a wig?"),
-            _F("rain", True, "Was it really raining?"),
-        ),
-    ),
-    Puzzle(
-        "survivors",
-        "A plane crashes exactly on the border between two countries. The officials of both "
-        "countries argue about where the survivors should be buried.",
-        "Survivors are alive, so they are not buried at all.",
-        (
-            _F("alive|living", True, "Are the survivors alive?"),
-            _F("bury|buried|burial", False, "Should the survivors be buried?"),
-            _F("border", True, "Did the plane crash on the border?"),
-            _F("dead|die|died", False, "Did the survivors die?"),
-            _F("law|rule", False, "Does a special law decide it?"),
-        ),
-    ),
-    Puzzle(
-        "coffee",
-        "A man finds a fly in his coffee and sends it back. The waiter returns with a cup of "
-        "coffee. The man takes one sip and angrily says that it is the same coffee.",
-        "He had already put sugar in the coffee before he found the fly. The new cup was sweet, so "
-        "he knew the waiter had only removed the fly.",
-        (
-            _F("sugar|sweet", True, "Had he already put sugar in it?"),
-            _F("same", True, "Was it really the same coffee?"),
-            _F("temperature|hot|cold|warm", False, "Could he tell by the temperature?"),
-            _F("taste", True, "Could he tell by the taste?"),
-            _F("cup|mug, mark|lipstick|chip", False, "Was there a mark on the cup?"),
-        ),
-    ),
-    Puzzle(
-        "portrait",
-        "A man stands in front of a portrait and says: brothers and sisters I have none, but that "
-        "man's father is my father's son.",
-        "The man in the portrait is the speaker's son.",
-        (
-            _F("son", True, "Is the man in the portrait his son?"),
-            _F("himself|self|own", False, "Is it a portrait of himself?"),
-            _F("father|dad", False, "Is the portrait of his father?"),
-            _F("brother|sister|sibling", False, "Does he have a brother?"),
-            _F("uncle|nephew|cousin", False, "Is it his nephew?"),
-        ),
-    ),
-    Puzzle(
-        "daytime",
-        "A man is driving a black car with no lights on along a black road in a village with no "
-        "street lamps. A woman dressed all in black crosses the road in front of him. He stops in "
-        "time to let her pass.",
-        "It was daytime, so he could see her clearly.",
-        (
-            _F("day|daytime|daylight|sun", True, "Was it during the day?"),
-            _F("night|dark", False, "Was it night?"),
-            _F("moon", False, "Was there moonlight?"),
-            _F("reflect", False, "Was she wearing something reflective?"),
-            _F("slow", False, "Was he driving very slowly?"),
-        ),
-    ),
-    Puzzle(
-        "barber",
-        "A man shaves many times a day, yet he still has a long beard.",
-        "He is a barber who shaves other people all day, not himself.",
-        (
-            _F("barber", True, "Is he a barber?"),
-            _F("other|customer|client|people", True, "Does he shave other people?"),
-            _F("himself|own", False, "Does he shave himself?"),
-            _F("razor|blade", False, "Is his razor broken?"),
-            _F("fake|false", False, "Is the beard fake?"),
-        ),
-    ),
-    Puzzle(
-        "fishing",
-        "Two mothers and two daughters go fishing. Each of them catches exactly one fish, yet they "
-        "bring home only three fish and none were lost.",
-        "There were only three people: a grandmother, her daughter and her granddaughter.",
-        (
-            _F("three|3, people|person|women", True, "Were there only three people?"),
-            _F("grandmother|grandma|granny", True, "Was a grandmother there?"),
-            _F("release|escape|lost|eat|ate", False, "Did they release a fish?"),
-            _F("four|4", False, "Were there four people?"),
-            _F("granddaughter", True, "Was there a granddaughter?"),
-        ),
-    ),
-    Puzzle(
-        "polar_bear",
-        "A woman builds a house in which every window faces south. A bear walks past the house. "
-        "What colour is the bear?",
-        "The house is at the North Pole, so every window faces south and the bear is a white polar bear.",
-        (
-            _F("north|pole|arctic", True, "Is the house at the North Pole?"),
-            _F("south, pole|antarctic", False, "Is the house at the South Pole?"),
-            _F("polar|white", True, "Is it a polar bear?"),
-            _F("brown|black|grizzly", False, "Is the bear brown?"),
-            _F("zoo|circus", False, "Is the bear in a zoo?"),
-        ),
-    ),
-)
+PUZZLES: tuple[Puzzle, ...] = load_puzzles()
 
 
 def _as_judge(judge: Any) -> Callable[[Puzzle, str], str]:
