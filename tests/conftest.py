@@ -20,6 +20,19 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+#: ragen-train overrides for a seconds-long end-to-end run: a one-layer model warm-started for two
+#: steps on four demonstrations, on the CPU, one thread (tests add what they need on top)
+TINY_RUN = [
+    "sft.steps=2",
+    "sft.episodes=4",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=1",
+    "model.vocab_size=300",
+    "model.device=cpu",
+    "model.threads=1",
+]
+
 #: sizes of the session's tiny model (small enough that a forward pass takes milliseconds)
 TINY_SIZES = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2)
 

@@ -624,4 +624,3 @@ def test_puzzle_data_file_loads_and_bad_files_are_clear_errors(tmp_path):
         own.write_text(bad)
         with pytest.raises(ValueError, match="mine.json"):
             load_puzzles(own)
-

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_RUN
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl.trainer.cli import CONFIG_DIR
@@ -29,14 +30,7 @@ SMALL = [
     "trainer.total_iterations=1",
     "trainer.val_levels=2",
     "trainer.log_text_samples=0",
-    "sft.steps=2",
-    "sft.episodes=4",
-    "model.hidden_size=32",
-    "model.intermediate_size=64",
-    "model.num_layers=1",
-    "model.vocab_size=300",
-    "model.device=cpu",
-    "model.threads=1",
+    *TINY_RUN,
 ]
 
 CASES = (

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,18 +110,7 @@ def test_unknown_arm_is_a_clear_error():
 
 @pytest.mark.slow
 def test_both_arms_run_end_to_end_on_smoke(tmp_path, ragen_cache_dir):
-    small = [
-        "trainer=smoke",
-        "trainer.val_levels=4",
-        "sft.steps=2",
-        "sft.episodes=4",
-        "model.hidden_size=32",
-        "model.intermediate_size=64",
-        "model.num_layers=1",
-        "model.vocab_size=300",
-        "model.threads=1",
-        f"model.cache_dir={ragen_cache_dir}",
-    ]
+    small = ["trainer=smoke", "trainer.val_levels=4", *TINY_RUN, f"model.cache_dir={ragen_cache_dir}"]
     results = exp.run_experiment(
         ["guess_numbers_small"], seeds=[0], iterations=1, out=tmp_path, overrides=small, plots=False
     )

@@ -9,6 +9,7 @@ import random
 import pytest
 import tensordict
 import torch
+from conftest import TINY_RUN
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl.envs import make_env
@@ -207,12 +208,7 @@ def test_small_preset_trains_end_to_end_with_t3_on_smoke(preset, ragen_cache_dir
         f"env={preset}",
         "trainer=smoke",
         "t3.enabled=true",
-        "sft.steps=4",
-        "sft.episodes=8",
-        "model.hidden_size=32",
-        "model.intermediate_size=64",
-        "model.num_layers=1",
-        "model.vocab_size=300",
+        *TINY_RUN,
         f"model.cache_dir={ragen_cache_dir}",
     )
     torch.manual_seed(0)

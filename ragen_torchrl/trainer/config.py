@@ -25,12 +25,11 @@ CLI exits with status 2. In order, it checks:
 
 Example:
     >>> from omegaconf import OmegaConf
-    >>> cfg = OmegaConf.create({"trainer": {"prompts_per_iter": -1}})
     >>> try:
-    ...     check_positive_int(cfg, "trainer.prompts_per_iter")
-    ... except ValueError as e:
+    ...     check_env(OmegaConf.create({"env": {"name": "guess_numbers", "num_digits": 4, "num_symbols": 3}}))
+    ... except ConfigError as e:
     ...     print(e)
-    trainer.prompts_per_iter must be a positive integer, got -1
+    env.num_digits (4) must be at most env.num_symbols (3): the code's digits are distinct
 """
 
 from __future__ import annotations
