@@ -24,7 +24,7 @@ def test_the_imports_of_the_issue_work():
     assert SNRFilter.__module__ == "ragen_torchrl.transforms.snr"
     assert TopVarianceGroupSampler.__name__ == "TopVarianceGroupSampler"
     assert T3Truncation.__name__ == "T3Truncation"
-    assert make_logprob_policy.__module__ == "ragen_torchrl.objectives.grpo"
+    assert make_logprob_policy.__module__ == "ragen_torchrl.objectives.logprobs"
     assert callable(compute_behaviour_log_probs) and callable(cross_score) and callable(mi_proxies)
     assert CollapseMonitor.__module__ == "ragen_torchrl.diagnostics.collapse"
 

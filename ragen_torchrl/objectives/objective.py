@@ -1,0 +1,490 @@
+"""The training loop's view of an algorithm: :class:`Objective`, and :func:`build_objective` over a registry.
+
+:func:`build_objective` turns an ``algo`` config node into an :class:`Objective`, which
+bundles everything the training loop needs for one algorithm:
+
+* ``shape_rewards(records)``: reward shaping of fresh rollout records (DAPO's overlong
+  punishment), right after every rollout, before anything reads ``episode_return``.
+* ``dynamic_sampling``: ``None``, or DAPO's ``refill(records, collect_more) -> (records, stats)``.
+* ``advantage(records)``: group advantage ``(N, 1, 1)`` (GRPO/DAPO/GSPO: std-normalised,
+  Dr.GRPO: ``R - mean``); PPO: unchanged (GAE needs tokens and values).
+* ``prepare(batch)``: after behaviour (and reference) log-probs are attached, before the
+  update. PPO computes old values, GAE advantages and value targets; others: identity.
+  Statistics go to ``prepare_stats``.
+* ``loss_module``: the torchrl ``LossModule``; ``out = loss_module(minibatch)``.
+* ``total_loss(out)``: the sum of every ``loss_*`` term of ``out``.
+* ``metrics(out, minibatch)``: floats for logging: loss terms, and entropy / KL / clip
+  fraction averaged over assistant tokens only (as the loss output's own fields).
+* ``optimizer_param_groups(lr)`` / ``trainable_parameters()``: the policy's parameters at
+  ``lr`` plus extra trainable ones (PPO's critic at ``algo.critic_lr``).
+
+Algorithms are looked up by ``algo.name`` in a registry, like the env registry
+(:func:`ragen_torchrl.envs.make_env`): the built-in ones (:data:`ALGORITHMS`) are registered
+here, and :func:`register_objective` adds another without editing this package;
+:func:`available_objectives` lists them all.
+
+The losses also work on their own, on any batch that meets their input contract (see
+:class:`~ragen_torchrl.objectives.metrics.MaskedStatsGRPOLoss`);
+:func:`~ragen_torchrl.objectives.logprobs.make_logprob_policy` builds their actor and
+:func:`~ragen_torchrl.objectives.logprobs.compute_behaviour_log_probs` /
+:func:`~ragen_torchrl.objectives.logprobs.attach_training_data` the behaviour data.
+
+Example:
+    >>> from omegaconf import OmegaConf
+    >>> from ragen_torchrl.objectives import build_objective
+    >>> cfg = OmegaConf.create({"name": "drgrpo", "clip_epsilon": 0.2, "entropy_coeff": 0.0,
+    ...                         "kl_coeff": 0.0, "max_length": 64})
+    >>> obj = build_objective(cfg, actor=None, model=None)
+    >>> type(obj.loss_module).__name__, obj.loss_module.max_length, obj.dynamic_sampling
+    ('DrGRPOLoss', 64, None)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torchrl.objectives import LossModule
+
+from ..transforms.advantage import GroupAdvantage
+from ..transforms.overlong import OverlongPenalty
+from .dapo import CRITERIA as DS_CRITERIA
+from .dapo import DAPOLoss, DynamicSampler
+from .drgrpo import DrGRPOLoss
+from .gspo import GSPOLoss, sequence_metrics
+from .metrics import (
+    DEFAULT_ENTROPY_COEFF,
+    MaskedStatsGRPOLoss,
+    check_dual_clip,
+    loss_output_metrics,
+    masked_token_metrics,
+)
+from .ppo import Critic, PPOLoss, prepare_ppo_batch, value_metrics
+
+__all__ = [
+    "ALGORITHMS",
+    "LOSS_TERMS",
+    "Objective",
+    "ObjectiveFactory",
+    "PPOObjective",
+    "available_objectives",
+    "build_objective",
+    "register_objective",
+]
+
+LOSS_TERMS = ("loss_objective", "loss_entropy", "loss_kl_to_ref", "loss_kl_to_inference", "loss_critic")
+
+
+class Objective:
+    """One algorithm's loss and data hooks (see the module docstring for the call order).
+
+    Args:
+        name: algorithm name.
+        loss_module: the torchrl loss.
+        model: the policy model (its parameters form the first optimizer group).
+        advantage_transform: ``records -> records`` writing ``advantage`` (``None``: identity).
+        reward_transform: ``records -> records`` shaping ``episode_return`` (``None``: identity).
+        dynamic_sampling: ``None`` or a :class:`~ragen_torchrl.objectives.dapo.DynamicSampler`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        loss_module: LossModule,
+        model: nn.Module | None,
+        *,
+        advantage_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        dynamic_sampling: DynamicSampler | None = None,
+    ) -> None:
+        self.name = name
+        self.loss_module = loss_module
+        self.model = model
+        self.advantage_transform = advantage_transform
+        self.reward_transform = reward_transform
+        self.dynamic_sampling = dynamic_sampling
+        self.prepare_stats: dict[str, float] = {}
+
+    # -- data hooks ------------------------------------------------------------------------
+    def shape_rewards(self, records: TensorDictBase | None) -> TensorDictBase | None:
+        """Reward shaping of raw rollout records (idempotent; ``None`` passes)."""
+        if records is None or self.reward_transform is None:
+            return records
+        return self.reward_transform(records)
+
+    def advantage(self, records: TensorDictBase | None) -> TensorDictBase | None:
+        """Write ``advantage`` ``(N, 1, 1)`` (identity for PPO; ``None`` passes)."""
+        if records is None or self.advantage_transform is None:
+            return records
+        return self.advantage_transform(records)
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """Per-batch work after the behaviour log-probs are attached (identity here)."""
+        self.prepare_stats = {}
+        return batch
+
+    # -- parameters ------------------------------------------------------------------------
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """Trainable parameters beyond the policy model's (none here)."""
+        return iter(())
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Everything the optimizer updates (for gradient clipping)."""
+        own = [p for p in self.model.parameters() if p.requires_grad] if self.model is not None else []
+        return own + [p for p in self.parameters() if p.requires_grad]
+
+    def optimizer_param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """Optimizer parameter groups: the policy at ``lr`` (+ extra groups in subclasses)."""
+        params = [p for p in self.model.parameters() if p.requires_grad] if self.model is not None else []
+        return [{"params": params, "lr": float(lr), "name": "policy"}]
+
+    def state_dict(self) -> dict[str, Any]:
+        """State of the extra trainable modules (empty here); the policy is checkpointed by the loop."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{self.name} has no extra state to load, got keys {list(state)}")
+
+    # -- loss and logging --------------------------------------------------------------------
+    def total_loss(self, out) -> torch.Tensor:
+        """Sum of every ``loss_*`` term of a loss output."""
+        terms = [getattr(out, k, None) for k in LOSS_TERMS]
+        terms = [t.sum() for t in terms if t is not None]
+        if not terms:
+            raise ValueError("the loss output holds no loss_* term")
+        return torch.stack(terms).sum()
+
+    def metrics(self, out, minibatch: TensorDictBase | None = None) -> dict[str, float]:
+        """Loss terms and ``ESS`` from ``out``; entropy, KL and clip fraction over assistant tokens.
+
+        Reads the per-token tensors stashed by the most recent ``loss_module`` forward, so
+        call it right after computing ``out``. ``entropy`` / ``kl_approx`` /
+        ``clip_fraction`` equal the loss output's own fields (assistant-token means; torchrl's
+        ``GRPOLoss`` would average over padding too); the stash adds ``kl_k3``, ratio and
+        dual-clip statistics.
+        """
+        vals = loss_output_metrics(out)
+        vals["loss"] = float(self.total_loss(out).detach())
+        stash = getattr(self.loss_module, "token_stats", None)
+        if stash:
+            vals.update(masked_token_metrics(**stash))
+            vals.update(sequence_metrics(stash))
+            vals.update(value_metrics(stash))
+        return vals
+
+
+class PPOObjective(Objective):
+    """PPO: GAE in :meth:`prepare`, critic parameters in their own optimizer group."""
+
+    def __init__(
+        self,
+        name: str,
+        loss_module: PPOLoss,
+        model: nn.Module,
+        *,
+        critic_lr: float,
+        gae: dict[str, Any],
+        chunk_size: int = 32,
+        **kwargs,
+    ) -> None:
+        super().__init__(name, loss_module, model, **kwargs)
+        self.critic: Critic = loss_module.critic
+        self.critic_lr = float(critic_lr)
+        self.gae = dict(gae)
+        self.chunk_size = int(chunk_size)
+
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """Old values, GAE advantages (``[L, 1]`` per row) and value targets."""
+        backbone = None if self.critic.backbone is not None else self.model.base_model
+        batch, self.prepare_stats = prepare_ppo_batch(
+            batch, self.critic, backbone=backbone, chunk_size=self.chunk_size, **self.gae
+        )
+        return batch
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.critic.parameters()
+
+    def optimizer_param_groups(self, lr: float) -> list[dict[str, Any]]:
+        critic = [p for p in self.critic.parameters() if p.requires_grad]
+        return super().optimizer_param_groups(lr) + [{"params": critic, "lr": self.critic_lr, "name": "critic"}]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"critic": self.critic.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+
+
+# ----------------------------------------------------------------------------- config helpers
+def _clip(value, default):
+    if value is None:
+        return default
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    vals = tuple(float(v) for v in value)
+    if len(vals) != 2:
+        raise ValueError(f"algo.clip_epsilon must be a number or a pair (low, high), got {value!r}")
+    return vals
+
+
+def _choice(value, allowed, key: str) -> str:
+    value = str(value)
+    if value not in allowed:
+        raise ValueError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _node(cfg, key) -> dict[str, Any]:
+    sub = cfg.get(key)
+    if sub is None:
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(sub):
+            return OmegaConf.to_container(sub, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(sub)
+
+
+def _reward_transform(cfg) -> OverlongPenalty | None:
+    """DAPO's overlong punishment when ``algo.overlong.enabled`` (any algorithm may turn it on)."""
+    overlong = _node(cfg, "overlong")
+    if not overlong.get("enabled", False):
+        return None
+    max_length = overlong.get("max_length") or cfg.get("max_length")
+    if max_length is None:
+        raise ValueError("algo.overlong needs max_length (or algo.max_length): the generation budget")
+    return OverlongPenalty(int(max_length), int(overlong.get("cache_length", 0)))
+
+
+def _common(cfg) -> tuple[dict[str, Any], float, OverlongPenalty | None]:
+    """What every built-in algorithm reads: ``(loss kwargs, adv_eps, reward transform)``.
+
+    The loss kwargs: entropy bonus, KL to the reference, dual clip, assistant-only masking
+    and the optional ``aggregation`` override.
+    """
+    entropy_coeff = float(cfg.get("entropy_coeff", DEFAULT_ENTROPY_COEFF))
+    kl_coeff = float(cfg.get("kl_coeff", 0.0) or 0.0)
+    adv_eps = float(cfg.get("adv_eps", 1e-6))
+    common = dict(
+        dual_clip=check_dual_clip(cfg.get("dual_clip")),
+        entropy_bonus=entropy_coeff > 0,
+        entropy_coeff=entropy_coeff,
+        kl_to_ref_coeff=kl_coeff if kl_coeff > 0 else None,
+        masking_strategy="rlhf",  # assistant tokens only: observations are never trained
+    )
+    aggregation = cfg.get("aggregation")
+    if aggregation is not None:
+        common["aggregation"] = str(aggregation)
+    return common, adv_eps, _reward_transform(cfg)
+
+
+def _build_critic(cfg, model: nn.Module) -> Critic:
+    # default separate: a value head on the policy trunk lets the value loss train the policy
+    mode = str(cfg.get("critic", "separate"))
+    if model is None:
+        raise ValueError("PPO needs the policy model to build its critic")
+    param = next(model.parameters())
+    if mode == "head":
+        critic = Critic(int(model.config.hidden_size))
+    elif mode == "separate":
+        path = cfg.get("critic_path")
+        if path:
+            from transformers import AutoModel
+
+            backbone = AutoModel.from_pretrained(str(path), dtype=param.dtype)
+        else:
+            # the policy's own starting trunk, trained separately from here on
+            backbone = copy.deepcopy(model.base_model)
+        backbone.requires_grad_(True)
+        critic = Critic(int(backbone.config.hidden_size), backbone=backbone)
+    else:
+        raise ValueError(f"algo.critic must be 'head' or 'separate', got {mode!r}")
+    return critic.to(param.device)
+
+
+# ----------------------------------------------------------------------------- built-in algorithms
+# the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen
+# reference policy's log-probs (per row, unpadded)
+def _grpo(cfg, actor, model, tokenizer=None) -> Objective:
+    common, adv_eps, reward_transform = _common(cfg)
+    common.setdefault("aggregation", "prompt_mean")
+    loss = MaskedStatsGRPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2), **common)
+    advantage = GroupAdvantage(scale="std", eps=adv_eps)
+    return Objective("grpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
+
+
+def _drgrpo(cfg, actor, model, tokenizer=None) -> Objective:
+    common, adv_eps, reward_transform = _common(cfg)
+    max_length = cfg.get("max_length")
+    if max_length is None:
+        raise ValueError("algo.max_length (L_max, the generation budget of a trajectory) is required for drgrpo")
+    loss = DrGRPOLoss(actor, max_length=int(max_length), clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2), **common)
+    advantage = GroupAdvantage(scale="none", eps=adv_eps)  # Dr.GRPO: R - mean, no std
+    return Objective("drgrpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
+
+
+def _dapo(cfg, actor, model, tokenizer=None) -> Objective:
+    common, adv_eps, reward_transform = _common(cfg)
+    loss = DAPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), (0.2, 0.28)), **common)
+    ds = _node(cfg, "dynamic_sampling")
+    sampler = None
+    if ds.get("enabled", True):
+        sampler = DynamicSampler(
+            max_extra_rollouts=int(ds.get("max_extra_rollouts", 3)),
+            oversample=float(ds.get("oversample", 1.0)),
+            tol=float(ds.get("tol", 1e-6)),
+            criterion=_choice(ds.get("criterion", "success"), DS_CRITERIA, "algo.dynamic_sampling.criterion"),
+            reward_transform=reward_transform,
+        )
+    return Objective(
+        "dapo",
+        loss,
+        model,
+        advantage_transform=GroupAdvantage(scale="std", eps=adv_eps),
+        reward_transform=reward_transform,
+        dynamic_sampling=sampler,
+    )
+
+
+def _gspo(cfg, actor, model, tokenizer=None) -> Objective:
+    common, adv_eps, reward_transform = _common(cfg)
+    loss = GSPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), (3e-4, 4e-4)), **common)
+    advantage = GroupAdvantage(scale="std", eps=adv_eps)
+    return Objective("gspo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
+
+
+def _ppo(cfg, actor, model, tokenizer=None) -> Objective:
+    common, _, reward_transform = _common(cfg)  # PPO's advantage is GAE (in prepare), not the group one
+    critic = _build_critic(cfg, model)
+    value_clip = cfg.get("value_clip", 0.5)
+    loss = PPOLoss(
+        actor,
+        critic,
+        policy_model=model,
+        clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2),
+        value_clip=None if value_clip is None else float(value_clip),
+        value_coeff=float(cfg.get("value_coeff", 1.0)),
+        **common,
+    )
+    gae = dict(
+        gamma=float(cfg.get("gamma", 1.0)),
+        lam=float(cfg.get("lam", 1.0)),
+        bi_level=bool(cfg.get("bi_level", False)),
+        turn_gamma=float(cfg.get("turn_gamma", 0.95)),
+        turn_lam=float(cfg.get("turn_lam", 1.0)),
+        whiten=bool(cfg.get("whiten_advantages", True)),
+    )
+    return PPOObjective(
+        "ppo",
+        loss,
+        model,
+        critic_lr=float(cfg.get("critic_lr", cfg.get("lr", 1e-5))),
+        gae=gae,
+        chunk_size=int(cfg.get("critic_chunk_size", 32)),
+        reward_transform=reward_transform,
+    )
+
+
+# ----------------------------------------------------------------------------- the registry
+ObjectiveFactory = Callable[..., Objective]
+"""``factory(algo_cfg, actor, model, tokenizer=None) -> Objective``: what :func:`register_objective` takes."""
+
+_REGISTRY: dict[str, ObjectiveFactory] = {
+    "grpo": _grpo,
+    "drgrpo": _drgrpo,
+    "dapo": _dapo,
+    "gspo": _gspo,
+    "ppo": _ppo,
+}
+
+ALGORITHMS = tuple(_REGISTRY)
+"""The built-in algorithms; :func:`available_objectives` also lists those registered later."""
+
+
+def register_objective(name: str, factory: ObjectiveFactory) -> ObjectiveFactory:
+    """Register ``factory(algo_cfg, actor, model, tokenizer=None) -> Objective`` under ``name``.
+
+    :func:`build_objective` then builds it for ``algo.name: <name>`` (matched lower-case).
+    Registering an existing name replaces its factory. Returns ``factory``.
+
+    Example:
+        >>> from ragen_torchrl.objectives import (MaskedStatsGRPOLoss, Objective, available_objectives,
+        ...                                       build_objective, register_objective)
+        >>> def no_clip_grpo(algo_cfg, actor, model, tokenizer=None):  # GRPO without the upper clip
+        ...     loss = MaskedStatsGRPOLoss(actor, clip_epsilon=(0.2, 1e6), masking_strategy="rlhf",
+        ...                                entropy_coeff=float(algo_cfg.get("entropy_coeff", 0.0)))
+        ...     return Objective("no_clip_grpo", loss, model)
+        >>> _ = register_objective("no_clip_grpo", no_clip_grpo)
+        >>> "no_clip_grpo" in available_objectives()
+        True
+        >>> obj = build_objective({"name": "no_clip_grpo", "entropy_coeff": 0.01}, actor=None, model=None)
+        >>> obj.name, obj.loss_module.entropy_coeff
+        ('no_clip_grpo', 0.01)
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"an objective name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"the factory of objective {name!r} must be callable, got {factory!r}")
+    _REGISTRY[name.lower()] = factory
+    return factory
+
+
+def available_objectives() -> list[str]:
+    """Names :func:`build_objective` accepts: the built-in ones, then registered ones, in registration order.
+
+    Example:
+        >>> from ragen_torchrl.objectives import available_objectives
+        >>> available_objectives()[:5]
+        ['grpo', 'drgrpo', 'dapo', 'gspo', 'ppo']
+    """
+    return list(_REGISTRY)
+
+
+def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
+    """The :class:`Objective` of ``algo_cfg.name`` (one of :func:`available_objectives`; default ``grpo``).
+
+    Args:
+        algo_cfg: the ``algo`` config node (``ragen_torchrl/configs/algo/*.yaml``) or a plain dict.
+        actor: the log-prob ``TransformersWrapper`` (``make_logprob_policy``).
+        model: the policy model inside ``actor`` (optimizer groups, PPO's critic).
+        tokenizer: unused by the built-in algorithms; passed on to every factory.
+
+    Raises:
+        ValueError: an unknown name (the message lists the valid ones) or a bad option.
+
+    Common keys: ``clip_epsilon`` (number or ``[low, high]``), ``entropy_coeff``,
+    ``kl_coeff`` (> 0 reads reference log-probs from ``REF_LOG_PROBS_KEY`` =
+    ``("ref_log_probs", "full")``, every loss class's default ``ref_log_probs`` key),
+    ``adv_eps``, ``aggregation`` (optional override), ``overlong`` (``enabled``,
+    ``max_length`` (default ``algo.max_length``), ``cache_length``), ``dual_clip``
+    (``None`` = off, or ``c > 1``: verl's dual-clip for ``A < 0``, the reference uses 3;
+    token-level losses only, not GSPO). DAPO: ``dynamic_sampling`` (``enabled``,
+    ``criterion`` ``success`` | ``return``, ``max_extra_rollouts``, ``oversample``, ``tol``).
+    PPO: ``critic`` (``separate``, the default: its own trunk; ``head``: a head on the
+    policy trunk), ``critic_path``, ``critic_lr``, ``value_clip``, ``value_coeff``, GAE keys,
+    ``whiten_advantages``.
+
+    Example:
+        >>> from ragen_torchrl.objectives import build_objective
+        >>> obj = build_objective({"name": "dapo", "max_length": 16}, actor=None, model=None)
+        >>> obj.name, type(obj.loss_module).__name__, obj.dynamic_sampling is not None
+        ('dapo', 'DAPOLoss', True)
+        >>> build_objective({"name": "reinforce"}, actor=None, model=None)
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown algo.name 'reinforce'; choose one of grpo, drgrpo, dapo, gspo, ppo
+    """
+    name = str(algo_cfg.get("name", "grpo")).lower()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(available_objectives())}") from None
+    return factory(algo_cfg, actor, model, tokenizer)
