@@ -333,3 +333,19 @@ def test_resume_without_a_checkpoint_is_a_config_error(tmp_path):
     validate_config(make_cfg(tmp_path, f"trainer.resume={run}"))
     with pytest.raises(FileNotFoundError):  # still a FileNotFoundError for callers that catch that
         validate_config(make_cfg(tmp_path, f"trainer.resume={tmp_path / 'missing'}"))
+
+
+def test_a_registered_objective_passes_the_algo_name_check():
+    from ragen_torchrl.objectives import register_objective
+    from ragen_torchrl.objectives.objective import _REGISTRY
+    from ragen_torchrl.trainer.config import check_algo_options
+
+    cfg = OmegaConf.create({"algo": {"name": "my_algo"}})
+    with pytest.raises(ConfigError, match="algo.name must be one of grpo, drgrpo"):
+        check_algo_options(cfg)
+    register_objective("my_algo", lambda *a, **k: None)
+    try:
+        check_algo_options(cfg)
+    finally:
+        _REGISTRY.pop("my_algo", None)
+

@@ -181,13 +181,14 @@ def check_algo_options(cfg: DictConfig) -> None:
     the dual-clip bound and DAPO's dynamic-sampling criterion, with the objectives' own helpers."""
     if _get(cfg, "algo") is None:
         return
-    from ..objectives import ALGORITHMS
+    from ..objectives import available_objectives
     from ..objectives.dapo import CRITERIA
     from ..objectives.metrics import check_dual_clip
 
     name = str(_get(cfg, "algo.name") or "grpo").lower()
-    if name not in ALGORITHMS:
-        raise ConfigError(f"algo.name must be one of {', '.join(ALGORITHMS)}, got {name!r}")
+    known = available_objectives()  # the built-in algorithms and any registered with register_objective
+    if name not in known:
+        raise ConfigError(f"algo.name must be one of {', '.join(known)}, got {name!r}")
     try:
         check_dual_clip(_get(cfg, "algo.dual_clip"))
     except ValueError as e:
