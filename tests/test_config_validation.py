@@ -348,4 +348,3 @@ def test_a_registered_objective_passes_the_algo_name_check():
         check_algo_options(cfg)
     finally:
         _REGISTRY.pop("my_algo", None)
-
