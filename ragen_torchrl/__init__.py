@@ -6,6 +6,8 @@ filtering) and truncates belief-trapped trajectories (T3).
 Subpackages (each lists its public names in ``__all__``; they are imported on first use,
 so ``import ragen_torchrl`` stays cheap):
 
+* :mod:`ragen_torchrl.keys`: the TensorDict key contract (every env step, record and
+  training-batch key with its dtype, shape and meaning; ``KEY_TABLE``);
 * :mod:`ragen_torchrl.envs`: chat envs and the registry (``make_env``);
 * :mod:`ragen_torchrl.collectors`: grouped collection (G samples per level, ``collect_rollouts``);
 * :mod:`ragen_torchrl.transforms`: ``SNRFilter``, ``GroupAdvantage``, ``T3Truncation``, ...;
@@ -31,7 +33,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-SUBPACKAGES = ("envs", "collectors", "transforms", "data", "objectives", "diagnostics", "models", "trainer")
+SUBPACKAGES = ("keys", "envs", "collectors", "transforms", "data", "objectives", "diagnostics", "models", "trainer")
 
 __all__ = [
     "__version__",
@@ -39,6 +41,7 @@ __all__ = [
     "data",
     "diagnostics",
     "envs",
+    "keys",
     "lazy_exports",
     "models",
     "objectives",
