@@ -60,6 +60,26 @@ from torchrl.envs import EnvBase
 from torchrl.modules.llm import TransformersWrapper
 
 from ..envs.text_env import sample_seed
+from ..keys import (
+    ACTION_IS_VALID,
+    DONE,
+    ENTROPY,
+    ENV_INDEX,
+    EPISODE_RETURN,
+    FORMAT_VALID,
+    GROUP_ID,
+    HISTORY_FULL,
+    LEVEL_SEED,
+    NUM_TOKENS,
+    NUM_TURNS,
+    REWARD,
+    SAMPLE_SEED,
+    SUCCESS,
+    T3_RULE_FIRED,
+    TOKENS_RESPONSE,
+    TRUNCATED_BY_T3,
+    TURN,
+)
 from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from ..models.loading import wrapper_chat_template
 
@@ -72,11 +92,11 @@ __all__ = [
 ]
 
 #: keys a policy must write (see the module's policy contract)
-POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (("history", "full"), ("tokens", "response"))
+POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (HISTORY_FULL, TOKENS_RESPONSE)
 
 _KEY_ROLE = {
-    ("history", "full"): "the conversation with the reply appended as one assistant message (the env parses it)",
-    ("tokens", "response"): "the reply's generated token ids, one 1-D tensor per row (counted into num_tokens)",
+    HISTORY_FULL: "the conversation with the reply appended as one assistant message (the env parses it)",
+    TOKENS_RESPONSE: "the reply's generated token ids, one 1-D tensor per row (counted into num_tokens)",
 }
 
 
@@ -155,7 +175,7 @@ def make_generation_policy(
 
 
 def _response_lengths(out: TensorDictBase) -> list[int]:
-    return [len(t) for t in out.get(("tokens", "response"), as_list=True)]
+    return [len(t) for t in out.get(TOKENS_RESPONSE, as_list=True)]
 
 
 def _generate_part(policy, td: TensorDictBase) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
@@ -237,7 +257,7 @@ def collect_rollouts(
     levels = torch.tensor([s for s in level_seeds for _ in range(group_size)], dtype=torch.long)
     groups = torch.arange(len(level_seeds)).repeat_interleave(group_size) + group_offset
     samples = torch.tensor([sample_seed(s, g) for s in level_seeds for g in range(group_size)], dtype=torch.long)
-    td = env.reset(TensorDict(level_seed=levels, group_id=groups, sample_seed=samples, batch_size=[n]))
+    td = env.reset(TensorDict({LEVEL_SEED: levels, GROUP_ID: groups, SAMPLE_SEED: samples}, batch_size=[n]))
     returns = torch.zeros(n)
     success = torch.zeros(n, dtype=torch.bool)
     turns = torch.zeros(n, dtype=torch.long)
@@ -251,40 +271,40 @@ def collect_rollouts(
     while td is not None and td.batch_size[0] > 0:
         out, h_sum, h_count = _generate(policy, td, chunk_size)
         nxt = env.step(out)["next"]
-        idx = nxt["env_index"]
+        idx = nxt[ENV_INDEX]
         if h_sum is not None:
             ent_sum.index_add_(0, idx, h_sum)
             ent_count.index_add_(0, idx, h_count)
-        returns[idx] += nxt["reward"].reshape(-1)
-        turns[idx] = nxt["turn"]
-        valid_turns[idx] += nxt["action_is_valid"].float()
-        if "truncated_by_t3" in nxt.keys():
-            t3_cut[idx] |= nxt["truncated_by_t3"].reshape(-1)
-        if "t3_rule_fired" in nxt.keys():
-            t3_fired[idx] |= nxt["t3_rule_fired"].reshape(-1)
+        returns[idx] += nxt[REWARD].reshape(-1)
+        turns[idx] = nxt[TURN]
+        valid_turns[idx] += nxt[ACTION_IS_VALID].float()
+        if TRUNCATED_BY_T3 in nxt.keys():
+            t3_cut[idx] |= nxt[TRUNCATED_BY_T3].reshape(-1)
+        if T3_RULE_FIRED in nxt.keys():
+            t3_fired[idx] |= nxt[T3_RULE_FIRED].reshape(-1)
         tokens[idx] += torch.tensor(_response_lengths(out), dtype=torch.long)
-        done = nxt["done"].reshape(-1)
-        full = out.get(("history", "full"))
+        done = nxt[DONE].reshape(-1)
+        full = out.get(HISTORY_FULL)
         for row in done.nonzero().reshape(-1).tolist():
             i = int(idx[row])
             final[i] = full[row]
-            success[i] = bool(nxt["success"][row])
+            success[i] = bool(nxt[SUCCESS][row])
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
     records = TensorDict(
         {
-            "group_id": groups,
-            "level_seed": levels,
-            "episode_return": returns,
-            "success": success,
-            "num_turns": turns,
-            "num_tokens": tokens,
-            "format_valid": valid_turns / turns.clamp_min(1),
-            "truncated_by_t3": t3_cut,
-            "t3_rule_fired": t3_fired,
-            "entropy": (ent_sum / ent_count.clamp_min(1)).float(),
+            GROUP_ID: groups,
+            LEVEL_SEED: levels,
+            EPISODE_RETURN: returns,
+            SUCCESS: success,
+            NUM_TURNS: turns,
+            NUM_TOKENS: tokens,
+            FORMAT_VALID: valid_turns / turns.clamp_min(1),
+            TRUNCATED_BY_T3: t3_cut,
+            T3_RULE_FIRED: t3_fired,
+            ENTROPY: (ent_sum / ent_count.clamp_min(1)).float(),
         },
         batch_size=[n],
     ).to_lazystack(0)
-    records.set(("history", "full"), lazy_stack(final))
+    records.set(HISTORY_FULL, lazy_stack(final))
     return records

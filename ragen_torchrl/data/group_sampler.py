@@ -21,6 +21,8 @@ from torchrl.data.replay_buffers.storages import Storage
 
 from ragen_torchrl.transforms.snr import SNRFilter, validate_filter_config
 
+from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
+
 __all__ = ["TopVarianceGroupSampler"]
 
 
@@ -77,10 +79,10 @@ class TopVarianceGroupSampler(Sampler):
         eps: float = 0.01,
         largest: bool = True,
         *,
-        group_key="group_id",
-        return_key="episode_return",
-        entropy_key="entropy",
-        length_key="num_tokens",
+        group_key=GROUP_ID,
+        return_key=EPISODE_RETURN,
+        entropy_key=ENTROPY,
+        length_key=NUM_TOKENS,
         without_replacement: bool = False,
     ):
         # The filter validates the arguments and does the scoring; the sampler only caches.

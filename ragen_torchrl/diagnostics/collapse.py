@@ -31,6 +31,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ..envs.parsing import THINK_RE
+from ..keys import GROUP_ID, HISTORY_FULL
 from .cross_scoring import METHODS, cross_score
 from .entropy import entropy_metrics
 from .mi import (
@@ -142,9 +143,9 @@ class CollapseMonitor:
         trajectory scheme, and ``num_columns``).
         """
         t0 = time.time()
-        histories = records.get(("history", "full"))
+        histories = records.get(HISTORY_FULL)
         pairs_of = [turn_pairs(histories[i]) for i in range(records.batch_size[0])]
-        group_ids = records.get("group_id").reshape(-1)
+        group_ids = records.get(GROUP_ID).reshape(-1)
         turns = torch.tensor([len(p) for p in pairs_of], dtype=torch.long)
         # Tokenise every reasoning once: validity (non-empty after tokenisation) must be known
         # before sampling, so that empty ones are dropped from the pool, not from the sample.

@@ -73,6 +73,17 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 
+from ..keys import (
+    ACTION_IS_EFFECTIVE,
+    ACTION_IS_VALID,
+    GUESS_IN_PREVIOUS_HYPOTHESES,
+    HYPOTHESIS_SIZE,
+    IS_ANSWER,
+    IS_QUERY,
+    PROGRESS,
+    PROGRESS_BEFORE,
+    SUCCESS,
+)
 from .games.circuit_decoding import CircuitDecodingGame
 from .games.guess_numbers import GuessNumbersGame
 from .games.interactive import InteractiveGame
@@ -325,12 +336,12 @@ class ActiveReasoningEnv(TextGameEnv):
             self.last_infos = [{} for _ in range(n)]
         for i in rows:
             self.last_infos[i] = {}
-        progress = out.get("progress")
-        out.set("progress_before", progress.clone())
-        out.set("hypothesis_size", torch.tensor([self._hypothesis_size(g, {}) for g in self.games]))
-        out.set("guess_in_previous_hypotheses", torch.ones(n, dtype=torch.bool))
-        out.set("is_query", torch.zeros(n, dtype=torch.bool))
-        out.set("is_answer", torch.zeros(n, dtype=torch.bool))
+        progress = out.get(PROGRESS)
+        out.set(PROGRESS_BEFORE, progress.clone())
+        out.set(HYPOTHESIS_SIZE, torch.tensor([self._hypothesis_size(g, {}) for g in self.games]))
+        out.set(GUESS_IN_PREVIOUS_HYPOTHESES, torch.ones(n, dtype=torch.bool))
+        out.set(IS_QUERY, torch.zeros(n, dtype=torch.bool))
+        out.set(IS_ANSWER, torch.zeros(n, dtype=torch.bool))
         return out
 
     @staticmethod
@@ -340,11 +351,11 @@ class ActiveReasoningEnv(TextGameEnv):
 
     STEP_FIELDS = {
         **TextGameEnv.STEP_FIELDS,
-        "progress_before": (torch.float32, 0.0),
-        "hypothesis_size": (torch.float32, -1.0),
-        "guess_in_previous_hypotheses": (torch.bool, True),
-        "is_query": (torch.bool, False),
-        "is_answer": (torch.bool, False),
+        PROGRESS_BEFORE: (torch.float32, 0.0),
+        HYPOTHESIS_SIZE: (torch.float32, -1.0),
+        GUESS_IN_PREVIOUS_HYPOTHESES: (torch.bool, True),
+        IS_QUERY: (torch.bool, False),
+        IS_ANSWER: (torch.bool, False),
     }
 
     def _apply_reply(self, idx: int, game: InteractiveGame, reply: str):
@@ -355,7 +366,7 @@ class ActiveReasoningEnv(TextGameEnv):
             if self.malformed == "end":
                 # reference code: a malformed reply ends the episode, unrewarded
                 game.done = True
-                reward, finished, fields = 0.0, True, {"success": False}
+                reward, finished, fields = 0.0, True, {SUCCESS: False}
                 prefix = INVALID_REPLY + " The episode is over.\n"
             else:
                 reward, prefix, fields = self.format_penalty, INVALID_REPLY + "\n", {}
@@ -363,30 +374,33 @@ class ActiveReasoningEnv(TextGameEnv):
             reward, finished, info = game.step(parsed.as_action())
             prefix = self.feedback_prefix(game)
             fields = {
-                "action_is_valid": bool(info.get("valid", False)),
-                "is_query": parsed.kind == "interact",
-                "is_answer": parsed.kind == "answer",
+                ACTION_IS_VALID: bool(info.get("valid", False)),
+                IS_QUERY: parsed.kind == "interact",
+                IS_ANSWER: parsed.kind == "answer",
             }
             if finished:
-                fields["success"] = bool(info.get("success", False))
+                fields[SUCCESS] = bool(info.get("success", False))
         self.last_infos[idx] = info
         self._actions_used[idx] += 1
+        # the game's info dict uses the same names as the step keys
         fields.update(
-            action_is_effective=bool(info.get("action_is_effective", False)),
-            guess_in_previous_hypotheses=info.get("guess_in_previous_hypotheses", True) is not False,
-            progress_before=float(info.get("progress_before", game.progress())),
-            hypothesis_size=self._hypothesis_size(game, info),
+            {
+                ACTION_IS_EFFECTIVE: bool(info.get("action_is_effective", False)),
+                GUESS_IN_PREVIOUS_HYPOTHESES: info.get("guess_in_previous_hypotheses", True) is not False,
+                PROGRESS_BEFORE: float(info.get("progress_before", game.progress())),
+                HYPOTHESIS_SIZE: self._hypothesis_size(game, info),
+            }
         )
         return float(reward), finished, fields, prefix
 
     def _failed_row(self, idx: int, reply: str, error: Exception):
         row, message = super()._failed_row(idx, reply, error)
         # the T3 columns of a failed row: no query, no answer, no progress made
-        row["progress_before"] = row["progress"]
+        row[PROGRESS_BEFORE] = row[PROGRESS]
         try:
-            row["hypothesis_size"] = self._hypothesis_size(self.games[idx], {})
+            row[HYPOTHESIS_SIZE] = self._hypothesis_size(self.games[idx], {})
         except Exception:
-            row["hypothesis_size"] = -1.0
+            row[HYPOTHESIS_SIZE] = -1.0
         if idx < len(self.last_infos):
             self.last_infos[idx] = {"env_error": f"{type(error).__name__}: {error}"}
         return row, message

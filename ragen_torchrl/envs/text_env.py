@@ -68,6 +68,25 @@ from torchrl.data.llm import History
 from torchrl.envs import TransformedEnv
 from torchrl.envs.llm import ChatEnv
 
+from ..keys import (
+    ACTION_IS_EFFECTIVE,
+    ACTION_IS_VALID,
+    DONE,
+    ENV_INDEX,
+    GROUP_ID,
+    HISTORY_FULL,
+    HISTORY_PROMPT,
+    LEVEL_KEYS,
+    LEVEL_SEED,
+    PROGRESS,
+    RESET,
+    REWARD,
+    SAMPLE_SEED,
+    SUCCESS,
+    TERMINATED,
+    TRUNCATED,
+    TURN,
+)
 from .games.base import TextGame
 from .parsing import MAX_REPLY_CHARS, parse_response
 from .splits import VAL_SEED_OFFSET
@@ -82,9 +101,6 @@ FORMAT_INSTRUCTIONS = "Reply <think>reasoning</think><answer>action</answer>, up
 
 #: kinds of demonstration noise (see :meth:`TextGameEnv.demo_turn`)
 NOISE_KINDS = ("uniform", "heuristic")
-
-#: the level selection of a row: state keys that every reset and step writes, shape ``(B,)``
-LEVEL_KEYS = ("level_seed", "group_id", "sample_seed")
 
 
 class TextGameEnv(ChatEnv):
@@ -180,12 +196,14 @@ class TextGameEnv(ChatEnv):
         self.full_action_spec["history"].data_cls = None
         self.full_observation_spec.update(
             Composite(
-                env_index=Unbounded(shape=shape, dtype=torch.long),
-                turn=Unbounded(shape=shape, dtype=torch.long),
-                progress=Unbounded(shape=shape, dtype=torch.float32),
-                success=Bounded(0, 1, shape=shape, dtype=torch.bool),
-                action_is_valid=Bounded(0, 1, shape=shape, dtype=torch.bool),
-                action_is_effective=Bounded(0, 1, shape=shape, dtype=torch.bool),
+                {
+                    ENV_INDEX: Unbounded(shape=shape, dtype=torch.long),
+                    TURN: Unbounded(shape=shape, dtype=torch.long),
+                    PROGRESS: Unbounded(shape=shape, dtype=torch.float32),
+                    SUCCESS: Bounded(0, 1, shape=shape, dtype=torch.bool),
+                    ACTION_IS_VALID: Bounded(0, 1, shape=shape, dtype=torch.bool),
+                    ACTION_IS_EFFECTIVE: Bounded(0, 1, shape=shape, dtype=torch.bool),
+                },
                 shape=shape,
             )
         )
@@ -197,11 +215,9 @@ class TextGameEnv(ChatEnv):
             shape=shape,
         )
         # torchrl's LLM convention: reward has two more dims than the batch
-        self.full_reward_spec = Composite(reward=Unbounded(shape=shape + (1, 1)), shape=shape)
+        self.full_reward_spec = Composite({REWARD: Unbounded(shape=shape + (1, 1))}, shape=shape)
         self.full_done_spec = Composite(
-            done=Bounded(0, 1, shape=shape + (1,), dtype=torch.bool),
-            terminated=Bounded(0, 1, shape=shape + (1,), dtype=torch.bool),
-            truncated=Bounded(0, 1, shape=shape + (1,), dtype=torch.bool),
+            {key: Bounded(0, 1, shape=shape + (1,), dtype=torch.bool) for key in (DONE, TERMINATED, TRUNCATED)},
             shape=shape,
         )
 
@@ -258,7 +274,7 @@ class TextGameEnv(ChatEnv):
     def _reset_rows(self, tensordict: TensorDictBase | None) -> list[int]:
         """Rows to (re)start: those of the ``"_reset"`` mask, else all (all on the first reset)."""
         n = self.batch_size[0]
-        mask = None if tensordict is None else tensordict.get("_reset", None)
+        mask = None if tensordict is None else tensordict.get(RESET, None)
         if mask is None or len(self.games) != n:
             return list(range(n))
         return mask.reshape(n, -1).any(-1).nonzero().reshape(-1).tolist()
@@ -273,7 +289,7 @@ class TextGameEnv(ChatEnv):
         new group id of its own.
         """
         n = self.batch_size[0]
-        given = None if tensordict is None else tensordict.get("level_seed", None)
+        given = None if tensordict is None else tensordict.get(LEVEL_SEED, None)
         if given is None:
             levels = [self._rng.randrange(VAL_SEED_OFFSET) for _ in rows]
             groups = list(range(self._next_group_id, self._next_group_id + len(rows)))
@@ -282,9 +298,9 @@ class TextGameEnv(ChatEnv):
         given = given.reshape(-1).tolist()
         if len(given) != n:
             raise RuntimeError(f"{type(self).__name__}.reset needs one level_seed per env row ({n}), got {len(given)}")
-        groups = tensordict.get("group_id", None)
+        groups = tensordict.get(GROUP_ID, None)
         groups = [0] * n if groups is None else groups.reshape(-1).tolist()
-        samples = tensordict.get("sample_seed", None)
+        samples = tensordict.get(SAMPLE_SEED, None)
         samples = list(range(n)) if samples is None else samples.reshape(-1).tolist()
         return [int(given[i]) for i in rows], [int(groups[i]) for i in rows], [int(samples[i]) for i in rows]
 
@@ -315,32 +331,32 @@ class TextGameEnv(ChatEnv):
         # drops.
         out = TensorDict(
             {
-                "level_seed": torch.tensor(self._level_seeds, dtype=torch.long),
-                "group_id": torch.tensor(self._group_ids, dtype=torch.long),
-                "sample_seed": torch.tensor(self._sample_seeds, dtype=torch.long),
-                "env_index": torch.arange(n),
-                "turn": torch.tensor(self._turns, dtype=torch.long),
-                "progress": torch.tensor([g.progress() for g in self.games], dtype=torch.float32),
-                "success": torch.zeros(n, dtype=torch.bool),
-                "action_is_valid": torch.ones(n, dtype=torch.bool),
-                "action_is_effective": torch.zeros(n, dtype=torch.bool),
-                "done": torch.zeros(n, 1, dtype=torch.bool),
-                "terminated": torch.zeros(n, 1, dtype=torch.bool),
-                "truncated": torch.zeros(n, 1, dtype=torch.bool),
+                LEVEL_SEED: torch.tensor(self._level_seeds, dtype=torch.long),
+                GROUP_ID: torch.tensor(self._group_ids, dtype=torch.long),
+                SAMPLE_SEED: torch.tensor(self._sample_seeds, dtype=torch.long),
+                ENV_INDEX: torch.arange(n),
+                TURN: torch.tensor(self._turns, dtype=torch.long),
+                PROGRESS: torch.tensor([g.progress() for g in self.games], dtype=torch.float32),
+                SUCCESS: torch.zeros(n, dtype=torch.bool),
+                ACTION_IS_VALID: torch.ones(n, dtype=torch.bool),
+                ACTION_IS_EFFECTIVE: torch.zeros(n, dtype=torch.bool),
+                DONE: torch.zeros(n, 1, dtype=torch.bool),
+                TERMINATED: torch.zeros(n, 1, dtype=torch.bool),
+                TRUNCATED: torch.zeros(n, 1, dtype=torch.bool),
             },
             batch_size=[n],
             device=self.device,
         ).to_lazystack(0)
-        out.set(("history", "prompt"), lazy_stack([self._initial_prompt(g) for g in self.games]))
+        out.set(HISTORY_PROMPT, lazy_stack([self._initial_prompt(g) for g in self.games]))
         return out
 
     #: per-row step outputs besides the contract's done flags: key -> (dtype, default).
     #: ``action_is_valid`` is True for a turn without format penalty (every token read was
     #: a valid action); ``action_is_effective`` when an executed action changed the state.
     STEP_FIELDS: dict[str, tuple[torch.dtype, Any]] = {
-        "success": (torch.bool, False),
-        "action_is_valid": (torch.bool, False),
-        "action_is_effective": (torch.bool, False),
+        SUCCESS: (torch.bool, False),
+        ACTION_IS_VALID: (torch.bool, False),
+        ACTION_IS_EFFECTIVE: (torch.bool, False),
     }
 
     def _apply_reply(self, idx: int, game: TextGame, reply: str) -> tuple[float, bool, dict[str, Any], str]:
@@ -358,14 +374,14 @@ class TextGameEnv(ChatEnv):
         # max_actions_per_turn tokens run in order; one penalty per turn if any was invalid
         reward = self.format_penalty if parsed.penalised else 0.0
         finished = False
-        fields = {"action_is_valid": not parsed.penalised, "action_is_effective": False}
+        fields = {ACTION_IS_VALID: not parsed.penalised, ACTION_IS_EFFECTIVE: False}
         for action in actions:
             r, finished, info = game.step(action)
             reward += r
             self._actions_used[idx] += 1
-            fields["action_is_effective"] |= bool(info.get("action_is_effective", False))
+            fields[ACTION_IS_EFFECTIVE] |= bool(info.get("action_is_effective", False))
             if finished:
-                fields["success"] = bool(info.get("success", False))
+                fields[SUCCESS] = bool(info.get("success", False))
                 break
         return reward, finished, fields, self.feedback_prefix(game)
 
@@ -382,12 +398,12 @@ class TextGameEnv(ChatEnv):
         self._turns[idx] += 1
         out_of_budget = self._out_of_budget(idx)
         row = {
-            "reward": reward,
-            "terminated": bool(finished),
-            "truncated": out_of_budget and not finished,
-            "done": bool(finished) or out_of_budget,
-            "turn": self._turns[idx],
-            "progress": float(game.progress()),
+            REWARD: reward,
+            TERMINATED: bool(finished),
+            TRUNCATED: out_of_budget and not finished,
+            DONE: bool(finished) or out_of_budget,
+            TURN: self._turns[idx],
+            PROGRESS: float(game.progress()),
         }
         for key, (_, default) in self.STEP_FIELDS.items():
             row[key] = fields.get(key, default)
@@ -416,18 +432,20 @@ class TextGameEnv(ChatEnv):
             progress = 0.0
         row = {key: default for key, (_, default) in self.STEP_FIELDS.items()}
         row.update(
-            reward=self.format_penalty,
-            terminated=True,
-            truncated=False,
-            done=True,
-            turn=self._turns[idx],
-            progress=progress if math.isfinite(progress) else 0.0,
+            {
+                REWARD: self.format_penalty,
+                TERMINATED: True,
+                TRUNCATED: False,
+                DONE: True,
+                TURN: self._turns[idx],
+                PROGRESS: progress if math.isfinite(progress) else 0.0,
+            }
         )
         return row, ENV_ERROR_MESSAGE
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        full: History = tensordict.get(("history", "full"))
-        env_index = tensordict.get("env_index").reshape(-1).tolist()
+        full: History = tensordict.get(HISTORY_FULL)
+        env_index = tensordict.get(ENV_INDEX).reshape(-1).tolist()
         # any History the action spec can produce: missing optional fields, None roles/contents
         conversations = [_messages(h) for h in full.unbind(0)]
         replies = [msgs[-1][1] if msgs and msgs[-1][0] == "assistant" else "" for msgs in conversations]
@@ -435,7 +453,7 @@ class TextGameEnv(ChatEnv):
         replies = [r[:MAX_REPLY_CHARS] if isinstance(r, str) else "" for r in replies]
         n = len(env_index)
         values: dict[str, list] = {
-            key: [] for key in ("reward", "done", "terminated", "truncated", "turn", "progress", *self.STEP_FIELDS)
+            key: [] for key in (REWARD, DONE, TERMINATED, TRUNCATED, TURN, PROGRESS, *self.STEP_FIELDS)
         }
         new_msgs = []
         for idx, reply in zip(env_index, replies):
@@ -454,18 +472,20 @@ class TextGameEnv(ChatEnv):
         data = {key: torch.tensor(values[key], dtype=dtype) for key, (dtype, _) in self.STEP_FIELDS.items()}
         rows = torch.tensor(env_index, dtype=torch.long)
         data.update(
-            level_seed=torch.tensor(self._level_seeds, dtype=torch.long)[rows],
-            group_id=torch.tensor(self._group_ids, dtype=torch.long)[rows],
-            sample_seed=torch.tensor(self._sample_seeds, dtype=torch.long)[rows],
-            env_index=rows,
-            turn=torch.tensor(values["turn"], dtype=torch.long),
-            progress=torch.tensor(values["progress"], dtype=torch.float32),
-            # torchrl's LLM convention: reward has two more dims than the batch
-            reward=torch.tensor(values["reward"], dtype=torch.float32).reshape(n, 1, 1),
-            **{k: torch.tensor(values[k], dtype=torch.bool).reshape(n, 1) for k in ("done", "terminated", "truncated")},
+            {
+                LEVEL_SEED: torch.tensor(self._level_seeds, dtype=torch.long)[rows],
+                GROUP_ID: torch.tensor(self._group_ids, dtype=torch.long)[rows],
+                SAMPLE_SEED: torch.tensor(self._sample_seeds, dtype=torch.long)[rows],
+                ENV_INDEX: rows,
+                TURN: torch.tensor(values[TURN], dtype=torch.long),
+                PROGRESS: torch.tensor(values[PROGRESS], dtype=torch.float32),
+                # torchrl's LLM convention: reward has two more dims than the batch
+                REWARD: torch.tensor(values[REWARD], dtype=torch.float32).reshape(n, 1, 1),
+                **{k: torch.tensor(values[k], dtype=torch.bool).reshape(n, 1) for k in (DONE, TERMINATED, TRUNCATED)},
+            }
         )
         out = TensorDict(data, batch_size=[n], device=self.device).to_lazystack(0)
-        out.set(("history", "prompt"), next_prompt)
+        out.set(HISTORY_PROMPT, next_prompt)
         return out
 
     def _assert_tensordict_shape(self, tensordict: TensorDictBase) -> None:

@@ -32,6 +32,7 @@ import torch
 from tensordict import TensorDictBase, lazy_stack
 from torchrl.objectives.llm import DAPO
 
+from ..keys import EPISODE_RETURN, GROUP_ID, SUCCESS
 from .metrics import INPUT_CONTRACT, TokenStatsMixin
 
 log = logging.getLogger(__name__)
@@ -135,9 +136,9 @@ class DynamicSampler:
         tol: float = 1e-6,
         criterion: str = "success",
         reward_transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        return_key="episode_return",
-        group_key="group_id",
-        success_key="success",
+        return_key=EPISODE_RETURN,
+        group_key=GROUP_ID,
+        success_key=SUCCESS,
     ) -> None:
         if (
             isinstance(max_extra_rollouts, bool)

@@ -26,6 +26,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.llm import TransformersWrapper
 
+from ..keys import HISTORY_FULL, HISTORY_PROMPT, LOG_PROBS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION, TOKENS_FULL
 from ..models.loading import wrapper_chat_template
 
 __all__ = [
@@ -59,15 +60,15 @@ def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
 def training_view(records: TensorDictBase) -> TensorDictBase:
     """The input layout the log-prob wrapper expects: the conversation at ``("history", "prompt")``."""
     td = records.copy()
-    td.set(("history", "prompt"), records.get(("history", "full")))
+    td.set(HISTORY_PROMPT, records.get(HISTORY_FULL))
     return td
 
 
 _BEHAVIOUR_KEYS = (
-    ("tokens", "full"),
-    ("log_probs", "full"),
-    ("masks", "all_assistant_mask"),
-    ("masks", "all_attention_mask"),
+    TOKENS_FULL,
+    LOG_PROBS_FULL,
+    MASKS_ASSISTANT,
+    MASKS_ATTENTION,
 )
 
 
@@ -108,10 +109,10 @@ def compute_behaviour_log_probs(
             rows.append(
                 TensorDict(
                     {
-                        ("tokens", "full"): tok_i[keep],
-                        ("log_probs", "full"): lp_i[keep].float(),
-                        ("masks", "all_assistant_mask"): am_i.bool()[keep],
-                        ("masks", "all_attention_mask"): keep[keep],
+                        TOKENS_FULL: tok_i[keep],
+                        LOG_PROBS_FULL: lp_i[keep].float(),
+                        MASKS_ASSISTANT: am_i.bool()[keep],
+                        MASKS_ATTENTION: keep[keep],
                     },
                     batch_size=[],
                 )

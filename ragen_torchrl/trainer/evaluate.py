@@ -48,6 +48,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from ..keys import DONE
 from .reporting import summarize
 from .rollout import collect_rollouts, val_level_seeds
 
@@ -76,7 +77,7 @@ class _ProgressEnv:
 
     def step(self, td):
         out = self._env.step(td)
-        self._bar.update(int(out.get(("next", "done")).sum()))
+        self._bar.update(int(out.get(("next", DONE)).sum()))
         return out
 
 

@@ -35,6 +35,19 @@ from ..data.minibatch import group_minibatches
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import bucket_grad_norms, rv_buckets
 from ..envs import make_env
+from ..keys import (
+    ADVANTAGE,
+    EPISODE_RETURN,
+    GROUP_ID,
+    LOG_PROBS_FULL,
+    MASKS_ASSISTANT,
+    NUM_TOKENS,
+    NUM_TURNS,
+    REF_LOG_PROBS_FULL,
+    SUCCESS,
+    T3_RULE_FIRED,
+    TRUNCATED_BY_T3,
+)
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
@@ -69,7 +82,7 @@ def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
         >>> [a.reshape(-1).tolist() for a in scale_advantages(b, 0.5).get("advantage", as_list=True)]
         [[0.5, 0.5], [-0.5, -0.5, -0.5]]
     """
-    return lazy_stack([row.set("advantage", row.get("advantage") * scale) for row in batch.unbind(0)])
+    return lazy_stack([row.set(ADVANTAGE, row.get(ADVANTAGE) * scale) for row in batch.unbind(0)])
 
 
 class Trainer:
@@ -270,7 +283,7 @@ class Trainer:
             if grouped:
                 # whole prompt groups per step: group-centred advantages then cancel on the
                 # tokens a group shares (see ragen_torchrl.data.minibatch)
-                batches = group_minibatches(batch.get("group_id"), mb)
+                batches = group_minibatches(batch.get(GROUP_ID), mb)
             else:
                 order = torch.randperm(n)
                 batches = [order[start : start + mb] for start in range(0, n, mb)]
@@ -309,9 +322,9 @@ class Trainer:
         Reproduces RAGEN-2's diagnostic: the task-gradient norm grows with the groups'
         within-prompt reward variance while the entropy/KL gradient norms stay flat.
         """
-        ids, rv = group_scores(batch.get("episode_return"), batch.get("group_id"), "reward_variance")
+        ids, rv = group_scores(batch.get(EPISODE_RETURN), batch.get(GROUP_ID), "reward_variance")
         buckets = rv_buckets(rv, int(self.filter_cfg["grad_snr"]["buckets"]))
-        row_bucket = buckets[torch.searchsorted(ids, batch.get("group_id").reshape(-1))]
+        row_bucket = buckets[torch.searchsorted(ids, batch.get(GROUP_ID).reshape(-1))]
         out: dict[str, float] = {}
         params = [p for p in self.model.parameters() if p.requires_grad]
         for b in row_bucket.unique().tolist():
@@ -340,10 +353,7 @@ class Trainer:
         if self.ref_actor is not None:
             ref = compute_behaviour_log_probs(self.ref_actor, batch)
             batch = lazy_stack(
-                [
-                    row.set(("ref_log_probs", "full"), r.get(("log_probs", "full")))
-                    for row, r in zip(batch.unbind(0), ref.unbind(0))
-                ]
+                [row.set(REF_LOG_PROBS_FULL, r.get(LOG_PROBS_FULL)) for row, r in zip(batch.unbind(0), ref.unbind(0))]
             )
         batch = self.objective.prepare(batch)
         if scale != 1.0:
@@ -389,13 +399,13 @@ class Trainer:
             # of one with it (no truncation column there: nothing was truncated)
             from ..transforms.t3 import t3_token_stats
 
-            cols = {k: records.get(k) for k in ("num_tokens", "success", "num_turns")}
+            cols = {k: records.get(k) for k in (NUM_TOKENS, SUCCESS, NUM_TURNS)}
             keys = set(records.keys())
-            cols["truncated_by_t3"] = (
-                records.get("truncated_by_t3") if "truncated_by_t3" in keys else torch.zeros_like(cols["success"])
+            cols[TRUNCATED_BY_T3] = (
+                records.get(TRUNCATED_BY_T3) if TRUNCATED_BY_T3 in keys else torch.zeros_like(cols[SUCCESS])
             )
-            if "t3_rule_fired" in keys:
-                cols["t3_rule_fired"] = records.get("t3_rule_fired")
+            if T3_RULE_FIRED in keys:
+                cols[T3_RULE_FIRED] = records.get(T3_RULE_FIRED)
             stats.update(t3_token_stats(cols, self.env.max_turn))
 
         # MI proxies on the pre-filter batch, scored by the pre-update policy
@@ -412,7 +422,7 @@ class Trainer:
 
         batch, scale = records, 1.0
         if self.snr is None:
-            fstats = unfiltered_stats(records.get("episode_return"), records.get("group_id"))
+            fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
             stats.update({f"filter/{k}": float(v) for k, v in fstats.items()})
             self.stop_reason = self.stop_reason or self.guard.update(fstats)
             stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
@@ -446,9 +456,7 @@ class Trainer:
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
         stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
-        stats["train/assistant_tokens"] = float(
-            sum(int(m.sum()) for m in behaviour.get(("masks", "all_assistant_mask"), as_list=True))
-        )
+        stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
         stats["timing/update"] = t_update
         stats["timing/total"] = time.time() - t0
         return stats

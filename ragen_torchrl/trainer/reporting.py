@@ -14,6 +14,8 @@ import os
 from tensordict import TensorDictBase
 from torchrl.record.loggers import TensorboardLogger
 
+from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_TURNS, SUCCESS
+
 __all__ = [
     "ResumableTensorboardLogger",
     "conversation_text",
@@ -26,17 +28,17 @@ __all__ = [
 
 def summarize(records: TensorDictBase) -> dict[str, float]:
     """Rollout statistics of a batch of trajectory records."""
-    ret = records.get("episode_return").float()
-    succ = records.get("success").float()
+    ret = records.get(EPISODE_RETURN).float()
+    succ = records.get(SUCCESS).float()
     n = ret.numel()
     return {
         "reward_mean": ret.mean().item(),
         "reward_std": ret.std().item() if n > 1 else 0.0,
         "success": succ.mean().item(),
         "success_stderr": math.sqrt(max(succ.mean().item() * (1 - succ.mean().item()), 0.0) / max(n, 1)),
-        "turns": records.get("num_turns").float().mean().item(),
-        "tokens": records.get("num_tokens").float().mean().item(),
-        "format_valid": records.get("format_valid").float().mean().item(),
+        "turns": records.get(NUM_TURNS).float().mean().item(),
+        "tokens": records.get(NUM_TOKENS).float().mean().item(),
+        "format_valid": records.get(FORMAT_VALID).float().mean().item(),
         "num_trajectories": float(n),
     }
 
@@ -116,7 +118,7 @@ def make_tensorboard_logger(run_dir: str | os.PathLike, purge_step: int | None =
 
 def conversation_text(records: TensorDictBase, index: int) -> str:
     """One trajectory as readable text (for TensorBoard)."""
-    hist = records[index].get(("history", "full"))
+    hist = records[index].get(HISTORY_FULL)
     lines = [f"**{r}**: {c}" for r, c in zip(hist.role, hist.content)]
-    ret = records[index].get("episode_return").item()
+    ret = records[index].get(EPISODE_RETURN).item()
     return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"

@@ -23,6 +23,7 @@ import math
 import torch
 from tensordict import TensorDictBase
 
+from ..keys import ADVANTAGE, EPISODE_RETURN, GROUP_ID
 from .records import RecordTransform
 
 
@@ -82,9 +83,9 @@ class GroupAdvantage(RecordTransform):
         *,
         scale: str = "std",
         eps: float = 1e-6,
-        return_key="episode_return",
-        group_key="group_id",
-        advantage_key="advantage",
+        return_key=EPISODE_RETURN,
+        group_key=GROUP_ID,
+        advantage_key=ADVANTAGE,
     ) -> None:
         super().__init__(in_keys=[return_key, group_key], out_keys=[advantage_key])
         group_advantage(torch.zeros(1), torch.zeros(1), scale=scale)  # validate early

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from ..keys import EPISODE_RETURN, NUM_TOKENS
 from .records import RecordTransform
 
 
@@ -74,8 +75,8 @@ class OverlongPenalty(RecordTransform):
         max_length: int,
         cache_length: int,
         *,
-        length_key="num_tokens",
-        return_key="episode_return",
+        length_key=NUM_TOKENS,
+        return_key=EPISODE_RETURN,
         penalty_key="overlong_penalty",
     ) -> None:
         _check_lengths(max_length, cache_length)

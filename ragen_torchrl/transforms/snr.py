@@ -39,6 +39,8 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.transforms import Transform
 
+from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
+
 # the pure statistics and selection; re-exported here, where users of the filter look first
 from .group_selection import (
     ENTROPY_METRICS,
@@ -157,10 +159,10 @@ class SNRFilter(Transform):
         eps: float = 0.01,
         largest: bool = True,
         *,
-        group_key="group_id",
-        return_key="episode_return",
-        entropy_key="entropy",
-        length_key="num_tokens",
+        group_key=GROUP_ID,
+        return_key=EPISODE_RETURN,
+        entropy_key=ENTROPY,
+        length_key=NUM_TOKENS,
         filter_on_forward: bool | None = None,
     ):
         _check_choice("metric", metric, METRICS)

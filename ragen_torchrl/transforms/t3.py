@@ -69,6 +69,26 @@ from torchrl.data.llm import History
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
 from ..envs.text_env import RowTransformedEnv  # noqa: F401 (re-exported: it lives with TextGameEnv)
+from ..keys import (
+    DONE,
+    ENV_INDEX,
+    GUESS_IN_PREVIOUS_HYPOTHESES,
+    HISTORY_PROMPT,
+    IS_ANSWER,
+    IS_QUERY,
+    NUM_TOKENS,
+    NUM_TURNS,
+    PROGRESS,
+    PROGRESS_BEFORE,
+    RESET,
+    REWARD,
+    SUCCESS,
+    T3_KEYS,
+    T3_RULE_FIRED,
+    TERMINATED,
+    TRUNCATED,
+    TRUNCATED_BY_T3,
+)
 from .t3_rules import PAPER_DEFAULTS, StallRule, _canonical, make_rule
 
 __all__ = [
@@ -186,7 +206,7 @@ class T3Truncation(Transform):
 
     # -- specs -----------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
-        for key in ("truncated_by_t3", "t3_rule_fired"):
+        for key in T3_KEYS:
             observation_spec[key] = Bounded(
                 0, 1, shape=observation_spec.shape, dtype=torch.bool, device=observation_spec.device
             )
@@ -195,17 +215,17 @@ class T3Truncation(Transform):
     # -- reset/step --------------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
         n = tensordict_reset.batch_size[0]
-        index = tensordict_reset.get("env_index").reshape(-1).tolist()
-        progress = tensordict_reset.get("progress").reshape(-1).tolist()
+        index = tensordict_reset.get(ENV_INDEX).reshape(-1).tolist()
+        progress = tensordict_reset.get(PROGRESS).reshape(-1).tolist()
         # a partial reset ("_reset" mask, torchrl's auto-reset of finished rows) restarts only
         # the masked rows; the others keep their stall counters
-        mask = None if tensordict is None else tensordict.get("_reset", None)
+        mask = None if tensordict is None else tensordict.get(RESET, None)
         restart = [True] * n if mask is None else mask.reshape(n, -1).any(-1).tolist()
         for i, p, r in zip(index, progress, restart):
             if r:
                 self._rule(i).reset(p)
                 self._forced.discard(i)
-        for key in ("truncated_by_t3", "t3_rule_fired"):
+        for key in T3_KEYS:
             tensordict_reset.set(key, torch.zeros(n, dtype=torch.bool, device=tensordict_reset.device))
         return tensordict_reset
 
@@ -214,22 +234,22 @@ class T3Truncation(Transform):
         fired = torch.zeros(n, dtype=torch.bool, device=next_tensordict.device)
         cut = torch.zeros(n, dtype=torch.bool, device=next_tensordict.device)
         if not self.active:
-            next_tensordict.set("t3_rule_fired", fired)
-            next_tensordict.set("truncated_by_t3", cut)
+            next_tensordict.set(T3_RULE_FIRED, fired)
+            next_tensordict.set(TRUNCATED_BY_T3, cut)
             return next_tensordict
 
         def column(key: str) -> list:
             value = next_tensordict.get(key, None)
             return value.reshape(-1).tolist() if value is not None else [None] * n
 
-        index = column("env_index")
-        done = column("done")
-        is_query = column("is_query")
-        is_answer = column("is_answer")
-        success = column("success")
-        progress = column("progress")
-        before = column("progress_before")
-        in_prev = column("guess_in_previous_hypotheses")
+        index = column(ENV_INDEX)
+        done = column(DONE)
+        is_query = column(IS_QUERY)
+        is_answer = column(IS_ANSWER)
+        success = column(SUCCESS)
+        progress = column(PROGRESS)
+        before = column(PROGRESS_BEFORE)
+        in_prev = column(GUESS_IN_PREVIOUS_HYPOTHESES)
         infos = getattr(self._base_env(), "last_infos", None)
         end_rows, prompt_rows = [], []
         for row, i in enumerate(index):
@@ -258,33 +278,33 @@ class T3Truncation(Transform):
             self._end(next_tensordict, end_rows, is_query)
         if prompt_rows:
             self._append_prompt(next_tensordict, prompt_rows)
-        next_tensordict.set("t3_rule_fired", fired)
-        next_tensordict.set("truncated_by_t3", cut)
+        next_tensordict.set(T3_RULE_FIRED, fired)
+        next_tensordict.set(TRUNCATED_BY_T3, cut)
         return next_tensordict
 
     def _end(self, next_tensordict: TensorDictBase, rows: list[int], is_query: list[bool]) -> None:
         rows_t = torch.tensor(rows, dtype=torch.long)
-        for key, value in (("done", True), ("truncated", True), ("terminated", False)):
+        for key, value in ((DONE, True), (TRUNCATED, True), (TERMINATED, False)):
             flag = next_tensordict.get(key).clone()
             flag[rows_t] = value
             next_tensordict.set(key, flag)
-        reward = next_tensordict.get("reward").clone()
+        reward = next_tensordict.get(REWARD).clone()
         for row in rows:
             if is_query[row]:
                 reward[row] = 0.0  # a query instead of the answer: the episode ends unrewarded
-        next_tensordict.set("reward", reward)
+        next_tensordict.set(REWARD, reward)
 
     def _append_prompt(self, next_tensordict: TensorDictBase, rows: list[int]) -> None:
         # ChatEnv has no hook for extra user text, so the last user message of each firing row
         # is rebuilt with the prompt appended (rows may differ in length: edit row by row)
-        histories = list(next_tensordict.get(("history", "prompt")).unbind(0))
+        histories = list(next_tensordict.get(HISTORY_PROMPT).unbind(0))
         for row in rows:
             h: History = histories[row]
             if self.prompt in h.content[-1]:
                 continue  # the env already asks for the answer (last turn of the budget)
             msg = History(role="user", content=f"{h.content[-1]}\n{self.prompt}", batch_size=(1,))
             histories[row] = h[:-1].extend(msg, inplace=False, dim=-1)
-        next_tensordict.set(("history", "prompt"), lazy_stack(histories))
+        next_tensordict.set(HISTORY_PROMPT, lazy_stack(histories))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         raise RuntimeError(
@@ -360,17 +380,17 @@ def t3_token_stats(records: Mapping[str, Any] | TensorDictBase, max_turn: int) -
             raise KeyError(f"trajectory records need {name!r}")
         return torch.as_tensor(value).reshape(-1).to(dtype)
 
-    tokens = col("num_tokens", torch.float64)
-    success = col("success", torch.bool)
-    turns = col("num_turns", torch.float64)
-    cut = col("truncated_by_t3", torch.bool)
+    tokens = col(NUM_TOKENS, torch.float64)
+    success = col(SUCCESS, torch.bool)
+    turns = col(NUM_TURNS, torch.float64)
+    cut = col(TRUNCATED_BY_T3, torch.bool)
     n = tokens.numel()
     total = float(tokens.sum())
     wins = int(success.sum())
     saved = (float(max_turn) - turns[cut]).clamp_min(0)
     extra: dict[str, float] = {}
-    if (records.get("t3_rule_fired") if hasattr(records, "get") else None) is not None:
-        rule = col("t3_rule_fired", torch.bool)
+    if (records.get(T3_RULE_FIRED) if hasattr(records, "get") else None) is not None:
+        rule = col(T3_RULE_FIRED, torch.bool)
         fired = int(rule.sum())
         extra["t3/rule_fire_rate"] = fired / n if n else 0.0
         extra["t3/forced_answer_success_rate"] = float(success[rule].float().mean()) if fired else math.nan
