@@ -33,12 +33,14 @@ from tensordict import NestedKey, TensorDictBase, is_tensor_collection
 from tensordict.utils import expand_as_right
 from torchrl.objectives.llm import GRPOLoss
 
+from ..keys import REF_LOG_PROBS_FULL
+
 #: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
 #: (torchrl's ``GRPOLoss`` defaults to 0.01)
 DEFAULT_ENTROPY_COEFF = 0.001
 #: where every loss reads the frozen reference policy's log-probs (per row, unpadded,
 #: aligned with ``("tokens", "full")``); torchrl's default is ``("next", "ref_log_probs", "full")``
-REF_LOG_PROBS_KEY = ("ref_log_probs", "full")
+REF_LOG_PROBS_KEY = REF_LOG_PROBS_FULL
 
 #: what every loss here reads from a batch (shared by the class docstrings)
 INPUT_CONTRACT = """
@@ -156,6 +158,9 @@ class TokenStatsMixin:
         """GRPOLoss's keys, with the reference log-probs where this package stores them."""
 
         ref_log_probs: NestedKey = REF_LOG_PROBS_KEY
+
+    #: what ``set_keys(name=None)`` restores (torchrl's ``GRPOLoss`` lacks it)
+    default_keys = _AcceptedKeys
 
     def __init__(self, *args, dual_clip: float | None = None, **kwargs) -> None:
         kwargs.setdefault("entropy_coeff", DEFAULT_ENTROPY_COEFF)

@@ -201,8 +201,18 @@ class PPOObjective(Objective):
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """Old values, GAE advantages (``[L, 1]`` per row) and value targets."""
         backbone = None if self.critic.backbone is not None else self.model.base_model
+        keys = self.loss_module.tensor_keys  # renamed with loss_module.set_keys(...)
         batch, self.prepare_stats = prepare_ppo_batch(
-            batch, self.critic, backbone=backbone, chunk_size=self.chunk_size, **self.gae
+            batch,
+            self.critic,
+            backbone=backbone,
+            chunk_size=self.chunk_size,
+            return_key=keys.episode_return,
+            advantage_key=keys.advantage,
+            value_key=keys.value,
+            value_target_key=keys.value_target,
+            tokens_key=keys.action,
+            **self.gae,
         )
         return batch
 

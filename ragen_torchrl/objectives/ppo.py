@@ -43,18 +43,31 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from tensordict import TensorDictBase, lazy_stack
+from tensordict import NestedKey, TensorDictBase, lazy_stack
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torchrl.objectives.llm import GRPOLoss
 from torchrl.objectives.llm.grpo import LLMLossOutput
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
+from ..keys import (
+    ADVANTAGE,
+    EPISODE_RETURN,
+    MASKS_ASSISTANT,
+    MASKS_ATTENTION,
+    STATE_VALUE,
+    TOKENS_FULL,
+    VALUE_TARGET,
+)
 from .metrics import INPUT_CONTRACT, TokenStatsMixin
 
-VALUE_KEY = "state_value"
-VALUE_TARGET_KEY = "value_target"
+#: default keys of the old values and value targets (``PPOLoss`` reads ``tensor_keys.value``
+#: / ``tensor_keys.value_target``; rename them with ``set_keys``)
+VALUE_KEY = STATE_VALUE
+VALUE_TARGET_KEY = VALUE_TARGET
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -287,18 +300,24 @@ def prepare_ppo_batch(
     whiten: bool = True,
     backbone: nn.Module | None = None,
     chunk_size: int = 32,
-    return_key="episode_return",
+    return_key: NestedKey = EPISODE_RETURN,
+    advantage_key: NestedKey = ADVANTAGE,
+    value_key: NestedKey = STATE_VALUE,
+    value_target_key: NestedKey = VALUE_TARGET,
+    tokens_key: NestedKey = TOKENS_FULL,
+    mask_key: NestedKey = MASKS_ASSISTANT,
 ) -> tuple[TensorDictBase, dict[str, float]]:
     """Old values, GAE advantages and value targets for a batch with behaviour data attached.
 
     Reads per row ``("tokens", "full")``, ``("masks", "all_assistant_mask")`` and
     ``episode_return``; writes ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` and
-    ``value_target`` ``[L]`` per row. ``whiten`` standardises the advantages over all
-    assistant tokens of the batch with the unbiased variance (as verl/RAGEN's PPO does:
-    ``masked_whiten``). Returns ``(batch, stats)``.
+    ``value_target`` ``[L]`` per row (the ``*_key`` arguments rename them; defaults from
+    :mod:`ragen_torchrl.keys`, and ``PPOObjective.prepare`` passes its loss's ``tensor_keys``).
+    ``whiten`` standardises the advantages over all assistant tokens of the batch with the
+    unbiased variance (as verl/RAGEN's PPO does: ``masked_whiten``). Returns ``(batch, stats)``.
     """
-    tokens = batch.get(("tokens", "full"), as_list=True)
-    masks = [m.bool() for m in batch.get(("masks", "all_assistant_mask"), as_list=True)]
+    tokens = batch.get(tokens_key, as_list=True)
+    masks = [m.bool() for m in batch.get(mask_key, as_list=True)]
     values = compute_values(critic, tokens, backbone=backbone, chunk_size=chunk_size)
     lengths = [len(t) for t in tokens]
     # right padding is fine here: GAE only reads masked positions, in order
@@ -315,9 +334,9 @@ def prepare_ppo_batch(
     rows = []
     for i, (row, L) in enumerate(zip(batch.unbind(0), lengths)):
         device = tokens[i].device
-        row.set("advantage", adv[i, :L, None].to(device))
-        row.set(VALUE_KEY, V[i, :L].to(device))
-        row.set(VALUE_TARGET_KEY, target[i, :L].to(device))
+        row.set(advantage_key, adv[i, :L, None].to(device))
+        row.set(value_key, V[i, :L].to(device))
+        row.set(value_target_key, target[i, :L].to(device))
         rows.append(row)
     stats = {
         "ppo/old_value_mean": float(V[M].mean()) if M.any() else 0.0,
@@ -356,7 +375,22 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
 
     Inputs per row (see :func:`prepare_ppo_batch`): ``advantage`` ``[L, 1]``,
     ``state_value`` ``[L]``, ``value_target`` ``[L]``, plus the usual GRPO inputs.
+    Besides GRPOLoss's keys, ``set_keys`` renames ``value`` (old values, default
+    ``"state_value"``), ``value_target`` (``"value_target"``), ``episode_return`` (what
+    ``PPOObjective.prepare`` reads, ``"episode_return"``) and ``attention_mask``
+    (``("masks", "all_attention_mask")``), e.g. ``loss.set_keys(value="old_values")``.
     """
+
+    @dataclass
+    class _AcceptedKeys(TokenStatsMixin._AcceptedKeys):
+        """GRPO's keys plus the critic's (defaults from :mod:`ragen_torchrl.keys`)."""
+
+        value: NestedKey = STATE_VALUE
+        value_target: NestedKey = VALUE_TARGET
+        episode_return: NestedKey = EPISODE_RETURN
+        attention_mask: NestedKey = MASKS_ATTENTION
+
+    default_keys = _AcceptedKeys
 
     output_type = PPOLossOutput
 
@@ -390,9 +424,10 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
 
     def forward(self, tensordict: TensorDictBase) -> PPOLossOutput:
         td = tensordict.copy()
-        key = self.tensor_keys.advantage
+        keys = self.tensor_keys
+        key = keys.advantage
         present = set(td.keys(True))
-        for k in (key, VALUE_KEY, VALUE_TARGET_KEY):
+        for k in (key, keys.value, keys.value_target):
             if k not in present:
                 raise KeyError(f"{k!r} missing: run Objective.prepare (values and GAE) on the batch before the loss")
         # token-level advantages are stored unpadded per row: pad them on the left, like the log-probs
@@ -425,18 +460,18 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
             values = self.critic.values_from_hidden(hidden)
         else:
             # stored tokens are unpadded per row: -1 (never a token id) marks the left padding
-            tokens = td.get(("tokens", "full"), as_padded_tensor=True, padding_side="left", padding_value=-1)
+            tokens = td.get(keys.action, as_padded_tensor=True, padding_side="left", padding_value=-1)
             attn = tokens != -1
-            if ("masks", "all_attention_mask") in td.keys(True):
+            if keys.attention_mask in td.keys(True):
                 attn = (
                     attn
                     & td.get(
-                        ("masks", "all_attention_mask"), as_padded_tensor=True, padding_side="left", padding_value=False
+                        keys.attention_mask, as_padded_tensor=True, padding_side="left", padding_value=False
                     ).bool()
                 )
             values = self.critic(torch.where(attn, tokens, torch.zeros_like(tokens)), attn)
-        old = self._padded(td, VALUE_KEY).to(values.device)
-        target = self._padded(td, VALUE_TARGET_KEY).to(values.device)
+        old = self._padded(td, keys.value).to(values.device)
+        target = self._padded(td, keys.value_target).to(values.device)
         if old.shape != values.shape or target.shape != values.shape:
             raise ValueError(
                 f"stored values {tuple(old.shape)} / targets {tuple(target.shape)} do not line up "
