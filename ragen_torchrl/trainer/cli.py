@@ -19,6 +19,16 @@ Exit status: 0 on success, **2 for a config error** (a bad value, an unknown key
 a checkpoint), printed as one ``config error: <key>...`` line. The whole config is checked
 (:func:`~ragen_torchrl.trainer.config.validate_config`) by :class:`PreflightCallback`
 before Hydra creates the run dir, so a bad config leaves nothing behind and no model is built.
+
+Sweeps (Hydra's multirun, ``-m``) run one job per combination of the comma-separated values, one
+after another, each in its own dir ``<hydra.sweep.dir>/<job number>/`` (TensorBoard log,
+checkpoints, ``summary.json``); ``ragen-report <hydra.sweep.dir>`` reads them all::
+
+    ragen-train -m +experiment=snr_filter filter=none,snr_top_p seed=0,1,2
+
+Before the first job starts, every job's config is composed and validated (and the sweep dir
+checked for writability), so a bad value in any job exits 2 before anything is built; each job
+is validated again when it starts.
 """
 
 from __future__ import annotations
@@ -54,27 +64,57 @@ def _config_error(e: BaseException) -> SystemExit:
     return SystemExit(2)
 
 
-def preflight(cfg) -> None:
+def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
     """Validate a composed config including Hydra's run dir; exit 2 with a message on an error.
 
     ``cfg`` is the full config (with its ``hydra`` node) as Hydra passes it to callbacks; the
-    task config is the same without ``hydra``. Hydra's run dir is checked for writability
-    without being created (a ``trainer.resume`` run also needs its resumed dir writable).
+    task config is the same without ``hydra``. The dir at ``dir_key`` (Hydra's run dir; a sweep
+    job's is ``hydra.runtime.output_dir``) is checked for writability without being created (a
+    ``trainer.resume`` run also needs its resumed dir writable).
     """
     from omegaconf import OmegaConf, open_dict
 
     from .config import ConfigError, check_run_dir, validate_config
 
     task = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False))
-    run_dir = OmegaConf.select(cfg, "hydra.run.dir", throw_on_missing=False)
+    run_dir = OmegaConf.select(cfg, dir_key, throw_on_missing=False)
     with open_dict(task):
         task.pop("hydra", None)
     try:
         validate_config(task)
         if run_dir:  # Hydra writes .hydra/ and its log there even when a resumed run trains elsewhere
-            check_run_dir(run_dir, "hydra.run.dir")
+            check_run_dir(run_dir, dir_key)
     except ConfigError as e:
         raise _config_error(e) from None
+
+
+def _sweep_job_configs(cfg) -> list:
+    """The config of every job of a multirun, composed as Hydra's basic sweeper will compose them.
+
+    Returns ``[]`` when the sweep cannot be expanded here (another sweeper plugin, a sweep syntax
+    the basic sweeper does not expand): then each job is only checked when it starts.
+    """
+    from omegaconf import OmegaConf
+
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        sweeper = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default=""))
+        if not sweeper.endswith("BasicSweeper") or not GlobalHydra.instance().is_initialized():
+            return []
+        loader = GlobalHydra.instance().config_loader()
+        params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+        args = [f"{k}={v}" for k, v in params.items()] + list(cfg.hydra.overrides.task)
+        overrides = OverridesParser.create(config_loader=loader).parse_overrides(args)
+        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    except Exception:  # noqa: BLE001 - Hydra reports sweep syntax errors itself, with its own message
+        return []
+    try:
+        return [loader.load_sweep_config(cfg, list(job)) for job in jobs]
+    except Exception:  # noqa: BLE001 - a job that does not compose (e.g. filter=nosuch): Hydra reports it
+        return []  # before launching any job, as it does for a single run
 
 
 try:
@@ -86,10 +126,35 @@ except ImportError:  # pragma: no cover
 class PreflightCallback(_Callback):
     """Hydra callback (``hydra.callbacks.preflight`` in ``ragen_torchrl/configs/config.yaml``): runs
     :func:`preflight` in ``on_run_start``, before Hydra makes the run dir, writes
-    ``.hydra/`` or opens its log file there."""
+    ``.hydra/`` or opens its log file there. Under multirun (``-m``), ``on_multirun_start``
+    validates every job's config before the sweep dir exists and ``on_job_start`` each job as it
+    starts."""
 
     def on_run_start(self, config, **kwargs) -> None:
         preflight(config)
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        """Multirun (``-m``): check the sweep dir and every job's config before the first job."""
+        from omegaconf import OmegaConf
+
+        from .config import ConfigError, check_run_dir
+
+        sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", throw_on_missing=False)
+        try:
+            if sweep_dir:
+                check_run_dir(sweep_dir, "hydra.sweep.dir")
+        except ConfigError as e:
+            raise _config_error(e) from None
+        for job in _sweep_job_configs(config):
+            preflight(job, dir_key="hydra.sweep.dir")
+
+    def on_job_start(self, config, **kwargs) -> None:
+        """Each multirun job again, as launched (its own dir ``hydra.runtime.output_dir``)."""
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.get().mode == RunMode.MULTIRUN:  # a single run was checked in on_run_start
+            preflight(config, dir_key="hydra.runtime.output_dir")
 
 
 def _run_dir() -> str:
