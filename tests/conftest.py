@@ -6,7 +6,8 @@
   several processes share the test machines' cores (OpenMP threads that oversubscribe
   the cores make the end-to-end tests several times slower).
 * one tiny tokenizer + model (FrozenLake corpus, hidden 32, 1 layer, vocab ~300) is built
-  once per session; tests load their own copy with :func:`load_tiny`.
+  once per session; tests load their own copy with :func:`helpers.load_tiny`.
+* constants shared by test files (``TINY_RUN``, ``SMALL``, ...) live in ``helpers.py``.
 """
 
 from __future__ import annotations
@@ -17,24 +18,9 @@ tensordict.set_list_to_stack(True).set()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from helpers import TINY_SIZES, load_tiny  # noqa: E402
 
 torch.set_num_threads(1)
-
-#: ragen-train overrides for a seconds-long end-to-end run: a one-layer model warm-started for two
-#: steps on four demonstrations, on the CPU, one thread (tests add what they need on top)
-TINY_RUN = [
-    "sft.steps=2",
-    "sft.episodes=4",
-    "model.hidden_size=32",
-    "model.intermediate_size=64",
-    "model.num_layers=1",
-    "model.vocab_size=300",
-    "model.device=cpu",
-    "model.threads=1",
-]
-
-#: sizes of the session's tiny model (small enough that a forward pass takes milliseconds)
-TINY_SIZES = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2)
 
 
 @pytest.fixture(scope="session")
@@ -52,13 +38,6 @@ def tiny_model_dir(tmp_path_factory, tiny_corpus) -> str:
     from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
 
     return build_tiny_model(tiny_corpus, TinyModelConfig(**TINY_SIZES, seed=0), tmp_path_factory.mktemp("tiny_models"))
-
-
-def load_tiny(path: str):
-    """A fresh (model, tokenizer) from ``path`` on CPU/fp32, in eval mode."""
-    from ragen_torchrl.models.loading import load_pretrained
-
-    return load_pretrained(path, device="cpu", dtype="float32")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RUN
+from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 

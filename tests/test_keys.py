@@ -120,7 +120,7 @@ def test_env_reset_and_step_hold_only_table_keys(t3):
 # ---------------------------------------------------------------------------- records and training batches
 @pytest.fixture(scope="module")
 def model_tok(tiny_model_dir):
-    from conftest import load_tiny
+    from helpers import load_tiny
 
     return load_tiny(tiny_model_dir)
 

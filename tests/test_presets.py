@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RUN
+from helpers import SMALL
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl.trainer.cli import CONFIG_DIR
@@ -25,13 +25,6 @@ pytestmark = pytest.mark.slow
 def presets(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
 
-
-SMALL = [
-    "trainer.total_iterations=1",
-    "trainer.val_levels=2",
-    "trainer.log_text_samples=0",
-    *TINY_RUN,
-]
 
 CASES = (
     [pytest.param("algo", name, id=f"algo={name}") for name in presets("algo")]

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RUN
+from helpers import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 

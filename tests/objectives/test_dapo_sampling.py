@@ -170,7 +170,7 @@ def test_refills_are_reward_shaped_before_they_are_judged():
 
 
 def test_dapo_objective_wires_sampler_and_overlong_shaping():
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "ragen_torchrl" / "configs" / "algo" / "dapo.yaml")
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo" / "dapo.yaml")
     obj = build_objective(cfg, None, None)
     assert obj.dynamic_sampling.max_extra_rollouts == 3
     assert obj.dynamic_sampling.criterion == "success"  # the DAPO paper's accuracy rule is the default

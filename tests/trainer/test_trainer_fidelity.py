@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TINY_RUN
+from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl.trainer.cli import CONFIG_DIR

@@ -293,8 +293,8 @@ def test_without_matplotlib_the_error_names_the_plot_extra(tmp_path, monkeypatch
 # --------------------------------------------------------------------------- real runs
 @pytest.mark.slow
 def test_report_on_two_real_smoke_runs(ragen_cache_dir, tmp_path):
+    from helpers import SMALL
     from hydra import compose, initialize_config_dir
-    from test_presets import SMALL
 
     from ragen_torchrl.trainer.cli import CONFIG_DIR
     from ragen_torchrl.trainer.loop import Trainer

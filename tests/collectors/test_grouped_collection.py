@@ -122,5 +122,5 @@ def test_readme_shows_the_executed_snippet():
     # the README's grouped-collection example is the text test_readme_snippet_runs executes
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert README_SNIPPET.strip() in readme

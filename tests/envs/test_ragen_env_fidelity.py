@@ -158,7 +158,7 @@ def test_frozenlake_default_observation_is_annotated():
 
     import yaml
 
-    cfg = yaml.safe_load((Path(__file__).parents[1] / "ragen_torchrl/configs/env/frozenlake.yaml").read_text())
+    cfg = yaml.safe_load((Path(__file__).parents[2] / "ragen_torchrl/configs/env/frozenlake.yaml").read_text())
     assert cfg["observation"] == "annotated" and cfg["slip_seeding"] == "level"
     for env in (FrozenLakeEnv(num_envs=1, desc=["SF", "HG"]), make_env("frozenlake", num_envs=1, desc=["SF", "HG"])):
         td = reset(env, [0])

@@ -42,7 +42,7 @@ from ragen_torchrl.objectives.ppo import (
     turn_ends,
 )
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "ragen_torchrl" / "configs" / "algo"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
 
 
 # --------------------------------------------------------------------------- a stand-in actor

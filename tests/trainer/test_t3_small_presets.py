@@ -9,7 +9,7 @@ import random
 import pytest
 import tensordict
 import torch
-from conftest import TINY_RUN
+from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl.envs import make_env
