@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..trainer.checkpoint import flatten_config  # noqa: F401 (one copy: the resume check uses it too)
+
 __all__ = ["Run", "RunError", "find_runs", "flatten_config", "is_run_dir", "load_run", "load_runs"]
 
 
@@ -105,23 +107,6 @@ class Run:
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def flatten_config(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> leaf value (lists are leaves).
-
-    Example:
-        >>> flatten_config({"algo": {"name": "grpo", "clip": [0.2, 0.3]}, "seed": 0})
-        {'algo.name': 'grpo', 'algo.clip': [0.2, 0.3], 'seed': 0}
-    """
-    out: dict[str, Any] = {}
-    for k, v in cfg.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten_config(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def _event_files(run_dir: Path) -> list[Path]:
