@@ -430,6 +430,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
             )
     if _get(cfg, "sft.noise_kind") not in (None, "uniform", "heuristic"):
         raise ConfigError(f"sft.noise_kind must be 'uniform' or 'heuristic', got {_get(cfg, 'sft.noise_kind')!r}")
+    if _get(cfg, "sft.reasoning") not in (None, "grounded", "shuffled"):
+        raise ConfigError(f"sft.reasoning must be 'grounded' or 'shuffled', got {_get(cfg, 'sft.reasoning')!r}")
     if _get(cfg, "model.name_or_path") is None and _get(cfg, "model.name") not in ("tiny", None):
         raise ConfigError("model.name_or_path is required unless model=tiny")
     check_paths(cfg)

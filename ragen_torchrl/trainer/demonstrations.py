@@ -11,6 +11,12 @@ leaves a flat policy that RL sharpens quickly; heuristic noise shifts the most l
 in the states where the heuristic is wrong, which RL only fixes once the policy learns to
 read those states (many more iterations on the tiny model; see the README).
 
+``reasoning="shuffled"`` builds a warm start with template collapse on purpose (RAGEN-2,
+arXiv 2604.06268): every reasoning text is swapped for the reasoning of another, randomly chosen
+demonstration turn, while the action stays the (noisy) oracle's. The reasoning's marginal
+distribution, and so its entropy, is exactly that of the grounded demonstrations, but it carries no
+information about the input: the MI proxies should see the difference, entropy should not.
+
 Example:
     >>> from ragen_torchrl.envs import make_env
     >>> env = make_env("frozenlake", num_envs=1)
@@ -25,7 +31,45 @@ from __future__ import annotations
 
 import random
 
+from ..envs.parsing import THINK_RE
 from ..envs.text_env import NOISE_KINDS, TextGameEnv, sample_seed
+
+#: ``grounded``: the oracle's reasoning about the observation; ``shuffled``: reasoning permuted
+#: across all demonstration turns (input-independent, same marginal distribution)
+REASONING_KINDS = ("grounded", "shuffled")
+
+
+def shuffle_reasoning(conversations: list[list[dict[str, str]]], seed: int = 0) -> list[list[dict[str, str]]]:
+    """Permute the ``<think>`` texts across every assistant turn of ``conversations``.
+
+    The multiset of reasoning texts is unchanged (same entropy), the answers stay where they were,
+    and which reasoning goes with which observation is random: the reasoning no longer depends on
+    the input. Turns without a ``<think>`` block are left alone. Returns new conversations.
+
+    Example:
+        >>> demos = [[{"role": "assistant", "content": f"<think>r{i}</think><answer>a{i}</answer>"}] for i in range(4)]
+        >>> out = shuffle_reasoning(demos, seed=1)
+        >>> sorted(m[0]["content"][7:9] for m in out), [m[0]["content"][-11:-9] for m in out]
+        (['r0', 'r1', 'r2', 'r3'], ['a0', 'a1', 'a2', 'a3'])
+    """
+    thinks = [
+        m.group(1)
+        for chat in conversations
+        for msg in chat
+        if msg["role"] == "assistant" and (m := THINK_RE.search(msg["content"]))
+    ]
+    random.Random(seed).shuffle(thinks)
+    it = iter(thinks)
+    out = []
+    for chat in conversations:
+        new_chat = []
+        for msg in chat:
+            if msg["role"] == "assistant" and (m := THINK_RE.search(msg["content"])):
+                content = msg["content"][: m.start(1)] + next(it) + msg["content"][m.end(1) :]
+                msg = {**msg, "content": content}
+            new_chat.append(msg)
+        out.append(new_chat)
+    return out
 
 
 def make_demonstrations(
@@ -37,6 +81,7 @@ def make_demonstrations(
     seed: int = 0,
     level_seed_offset: int = 1 << 31,
     progress: bool = False,
+    reasoning: str = "grounded",
 ) -> list[list[dict[str, str]]]:
     """Roll out the oracle (with ``noise``) and return the conversations.
 
@@ -51,6 +96,8 @@ def make_demonstrations(
         level_seed_offset: demonstration levels are drawn from
             ``[offset, offset + 2**30)``, disjoint from training and validation seeds.
         progress: show a progress bar (episodes/s, ETA) on stderr.
+        reasoning: ``"grounded"`` (the oracle's reasoning) or ``"shuffled"`` (reasoning permuted
+            across all turns with :func:`shuffle_reasoning`: template collapse on purpose).
     """
     from tqdm.auto import tqdm
 
@@ -58,6 +105,8 @@ def make_demonstrations(
         raise ValueError(f"sft.noise must be in [0, 1], got {noise}")
     if noise_kind not in NOISE_KINDS:
         raise ValueError(f"sft.noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
+    if reasoning not in REASONING_KINDS:
+        raise ValueError(f"sft.reasoning must be one of {REASONING_KINDS}, got {reasoning!r}")
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     rng = random.Random(seed)
@@ -78,6 +127,8 @@ def make_demonstrations(
                 break
             chat.append({"role": "user", "content": env.observation_text(game, env.feedback_prefix(game))})
         conversations.append(chat)
+    if reasoning == "shuffled":
+        conversations = shuffle_reasoning(conversations, seed=seed + 1)
     return conversations
 
 

@@ -128,7 +128,8 @@ def warm_start(
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
-    ``sft_cfg`` keys: ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``.
+    ``sft_cfg`` keys: ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``,
+    ``reasoning`` (``grounded``, the default, or ``shuffled``; see :mod:`.demonstrations`).
     ``env_config`` (the env's constructor arguments) is part of the cache key: two sizes of one
     game must not share a warm start.
     """
@@ -138,7 +139,12 @@ def warm_start(
     env_desc = f"{type(env).__name__}:{env.system_prompt}:{env.max_turn}:{env.max_actions_per_turn}"
     if env_config:
         env_desc += ":" + json.dumps(env_config, sort_keys=True, default=str)
-    target = Path(cache_dir).expanduser() / f"sft-{sft_fingerprint(dict(sft_cfg), base_path, env_desc)}"
+    key_cfg = dict(sft_cfg)
+    reasoning = str(key_cfg.get("reasoning", "grounded"))
+    if reasoning == "grounded":
+        # the default leaves the key as it was before the switch existed: cached warm starts stay valid
+        key_cfg.pop("reasoning", None)
+    target = Path(cache_dir).expanduser() / f"sft-{sft_fingerprint(key_cfg, base_path, env_desc)}"
     if (target / "config.json").exists():
         log.info("warm start: using cached model %s", target)
         return str(target)
@@ -150,6 +156,7 @@ def warm_start(
         noise_kind=str(sft_cfg.get("noise_kind", "uniform")),
         seed=int(sft_cfg["seed"]),
         progress=True,
+        reasoning=reasoning,
     )
     log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
     with torch.random.fork_rng():

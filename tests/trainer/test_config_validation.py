@@ -64,6 +64,7 @@ BAD = [
     (("algo.weight_decay=-0.1",), "algo.weight_decay", "[0.0, 1.0]"),
     (("algo=ppo", "algo.gamma=1.5"), "algo.gamma", "[0.0, 1.0]"),
     (("sft.seed=abc",), "sft.seed", "integer"),
+    (("sft.reasoning=templated",), "sft.reasoning", "'grounded' or 'shuffled'"),
     (("t3.enabled=maybe",), "t3.enabled", "true or false"),
     # item 3: silently accepted nonsense
     (("trainer.group_size=1",), "trainer.group_size=1", "group-relative"),
