@@ -62,6 +62,18 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "diagnostics.mi.enabled": False,
         },
     ),
+    "template_collapse": (
+        [],
+        {
+            "env.name": "frozenlake",
+            "sft.reasoning": "grounded",
+            "trainer.total_iterations": 30,
+            "trainer.val_levels": 256,
+            "trainer.save_every": 0,
+            "diagnostics.mi.enabled": True,
+            "diagnostics.mi.every": 2,
+        },
+    ),
     "t3_cpu": (
         ["env=guess_numbers_small"],
         {
@@ -116,6 +128,8 @@ def test_experiment_composes_validates_and_pins(name):
     arm = ["t3.enabled=true"] if name == "t3_cpu" else ["filter=snr_top_p", "env.success_rate=0.2"]
     if name == "snr_filter_sokoban":
         arm = ["filter=snr_top_p"]
+    if name == "template_collapse":
+        arm = ["sft.reasoning=shuffled", "env.success_rate=0.5", "algo.entropy_coeff=0.05"]
     validate_config(_compose([f"+experiment={name}", *extra, *arm, "seed=2"]), config_dir=CONFIG_DIR)
 
 
