@@ -21,6 +21,10 @@ under the current policy. :func:`cross_score` computes it for any Hugging Face c
 * ``method="auto"`` (default): ``"tree"`` where the model takes a custom 4-D attention mask
   (:func:`tree_supported`: sdpa / eager attention, no sliding window), else ``"cached"``.
 
+This module holds the entry point and the naive and cached scorers; the prefix-tree scorer is in
+:mod:`.tree_scoring`, the context KV-cache handling in :mod:`.kv_prefix` and the shared
+log-probability / entropy pieces in :mod:`.token_scoring`.
+
 Nothing here depends on the trainer: the example below scores a batch of conversations
 end to end with a tiny model built in-process. With a real model replace the tokenizer and
 model by ``AutoTokenizer.from_pretrained(path)`` / ``AutoModelForCausalLM.from_pretrained(path)``
@@ -62,130 +66,38 @@ Example:
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from .entropy import token_entropy
-from .prefix_tree import build_prefix_tree, chunk_sorted_by_budget
+# the KV-cache helpers are re-exported for callers (and tests) that import them from here
+from .kv_prefix import (
+    _context_chunks,
+    _forward_kwargs,
+    _output_cache,  # noqa: F401
+    _prefix_mask,
+    _prefix_passes,
+    _select_cache,
+)
+from .token_scoring import (
+    _model_device,
+    _model_dtype,
+    _own_entropy,
+    _pad_right,
+    _score_dtype,
+    _token_log_probs,
+)
+from .tree_scoring import _tree, tree_supported
 
 __all__ = ["DEFAULT_BATCH_SIZE", "METHODS", "cross_score", "tree_supported"]
+
 
 #: Scoring methods of :func:`cross_score` (``"auto"`` = ``"tree"`` where supported, else ``"cached"``).
 METHODS = ("auto", "tree", "cached", "naive")
 
+
 #: Default maximum number of (context, reasoning) rows per forward pass.
 DEFAULT_BATCH_SIZE = 64
-
-# Any valid token id works for padding: padded positions are masked out (or, in the cached
-# prefix, causally invisible to real tokens and masked in the second pass).
-_PAD_ID = 0
-
-
-def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
-    """Name of the cache keyword and whether ``logits_to_keep`` is accepted.
-
-    transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name still works with
-    a deprecation warning); 4.x only knows ``past_key_values``. Wrappers with ``**kwargs``
-    signatures get the old name, which both major versions accept.
-    """
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        params = {}
-    cache_name = "cache" if "cache" in params else "past_key_values"
-    return cache_name, "logits_to_keep" in params
-
-
-def _output_cache(out: Any) -> Any:
-    cache = getattr(out, "cache", None)  # transformers >= 5
-    if cache is None:
-        cache = getattr(out, "past_key_values", None)
-    return cache
-
-
-_PLAIN_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
-
-
-def _rows_of(t: torch.Tensor, index: torch.Tensor, prefix_len: int) -> torch.Tensor:
-    """Rows ``index`` of a ``[B, H, S, D]`` cache tensor, cut to ``prefix_len`` slots.
-
-    When every row comes from the same context the result is an ``expand`` view: no copy
-    at all (the forward pass's ``torch.cat`` with the new keys is then the only copy).
-    """
-    t = t[:, :, :prefix_len]
-    first = int(index[0])
-    if bool((index == first).all()):
-        return t[first : first + 1].expand(index.numel(), *t.shape[1:])
-    return t.index_select(0, index)
-
-
-def _select_cache(cache: Any, index: torch.Tensor, prefix_len: int) -> Any:
-    """A new cache whose batch row ``r`` is row ``index[r]`` of ``cache``; ``cache`` is untouched.
-
-    The forward pass appends the reasoning's keys/values to the cache it is given, so the
-    base cache (one row per context) must not be handed over itself: plain dynamic caches are
-    shallow-copied with expanded / gathered tensors (see :func:`_rows_of`); any other cache
-    class (hybrid, indexer or recurrent layers, whose extra per-row state we do not know
-    about) goes through a deep copy and its own ``batch_select_indices``.
-    """
-    layers = getattr(cache, "layers", None)
-    if layers is not None and all(type(layer).__name__ in _PLAIN_LAYERS for layer in layers):
-        new = copy.copy(cache)  # transformers >= 4.56: per-layer objects
-        new.layers = []
-        for layer in layers:
-            nl = copy.copy(layer)
-            keys = getattr(layer, "keys", None)
-            if isinstance(keys, torch.Tensor) and keys.dim() == 4:
-                nl.keys = _rows_of(keys, index, prefix_len)
-                nl.values = _rows_of(layer.values, index, prefix_len)
-            new.layers.append(nl)
-        return new
-    if type(cache).__name__ == "DynamicCache" and hasattr(cache, "key_cache"):  # 4.x
-        new = copy.copy(cache)
-        new.key_cache = [_rows_of(k, index, prefix_len) for k in cache.key_cache]
-        new.value_cache = [_rows_of(v, index, prefix_len) for v in cache.value_cache]
-        return new
-    if isinstance(cache, tuple):  # legacy tuple-of-(key, value) caches
-        return tuple(tuple(_rows_of(t, index, prefix_len) for t in layer) for layer in cache)
-    if prefix_len != cache.get_seq_length():
-        raise NotImplementedError(
-            f"cannot trim a {type(cache).__name__} cache; use method='naive' or equal-length contexts"
-        )
-    sel = copy.deepcopy(cache)
-    sel.batch_select_indices(index)
-    return sel
-
-
-def _pad_right(seqs: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([int(s.numel()) for s in seqs], dtype=torch.long)
-    width = int(lengths.max()) if len(seqs) else 0
-    ids = torch.full((len(seqs), width), _PAD_ID, dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, : s.numel()] = s
-    return ids.to(device), lengths.to(device)
-
-
-def _score_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Scores are float32, float64 for a float64 model (so that its precision is not lost)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _token_log_probs(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Per-row sum of ``log softmax(logits)[target]`` over valid positions.
-
-    Log-softmax in at least float32 whatever the model dtype: bf16 logsumexp over a vocabulary loses
-    about two decimal digits, which would swamp the differences the MI proxies look at.
-    ``logits`` is ``[R, T, V]``, ``targets`` / ``valid`` (bool) ``[R, T]``. Padded positions
-    are zeroed with ``where`` rather than multiplied by 0, so a non-finite logit there (e.g.
-    an fp16 overflow on a pad token) cannot turn the sum into NaN.
-    """
-    logits = logits.to(_score_dtype(logits.dtype))
-    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    lp = picked - torch.logsumexp(logits, dim=-1)
-    return torch.where(valid, lp, torch.zeros_like(lp)).sum(-1)
 
 
 def _validate(name: str, seqs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -218,30 +130,6 @@ def _unique(keys: list) -> tuple[list[int], torch.Tensor]:
             first.append(i)
         of.append(index[k])
     return first, torch.tensor(of, dtype=torch.long)
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:  # parameter-less wrapper
-        return torch.device("cpu")
-
-
-def _model_dtype(model: torch.nn.Module) -> torch.dtype:
-    try:
-        return next(model.parameters()).dtype
-    except StopIteration:  # parameter-less wrapper
-        return torch.float32
-
-
-def _own_entropy(ent, logits, valid, ii, jj, ent_cols) -> None:
-    """Write the reasoning's mean token entropy for the rows scored under their own context."""
-    if ent_cols is None:
-        return
-    own = (ent_cols[ii] == jj).nonzero().reshape(-1)
-    if own.numel():
-        own_dev = own.to(logits.device)
-        ent[ii[own]] = token_entropy(logits[own_dev], valid[own_dev]).cpu()
 
 
 def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
@@ -280,100 +168,6 @@ def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
         sum_lp[ii, jj] = _token_log_probs(logits, targets, valid).cpu()
         _own_entropy(ent, logits, valid, ii, jj, ent_cols)
     return sum_lp, ent
-
-
-def _common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
-    """Number of leading tokens shared by every sequence."""
-    n = min(int(t.numel()) for t in seqs)
-    if n == 0:
-        return 0
-    stacked = torch.stack([t[:n] for t in seqs])
-    same = (stacked == stacked[:1]).all(0)
-    return n if bool(same.all()) else int((~same).nonzero()[0])
-
-
-def _checked_cache(out: Any) -> Any:
-    cache = _output_cache(out)
-    if cache is None:
-        raise RuntimeError("model did not return a KV cache; use method='naive'")
-    return cache
-
-
-def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
-    """Encode the context prefixes ``x_j[:-1]``, longest first, up to ``batch_size`` per pass.
-
-    Yields ``(cols, lens, base, last_tok)``: the context indices of the pass (sorted by
-    length, descending), their lengths, the KV cache of their right-padded prefixes (``None``
-    when every context is one token long) and their last tokens. A head shared by all the
-    prefixes of a pass is encoded once. The last context token is
-    scored together with the reasoning (it produces the logits of ``z_0``), so only
-    ``x[:-1]`` is cached: no ragged per-context logit row has to be gathered from the prefix
-    pass (a ``[B, |x|, V]`` tensor for real vocabularies).
-    """
-    device = _model_device(model)
-    ctx_len = torch.tensor([c.numel() for c in contexts])
-    # Sorted by length so contexts of similar length share passes (little padding).
-    ctx_order = torch.argsort(ctx_len, descending=True, stable=True)
-    for p0 in range(0, len(contexts), batch_size):
-        cols = ctx_order[p0 : p0 + batch_size]
-        lens = ctx_len[cols].to(device)
-        width = int(lens.max()) - 1
-        last_tok = torch.stack([contexts[j][-1] for j in cols.tolist()]).to(device)
-        base = None
-        if width > 0:
-            prefixes = [contexts[j][:-1] for j in cols.tolist()]
-            kwargs = {"logits_to_keep": 1} if has_logits_to_keep else {}
-            # No attention mask: with right padding every real prefix token only attends to
-            # real tokens before it (causal), so its keys/values are exact; the pads get finite
-            # garbage keys/values that the reasoning pass masks out. (A padding mask here would
-            # leave all-masked query rows for 1-token contexts, whose undefined outputs would
-            # then leak into the cache through later layers.)
-            # Chat-templated contexts share a long head (system prompt, instructions): it is
-            # encoded once, and each context's rest on top of it (right-padded the same way).
-            shared = _common_prefix_len(prefixes) if len(prefixes) > 1 else 0
-            if shared >= 2:
-                out = model(input_ids=prefixes[0][:shared].unsqueeze(0).to(device), use_cache=True, **kwargs)
-                head = _select_cache(
-                    _checked_cache(out), torch.zeros(len(prefixes), dtype=torch.long, device=device), shared
-                )
-                del out
-                rest = [p[shared:] for p in prefixes]
-                rest_ids, _ = _pad_right(rest, device)
-                if rest_ids.shape[1] == 0:  # the prefixes are all the shared head
-                    yield cols, lens, head, last_tok
-                    continue
-                pos = shared + torch.arange(rest_ids.shape[1], device=device)
-                out = model(
-                    input_ids=rest_ids,
-                    position_ids=pos.unsqueeze(0).expand(len(rest), -1),
-                    use_cache=True,
-                    **{cache_name: head},
-                    **kwargs,
-                )
-            else:
-                prefix, _ = _pad_right(prefixes, device)
-                out = model(input_ids=prefix, use_cache=True, **kwargs)
-            base = _checked_cache(out)
-            del out
-        yield cols, lens, base, last_tok
-
-
-def _prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
-    """``[B, plen]`` 0/1 mask of the real (unpadded) cached prefix slots ``x_j[:-1]``."""
-    return (torch.arange(plen, device=lens.device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
-
-
-def _context_chunks(pcols: torch.Tensor, plens: torch.Tensor, per_pass: int):
-    """Split one prefix pass's contexts into scoring passes of ``per_pass`` contexts.
-
-    Yields ``(local, cols, lens, plen)``: row indices into the prefix cache (on the model's
-    device), the context indices, their lengths and the longest cached prefix of the chunk
-    (the chunk's first, as the pass is sorted by length, descending).
-    """
-    for c0 in range(0, pcols.numel(), per_pass):
-        local = torch.arange(c0, min(c0 + per_pass, pcols.numel()), device=plens.device)
-        lens = plens[local]
-        yield local, pcols[local.cpu()], lens, int(lens.max()) - 1
 
 
 def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
@@ -421,103 +215,6 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
                 sum_lp[zi.unsqueeze(0), cols.unsqueeze(1)] = lp
                 _own_entropy(ent, logits, valid, zi[rows_z.cpu()], cols[rows_ctx.cpu()], ent_cols)
                 del out, kwargs
-    return sum_lp, ent
-
-
-def tree_supported(model: torch.nn.Module) -> bool:
-    """Whether ``method="tree"`` is exact for ``model``.
-
-    The tree pass hands the model a custom 4-D attention mask, which the ``sdpa`` and
-    ``eager`` attention implementations of ``transformers`` apply as given; flash-attention
-    kernels take no arbitrary mask, and sliding-window layers would not get their window.
-
-    Example:
-        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
-        >>> tree_supported(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8,
-        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)))
-        True
-    """
-    config = getattr(model, "config", None)
-    if config is None:
-        return False
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager", None):
-        return False
-    layer_types = getattr(config, "layer_types", None) or ()
-    if any("sliding" in str(t) for t in layer_types):
-        return False
-    return not (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
-
-
-def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
-    device = _model_device(model)
-    m, n = len(reasonings), len(contexts)
-    ent = torch.full((m,), float("nan"))
-    dtype = _model_dtype(model)
-    sum_lp = torch.zeros(m, n, dtype=_score_dtype(dtype))
-    # A pass feeds at most as many query tokens as a per-pair pass of `batch_size`
-    # reasonings would: `budget` slots per forward, split over the contexts of the pass.
-    # Each tree is capped at about one context length of slots: every slot attends to all
-    # slots of its tree through the dense mask, so a bigger tree would spend more on masked
-    # attention than the shared prefixes save (measured: trees of 128-256 slots fastest at
-    # 240-token contexts, of ~100 at the tiny policy's 100-200-token contexts).
-    mean_len = sum(z.numel() for z in reasonings) / m
-    budget = max(1, round(batch_size * mean_len))
-    mean_ctx = sum(c.numel() for c in contexts) / n
-    groups = chunk_sorted_by_budget(reasonings, max(1, min(budget, round(mean_ctx))))
-    trees = [build_prefix_tree([reasonings[i] for i in g]) for g in groups]
-    neg = torch.finfo(dtype).min
-
-    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
-        for g, tree in zip(groups, trees):
-            gi = torch.tensor(g)
-            s_in = tree.num_inputs
-            ctx_per_pass = max(1, budget // s_in)
-            inp_tree = tree.input_tokens.to(device)
-            anc = tree.ancestors.to(device)
-            depth = tree.depth.to(device)
-            node_parent, node_tokens = tree.node_parent.to(device), tree.node_tokens.to(device)
-            path = tree.path.to(device, torch.float64)
-            for local, cols, lens, plen in _context_chunks(pcols, plens, ctx_per_pass):
-                cb = local.numel()
-                inp = inp_tree.unsqueeze(0).repeat(cb, 1)
-                inp[:, 0] = last_tok[local]
-                # Additive 4-D mask [cb, 1, S, plen + S]: the real prefix slots, then the tree
-                # slots each query may see (itself and its ancestors).
-                visible = torch.cat(
-                    [
-                        _prefix_mask(lens, plen).bool().unsqueeze(1).expand(cb, s_in, plen),
-                        anc.unsqueeze(0).expand(cb, s_in, s_in),
-                    ],
-                    dim=2,
-                )
-                mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, neg)
-                pos = (lens - 1).unsqueeze(1) + depth.unsqueeze(0)
-                kwargs = {}
-                if base is not None and plen > 0:
-                    kwargs[cache_name] = _select_cache(base, local, plen)
-                out = model(input_ids=inp, attention_mask=mask.unsqueeze(1), position_ids=pos, use_cache=True, **kwargs)
-                logits = out.logits.to(sum_lp.dtype)
-                lse = torch.logsumexp(logits, dim=-1)  # [cb, S]
-                node_lp = logits[:, node_parent, node_tokens] - lse[:, node_parent]  # [cb, T]
-                # each reasoning's sum over its path; in float64 because the order of the terms
-                # differs from a per-pair sum, whose float32 rounding we want to stay within
-                lp = (node_lp.double() @ path.T).to(sum_lp.dtype).cpu()
-                sum_lp[gi.unsqueeze(0), cols.unsqueeze(1)] = lp
-                if ent_cols is not None:
-                    own = (ent_cols[gi].unsqueeze(1) == cols.unsqueeze(0)).nonzero()  # (k in g, row)
-                    if own.numel():
-                        # per-slot entropy of each context row needed (once per row), then each
-                        # reasoning's mean over the slots that predict its tokens
-                        rows, row_of = own[:, 1].unique(return_inverse=True)
-                        rows = rows.to(device)
-                        h = token_entropy(
-                            logits[rows].reshape(-1, 1, logits.shape[-1]),
-                            torch.ones(rows.numel() * s_in, 1, dtype=torch.bool, device=device),
-                        )
-                        h = h.view(rows.numel(), s_in).double()[row_of.to(device)]
-                        pred = tree.predictors[own[:, 0]].to(device, torch.float64)
-                        ent[gi[own[:, 0]]] = ((h * pred).sum(-1) / tree.lengths[own[:, 0]].to(device)).float().cpu()
-                del out, kwargs, logits
     return sum_lp, ent
 
 

@@ -1,0 +1,193 @@
+"""Encode each context once and hand its KV cache to the scoring passes.
+
+The cached and tree methods of :func:`~ragen_torchrl.diagnostics.cross_scoring.cross_score`
+encode the context prefixes ``x_j[:-1]`` once (:func:`_prefix_passes`, a head shared by all
+prefixes of a pass encoded only once), then score reasonings on top of row-selected copies of
+that cache (:func:`_select_cache`: the base cache is never modified). Also here: the
+``transformers`` 4.x / 5.x differences in the cache keyword and output attribute.
+
+Example:
+    >>> import torch
+    >>> _prefix_mask(torch.tensor([4, 2]), 3).tolist()   # real cached slots x_j[:-1]
+    [[1, 1, 1], [1, 0, 0]]
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .token_scoring import _model_device, _pad_right
+
+
+def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
+    """Name of the cache keyword and whether ``logits_to_keep`` is accepted.
+
+    transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name still works with
+    a deprecation warning); 4.x only knows ``past_key_values``. Wrappers with ``**kwargs``
+    signatures get the old name, which both major versions accept.
+    """
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}
+    cache_name = "cache" if "cache" in params else "past_key_values"
+    return cache_name, "logits_to_keep" in params
+
+
+def _output_cache(out: Any) -> Any:
+    cache = getattr(out, "cache", None)  # transformers >= 5
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    return cache
+
+
+_PLAIN_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
+def _rows_of(t: torch.Tensor, index: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """Rows ``index`` of a ``[B, H, S, D]`` cache tensor, cut to ``prefix_len`` slots.
+
+    When every row comes from the same context the result is an ``expand`` view: no copy
+    at all (the forward pass's ``torch.cat`` with the new keys is then the only copy).
+    """
+    t = t[:, :, :prefix_len]
+    first = int(index[0])
+    if bool((index == first).all()):
+        return t[first : first + 1].expand(index.numel(), *t.shape[1:])
+    return t.index_select(0, index)
+
+
+def _select_cache(cache: Any, index: torch.Tensor, prefix_len: int) -> Any:
+    """A new cache whose batch row ``r`` is row ``index[r]`` of ``cache``; ``cache`` is untouched.
+
+    The forward pass appends the reasoning's keys/values to the cache it is given, so the
+    base cache (one row per context) must not be handed over itself: plain dynamic caches are
+    shallow-copied with expanded / gathered tensors (see :func:`_rows_of`); any other cache
+    class (hybrid, indexer or recurrent layers, whose extra per-row state we do not know
+    about) goes through a deep copy and its own ``batch_select_indices``.
+    """
+    layers = getattr(cache, "layers", None)
+    if layers is not None and all(type(layer).__name__ in _PLAIN_LAYERS for layer in layers):
+        new = copy.copy(cache)  # transformers >= 4.56: per-layer objects
+        new.layers = []
+        for layer in layers:
+            nl = copy.copy(layer)
+            keys = getattr(layer, "keys", None)
+            if isinstance(keys, torch.Tensor) and keys.dim() == 4:
+                nl.keys = _rows_of(keys, index, prefix_len)
+                nl.values = _rows_of(layer.values, index, prefix_len)
+            new.layers.append(nl)
+        return new
+    if type(cache).__name__ == "DynamicCache" and hasattr(cache, "key_cache"):  # 4.x
+        new = copy.copy(cache)
+        new.key_cache = [_rows_of(k, index, prefix_len) for k in cache.key_cache]
+        new.value_cache = [_rows_of(v, index, prefix_len) for v in cache.value_cache]
+        return new
+    if isinstance(cache, tuple):  # legacy tuple-of-(key, value) caches
+        return tuple(tuple(_rows_of(t, index, prefix_len) for t in layer) for layer in cache)
+    if prefix_len != cache.get_seq_length():
+        raise NotImplementedError(
+            f"cannot trim a {type(cache).__name__} cache; use method='naive' or equal-length contexts"
+        )
+    sel = copy.deepcopy(cache)
+    sel.batch_select_indices(index)
+    return sel
+
+
+def _common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
+    """Number of leading tokens shared by every sequence."""
+    n = min(int(t.numel()) for t in seqs)
+    if n == 0:
+        return 0
+    stacked = torch.stack([t[:n] for t in seqs])
+    same = (stacked == stacked[:1]).all(0)
+    return n if bool(same.all()) else int((~same).nonzero()[0])
+
+
+def _checked_cache(out: Any) -> Any:
+    cache = _output_cache(out)
+    if cache is None:
+        raise RuntimeError("model did not return a KV cache; use method='naive'")
+    return cache
+
+
+def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
+    """Encode the context prefixes ``x_j[:-1]``, longest first, up to ``batch_size`` per pass.
+
+    Yields ``(cols, lens, base, last_tok)``: the context indices of the pass (sorted by
+    length, descending), their lengths, the KV cache of their right-padded prefixes (``None``
+    when every context is one token long) and their last tokens. A head shared by all the
+    prefixes of a pass is encoded once. The last context token is
+    scored together with the reasoning (it produces the logits of ``z_0``), so only
+    ``x[:-1]`` is cached: no ragged per-context logit row has to be gathered from the prefix
+    pass (a ``[B, |x|, V]`` tensor for real vocabularies).
+    """
+    device = _model_device(model)
+    ctx_len = torch.tensor([c.numel() for c in contexts])
+    # Sorted by length so contexts of similar length share passes (little padding).
+    ctx_order = torch.argsort(ctx_len, descending=True, stable=True)
+    for p0 in range(0, len(contexts), batch_size):
+        cols = ctx_order[p0 : p0 + batch_size]
+        lens = ctx_len[cols].to(device)
+        width = int(lens.max()) - 1
+        last_tok = torch.stack([contexts[j][-1] for j in cols.tolist()]).to(device)
+        base = None
+        if width > 0:
+            prefixes = [contexts[j][:-1] for j in cols.tolist()]
+            kwargs = {"logits_to_keep": 1} if has_logits_to_keep else {}
+            # No attention mask: with right padding every real prefix token only attends to
+            # real tokens before it (causal), so its keys/values are exact; the pads get finite
+            # garbage keys/values that the reasoning pass masks out. (A padding mask here would
+            # leave all-masked query rows for 1-token contexts, whose undefined outputs would
+            # then leak into the cache through later layers.)
+            # Chat-templated contexts share a long head (system prompt, instructions): it is
+            # encoded once, and each context's rest on top of it (right-padded the same way).
+            shared = _common_prefix_len(prefixes) if len(prefixes) > 1 else 0
+            if shared >= 2:
+                out = model(input_ids=prefixes[0][:shared].unsqueeze(0).to(device), use_cache=True, **kwargs)
+                head = _select_cache(
+                    _checked_cache(out), torch.zeros(len(prefixes), dtype=torch.long, device=device), shared
+                )
+                del out
+                rest = [p[shared:] for p in prefixes]
+                rest_ids, _ = _pad_right(rest, device)
+                if rest_ids.shape[1] == 0:  # the prefixes are all the shared head
+                    yield cols, lens, head, last_tok
+                    continue
+                pos = shared + torch.arange(rest_ids.shape[1], device=device)
+                out = model(
+                    input_ids=rest_ids,
+                    position_ids=pos.unsqueeze(0).expand(len(rest), -1),
+                    use_cache=True,
+                    **{cache_name: head},
+                    **kwargs,
+                )
+            else:
+                prefix, _ = _pad_right(prefixes, device)
+                out = model(input_ids=prefix, use_cache=True, **kwargs)
+            base = _checked_cache(out)
+            del out
+        yield cols, lens, base, last_tok
+
+
+def _prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
+    """``[B, plen]`` 0/1 mask of the real (unpadded) cached prefix slots ``x_j[:-1]``."""
+    return (torch.arange(plen, device=lens.device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
+
+
+def _context_chunks(pcols: torch.Tensor, plens: torch.Tensor, per_pass: int):
+    """Split one prefix pass's contexts into scoring passes of ``per_pass`` contexts.
+
+    Yields ``(local, cols, lens, plen)``: row indices into the prefix cache (on the model's
+    device), the context indices, their lengths and the longest cached prefix of the chunk
+    (the chunk's first, as the pass is sorted by length, descending).
+    """
+    for c0 in range(0, pcols.numel(), per_pass):
+        local = torch.arange(c0, min(c0 + per_pass, pcols.numel()), device=plens.device)
+        lens = plens[local]
+        yield local, pcols[local.cpu()], lens, int(lens.max()) - 1
