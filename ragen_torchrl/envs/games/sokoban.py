@@ -1,22 +1,11 @@
 """Sokoban: push every box onto a target (pure Python, no torch).
 
 Levels come from text (:meth:`SokobanGame.from_text`) or from the reverse-play generator
-(:meth:`SokobanGame.generate`), which follows gym-sokoban / RAGEN:
-
-1. room topology: a random walk stamps small floor masks inside a walled border;
-2. the player and the targets are put on random floor cells, boxes start on the targets
-   (the solved state);
-3. reverse play: the player *pulls* boxes backwards. A depth-first search over
-   ``(player region, boxes)`` states (each search step walks the player inside its
-   reachable region and pulls one box by one cell; ``search_depth`` bounds the pulls on
-   a path and ``max_nodes`` the number of expanded states) keeps the state that
-   maximises ``box_swaps x sum of box-to-own-target Manhattan distances`` among the
-   states that are not solved (``box_swaps`` counts how often the pulled box changes);
-4. one to three random player moves that do not touch a box.
-
-Every pull is the reverse of a legal push, so a generated level is solvable by
-construction; the tests check it with the BFS solver :meth:`SokobanGame.solve`. A room
-that gives no unsolved state is dropped and the generator retries with a derived seed.
+(:meth:`SokobanGame.generate`, :mod:`ragen_torchrl.envs.games.sokoban_generator`), which
+follows gym-sokoban / RAGEN and makes levels that are solvable by construction; the tests
+check it with the BFS solver :meth:`SokobanGame.solve`
+(:mod:`ragen_torchrl.envs.games.sokoban_search`). This module holds the game rules, the
+level text format and the rendering / reasoning text.
 
 Positions are flat integers ``row * width + col`` inside the module; the public API uses
 ``(row, col)`` tuples, 0-based from the top-left corner (border walls included).
@@ -37,19 +26,22 @@ Example:
 from __future__ import annotations
 
 import itertools
-import random
-from collections import OrderedDict
-from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from ragen_torchrl.envs.games.base import TextGame
+from ragen_torchrl.envs.games.sokoban_generator import _LEVEL_POOL, _generate_level_uncached
+from ragen_torchrl.envs.games.sokoban_search import (
+    _ACTION_INDEX,
+    ACTIONS,
+    _bfs_plan,
+    _live_mask,
+    _mask,
+    _min_assignment,
+    _neighbours,
+)
 
 __all__ = ["SokobanGame", "ACTIONS", "SYMBOLS"]
 
-#: canonical action names, in the order of :data:`_DELTAS`
-ACTIONS: tuple[str, ...] = ("Up", "Down", "Left", "Right")
-_DELTAS = ((-1, 0), (1, 0), (0, -1), (0, 1))
-_ACTION_INDEX = {name.lower(): i for i, name in enumerate(ACTIONS)}
 
 #: text symbols
 SYMBOLS = {
@@ -62,307 +54,19 @@ SYMBOLS = {
     "player_on_target": "S",
 }
 
+
 STEP_PENALTY = -0.1
+
+
 BOX_ON_TARGET = 1.0
+
+
 BOX_OFF_TARGET = -1.0
+
+
 SOLVED_BONUS = 10.0
 
-# masks stamped by the random walk (offsets around the walker), as in gym-sokoban
-_MASKS = (
-    ((0, -1), (0, 0), (0, 1)),
-    ((-1, 0), (0, 0), (1, 0)),
-    ((0, -1), (0, 0), (1, 0)),
-    ((0, -1), (0, 0), (1, -1), (1, 0)),
-    ((0, 0), (0, 1), (1, 0)),
-)
-_P_CHANGE_DIRECTION = 0.35
-_MAX_GENERATION_ATTEMPTS = 1000
 
-
-# --------------------------------------------------------------------------- layout helpers
-@lru_cache(maxsize=4096)
-def _neighbours(height: int, width: int, walls: bytes) -> tuple[tuple[int, int, int, int], ...]:
-    """``nbr[p][d]``: the cell reached from ``p`` in direction ``d``, or -1 (wall / outside)."""
-    out = []
-    for p in range(height * width):
-        r, c = divmod(p, width)
-        row = []
-        for dr, dc in _DELTAS:
-            rr, cc = r + dr, c + dc
-            if 0 <= rr < height and 0 <= cc < width and not walls[rr * width + cc]:
-                row.append(rr * width + cc)
-            else:
-                row.append(-1)
-        out.append(tuple(row))
-    return tuple(out)
-
-
-@lru_cache(maxsize=4096)
-def _live_mask(height: int, width: int, walls: bytes, targets: frozenset[int]) -> int:
-    """Bitmask of cells from which a lone box can still reach some target.
-
-    Computed by pulling a box backwards from every target (the player needs two free cells
-    behind the box). Boxes pushed onto other cells are dead, so the solver prunes them;
-    this keeps BFS plans optimal.
-    """
-    nbr = _neighbours(height, width, walls)
-    live = 0
-    stack = list(targets)
-    for t in targets:
-        live |= 1 << t
-    while stack:
-        b = stack.pop()
-        for d in range(4):
-            p1 = nbr[b][d]
-            if p1 < 0 or live >> p1 & 1:
-                continue
-            if nbr[p1][d] < 0:
-                continue
-            live |= 1 << p1
-            stack.append(p1)
-    return live
-
-
-def _mask(cells: Iterable[int]) -> int:
-    m = 0
-    for c in cells:
-        m |= 1 << c
-    return m
-
-
-def _bfs_plan(
-    nbr: Sequence[Sequence[int]],
-    ncells: int,
-    player: int,
-    boxmask: int,
-    goalmask: int,
-    live: int,
-    max_nodes: int,
-) -> list[int] | None:
-    """Shortest move sequence (direction indices) from a state to ``goalmask``, or None."""
-    if boxmask == goalmask:
-        return []
-    start = boxmask * ncells + player
-    parent: dict[int, tuple[int, int] | None] = {start: None}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for key in frontier:
-            bm, p = divmod(key, ncells)
-            row = nbr[p]
-            for d in range(4):
-                q = row[d]
-                if q < 0:
-                    continue
-                if bm >> q & 1:
-                    r = nbr[q][d]
-                    if r < 0 or bm >> r & 1 or not live >> r & 1:
-                        continue
-                    nbm = bm ^ (1 << q) ^ (1 << r)
-                else:
-                    nbm = bm
-                nk = nbm * ncells + q
-                if nk in parent:
-                    continue
-                parent[nk] = (key, d)
-                if nbm == goalmask:
-                    plan = []
-                    k: int | None = nk
-                    while parent[k] is not None:
-                        k, dd = parent[k]  # type: ignore[misc]
-                        plan.append(dd)
-                    plan.reverse()
-                    return plan
-                if len(parent) >= max_nodes:
-                    return None
-                nxt.append(nk)
-        frontier = nxt
-    return None
-
-
-def _min_assignment(boxes: Sequence[tuple[int, int]], targets: Sequence[tuple[int, int]]):
-    """``(cost, pairs)``: minimum total Manhattan distance matching of boxes to targets.
-
-    Exact (over permutations) up to 6 boxes; beyond that each box takes its nearest target.
-    """
-
-    def dist(a, b):
-        return abs(a[0] - b[0]) + abs(a[1] - b[1])
-
-    if not boxes:
-        return 0, []
-    if len(boxes) <= 6 and len(boxes) == len(targets):
-        best = None
-        for perm in itertools.permutations(range(len(targets))):
-            cost = sum(dist(b, targets[j]) for b, j in zip(boxes, perm))
-            if best is None or cost < best[0]:
-                best = (cost, perm)
-        assert best is not None
-        return best[0], [(b, targets[j]) for b, j in zip(boxes, best[1])]
-    pairs = [(b, min(targets, key=lambda t: dist(b, t))) for b in boxes]
-    return sum(dist(b, t) for b, t in pairs), pairs
-
-
-# --------------------------------------------------------------------------- generation
-def _room_topology(rng: random.Random, height: int, width: int, num_steps: int) -> bytearray:
-    """1 = floor, 0 = wall; the border is always wall."""
-    level = bytearray(height * width)
-    dirs = _DELTAS
-    dr, dc = rng.choice(dirs)
-    r = rng.randint(1, height - 2)
-    c = rng.randint(1, width - 2)
-    for _ in range(num_steps):
-        if rng.random() < _P_CHANGE_DIRECTION:
-            dr, dc = rng.choice(dirs)
-        r = min(max(r + dr, 1), height - 2)
-        c = min(max(c + dc, 1), width - 2)
-        for mr, mc in rng.choice(_MASKS):
-            level[(r + mr) * width + (c + mc)] = 1
-    for cc in range(width):
-        level[cc] = 0
-        level[(height - 1) * width + cc] = 0
-    for rr in range(height):
-        level[rr * width] = 0
-        level[rr * width + width - 1] = 0
-    return level
-
-
-def _reverse_play(
-    rng: random.Random,
-    nbr: Sequence[Sequence[int]],
-    width: int,
-    player: int,
-    targets: tuple[int, ...],
-    search_depth: int,
-    max_nodes: int,
-) -> tuple[int, tuple[int, ...]] | None:
-    """Depth-first reverse play from the solved state; the best ``(player, boxes)`` or None."""
-    tcoords = [divmod(t, width) for t in targets]
-    goalmask = _mask(targets)
-    n = len(targets)
-    best: tuple[int, tuple[int, ...]] | None = None
-    best_score = 0
-    visited: set[tuple[int, int]] = set()
-    # node: (player, boxes (indexed by own target), last pulled box, swaps, depth)
-    stack: list[tuple[int, tuple[int, ...], int, int, int]] = [(player, targets, -1, 0, 0)]
-    expanded = 0
-    while stack and expanded < max_nodes:
-        p, boxes, last, swaps, depth = stack.pop()
-        boxmask = _mask(boxes)
-        # player's reachable region (bitmask), boxes and walls block
-        region = 1 << p
-        todo = [p]
-        while todo:
-            x = todo.pop()
-            for y in nbr[x]:
-                if y >= 0 and not (region >> y & 1) and not (boxmask >> y & 1):
-                    region |= 1 << y
-                    todo.append(y)
-        key = ((region & -region).bit_length() - 1, boxmask)
-        if key in visited:
-            continue
-        visited.add(key)
-        expanded += 1
-        if swaps and boxmask != goalmask:
-            disp = 0
-            for i in range(n):
-                br, bc = divmod(boxes[i], width)
-                tr, tc = tcoords[i]
-                disp += abs(br - tr) + abs(bc - tc)
-            score = swaps * disp
-            if score > best_score:
-                best_score = score
-                best = (p, boxes)
-        if depth >= search_depth:
-            continue
-        children = []
-        for i in range(n):
-            b = boxes[i]
-            row = nbr[b]
-            for d in range(4):
-                p1 = row[d]  # the player stands here, next to the box
-                if p1 < 0 or not (region >> p1 & 1):
-                    continue
-                p2 = nbr[p1][d]  # ... and steps away, pulling the box onto p1
-                if p2 < 0 or boxmask >> p2 & 1:
-                    continue
-                nb = boxes[:i] + (p1,) + boxes[i + 1 :]
-                children.append((p2, nb, i, swaps + (i != last), depth + 1))
-        rng.shuffle(children)
-        stack.extend(children)
-    return best
-
-
-def _derived_seed(seed: int, attempt: int) -> int:
-    return (seed * 0x9E3779B1 + attempt * 0x85EBCA77 + 0x27D4EB2F) & 0xFFFFFFFFFFFF
-
-
-def _generate_level_uncached(
-    seed: int,
-    dim: tuple[int, int],
-    num_boxes: int,
-    num_steps: int,
-    search_depth: int,
-    max_nodes: int,
-) -> tuple[int, int, bytes, frozenset[int], frozenset[int], int]:
-    height, width = dim
-    for attempt in range(_MAX_GENERATION_ATTEMPTS):
-        rng = random.Random(_derived_seed(seed, attempt))
-        level = _room_topology(rng, height, width, num_steps)
-        floor = [i for i, v in enumerate(level) if v]
-        if len(floor) < num_boxes + 2:
-            continue
-        cells = rng.sample(floor, num_boxes + 1)
-        player, targets = cells[0], tuple(cells[1:])
-        walls = bytes(1 - v for v in level)
-        nbr = _neighbours(height, width, walls)
-        found = _reverse_play(rng, nbr, width, player, targets, search_depth, max_nodes)
-        if found is None:
-            continue
-        player, boxes = found
-        boxmask = _mask(boxes)
-        for _ in range(rng.randint(1, 3)):
-            options = [q for q in nbr[player] if q >= 0 and not boxmask >> q & 1]
-            if not options:
-                break
-            player = rng.choice(options)
-        return height, width, walls, frozenset(targets), frozenset(boxes), player
-    raise RuntimeError(
-        f"Sokoban generation failed for seed={seed}, dim={dim}, num_boxes={num_boxes} "
-        f"after {_MAX_GENERATION_ATTEMPTS} rooms; use a larger room or fewer boxes"
-    )
-
-
-class _LevelPool:
-    """Small LRU cache of generated levels keyed by the generation arguments."""
-
-    def __init__(self, maxsize: int = 4096):
-        self.maxsize = maxsize
-        self._data: OrderedDict[tuple, tuple] = OrderedDict()
-
-    def get(self, key: tuple) -> tuple | None:
-        level = self._data.get(key)
-        if level is not None:
-            self._data.move_to_end(key)
-        return level
-
-    def put(self, key: tuple, level: tuple) -> None:
-        self._data[key] = level
-        self._data.move_to_end(key)
-        while len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-_LEVEL_POOL = _LevelPool()
-
-
-# --------------------------------------------------------------------------- the game
 class SokobanGame(TextGame):
     """One Sokoban episode.
 
