@@ -23,7 +23,7 @@ candidate leads the runner-up by at least ``min_margin`` (0.05). ``max_turns`` =
 ``estimate_source="agent"`` (default): ``v̂_t`` = the latest estimate the agent reported (0.0 before
 any). ``estimate_source="observations"``: the closed-form comparison estimate of
 PreferenceEstimation over the seen movies. The demonstrator asks the question that splits a
-particle belief most evenly (:class:`~ragen_torchrl.envs.games.preference_estimation.PreferencePosterior`)
+particle belief most evenly (:class:`~ragen_torchrl.envs.games.preference_belief.PreferencePosterior`)
 and recommends the candidate with the highest utility under the belief's mean.
 
 Example:
@@ -44,20 +44,9 @@ import random
 import re
 from typing import Any, Sequence
 
-from ragen_torchrl.envs.games.interactive import InteractiveGame
-from ragen_torchrl.envs.games.preference_estimation import (
-    PreferencePosterior,
-    ask_pair,
-    comparison_estimate,
-    cosine,
-    dot,
-    format_vector,
-    norm,
-    parse_pair,
-    parse_vector,
-    random_unit,
-    split_estimate,
-)
+from ragen_torchrl.envs.games.preference_belief import dot, norm, random_unit
+from ragen_torchrl.envs.games.preference_game import PreferenceQuestionGame
+from ragen_torchrl.envs.games.preference_questions import ask_pair, format_vector, parse_pair, split_estimate
 from ragen_torchrl.envs.parsing import safe_int
 
 __all__ = [
@@ -247,7 +236,7 @@ def _norm_title(text: str) -> str:
     return re.sub(r"\s+", " ", t).lower()
 
 
-class MovieRecommendationGame(InteractiveGame):
+class MovieRecommendationGame(PreferenceQuestionGame):
     """Recommend the best unseen movie after asking about seen ones (see module docstring).
 
     Info keys of an interaction: ``query_type`` (``"compare"``, ``"estimate"`` or ``None``),
@@ -261,7 +250,6 @@ class MovieRecommendationGame(InteractiveGame):
 
     max_turns = 5
     task_name = "MovieRecommendation"
-    ESTIMATE_SOURCES = ("agent", "observations")
 
     def __init__(
         self,
@@ -275,8 +263,7 @@ class MovieRecommendationGame(InteractiveGame):
         oracle_seed: int | str = 0,
     ) -> None:
         super().__init__(max_turns)
-        if estimate_source not in self.ESTIMATE_SOURCES:
-            raise ValueError(f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}")
+        self._init_questions(estimate_source, oracle_particles, oracle_seed)
         self.catalog = [{"title": c["title"], "attributes": [float(a) for a in c["attributes"]]} for c in catalog]
         self.dim = len(self.catalog[0]["attributes"])
         if len(preference) != self.dim or norm(preference) == 0:
@@ -290,16 +277,8 @@ class MovieRecommendationGame(InteractiveGame):
         if any(not 0 <= i < len(self.catalog) for i in self.seen + self.candidates):
             raise ValueError("seen/candidate indices out of range")
         self.preference = [float(a) for a in preference]
-        self.estimate_source = estimate_source
-        self.estimate: list[float] | None = None
-        self.comparisons: list[tuple[int, int]] = []  # (winner, loser) seen positions
-        self.asked: set[frozenset[int]] = set()
         utils = {i: dot(self.preference, self.catalog[i]["attributes"]) for i in self.candidates}
         self.best = max(self.candidates, key=lambda i: utils[i])
-        self._oracle_particles = int(oracle_particles)
-        self._oracle_seed = oracle_seed
-        self._posterior: PreferencePosterior | None = None
-        self._posterior_seen = 0
 
     @classmethod
     def generate(
@@ -353,14 +332,9 @@ class MovieRecommendationGame(InteractiveGame):
                 return pos
         return None
 
-    def current_estimate(self) -> list[float] | None:
-        if self.estimate_source == "agent":
-            return self.estimate
-        items = [self._attrs(i) for i in self.seen]
-        return comparison_estimate(items, self.comparisons)
-
-    def progress(self) -> float:
-        return float(cosine(self.current_estimate(), self.preference))
+    def _compared_items(self) -> list[list[float]]:
+        # questions are about the seen movies; comparisons hold positions in ``seen``
+        return [self._attrs(i) for i in self.seen]
 
     # ---- text --------------------------------------------------------------------------------
     def _describe(self) -> str:
@@ -398,12 +372,9 @@ class MovieRecommendationGame(InteractiveGame):
         return info
 
     def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
-        body, est_text = split_estimate(query)
-        est = None
-        if est_text is not None:
-            est = parse_vector(est_text, self.dim)
-            if est is None:
-                return f"Invalid query {query!r}: the estimate must be {self.dim} numbers.", self._info(False)
+        body, est, error = self._split_query(query)
+        if error is not None:
+            return f"Invalid query {query!r}: {error}", self._info(False)
         usage = "expected a question 'Would you prefer ID over ID?' about two seen movies"
         pair = None
         if body:
@@ -478,24 +449,8 @@ class MovieRecommendationGame(InteractiveGame):
         }
 
     # ---- demonstrator ------------------------------------------------------------------------
-    def posterior(self) -> PreferencePosterior:
-        """The demonstrator's belief over ``v*``, conditioned on every answer so far."""
-        if self._posterior is None:
-            items = [self._attrs(i) for i in self.seen]
-            self._posterior = PreferencePosterior(items, self._oracle_particles, seed=self._oracle_seed)
-            self._posterior_seen = 0
-        while self._posterior_seen < len(self.comparisons):
-            self._posterior.observe(*self.comparisons[self._posterior_seen])
-            self._posterior_seen += 1
-        return self._posterior
-
     def _oracle_estimate(self) -> list[float] | None:
         return self.posterior().mean() if self.comparisons else None
-
-    def _oracle_pair(self) -> tuple[int, int] | None:
-        n = len(self.seen)
-        pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if frozenset((a, b)) not in self.asked]
-        return self.posterior().best_pair(pairs) if pairs else None
 
     def _oracle_pick(self) -> int:
         est = self._oracle_estimate()

@@ -27,6 +27,11 @@ the closed-form estimate from the comparisons, ``normalise(sum_i unit(x_winner_i
 (0.0 before any comparison), which needs nothing from the agent. The demonstrator reports the
 posterior mean of a sample-based belief (see :class:`PreferencePosterior`) in every query.
 
+The question protocol (parsing and answering) is in
+:mod:`~ragen_torchrl.envs.games.preference_questions`, the vectors and the belief in
+:mod:`~ragen_torchrl.envs.games.preference_belief` and the part shared with MovieRecommendation in
+:mod:`~ragen_torchrl.envs.games.preference_game`; their names are re-exported here.
+
 Example:
     >>> game = PreferenceEstimationGame([[1.0, 0.0], [0.0, 1.0]], [0.8, 0.6])
     >>> game.interact("Would you prefer item 1 over item 2? estimate: 1, 1")[0]
@@ -39,13 +44,29 @@ Example:
 
 from __future__ import annotations
 
-import math
 import random
-import re
 from typing import Any, Sequence
 
-from ragen_torchrl.envs.games.interactive import InteractiveGame
-from ragen_torchrl.envs.parsing import safe_int
+from ragen_torchrl.envs.games.preference_belief import (
+    PreferencePosterior,
+    comparison_estimate,
+    cosine,
+    dot,
+    norm,
+    normalize,  # noqa: F401 (re-exported)
+    random_unit,
+)
+from ragen_torchrl.envs.games.preference_game import PreferenceQuestionGame
+from ragen_torchrl.envs.games.preference_questions import (
+    EQUAL_TOL,  # noqa: F401 (re-exported)
+    ask_pair,
+    format_vector,
+    pair_answer,
+    parse_compare,  # noqa: F401 (re-exported)
+    parse_pair,
+    parse_vector,
+    split_estimate,
+)
 
 __all__ = [
     "PreferenceEstimationGame",
@@ -62,294 +83,7 @@ __all__ = [
 Vector = list[float]
 
 
-# ---- vector helpers (pure Python) ------------------------------------------------------------
-def dot(u: Sequence[float], v: Sequence[float]) -> float:
-    return sum(a * b for a, b in zip(u, v))
-
-
-def norm(v: Sequence[float]) -> float:
-    return math.sqrt(dot(v, v))
-
-
-def normalize(v: Sequence[float]) -> Vector:
-    n = norm(v)
-    return [x / n for x in v] if n > 0 else [0.0 for _ in v]
-
-
-def cosine(u: Sequence[float] | None, v: Sequence[float] | None) -> float:
-    """Cosine similarity; 0.0 when either vector is missing or zero."""
-    if u is None or v is None:
-        return 0.0
-    nu, nv = norm(u), norm(v)
-    if nu == 0 or nv == 0:
-        return 0.0
-    return max(-1.0, min(1.0, dot(u, v) / (nu * nv)))
-
-
-def format_vector(v: Sequence[float], digits: int = 2) -> str:
-    return ", ".join(f"{x:.{digits}f}" for x in v)
-
-
-_NUMBER_RE = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-def parse_vector(text: str, dim: int | None = None) -> Vector | None:
-    """Numbers in ``text`` as a vector (``None`` if none, non-finite, or not ``dim`` long)."""
-    if not isinstance(text, str) or len(text) > 2000:
-        return None
-    body = re.sub(r"^\s*[A-Za-z][A-Za-z _\-]{0,30}[:=]", "", text)
-    if re.search(r"[A-Za-z]", re.sub(r"[eE][-+]?\d", "", body)):
-        return None
-    nums = _NUMBER_RE.findall(body)
-    if not nums:
-        return None
-    vec = [float(x) for x in nums]
-    if any(not math.isfinite(x) for x in vec):
-        return None
-    if dim is not None and len(vec) != dim:
-        return None
-    return vec
-
-
-_ESTIMATE_RE = re.compile(r"(?:^|[;,\s])estimate\s*[:=]?", re.IGNORECASE)
-
-
-def split_estimate(query: str) -> tuple[str, str | None]:
-    """``"compare 1 2; estimate: 0.1, 0.2"`` -> ``("compare 1 2", "0.1, 0.2")``."""
-    m = _ESTIMATE_RE.search(query or "")
-    if not m:
-        return (query or "").strip(), None
-    body = query[: m.start()].strip().rstrip(";,").strip()
-    return body, query[m.end() :].strip()
-
-
-_COMPARE_RE = re.compile(
-    r"^\s*(?:compare\s*)?(?:items?\s*)?#?(\d+)\s*(?:,|vs\.?|versus|and|with|to|\s)\s*"
-    r"(?:items?\s*)?#?(\d+)\s*\.?\s*$",
-    re.IGNORECASE,
-)
-
-
-_PREFER_RE = re.compile(
-    r"^\s*(?:would|do|does)?\s*(?:you|the\s+user)?\s*prefer\s+(?:items?\s*)?#?(\d+)\s+"
-    r"(?:over|to|than)\s+(?:items?\s*)?#?(\d+)\s*[?.]?\s*$",
-    re.IGNORECASE,
-)
-
-
-def _squash(text: str) -> str:
-    # one space per whitespace run: the question regexes have neighbouring \s* pieces, which
-    # backtrack cubically over a long run of spaces (seconds for 2,000 spaces)
-    return " ".join(text.split()) if isinstance(text, str) else ""
-
-
-def _ids(m: re.Match[str]) -> tuple[int, int]:
-    # safe_int: ids of more than 18 digits are clamped (out of range) instead of raising
-    # int()'s ValueError beyond 4300 digits
-    return safe_int(m.group(1)), safe_int(m.group(2))
-
-
-def parse_compare(text: str) -> tuple[int, int] | None:
-    """``"compare 3 7"`` -> ``(3, 7)`` (ids as written); ``None`` if not a comparison.
-
-    Never raises: an id of more than 18 digits comes back clamped to ``10**18`` (out of
-    range for every instance).
-
-    Example:
-        >>> parse_compare("compare 3 7"), parse_compare("3 vs " + "9" * 10_000) == (3, 10**18)
-        ((3, 7), True)
-    """
-    m = _COMPARE_RE.match(_squash(text))
-    return _ids(m) if m else None
-
-
-def parse_pair(text: str) -> tuple[int, int] | None:
-    """A pairwise question -> the two ids as written; ``None`` if it is not one.
-
-    Never raises (ids of more than 18 digits are clamped, as in :func:`parse_compare`).
-
-    Example:
-        >>> parse_pair("Would you prefer item 3 over item 7?"), parse_pair("compare 3 7")
-        ((3, 7), (3, 7))
-        >>> parse_pair("rate 3") is None
-        True
-    """
-    m = _PREFER_RE.match(_squash(text))
-    if m:
-        return _ids(m)
-    return parse_compare(text)
-
-
-#: utilities closer than this are "Equal" (attributes have 2 decimals, so real ties are exact)
-EQUAL_TOL = 1e-9
-
-
-def pair_answer(u_first: float, u_second: float, tol: float = EQUAL_TOL) -> str:
-    """The user's reply to "Would you prefer the first over the second?": Yes / Equal / No.
-
-    Example:
-        >>> pair_answer(0.5, 0.2), pair_answer(0.2, 0.2), pair_answer(0.1, 0.2)
-        ('Yes', 'Equal', 'No')
-    """
-    if abs(u_first - u_second) <= tol:
-        return "Equal"
-    return "Yes" if u_first > u_second else "No"
-
-
-def ask_pair(
-    asked: set, comparisons: list[tuple[int, int]], a: int, b: int, u_a: float, u_b: float
-) -> tuple[str, tuple[int, int] | None, bool, bool]:
-    """Answer "Would you prefer a over b?" and record it in the game's question log.
-
-    Adds the pair to ``asked`` and, unless the answer is Equal, ``(winner, loser)`` to
-    ``comparisons``. Returns ``(reply, (winner, loser) or None, repeated, observed)``:
-    ``repeated`` -- the pair was asked before; ``observed`` -- the ordering is new evidence.
-
-    Example:
-        >>> asked, comps = set(), []
-        >>> ask_pair(asked, comps, 0, 1, 0.2, 0.5), comps
-        (('No', (1, 0), False, True), [(1, 0)])
-        >>> ask_pair(asked, comps, 1, 0, 0.5, 0.2)   # the same pair again, same ordering
-        ('Yes', (1, 0), True, False)
-    """
-    key = frozenset((a, b))
-    repeated = key in asked
-    asked.add(key)
-    reply = pair_answer(u_a, u_b)
-    if reply == "Equal":
-        return reply, None, repeated, False
-    order = (a, b) if reply == "Yes" else (b, a)
-    observed = order not in comparisons
-    comparisons.append(order)
-    return reply, order, repeated, observed
-
-
-def comparison_estimate(items: Sequence[Sequence[float]], comparisons: Sequence[tuple[int, int]]) -> Vector | None:
-    """Closed-form estimate from ``(winner, loser)`` index pairs (0-based):
-    ``normalise(sum unit(x_w - x_l))``; ``None`` without comparisons."""
-    if not comparisons:
-        return None
-    dim = len(items[0])
-    acc = [0.0] * dim
-    for w, l in comparisons:
-        diff = normalize([a - b for a, b in zip(items[w], items[l])])
-        acc = [a + d for a, d in zip(acc, diff)]
-    return normalize(acc) if norm(acc) > 0 else None
-
-
-def random_unit(rng: random.Random, dim: int, nonnegative: bool = False) -> Vector:
-    """A uniform unit vector (on the non-negative part of the sphere with ``nonnegative``)."""
-    while True:
-        v = [rng.gauss(0.0, 1.0) for _ in range(dim)]
-        if nonnegative:
-            v = [abs(x) for x in v]
-        if norm(v) > 1e-9:
-            return normalize(v)
-
-
-class PreferencePosterior:
-    """A particle belief over unit preference vectors, conditioned on comparisons.
-
-    Particles start uniform on the sphere (its non-negative part with ``nonnegative``); every
-    comparison ``(winner, loser)`` keeps the particles
-    that agree. When fewer than ``min_particles`` remain, survivors are jittered (Gaussian noise,
-    renormalised, kept only if consistent with every comparison) to refill the population —
-    deterministic given ``seed``. Used by the demonstrators of PreferenceEstimation and
-    MovieRecommendation.
-    """
-
-    def __init__(
-        self,
-        items: Sequence[Sequence[float]],
-        num_particles: int = 500,
-        seed: int | str = 0,
-        min_particles: int = 100,
-        nonnegative: bool = False,
-    ) -> None:
-        self.items = [list(map(float, x)) for x in items]
-        self.nonnegative = bool(nonnegative)
-        self.dim = len(self.items[0])
-        self.num_particles = int(num_particles)
-        self.min_particles = int(min_particles)
-        self.rng = random.Random(f"PreferencePosterior/{seed}")
-        self.constraints: list[Vector] = []  # d with d·v > 0
-        self.particles = [random_unit(self.rng, self.dim, self.nonnegative) for _ in range(self.num_particles)]
-        self._utils = [self._utilities(p) for p in self.particles]
-
-    def _utilities(self, v: Sequence[float]) -> list[float]:
-        return [dot(v, x) for x in self.items]
-
-    def _consistent(self, v: Sequence[float]) -> bool:
-        if self.nonnegative and any(x < 0 for x in v):
-            return False
-        return all(dot(c, v) > 0 for c in self.constraints)
-
-    def observe(self, winner: int, loser: int) -> None:
-        """Condition on ``items[winner]`` preferred over ``items[loser]`` (0-based)."""
-        c = [a - b for a, b in zip(self.items[winner], self.items[loser])]
-        if norm(c) == 0:
-            return
-        self.constraints.append(c)
-        keep = [k for k, u in enumerate(self._utils) if u[winner] > u[loser]]
-        self.particles = [self.particles[k] for k in keep]
-        self._utils = [self._utils[k] for k in keep]
-        if len(self.particles) < self.min_particles:
-            self._rejuvenate()
-
-    def _rejuvenate(self) -> None:
-        seeds = list(self.particles)
-        center = self.mean() if seeds else None
-        if center is not None and len(seeds) > 1:
-            spread = sum(norm([a - b for a, b in zip(p, center)]) for p in seeds) / len(seeds)
-            sigma = max(0.02, min(0.3, spread))
-        else:
-            sigma = 0.3
-        attempts = 0
-        budget = 20 * self.num_particles
-        while len(self.particles) < self.num_particles and attempts < budget:
-            attempts += 1
-            if seeds:
-                base = seeds[attempts % len(seeds)]
-                v = normalize([b + self.rng.gauss(0.0, sigma) for b in base])
-            else:  # nothing survived (ties/rounding): sample afresh
-                v = random_unit(self.rng, self.dim, self.nonnegative)
-            if norm(v) > 0 and self._consistent(v):
-                self.particles.append(v)
-                self._utils.append(self._utilities(v))
-                if not seeds:
-                    seeds.append(v)
-            if attempts % (2 * self.num_particles) == 0:
-                sigma = max(0.01, sigma * 0.6)
-
-    def mean(self) -> Vector | None:
-        """Normalised particle mean (``None`` with no particles)."""
-        if not self.particles:
-            return None
-        acc = [sum(p[i] for p in self.particles) for i in range(self.dim)]
-        return normalize(acc) if norm(acc) > 0 else None
-
-    def split(self, a: int, b: int) -> int:
-        """How many particles prefer ``a`` over ``b`` (0-based)."""
-        return sum(1 for u in self._utils if u[a] > u[b])
-
-    def best_pair(self, candidates: Sequence[tuple[int, int]], max_eval: int = 250) -> tuple[int, int] | None:
-        """The pair that splits the particles most evenly (ties: first); at most
-        ``max_eval`` evenly spaced particles are scored."""
-        utils = self._utils
-        if len(utils) > max_eval:
-            stride = len(utils) / max_eval
-            utils = [utils[int(i * stride)] for i in range(max_eval)]
-        best, best_val = None, -1
-        n = len(utils)
-        for a, b in candidates:
-            wins = sum(1 for u in utils if u[a] > u[b])
-            val = min(wins, n - wins)
-            if val > best_val:
-                best, best_val = (a, b), val
-        return best
-
-
-class PreferenceEstimationGame(InteractiveGame):
+class PreferenceEstimationGame(PreferenceQuestionGame):
     """Estimate a hidden preference vector from pairwise comparisons (see module docstring).
 
     Info keys of an interaction: ``compared`` (1-based ``(a, b)`` or ``None``), ``reply``
@@ -364,7 +98,6 @@ class PreferenceEstimationGame(InteractiveGame):
 
     max_turns = 10
     task_name = "PreferenceEstimation"
-    ESTIMATE_SOURCES = ("agent", "observations")
 
     def __init__(
         self,
@@ -380,8 +113,7 @@ class PreferenceEstimationGame(InteractiveGame):
         super().__init__(max_turns)
         #: ``v*`` is known to be non-negative (told to the agent, used by the demonstrator's prior)
         self.nonnegative = bool(nonnegative)
-        if estimate_source not in self.ESTIMATE_SOURCES:
-            raise ValueError(f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}")
+        self._init_questions(estimate_source, oracle_particles, oracle_seed)
         if len(items) < 2:
             raise ValueError("need at least two items")
         self.items = [[float(a) for a in x] for x in items]
@@ -392,14 +124,6 @@ class PreferenceEstimationGame(InteractiveGame):
             raise ValueError("preference must be non-zero")
         self.preference = [float(a) for a in preference]
         self.threshold = float(threshold)
-        self.estimate_source = estimate_source
-        self.estimate: Vector | None = None
-        self.comparisons: list[tuple[int, int]] = []  # (winner, loser), 0-based
-        self.asked: set[frozenset[int]] = set()
-        self._oracle_particles = int(oracle_particles)
-        self._oracle_seed = oracle_seed
-        self._posterior: PreferencePosterior | None = None
-        self._posterior_seen = 0
 
     @classmethod
     def generate(
@@ -424,14 +148,12 @@ class PreferenceEstimationGame(InteractiveGame):
         kwargs.setdefault("oracle_seed", f"{split}/{int(seed)}")
         return cls(items, pref, nonnegative=nonnegative, **kwargs)
 
-    # ---- proxy -------------------------------------------------------------------------------
-    def current_estimate(self) -> Vector | None:
-        if self.estimate_source == "observations":
-            return comparison_estimate(self.items, self.comparisons)
-        return self.estimate
+    # ---- the compared items ------------------------------------------------------------------
+    def _compared_items(self) -> list[list[float]]:
+        return self.items
 
-    def progress(self) -> float:
-        return float(cosine(self.current_estimate(), self.preference))
+    def _prior_nonnegative(self) -> bool:
+        return self.nonnegative
 
     # ---- text --------------------------------------------------------------------------------
     def _describe(self) -> str:
@@ -476,12 +198,9 @@ class PreferenceEstimationGame(InteractiveGame):
         return a - 1, b - 1
 
     def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
-        body, est_text = split_estimate(query)
-        est = None
-        if est_text is not None:
-            est = parse_vector(est_text, self.dim)
-            if est is None:
-                return self._invalid(query, f"the estimate must be {self.dim} numbers.")
+        body, est, error = self._split_query(query)
+        if error is not None:
+            return self._invalid(query, error)
         ids = None
         if body:
             parsed = self._parse_ids(parse_pair(body))
@@ -544,23 +263,6 @@ class PreferenceEstimationGame(InteractiveGame):
         return float(ok), {"valid": True, "estimate": est, "similarity": sim, "success": ok, "feedback": fb}
 
     # ---- demonstrator ------------------------------------------------------------------------
-    def posterior(self) -> PreferencePosterior:
-        """The demonstrator's belief, conditioned on every comparison so far."""
-        if self._posterior is None:
-            self._posterior = PreferencePosterior(
-                self.items, self._oracle_particles, seed=self._oracle_seed, nonnegative=self.nonnegative
-            )
-            self._posterior_seen = 0
-        while self._posterior_seen < len(self.comparisons):
-            self._posterior.observe(*self.comparisons[self._posterior_seen])
-            self._posterior_seen += 1
-        return self._posterior
-
-    def _oracle_pair(self) -> tuple[int, int] | None:
-        n = len(self.items)
-        pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if frozenset((a, b)) not in self.asked]
-        return self.posterior().best_pair(pairs) if pairs else None
-
     def oracle_action(self) -> str:
         post = self.posterior()
         mean = post.mean()
