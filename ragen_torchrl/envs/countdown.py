@@ -41,7 +41,7 @@ from typing import Any
 
 from .games.base import TextGame
 from .games.countdown import CountdownGame, CountdownProblem, load_countdown_file
-from .splits import draw_in_split, level_split, split_records
+from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, level_split
 from .text_env import TextGameEnv
 
 __all__ = ["CountdownEnv", "CountdownGame"]
@@ -87,14 +87,6 @@ def load_problems(path: str | os.PathLike) -> tuple[CountdownProblem, ...]:
     return _load(path, _file_stamp(path))
 
 
-def _check_path(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise ValueError(f"{name} must be a file path or null, got {value!r}")
-    return os.fspath(value)
-
-
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -137,16 +129,8 @@ class CountdownEnv(TextGameEnv):
         max_target: int = 1000,
         **kwargs: Any,
     ) -> None:
-        data_path = _check_path("data_path", data_path)
-        val_data_path = _check_path("val_data_path", val_data_path)
-        if val_data_path is not None and data_path is None:
-            raise ValueError("val_data_path needs data_path (the training file) as well")
-        if (
-            isinstance(val_fraction, bool)
-            or not isinstance(val_fraction, (int, float))
-            or not 0.0 <= val_fraction < 1.0
-        ):
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
+        data_path, val_data_path = check_data_paths(data_path, val_data_path)
+        check_val_fraction(val_fraction)
         if num_numbers is not None:
             num_numbers = _check_int("num_numbers", num_numbers, 2)
         max_number = _check_int("max_number", max_number, 1)
@@ -157,14 +141,7 @@ class CountdownEnv(TextGameEnv):
         kwargs.setdefault("system_prompt", f"{CountdownGame.instructions} {SYSTEM_FORMAT}")
         self.data_path, self.val_data_path, self.val_fraction = data_path, val_data_path, float(val_fraction)
 
-        pools: dict[str, tuple[CountdownProblem, ...]] | None = None
-        if data_path is not None:
-            train = load_problems(data_path)
-            if val_data_path is not None:
-                pools = {"train": train, "val": load_problems(val_data_path)}
-            else:
-                tr, va = split_records(train, lambda p: _problem_key(*p), self.val_fraction, data_path)
-                pools = {"train": tuple(tr), "val": tuple(va)}
+        pools = data_pools(load_problems, data_path, val_data_path, lambda p: _problem_key(*p), self.val_fraction)
         self.problems = pools
 
         def generate(seed: int) -> CountdownGame:

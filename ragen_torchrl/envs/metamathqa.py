@@ -46,7 +46,7 @@ from typing import Any
 
 from .games.base import TextGame
 from .games.metamathqa import MathProblem, MetaMathQAGame, load_metamathqa
-from .splits import draw_in_split, level_split, split_records
+from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, level_split
 from .text_env import TextGameEnv
 
 __all__ = ["MetaMathQAEnv", "MetaMathQAGame", "load_problems"]
@@ -114,14 +114,6 @@ def load_problems(
     return _load(src, _stamp(src), hub_split, limit)
 
 
-def _check_path(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise ValueError(f"{name} must be a file path, a hub dataset name or null, got {value!r}")
-    return os.fspath(value)
-
-
 class MetaMathQAEnv(TextGameEnv):
     """Batched MetaMathQA chat env (up to ``max_turn`` answer attempts).
 
@@ -156,16 +148,10 @@ class MetaMathQAEnv(TextGameEnv):
         limit: int | None = None,
         **kwargs: Any,
     ) -> None:
-        data_path = _check_path("data_path", data_path)
-        val_data_path = _check_path("val_data_path", val_data_path)
-        if val_data_path is not None and data_path is None:
-            raise ValueError("val_data_path needs data_path (the training data) as well")
-        if (
-            isinstance(val_fraction, bool)
-            or not isinstance(val_fraction, (int, float))
-            or not 0.0 <= val_fraction < 1.0
-        ):
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
+        data_path, val_data_path = check_data_paths(
+            data_path, val_data_path, accepts="a file path, a hub dataset name", training="the training data"
+        )
+        check_val_fraction(val_fraction)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit must be a positive integer or null, got {limit!r}")
         if not isinstance(hub_split, str) or not hub_split:
@@ -179,14 +165,13 @@ class MetaMathQAEnv(TextGameEnv):
             raise ValueError(f"max_turn must be a positive integer, got {max_attempts!r}")
         self.data_path, self.val_data_path, self.val_fraction = data_path, val_data_path, float(val_fraction)
 
-        pools: dict[str, tuple[MathProblem, ...]] | None = None
-        if data_path is not None:
-            train = load_problems(data_path, hub_split, limit)
-            if val_data_path is not None:
-                pools = {"train": train, "val": load_problems(val_data_path, hub_split, limit)}
-            else:
-                tr, va = split_records(train, lambda p: _question_key(p.question), self.val_fraction, data_path)
-                pools = {"train": tuple(tr), "val": tuple(va)}
+        pools = data_pools(
+            lambda path: load_problems(path, hub_split, limit),
+            data_path,
+            val_data_path,
+            lambda p: _question_key(p.question),
+            self.val_fraction,
+        )
         self.problems = pools
 
         def generate(seed: int) -> MetaMathQAGame:

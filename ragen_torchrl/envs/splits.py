@@ -13,7 +13,9 @@ would also be trained on. The envs therefore split by *content*:
   split (:func:`level_split`): validation seeds only ever see validation content and
   every other seed (training and demonstrations) only training content;
 * :func:`split_records` partitions a data file the same way (the ``ceil(val_fraction*n)``
-  smallest hashes are held out, so even a tiny file keeps at least one record on each side).
+  smallest hashes are held out, so even a tiny file keeps at least one record on each side);
+  :func:`data_pools` gives the ``{"train", "val"}`` record pools of an env's data files
+  (after :func:`check_data_paths` and :func:`check_val_fraction`).
 
 Everything is a pure function of the seed and the content, hence deterministic across
 runs and machines (``hashlib``, never Python's salted ``hash``).
@@ -32,9 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "VAL_SEED_OFFSET",
@@ -44,6 +47,9 @@ __all__ = [
     "in_val_bucket",
     "draw_in_split",
     "split_records",
+    "check_data_paths",
+    "check_val_fraction",
+    "data_pools",
 ]
 
 #: first validation level seed (same value as ``trainer.rollout.VAL_SEED_OFFSET``; kept
@@ -137,3 +143,70 @@ def split_records(
             f"(val_fraction={val_fraction}); add records, pass val_data_path, or set val_fraction: 0"
         )
     return train, val
+
+
+def check_val_fraction(val_fraction: Any) -> float:
+    """``val_fraction`` as a float in ``[0, 1)``; ``ValueError`` naming the bad value otherwise.
+
+    Example:
+        >>> check_val_fraction(0.1), check_val_fraction(0)
+        (0.1, 0.0)
+    """
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
+    return float(val_fraction)
+
+
+def _check_path(name: str, value: Any, accepts: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ValueError(f"{name} must be {accepts} or null, got {value!r}")
+    return os.fspath(value)
+
+
+def check_data_paths(
+    data_path: Any, val_data_path: Any, *, accepts: str = "a file path", training: str = "the training file"
+) -> tuple[str | None, str | None]:
+    """Check an env's ``data_path`` / ``val_data_path`` pair (each ``accepts`` or ``None``; a
+    validation file needs ``training`` as well) and return them as strings.
+
+    Example:
+        >>> check_data_paths("train.jsonl", None)
+        ('train.jsonl', None)
+        >>> check_data_paths(None, "val.jsonl")
+        Traceback (most recent call last):
+        ...
+        ValueError: val_data_path needs data_path (the training file) as well
+    """
+    data_path = _check_path("data_path", data_path, accepts)
+    val_data_path = _check_path("val_data_path", val_data_path, accepts)
+    if val_data_path is not None and data_path is None:
+        raise ValueError(f"val_data_path needs data_path ({training}) as well")
+    return data_path, val_data_path
+
+
+def data_pools(
+    load: Callable[[str], Sequence[T]],
+    data_path: str | None,
+    val_data_path: str | None,
+    key: Callable[[T], str],
+    val_fraction: float,
+) -> dict[str, tuple[T, ...]] | None:
+    """The ``{"train": ..., "val": ...}`` record pools of an env's data, ``None`` without a file.
+
+    With ``val_data_path`` the two files are the two pools; otherwise ``data_path`` is split by
+    content hash (:func:`split_records`).
+
+    Example:
+        >>> pools = data_pools(lambda path: ("a", "b", "c", "d"), "f.jsonl", None, str, 0.25)
+        >>> len(pools["train"]), len(pools["val"])
+        (3, 1)
+    """
+    if data_path is None:
+        return None
+    train = load(data_path)
+    if val_data_path is not None:
+        return {"train": train, "val": load(val_data_path)}
+    tr, va = split_records(train, key, val_fraction, data_path)
+    return {"train": tuple(tr), "val": tuple(va)}
