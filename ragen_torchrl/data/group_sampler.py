@@ -19,7 +19,7 @@ from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
-from ragen_torchrl.transforms.snr import SNRFilter, validate_filter_config
+from ragen_torchrl.transforms.snr import SNRFilter, filter_arguments
 
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
 
@@ -117,17 +117,7 @@ class TopVarianceGroupSampler(Sampler):
             >>> TopVarianceGroupSampler.from_config({"strategy": "top_k", "value": 0.5}).strategy
             'top_k'
         """
-        cfg = validate_filter_config(cfg)
-        return cls(
-            metric=cfg["metric"],
-            strategy=cfg["strategy"],
-            value=cfg["value"],
-            mode=cfg["mode"],
-            include_zero=cfg["include_zero"],
-            eps=cfg["eps"],
-            largest=cfg["largest"],
-            **kwargs,
-        )
+        return cls(**filter_arguments(cfg), **kwargs)
 
     # The selection settings live on the inner filter; expose them read-only.
     metric = property(lambda self: self._filter.metric)

@@ -73,6 +73,7 @@ __all__ = [
     "group_scores",
     "SNRFilter",
     "validate_filter_config",
+    "filter_arguments",
     "build_filter",
 ]
 
@@ -399,6 +400,23 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     return out
 
 
+#: the :class:`SNRFilter` arguments a ``filter`` config node sets (the replay-buffer
+#: ``TopVarianceGroupSampler`` takes the same ones)
+_FILTER_ARGUMENTS = ("metric", "strategy", "value", "mode", "include_zero", "eps", "largest")
+
+
+def filter_arguments(cfg: Mapping) -> dict[str, Any]:
+    """The group-selection arguments (``metric`` ... ``largest``) of a ``filter`` config node,
+    checked and with defaults filled in (:func:`validate_filter_config`).
+
+    Examples:
+        >>> filter_arguments({"strategy": "top_k", "value": 0.5})["strategy"], len(filter_arguments({}))
+        ('top_k', 7)
+    """
+    cfg = validate_filter_config(cfg)
+    return {key: cfg[key] for key in _FILTER_ARGUMENTS}
+
+
 def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
     """Build an :class:`SNRFilter` from a ``filter`` config node, or ``None`` when disabled.
 
@@ -416,16 +434,7 @@ def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
     cfg = validate_filter_config(cfg)
     if not cfg["enabled"]:
         return None
-    return SNRFilter(
-        metric=cfg["metric"],
-        strategy=cfg["strategy"],
-        value=cfg["value"],
-        mode=cfg["mode"],
-        include_zero=cfg["include_zero"],
-        eps=cfg["eps"],
-        largest=cfg["largest"],
-        **kwargs,
-    )
+    return SNRFilter(**filter_arguments(cfg), **kwargs)
 
 
 _MOVED_TO_TRAINER_STOPS = ("FilterGuard", "ValidationStop", "unfiltered_stats", "loss_scale")
