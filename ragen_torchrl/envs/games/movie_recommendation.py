@@ -355,21 +355,8 @@ class MovieRecommendationGame(PreferenceQuestionGame):
 
     # ---- hooks -------------------------------------------------------------------------------
     def _info(self, valid: bool, **kw: Any) -> dict[str, Any]:
-        info = {
-            "valid": valid,
-            "query_type": None,
-            "compared": None,
-            "reply": None,
-            "preferred": None,
-            "estimate": list(self.estimate) if self.estimate else None,
-            "estimate_reported": False,
-            "estimate_updated": False,
-            "similarity": self.progress(),
-            "repeated_query": False,
-            "action_is_effective": False,
-        }
-        info.update(kw)
-        return info
+        # the shared keys plus ``query_type``, second as before
+        return {"valid": valid, "query_type": None, **super()._info(valid, **kw)}
 
     def _interact(self, query: str) -> tuple[str, dict[str, Any]]:
         body, est, error = self._split_query(query)

@@ -173,18 +173,7 @@ class PreferenceEstimationGame(PreferenceQuestionGame):
 
     # ---- hooks -------------------------------------------------------------------------------
     def _invalid(self, query: str, why: str) -> tuple[str, dict[str, Any]]:
-        return f"Invalid query {query!r}: {why}", {
-            "valid": False,
-            "compared": None,
-            "reply": None,
-            "preferred": None,
-            "estimate": list(self.estimate) if self.estimate else None,
-            "estimate_reported": False,
-            "estimate_updated": False,
-            "similarity": self.progress(),
-            "repeated_query": False,
-            "action_is_effective": False,
-        }
+        return f"Invalid query {query!r}: {why}", self._info(False)
 
     def _parse_ids(self, pair: tuple[int, int] | None) -> tuple[int, int] | str:
         if pair is None:
@@ -233,18 +222,16 @@ class PreferenceEstimationGame(PreferenceQuestionGame):
             updated = observed
         else:
             updated = est is not None
-        return text, {
-            "valid": True,
-            "compared": compared,
-            "reply": reply,
-            "preferred": preferred,
-            "estimate": list(self.estimate) if self.estimate else None,
-            "estimate_reported": est is not None,
-            "estimate_updated": updated,
-            "similarity": self.progress(),
-            "repeated_query": repeated,
-            "action_is_effective": (ids is not None and not repeated) or est is not None,
-        }
+        return text, self._info(
+            True,
+            compared=compared,
+            reply=reply,
+            preferred=preferred,
+            estimate_reported=est is not None,
+            estimate_updated=updated,
+            repeated_query=repeated,
+            action_is_effective=(ids is not None and not repeated) or est is not None,
+        )
 
     def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
         est = parse_vector(text, self.dim)

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.preference_belief import PreferencePosterior, comparison_estimate, cosine
 from ragen_torchrl.envs.games.preference_questions import parse_vector, split_estimate
@@ -68,6 +70,23 @@ class PreferenceQuestionGame(InteractiveGame):
         return float(cosine(self.current_estimate(), self.preference))
 
     # ---- queries -----------------------------------------------------------------------------
+    def _info(self, valid: bool, **kw: Any) -> dict[str, Any]:
+        """The info dict of a query: the defaults of an invalid one, updated with ``kw``."""
+        info = {
+            "valid": valid,
+            "compared": None,
+            "reply": None,
+            "preferred": None,
+            "estimate": list(self.estimate) if self.estimate else None,
+            "estimate_reported": False,
+            "estimate_updated": False,
+            "similarity": self.progress(),
+            "repeated_query": False,
+            "action_is_effective": False,
+        }
+        info.update(kw)
+        return info
+
     def _split_query(self, query: str) -> tuple[str, Vector | None, str | None]:
         """``(question part, reported estimate or None, error or None)`` of a query; the error
         (an estimate of the wrong length) completes ``"Invalid query '...': "``."""
