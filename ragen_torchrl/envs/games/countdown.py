@@ -10,7 +10,9 @@ One turn: the answer is an equation such as ``(25 + 50) + 7`` (optionally follow
 * 0.0 otherwise (including malformed text, which never raises inside :meth:`step`).
 
 Expressions are evaluated by a small recursive-descent parser with exact rational
-arithmetic (:class:`fractions.Fraction`), never ``eval``.
+arithmetic (:class:`fractions.Fraction`), never ``eval``
+(:mod:`~ragen_torchrl.envs.games.countdown_expressions`); data files are read by
+:mod:`~ragen_torchrl.envs.games.records`. Their public names are re-exported here.
 
 Example:
     >>> game = CountdownGame(target=24, numbers=[3, 4, 6])
@@ -24,14 +26,19 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import random
-from collections import Counter
 from fractions import Fraction
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ragen_torchrl.envs.games.base import TextGame
+from ragen_torchrl.envs.games.countdown_expressions import (  # noqa: F401 (the limits are re-exported)
+    MAX_EXPRESSION_CHARS,
+    MAX_NESTING,
+    ExpressionError,
+    evaluate_expression,
+)
+from ragen_torchrl.envs.games.records import read_records
 
 __all__ = [
     "CountdownGame",
@@ -43,18 +50,11 @@ __all__ = [
     "score_answer",
 ]
 
-MAX_EXPRESSION_CHARS = 200
-MAX_NESTING = 50
+
 CORRECT_REWARD = 1.0
+
+
 FORMAT_REWARD = 0.1
-
-_OPERATOR_ALIASES = {"×": "*", "÷": "/", "−": "-", "–": "-"}
-_DIGITS = "0123456789"
-
-
-class ExpressionError(ValueError):
-    """A Countdown equation that can not be evaluated (malformed, a number that is not
-    available, division by zero, too long, ...)."""
 
 
 class CountdownProblem(NamedTuple):
@@ -62,151 +62,6 @@ class CountdownProblem(NamedTuple):
 
     target: int
     numbers: tuple[int, ...]
-
-
-# --------------------------------------------------------------------------- parser
-class _Parser:
-    """Recursive descent over tokens: expr := term (('+'|'-') term)*,
-    term := factor (('*'|'/') factor)*, factor := '-' factor | INT | '(' expr ')'."""
-
-    def __init__(self, tokens: list[tuple[str, Any]]):
-        self.tokens = tokens
-        self.i = 0
-        self.depth = 0
-        self.used: list[int] = []
-
-    def peek(self) -> str | None:
-        return self.tokens[self.i][0] if self.i < len(self.tokens) else None
-
-    def take(self) -> tuple[str, Any]:
-        tok = self.tokens[self.i]
-        self.i += 1
-        return tok
-
-    def expr(self) -> Fraction:
-        value = self.term()
-        while self.peek() in ("+", "-"):
-            op, _ = self.take()
-            rhs = self.term()
-            value = value + rhs if op == "+" else value - rhs
-        return value
-
-    def term(self) -> Fraction:
-        value = self.factor()
-        while self.peek() in ("*", "/"):
-            op, _ = self.take()
-            rhs = self.factor()
-            if op == "*":
-                value = value * rhs
-            else:
-                if rhs == 0:
-                    raise ExpressionError("division by zero")
-                value = value / rhs
-        return value
-
-    def factor(self) -> Fraction:
-        kind = self.peek()
-        if kind is None:
-            raise ExpressionError("unexpected end of expression")
-        if kind == "-":
-            self.take()
-            self._enter()
-            value = -self.factor()
-            self.depth -= 1
-            return value
-        if kind == "num":
-            _, n = self.take()
-            self.used.append(n)
-            return Fraction(n)
-        if kind == "(":
-            self.take()
-            self._enter()
-            value = self.expr()
-            if self.peek() != ")":
-                raise ExpressionError("unbalanced parentheses: missing ')'")
-            self.take()
-            self.depth -= 1
-            return value
-        if kind == ")":
-            raise ExpressionError("unbalanced parentheses or missing operand before ')'")
-        raise ExpressionError(f"unexpected {kind!r} in expression (missing operand)")
-
-    def _enter(self) -> None:
-        self.depth += 1
-        if self.depth > MAX_NESTING:
-            raise ExpressionError(f"expression nested deeper than {MAX_NESTING}")
-
-
-def _tokenize(text: str) -> list[tuple[str, Any]]:
-    tokens: list[tuple[str, Any]] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = _OPERATOR_ALIASES.get(text[i], text[i])
-        if ch in " \t\n\r":
-            i += 1
-        elif ch in _DIGITS:
-            j = i
-            while j < n and text[j] in _DIGITS:
-                j += 1
-            tokens.append(("num", int(text[i:j])))
-            i = j
-        elif ch in "+-*/()":
-            tokens.append((ch, None))
-            i += 1
-        else:
-            raise ExpressionError(f"invalid character {text[i]!r} at position {i}")
-    return tokens
-
-
-def evaluate_expression(text: str, numbers: Iterable[int], target: int | None = None) -> tuple[Fraction, list[int]]:
-    """Evaluate a Countdown equation exactly.
-
-    Accepts integer literals, ``+ - * /`` (also ``×``, ``÷`` and the unicode minus),
-    parentheses, unary minus and whitespace, optionally followed by ``= <integer>`` (which
-    must equal ``target`` when a target is given; the right-hand side is not counted as a
-    used number).
-
-    Returns:
-        ``(value, used_numbers)``: the exact value (a :class:`~fractions.Fraction`, equal to
-        an ``int`` when integral) and the literals in order of appearance.
-
-    Raises:
-        ExpressionError: non-string or text longer than 200 characters, any other character
-            (letters, unicode digits, ``**``, ...), unbalanced parentheses, a missing operand,
-            division by zero, or a literal that is not among ``numbers`` / is used more
-            often than given.
-    """
-    if not isinstance(text, str):
-        raise ExpressionError(f"expression must be a str, got {type(text).__name__}")
-    if len(text) > MAX_EXPRESSION_CHARS:
-        raise ExpressionError(f"expression longer than {MAX_EXPRESSION_CHARS} characters ({len(text)})")
-    lhs = text
-    if "=" in text:
-        lhs, _, rhs = text.partition("=")
-        rhs = rhs.strip()
-        if "=" in rhs or not rhs or any(ch not in _DIGITS for ch in rhs):
-            raise ExpressionError(f"right-hand side of '=' must be an integer, got {rhs!r}")
-        if target is not None and int(rhs) != int(target):
-            raise ExpressionError(f"right-hand side {rhs} is not the target {target}")
-    tokens = _tokenize(lhs)
-    if not tokens:
-        raise ExpressionError("empty expression")
-    parser = _Parser(tokens)
-    value = parser.expr()
-    if parser.i != len(tokens):
-        kind, val = tokens[parser.i]
-        if kind == ")":
-            raise ExpressionError("unbalanced parentheses: unexpected ')'")
-        what = f"number {val}" if kind == "num" else repr(kind)
-        raise ExpressionError(f"unexpected {what} after a complete expression")
-    available = Counter(int(x) for x in numbers)
-    used = Counter(parser.used)
-    for n, k in used.items():
-        if n not in available:
-            raise ExpressionError(f"number {n} is not one of the given numbers {sorted(available.elements())}")
-        if k > available[n]:
-            raise ExpressionError(f"number {n} is used {k} times but given {available[n]} time(s)")
-    return value, parser.used
 
 
 def score_answer(answer: str, target: int, numbers: Sequence[int]) -> float:
@@ -222,7 +77,6 @@ def score_answer(answer: str, target: int, numbers: Sequence[int]) -> float:
     return 0.0
 
 
-# --------------------------------------------------------------------------- solver
 def _solve(
     target: int, numbers: Sequence[int], allow_fractions: bool = False
 ) -> tuple[str, list[tuple[str, str, str, Fraction]]] | None:
@@ -289,7 +143,6 @@ def _fmt_value(v: Fraction) -> str:
     return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
 
 
-# --------------------------------------------------------------------------- game
 class CountdownGame(TextGame):
     """One Countdown episode (a single answer turn).
 
@@ -466,68 +319,6 @@ class CountdownGame(TextGame):
 
     def __repr__(self) -> str:
         return f"CountdownGame(target={self.target}, numbers={list(self.numbers)})"
-
-
-# --------------------------------------------------------------------------- data files
-def read_records(path: str | os.PathLike, expected: str) -> list[tuple[int, dict]]:
-    """Records of a JSON-lines file (``.jsonl``/``.json``; a ``.json`` holding one JSON
-    array also works) or a parquet file, as ``(line_number, dict)`` pairs (1-based; the
-    row index + 1 for arrays and parquet).
-
-    Raises:
-        ValueError: missing file, unreadable JSON, a record that is not an object (the
-            message names the file, the line and ``expected``).
-        ImportError: parquet without pandas or pyarrow installed.
-    """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: file not found (expected a JSON-lines or parquet file with {expected})")
-    if path.endswith(".parquet"):
-        rows = _read_parquet(path)
-        out = []
-        for i, row in enumerate(rows, 1):
-            out.append((i, row))
-        return out
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: invalid JSON array ({exc}); expected records with {expected}") from None
-        pairs = list(enumerate(data, 1))
-    else:
-        pairs = []
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                pairs.append((i, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path}, line {i}: invalid JSON ({exc.msg}); expected an object with {expected}"
-                ) from None
-    for i, rec in pairs:
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}, line {i}: expected a JSON object with {expected}, got {type(rec).__name__}")
-    return pairs
-
-
-def _read_parquet(path: str) -> list[dict]:
-    try:
-        import pandas as pd  # noqa: F401
-    except ImportError:
-        pd = None
-    if pd is not None:
-        return pd.read_parquet(path).to_dict(orient="records")
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ImportError(
-            f"{path}: reading parquet needs pandas or pyarrow (pip install pyarrow), or convert the file to JSON lines"
-        ) from None
-    return pq.read_table(path).to_pylist()
 
 
 def load_countdown_file(path: str | os.PathLike) -> list[CountdownProblem]:

@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, Sequence
 
 from ragen_torchrl.envs.games.base import TextGame
-from ragen_torchrl.envs.games.countdown import read_records
+from ragen_torchrl.envs.games.records import read_records
 
 __all__ = [
     "MetaMathQAGame",
