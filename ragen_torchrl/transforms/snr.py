@@ -73,7 +73,6 @@ __all__ = [
     "group_scores",
     "SNRFilter",
     "validate_filter_config",
-    "filter_arguments",
     "build_filter",
 ]
 
