@@ -44,6 +44,7 @@ import random
 import re
 from typing import Any, Sequence
 
+from ragen_torchrl.envs.games import circuit_formulas
 from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-exported)
     FAMILIES,
     OPS,
@@ -58,16 +59,8 @@ from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-export
 )
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 
-__all__ = [
-    "CircuitDecodingGame",
-    "OPS",
-    "candidate_classes",
-    "enumerate_family",
-    "evaluate",
-    "formula_text",
-    "parse_formula",
-    "truth_table",
-]
+# the game, and the formula names (importable from here as before the split)
+__all__ = ["CircuitDecodingGame", *circuit_formulas.__all__]
 
 
 #: ``NAME = formula`` / ``NAME: formula``; the formula is cut by :func:`_formula_body`, not by
