@@ -44,11 +44,12 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
         [],
         {
             "env.name": "sokoban",
-            "trainer.total_iterations": 60,
-            "trainer.val_levels": 256,
+            "trainer.total_iterations": 12,
+            "trainer.val_levels": 128,
             "trainer.save_every": 0,
             "diagnostics.mi.enabled": True,
-            "diagnostics.mi.every": 5,
+            "diagnostics.mi.every": 3,
+            "model.threads": 1,
         },
     ),
     "slip_sweep": (
@@ -59,7 +60,8 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "trainer.total_iterations": 30,
             "trainer.val_levels": 256,
             "trainer.save_every": 0,
-            "diagnostics.mi.enabled": False,
+            "diagnostics.mi.enabled": True,
+            "diagnostics.mi.every": 5,
         },
     ),
     "template_collapse": (

@@ -185,16 +185,22 @@ def update_times(run: Run) -> list[tuple[int, float]]:
     """``(iteration, seconds)`` of the policy update (``timing/update``); a skipped update counts as 0 s.
 
     An iteration whose filter kept no group (or DAPO found no signal) logs no ``timing/update``:
-    it spent no time updating, which is part of what a filter saves.
+    it spent no time updating, which is part of what a filter saves. Iterations that ran the
+    gradient-SNR probe (``timing/grad_snr`` logged) are left out: before the probe moved to
+    ``diagnostics.grad_snr`` its extra passes were counted inside ``timing/update`` of the filtered
+    arm only, which would bias a filter-vs-none comparison against the filter.
 
     Example:
         >>> from pathlib import Path
-        >>> h = [{"iteration": 1, "timing/update": 2.0}, {"iteration": 2, "filter/skipped_update": 1.0}]
+        >>> h = [{"iteration": 1, "timing/update": 2.0}, {"iteration": 2, "filter/skipped_update": 1.0},
+        ...      {"iteration": 3, "timing/update": 9.0, "timing/grad_snr": 4.0}]
         >>> update_times(Run(Path("r"), {}, h))
         [(1, 2.0), (2, 0.0)]
     """
     out = []
     for h in run.history:
+        if "timing/grad_snr" in h:
+            continue
         v = h.get("timing/update")
         if isinstance(v, (int, float)) and math.isfinite(v):
             out.append((int(h["iteration"]), float(v)))

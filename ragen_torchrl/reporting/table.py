@@ -23,7 +23,11 @@ from .stats import DiagnosticPoints, Group, format_value, mean_se, update_times
 __all__ = ["GroupRow", "group_row", "markdown_report", "summary_table"]
 
 #: optional per-iteration columns: (header, scalar key), shown when some run logged the key
-OPTIONAL_COLUMNS = (("kept ratio", "filter/kept_ratio"), ("T3 truncation rate", "t3/truncation_rate"))
+OPTIONAL_COLUMNS = (
+    ("kept ratio", "filter/kept_ratio"),
+    ("heterogeneity Std(RV)/Mean(RV)", "filter/heterogeneity"),
+    ("T3 truncation rate", "t3/truncation_rate"),
+)
 
 
 class GroupRow(dict):
@@ -79,7 +83,8 @@ def _escape(text: str) -> str:
 def summary_table(keys: Sequence[str], groups: Sequence[Group]) -> str:
     """The markdown table, one row per group: swept keys, runs, success (mean ± SE over seeds), timing.
 
-    The kept-ratio and T3-truncation-rate columns appear when some run logged them. See the module example.
+    The kept-ratio, heterogeneity and T3-truncation-rate columns appear when some run logged them. See the
+    module example.
     """
     rows = [group_row(g) for g in groups]
     optional = [(h, k) for h, k in OPTIONAL_COLUMNS if any(r[k][2] for r in rows)]
