@@ -43,6 +43,7 @@ _EXPORTS = {
     # gradient SNR per reward-variance bucket
     "rv_buckets": ".grad_snr",
     "bucket_grad_norms": ".grad_snr",
+    "GradSNRProbe": ".grad_snr",
 }
 
 # the same names as _EXPORTS (a literal list, for static tools)
@@ -54,6 +55,7 @@ __all__ = [
     "RETRIEVAL_KS",
     "ZSCORE_EPS",
     "CollapseMonitor",
+    "GradSNRProbe",
     "MIProxyTracker",
     "PairSample",
     "PrefixTree",

@@ -5,7 +5,9 @@ within-group reward variance (RV), while the regularisers' (KL, entropy) gradien
 across RV. Low-RV groups therefore contribute mostly regulariser "noise" to the update. To
 reproduce the figure: put the groups of a batch into RV quantile buckets (:func:`rv_buckets`),
 build each loss term per bucket, and measure the gradient norm of every term per bucket
-(:func:`bucket_grad_norms`).
+(:func:`bucket_grad_norms`). :class:`GradSNRProbe` does both on a training batch with any loss
+module (the trainer runs it every ``diagnostics.grad_snr.every`` iterations, with or without a
+filter).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-__all__ = ["rv_buckets", "bucket_grad_norms"]
+__all__ = ["GradSNRProbe", "rv_buckets", "bucket_grad_norms"]
 
 
 def rv_buckets(group_variances, num_buckets: int = 6) -> torch.Tensor:
@@ -100,3 +102,74 @@ def bucket_grad_norms(
             squared = sum(float(g.detach().double().pow(2).sum()) for g in grads if g is not None)
             out[key] = squared**0.5
     return out
+
+
+class GradSNRProbe:
+    """Per-bucket gradient norms of a loss module's terms on a training batch (RAGEN-2 §3.1).
+
+    The batch's prompt groups are put into ``buckets`` reward-variance quantile buckets
+    (:func:`rv_buckets`); for each bucket the loss module runs on that bucket's rows and the
+    gradient norm of each of its terms (``task`` = ``loss_objective``, and ``entropy`` /
+    ``kl`` when the module reports them) is measured (:func:`bucket_grad_norms`). Nothing is
+    stepped and no ``.grad`` is touched.
+
+    Args:
+        loss_module: a loss whose output has ``loss_objective`` (and optionally
+            ``loss_entropy`` / ``loss_kl_to_ref``) for a batch of rows.
+        params: the parameters to differentiate (those without ``requires_grad`` are skipped).
+        buckets: number of reward-variance quantile buckets (RAGEN-2: 6).
+        every: run on iterations ``it`` with ``it % every == 0``; 0 = never.
+        return_key / group_key: where the batch holds each row's episode return and group id.
+
+    Example:
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> from tensordict import TensorDict
+        >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
+        >>> def loss(td):  # task loss sum(advantage * w): its gradient is the advantages' sum times 1
+        ...     return SimpleNamespace(loss_objective=(td["adv"].sum() * w).sum(), loss_entropy=None, loss_kl_to_ref=None)
+        >>> batch = TensorDict({"ret": torch.tensor([0.0, 0.0, 0.0, 2.0]), "gid": torch.tensor([0, 0, 1, 1]),
+        ...                     "adv": torch.tensor([0.0, 0.0, -1.0, 1.0])}, batch_size=[4])
+        >>> probe = GradSNRProbe(loss, [w], buckets=2, every=10, return_key="ret", group_key="gid")
+        >>> probe.should_run(20), probe.should_run(3)
+        (True, False)
+        >>> sorted(probe(batch).items())  # group 0 (RV 0) -> bucket 0, group 1 (RV 2) -> bucket 1
+        [('grad_snr/bucket0/reward_variance', 0.0), ('grad_snr/bucket0/task_grad_norm', 0.0), ('grad_snr/bucket1/reward_variance', 2.0), ('grad_snr/bucket1/task_grad_norm', 0.0)]
+    """
+
+    def __init__(self, loss_module, params, buckets: int = 6, every: int = 10, return_key=None, group_key=None):
+        from ..keys import EPISODE_RETURN, GROUP_ID
+
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ValueError(f"diagnostics.grad_snr.every must be an int >= 0, got {every!r}")
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
+            raise ValueError(f"diagnostics.grad_snr.buckets must be an int >= 1, got {buckets!r}")
+        self.loss_module, self.buckets, self.every = loss_module, buckets, every
+        self.params = [p for p in params if p.requires_grad]
+        self.return_key = return_key if return_key is not None else EPISODE_RETURN
+        self.group_key = group_key if group_key is not None else GROUP_ID
+
+    def should_run(self, iteration: int) -> bool:
+        """True on the iterations the probe runs (never when ``every`` is 0)."""
+        return bool(self.every) and iteration % self.every == 0
+
+    def __call__(self, batch) -> dict[str, float]:
+        """``grad_snr/bucket{b}/{task,entropy,kl}_grad_norm`` and ``.../reward_variance`` (the bucket's mean RV)."""
+        from ..transforms.group_selection import group_scores
+
+        gid = batch.get(self.group_key).reshape(-1)
+        ids, rv = group_scores(batch.get(self.return_key), gid, "reward_variance")
+        buckets = rv_buckets(rv, self.buckets)
+        row_bucket = buckets[torch.searchsorted(ids, gid)]
+        out: dict[str, float] = {}
+        for b in row_bucket.unique().tolist():
+            rows = (row_bucket == b).nonzero().reshape(-1)
+            res = self.loss_module(batch[rows])
+            terms = {"task": res.loss_objective.sum()}
+            if getattr(res, "loss_entropy", None) is not None:
+                terms["entropy"] = res.loss_entropy.sum()
+            if getattr(res, "loss_kl_to_ref", None) is not None:
+                terms["kl"] = res.loss_kl_to_ref.sum()
+            out.update(bucket_grad_norms(self.params, {b: terms}))
+            out[f"grad_snr/bucket{b}/reward_variance"] = float(rv[buckets == b].mean())
+        return out

@@ -2,6 +2,7 @@
 
 * ``val_success.png``: validation success against iteration, per group: mean over seeds, ±1 SE band;
 * ``update_time.png``: update time per iteration, per group (seconds), mean and ±1 SE band;
+* ``train_success.png``: training-rollout success (trailing mean over 5 iterations), mean and ±1 SE band;
 * ``success_vs_<diagnostic>.png``: final success against a diagnostic measured early, one point per
   run coloured by group, Spearman's rho on the plot;
 * ``diagnostics.png``: the MI z-score and reasoning entropy (and retrieval accuracy) against iteration.
@@ -121,6 +122,39 @@ def plot_val_success(groups: Sequence[Group], path: str | Path) -> Path:
     return _save(fig, path)
 
 
+def _moving_average(series: Sequence[tuple[int, float]], window: int) -> list[tuple[int, float]]:
+    """Trailing mean over the last ``window`` points (fewer at the start)."""
+    out = []
+    for i, (it, _) in enumerate(series):
+        vals = [v for _, v in series[max(0, i - window + 1) : i + 1]]
+        out.append((it, sum(vals) / len(vals)))
+    return out
+
+
+def plot_train_success(groups: Sequence[Group], path: str | Path, window: int = 5) -> Path:
+    """Training-rollout success (``rollout/success``, temperature-1 samples) against iteration.
+
+    Each run's curve is a trailing mean over ``window`` iterations, then mean ± 1 SE across seeds.
+    Useful when validation ran only at the start and the end.
+
+    Example:
+        >>> import tempfile
+        >>> g = Group({}, [Run(Path("r"), {}, [{"iteration": i, "rollout/success": 0.5} for i in (1, 2)], [])])
+        >>> plot_train_success([g], Path(tempfile.mkdtemp()) / "train_success.png").name
+        'train_success.png'
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    _line_with_band(ax, groups, lambda r: _moving_average(r.series("rollout/success"), window), _colours(len(groups)))
+    ax.set_title(f"Training-rollout success (trailing mean over {window} iterations; ± 1 SE across seeds)")
+    ax.set_xlabel("training iteration")
+    ax.set_ylabel("training success rate (fraction of rollouts)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    _legend(ax, "group")
+    return _save(fig, path)
+
+
 def plot_update_time(groups: Sequence[Group], path: str | Path) -> Path:
     """Update time per iteration per group (:func:`~.stats.update_times`), mean over seeds with a ±1 SE band.
 
@@ -232,6 +266,8 @@ def write_plots(
     """
     out = Path(out_dir)
     paths = [plot_val_success(groups, out / "val_success.png"), plot_update_time(groups, out / "update_time.png")]
+    if any(r.has("rollout/success") for g in groups for r in g.runs):
+        paths.append(plot_train_success(groups, out / "train_success.png"))
     for d in diagnostics:
         paths.append(
             plot_success_vs_diagnostic(groups, d, out / f"success_vs_{d.diagnostic.slug}.png", f"{fraction:.0%}")

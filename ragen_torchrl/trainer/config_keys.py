@@ -48,6 +48,31 @@ def _union(a: Any, b: Any) -> Any:
 GLOBAL_PACKAGE = "@package _global_"
 
 
+def _inherited(group_dir: Path, data: Any, depth: int = 0) -> tuple[Any, Any]:
+    """``(name, key tree)`` a preset inherits through its ``defaults`` list from options of its own group.
+
+    ``filter/snr_smallest.yaml`` lists ``defaults: [snr_top_p, _self_]`` and holds only what differs:
+    its allowed keys are the base's plus its own. Entries that are not plain option names of the
+    same group (``_self_``, ``/group: option``, ``override ...``) are skipped.
+    """
+    import yaml
+
+    name, tree = None, {}
+    defaults = data.get("defaults") if isinstance(data, dict) else None
+    if depth > 8 or not isinstance(defaults, list):
+        return name, tree
+    for entry in defaults:
+        path = group_dir / f"{entry}.yaml" if isinstance(entry, str) and entry != "_self_" else None
+        if path is None or not path.is_file():
+            continue
+        parent = yaml.safe_load(path.read_text()) or {}
+        p_name, p_tree = _inherited(group_dir, parent, depth + 1)
+        own = parent.get("name") if isinstance(parent, dict) else None
+        name = own if own is not None else (p_name if p_name is not None else name)
+        tree = _union(tree, _union(p_tree, _tree(parent)))
+    return name, tree
+
+
 def config_schema(config_dir: str | os.PathLike) -> dict[str, Any]:
     """The keys the config files in ``config_dir`` define.
 
@@ -71,7 +96,9 @@ def config_schema(config_dir: str | os.PathLike) -> dict[str, Any]:
                 own = data.pop(d.name, None) or {}
                 main = _union(main, _tree(data))
                 data = own
-            opts[f.stem] = (data.get("name") if isinstance(data, dict) else None, _tree(data))
+            name, tree = _inherited(d, data)
+            own_name = data.get("name") if isinstance(data, dict) else None
+            opts[f.stem] = (own_name if own_name is not None else name, _union(tree, _tree(data)))
         if opts:
             groups[d.name] = opts
     return {"main": main, "groups": groups}

@@ -33,7 +33,7 @@ from tensordict import TensorDictBase, lazy_stack
 
 from ..data.minibatch import group_minibatches
 from ..diagnostics.collapse import CollapseMonitor
-from ..diagnostics.grad_snr import bucket_grad_norms, rv_buckets
+from ..diagnostics.grad_snr import GradSNRProbe
 from ..envs import make_env
 from ..keys import (
     ADVANTAGE,
@@ -51,7 +51,6 @@ from ..keys import (
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
-from ..transforms.group_selection import group_scores
 from ..transforms.snr import build_filter, validate_filter_config
 from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
 from .config import ConfigError, check_run_dir, validate_config
@@ -186,6 +185,14 @@ class Trainer:
                 dtype=mi.get("dtype"),
             )
 
+        # RAGEN-2 §3.1's gradient-SNR figure, with or without a filter; its passes are not update time
+        gs = cfg.get("diagnostics", {}).get("grad_snr", {}) or {}
+        self.grad_snr = None
+        if int(gs.get("every", 0) or 0) > 0:
+            self.grad_snr = GradSNRProbe(
+                self.loss_module, self.model.parameters(), buckets=int(gs.get("buckets") or 6), every=int(gs.every)
+            )
+
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         purge_step = None
@@ -316,30 +323,6 @@ class Trainer:
         metrics["skipped_nonfinite"] = float(skipped)
         return metrics
 
-    def _grad_snr(self, batch: TensorDictBase) -> dict[str, float]:
-        """Gradient norms of the task and regulariser terms per reward-variance bucket.
-
-        Reproduces RAGEN-2's diagnostic: the task-gradient norm grows with the groups'
-        within-prompt reward variance while the entropy/KL gradient norms stay flat.
-        """
-        ids, rv = group_scores(batch.get(EPISODE_RETURN), batch.get(GROUP_ID), "reward_variance")
-        buckets = rv_buckets(rv, int(self.filter_cfg["grad_snr"]["buckets"]))
-        row_bucket = buckets[torch.searchsorted(ids, batch.get(GROUP_ID).reshape(-1))]
-        out: dict[str, float] = {}
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        for b in row_bucket.unique().tolist():
-            rows = (row_bucket == b).nonzero().reshape(-1)
-            res = self.loss_module(batch[rows])
-            terms = {"task": res.loss_objective.sum()}
-            if res.loss_entropy is not None:
-                terms["entropy"] = res.loss_entropy.sum()
-            if res.loss_kl_to_ref is not None:
-                terms["kl"] = res.loss_kl_to_ref.sum()
-            out.update(bucket_grad_norms(params, {b: terms}))
-            rv_b = rv[(buckets == b)]
-            out[f"grad_snr/bucket{b}/reward_variance"] = float(rv_b.mean())
-        return out
-
     def _training_batch(self, records: TensorDictBase, scale: float = 1.0) -> tuple[TensorDictBase, TensorDictBase]:
         """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
 
@@ -412,21 +395,21 @@ class Trainer:
         if self.collapse is not None and self.collapse.should_run(it):
             stats.update(self.collapse(records))
 
+        # every reason to skip the update ends here, in one place (the iteration line says which)
+        skip = None
         if self.objective.dynamic_sampling is not None:
             records, ds_stats = self.objective.dynamic_sampling(records, self._collect_more)
             stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
             if records is None:
-                stats["dapo/skipped_update"] = 1.0
-                stats["timing/total"] = time.time() - t0
-                return stats
+                skip = "dapo/skipped_update"  # no informative group even after the refills
 
         batch, scale = records, 1.0
-        if self.snr is None:
+        if skip is None and self.snr is None:
             fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
             stats.update({f"filter/{k}": float(v) for k, v in fstats.items()})
             self.stop_reason = self.stop_reason or self.guard.update(fstats)
             stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
-        else:
+        elif skip is None:
             t_f = time.time()
             batch = self.snr(records)
             stats.update({f"filter/{k}": float(v) for k, v in self.snr.last_stats.items()})
@@ -436,23 +419,26 @@ class Trainer:
             if batch is None:
                 # nothing carries signal: skip the update rather than train on noise
                 self.empty_iterations += 1
-                stats["filter/skipped_update"] = 1.0
-                stats["timing/total"] = time.time() - t0
-                return stats
-            scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
+                skip = "filter/skipped_update"
+            else:
+                scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
+        if skip is not None:
+            stats[skip] = 1.0
+            stats["timing/total"] = time.time() - t0
+            return stats
+
         t1 = time.time()
         batch, behaviour = self._training_batch(batch, scale)
-        every = int(self.filter_cfg.get("grad_snr", {}).get("every", 0) or 0) if self.snr is not None else 0
-        if every and it % every == 0:
-            full = batch
-            if self.snr is not None and batch.batch_size[0] != records.batch_size[0]:
-                # the diagnostic needs every RV bucket, so it scores the unfiltered batch
-                full, _ = self._training_batch(records)
+        t_prepare = time.time() - t1
+        if self.grad_snr is not None and self.grad_snr.should_run(it):
             t_g = time.time()
-            stats.update(self._grad_snr(full))
+            # the diagnostic needs every RV bucket, so it scores the unfiltered batch
+            full = batch if batch.batch_size[0] == records.batch_size[0] else self._training_batch(records)[0]
+            stats.update(self.grad_snr(full))
             stats["timing/grad_snr"] = time.time() - t_g
+        t1 = time.time()
         train = self._update(batch)
-        t_update = time.time() - t1
+        t_update = t_prepare + time.time() - t1
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
         stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})

@@ -318,7 +318,6 @@ FILTER_CONFIG_DEFAULTS: dict[str, Any] = {
     "max_consecutive_empty": 5,
     "collapse_stop": {"enabled": True, "warmup": 10, "patience": 10, "ratio": 0.1},
     "val_stop": {"enabled": True, "threshold": 0.01, "patience": 5},
-    "grad_snr": {"every": 0, "buckets": 6},
 }
 
 
@@ -355,8 +354,8 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     Keys (all optional, defaults in :data:`FILTER_CONFIG_DEFAULTS`): ``name``, ``enabled``,
     ``metric``, ``strategy``, ``value``, ``mode``, ``include_zero``, ``largest``, ``eps``,
     ``loss_scale``, ``max_consecutive_empty``, ``collapse_stop: {enabled, warmup, patience,
-    ratio}``, ``val_stop: {enabled, threshold, patience}``, ``grad_snr: {every, buckets}``.
-    Unknown keys are errors (they are usually typos). ``value`` must lie in its strategy's range
+    ratio}``, ``val_stop: {enabled, threshold, patience}``. Unknown keys are errors (they are usually
+    typos); ``grad_snr`` moved to ``diagnostics.grad_snr`` and is named as such. ``value`` must lie in its strategy's range
     (:func:`check_filter_value`). The stop rules (``max_consecutive_empty``, ``collapse_stop``,
     ``val_stop``) are read whether or not the filter is ``enabled``.
 
@@ -366,14 +365,15 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
         >>> validate_filter_config({"stratgy": "top_k"})
         Traceback (most recent call last):
         ...
-        ValueError: unknown key(s) ['stratgy'] in filter config; valid keys: name, enabled, metric, strategy, value, mode, include_zero, largest, eps, loss_scale, max_consecutive_empty, collapse_stop, val_stop, grad_snr
+        ValueError: unknown key(s) ['stratgy'] in filter config; valid keys: name, enabled, metric, strategy, value, mode, include_zero, largest, eps, loss_scale, max_consecutive_empty, collapse_stop, val_stop
     """
+    if isinstance(cfg, Mapping) and "grad_snr" in cfg:
+        raise ValueError("filter.grad_snr moved to diagnostics.grad_snr (a diagnostic, run with or without a filter)")
     out = _merge_checked(cfg, FILTER_CONFIG_DEFAULTS, "filter config")
     out["collapse_stop"] = _merge_checked(
         out["collapse_stop"], FILTER_CONFIG_DEFAULTS["collapse_stop"], "filter.collapse_stop"
     )
     out["val_stop"] = _merge_checked(out["val_stop"], FILTER_CONFIG_DEFAULTS["val_stop"], "filter.val_stop")
-    out["grad_snr"] = _merge_checked(out["grad_snr"], FILTER_CONFIG_DEFAULTS["grad_snr"], "filter.grad_snr")
     out["name"] = str(out["name"])
     for key in ("enabled", "include_zero", "largest"):
         _check_bool(f"filter.{key}", out[key])
@@ -394,8 +394,6 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     if val["threshold"] > 1.0:
         raise ValueError(f"filter.val_stop.threshold must be in [0, 1], got {val['threshold']!r}")
     _check_int("filter.val_stop.patience", val["patience"], 1)
-    _check_int("filter.grad_snr.every", out["grad_snr"]["every"], 0)
-    _check_int("filter.grad_snr.buckets", out["grad_snr"]["buckets"], 1)
     return out
 
 

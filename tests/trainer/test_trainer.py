@@ -329,7 +329,7 @@ def test_t3_truncation_runs_in_the_trainer(ragen_cache_dir, tmp_path):
     assert "t3/truncation_rate" in tags
 
 
-@pytest.mark.parametrize("preset, kept_groups", [("snr_top_p", 1.0), ("snr_reference", 2.0)])
+@pytest.mark.parametrize("preset, kept_groups", [("snr_top_p", 1.0), ("snr_reference", 2.0), ("none", 2.0)])
 def test_filter_presets_and_gradient_snr_probe(ragen_cache_dir, tmp_path, monkeypatch, preset, kept_groups):
     # Returns by hand: group 0 = [1, 0] (std 0.707), group 1 = [0.5, 0.5] (std 0).
     # top-p 0.9 linear over variance without zero-score groups keeps group 0 only; the reference preset
@@ -347,7 +347,7 @@ def test_filter_presets_and_gradient_snr_probe(ragen_cache_dir, tmp_path, monkey
     cfg = make_cfg(
         ragen_cache_dir,
         f"filter={preset}",
-        "filter.grad_snr.every=1",
+        "diagnostics.grad_snr.every=1",
         "trainer.total_iterations=1",
         "trainer.val_every=0",
     )

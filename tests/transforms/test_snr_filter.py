@@ -230,23 +230,47 @@ def test_config_files_exist():
     assert "snr_paper" not in names  # renamed to snr_reference (it is the reference code's rule)
 
 
+def _composed(name: str) -> dict:
+    """The ``filter`` node Hydra composes for ``filter=name`` (presets inherit from snr_top_p)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR.parent), version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=[f"filter={name}"]).filter)
+
+
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.stem)
 def test_every_config_has_exactly_the_schema(path):
-    raw = yaml.safe_load(path.read_text())
-    assert list(raw) == list(FILTER_CONFIG_DEFAULTS)
+    raw = _composed(path.stem)
+    assert set(raw) == set(FILTER_CONFIG_DEFAULTS)
     assert set(raw["collapse_stop"]) == {"enabled", "warmup", "patience", "ratio"}
     assert set(raw["val_stop"]) == {"enabled", "threshold", "patience"}
-    assert set(raw["grad_snr"]) == {"every", "buckets"}
     assert raw["name"] == path.stem
-    cfg = validate_filter_config(OmegaConf.load(path))  # DictConfig works too
-    filt = build_filter(OmegaConf.load(path))
+    cfg = validate_filter_config(OmegaConf.create(raw))  # DictConfig works too
+    filt = build_filter(raw)
     assert (filt is None) == (not cfg["enabled"])
     assert isinstance(FilterGuard.from_config(raw), FilterGuard)  # also for enabled: false
     assert isinstance(ValidationStop.from_config(raw), ValidationStop)
 
 
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.stem)
+def test_presets_inherit_from_the_paper_rule_and_state_only_what_differs(path):
+    raw = yaml.safe_load(path.read_text())
+    if path.stem == "snr_top_p":
+        assert list(raw) == list(FILTER_CONFIG_DEFAULTS)  # the one complete preset: the base
+        return
+    assert raw["defaults"] == ["snr_top_p", "_self_"]
+    base = yaml.safe_load((CONFIG_DIR / "snr_top_p.yaml").read_text())
+    own = {k: v for k, v in raw.items() if k not in ("defaults", "name")}
+    assert own and all(base[k] != v for k, v in own.items()), own
+
+
+def test_filter_grad_snr_moved_to_diagnostics():
+    with pytest.raises(ValueError, match="filter.grad_snr moved to diagnostics.grad_snr"):
+        validate_filter_config({"grad_snr": {"every": 10}})
+
+
 def test_config_presets():
-    load = lambda name: yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())  # noqa: E731
+    load = _composed
     assert build_filter(load("none")) is None
     top_p = build_filter(load("snr_top_p"))
     # RAGEN-2 §3.3 (paper text): "ranks prompts by variance", top-p linear, zeros excluded
@@ -257,7 +281,6 @@ def test_config_presets():
         "linear",
         False,
     )
-    assert load("snr_top_p")["grad_snr"]["every"] == 10
     # reference code: softmax over the unbiased std, zero-std groups included
     ref = build_filter(load("snr_reference"))
     assert (ref.metric, ref.mode, ref.include_zero, ref.value) == ("reward_std", "softmax", True, 0.9)
@@ -280,7 +303,6 @@ def test_config_presets():
         ({"value": -1}, r"filter.value must be in \(0, 1\] for strategy top_p, got -1"),
         ({"loss_scale": "quadratic"}, "none, linear, sqrt"),
         ({"collapse_stop": {"patiense": 3}}, r"unknown key\(s\) \['patiense'\] in filter.collapse_stop"),
-        ({"grad_snr": {"buckets": 0}}, "filter.grad_snr.buckets must be an int >= 1"),
         ({"max_consecutive_empty": -1}, "max_consecutive_empty"),
         ({"typo": 1}, "unknown key\\(s\\) \\['typo'\\]"),
     ],
