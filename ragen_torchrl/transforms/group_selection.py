@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ..validation import check_choice, check_number
+
 __all__ = [
     "STRATEGIES",
     "MODES",
@@ -60,21 +62,16 @@ _FLOOR_TOL = 1e-9
 # --------------------------------------------------------------------------------------------
 # selection
 # --------------------------------------------------------------------------------------------
+_UNKNOWN_OPTION = "unknown {name} {value!r}; valid options: {choices}"
+
+
 def _check_choice(name: str, got: Any, valid: Sequence[str]) -> None:
-    if got not in valid:
-        raise ValueError(f"unknown {name} {got!r}; valid options: {', '.join(valid)}")
+    check_choice(name, got, valid, message=_UNKNOWN_OPTION)
 
 
 def _check_number(name: str, got: Any, *, minimum: float | None = 0.0) -> float:
-    # bool is an int subclass: reject it so that `value: true` in a YAML file is an error.
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        raise ValueError(f"{name} must be a number, got {got!r}")
-    got = float(got)
-    if not math.isfinite(got):
-        raise ValueError(f"{name} must be finite, got {got!r}")
-    if minimum is not None and got < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {got!r}")
-    return got
+    # bool is an int subclass: check_number rejects it, so that `value: true` in a YAML file is an error.
+    return check_number(name, got, minimum=minimum)
 
 
 def _check_selection_args(strategy: str, value: Any, mode: str, eps: Any) -> tuple[float, float]:

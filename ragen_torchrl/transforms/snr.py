@@ -40,6 +40,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.transforms import Transform
 
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
+from ..validation import check_bool, check_int
 
 # the pure statistics and selection; re-exported here, where users of the filter look first
 from .group_selection import (
@@ -336,16 +337,12 @@ def _merge_checked(node: Any, defaults: Mapping[str, Any], where: str) -> dict[s
     return {**defaults, **node}
 
 
+# the old private names, kept for trainer.stops (which imports them); new code calls ragen_torchrl.validation
 def _check_int(where: str, got: Any, low: int) -> int:
-    if isinstance(got, bool) or not isinstance(got, int) or got < low:
-        raise ValueError(f"{where} must be an int >= {low}, got {got!r}")
-    return got
+    return check_int(where, got, minimum=low)
 
 
-def _check_bool(where: str, got: Any) -> bool:
-    if not isinstance(got, bool):
-        raise ValueError(f"{where} must be true or false, got {got!r}")
-    return got
+_check_bool = check_bool
 
 
 def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
@@ -376,24 +373,24 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     out["val_stop"] = _merge_checked(out["val_stop"], FILTER_CONFIG_DEFAULTS["val_stop"], "filter.val_stop")
     out["name"] = str(out["name"])
     for key in ("enabled", "include_zero", "largest"):
-        _check_bool(f"filter.{key}", out[key])
+        check_bool(f"filter.{key}", out[key])
     _check_choice("filter.metric", out["metric"], METRICS)
     _check_choice("filter.loss_scale", out["loss_scale"], LOSS_SCALE_MODES)
     _check_choice("filter.strategy", out["strategy"], STRATEGIES)
     out["value"] = check_filter_value(out["strategy"], out["value"], "filter.value")
     out["value"], out["eps"] = _check_selection_args(out["strategy"], out["value"], out["mode"], out["eps"])
-    _check_int("filter.max_consecutive_empty", out["max_consecutive_empty"], 0)
+    check_int("filter.max_consecutive_empty", out["max_consecutive_empty"], minimum=0)
     collapse = out["collapse_stop"]
-    _check_bool("filter.collapse_stop.enabled", collapse["enabled"])
-    _check_int("filter.collapse_stop.warmup", collapse["warmup"], 1)
-    _check_int("filter.collapse_stop.patience", collapse["patience"], 1)
+    check_bool("filter.collapse_stop.enabled", collapse["enabled"])
+    check_int("filter.collapse_stop.warmup", collapse["warmup"], minimum=1)
+    check_int("filter.collapse_stop.patience", collapse["patience"], minimum=1)
     collapse["ratio"] = _check_number("filter.collapse_stop.ratio", collapse["ratio"])
     val = out["val_stop"]
-    _check_bool("filter.val_stop.enabled", val["enabled"])
+    check_bool("filter.val_stop.enabled", val["enabled"])
     val["threshold"] = _check_number("filter.val_stop.threshold", val["threshold"])
     if val["threshold"] > 1.0:
         raise ValueError(f"filter.val_stop.threshold must be in [0, 1], got {val['threshold']!r}")
-    _check_int("filter.val_stop.patience", val["patience"], 1)
+    check_int("filter.val_stop.patience", val["patience"], minimum=1)
     return out
 
 
