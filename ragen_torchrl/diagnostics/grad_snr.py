@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from ..validation import check_int
+
 __all__ = ["GradSNRProbe", "rv_buckets", "bucket_grad_norms"]
 
 
@@ -45,8 +47,7 @@ def rv_buckets(group_variances, num_buckets: int = 6) -> torch.Tensor:
         >>> rv_buckets(torch.tensor([0.0, 0.0, 0.0, 1.0]), num_buckets=2)  # ties share bucket 0
         tensor([0, 0, 0, 1])
     """
-    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 1:
-        raise ValueError(f"num_buckets must be an int >= 1, got {num_buckets!r}")
+    check_int("num_buckets", num_buckets, minimum=1)
     values = torch.as_tensor(group_variances)
     if values.ndim > 1:
         raise ValueError(f"group_variances must be 1-D, got shape {tuple(values.shape)}")
@@ -140,10 +141,8 @@ class GradSNRProbe:
     def __init__(self, loss_module, params, buckets: int = 6, every: int = 10, return_key=None, group_key=None):
         from ..keys import EPISODE_RETURN, GROUP_ID
 
-        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-            raise ValueError(f"diagnostics.grad_snr.every must be an int >= 0, got {every!r}")
-        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
-            raise ValueError(f"diagnostics.grad_snr.buckets must be an int >= 1, got {buckets!r}")
+        check_int("diagnostics.grad_snr.every", every, minimum=0)
+        check_int("diagnostics.grad_snr.buckets", buckets, minimum=1)
         self.loss_module, self.buckets, self.every = loss_module, buckets, every
         self.params = [p for p in params if p.requires_grad]
         self.return_key = return_key if return_key is not None else EPISODE_RETURN

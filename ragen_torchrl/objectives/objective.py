@@ -52,6 +52,7 @@ from torchrl.objectives import LossModule
 
 from ..transforms.advantage import GroupAdvantage
 from ..transforms.overlong import OverlongPenalty
+from ..validation import check_choice
 from .dapo import CRITERIA as DS_CRITERIA
 from .dapo import DAPOLoss, DynamicSampler
 from .drgrpo import DrGRPOLoss
@@ -243,10 +244,7 @@ def _clip(value, default):
 
 
 def _choice(value, allowed, key: str) -> str:
-    value = str(value)
-    if value not in allowed:
-        raise ValueError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
+    return check_choice(key, str(value), allowed)
 
 
 def _node(cfg, key) -> dict[str, Any]:
