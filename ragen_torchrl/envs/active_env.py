@@ -32,6 +32,7 @@ from ..keys import (
     PROGRESS_BEFORE,
     SUCCESS,
 )
+from ..validation import check_choice
 from .active_reply import ACTIVE_FORMAT_INSTRUCTIONS, INVALID_REPLY, LAST_TURN_PROMPT, parse_active_reply
 from .games.interactive import InteractiveGame
 from .text_env import TextGameEnv
@@ -95,8 +96,7 @@ class ActiveReasoningEnv(TextGameEnv):
     ) -> None:
         if not 0.0 <= float(noise_repeat) <= 1.0:
             raise ValueError(f"noise_repeat must be in [0, 1], got {noise_repeat}")
-        if malformed not in MALFORMED_MODES:
-            raise ValueError(f"malformed must be one of {', '.join(MALFORMED_MODES)}, got {malformed!r}")
+        check_choice("malformed", malformed, MALFORMED_MODES)
         self.malformed = malformed
         self.require_think = bool(require_think)
         self.noise_repeat = float(noise_repeat)

@@ -39,6 +39,7 @@ import os
 import random
 from typing import Any
 
+from ..validation import check_int
 from .games.base import TextGame
 from .games.countdown import CountdownGame, CountdownProblem, load_countdown_file
 from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, level_split
@@ -87,12 +88,6 @@ def load_problems(path: str | os.PathLike) -> tuple[CountdownProblem, ...]:
     return _load(path, _file_stamp(path))
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 class CountdownEnv(TextGameEnv):
     """Batched Countdown chat env (one turn).
 
@@ -132,9 +127,9 @@ class CountdownEnv(TextGameEnv):
         data_path, val_data_path = check_data_paths(data_path, val_data_path)
         check_val_fraction(val_fraction)
         if num_numbers is not None:
-            num_numbers = _check_int("num_numbers", num_numbers, 2)
-        max_number = _check_int("max_number", max_number, 1)
-        max_target = _check_int("max_target", max_target, 1)
+            num_numbers = check_int("num_numbers", num_numbers, minimum=2, noun="an integer")
+        max_number = check_int("max_number", max_number, minimum=1, noun="an integer")
+        max_target = check_int("max_target", max_target, minimum=1, noun="an integer")
         kwargs.setdefault("max_turn", 1)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_actions_per_traj", 1)

@@ -44,6 +44,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from ..validation import check_int
 from .games.base import TextGame
 from .games.metamathqa import MathProblem, MetaMathQAGame, load_metamathqa
 from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, level_split
@@ -152,8 +153,8 @@ class MetaMathQAEnv(TextGameEnv):
             data_path, val_data_path, accepts="a file path, a hub dataset name", training="the training data"
         )
         check_val_fraction(val_fraction)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"limit must be a positive integer or null, got {limit!r}")
+        if limit is not None:
+            check_int("limit", limit, minimum=1, expected="a positive integer or null")
         if not isinstance(hub_split, str) or not hub_split:
             raise ValueError(f"hub_split must be a non-empty string, got {hub_split!r}")
         kwargs.setdefault("max_turn", 5)
@@ -161,8 +162,7 @@ class MetaMathQAEnv(TextGameEnv):
         kwargs.setdefault("max_actions_per_traj", kwargs["max_turn"])
         kwargs.setdefault("system_prompt", f"{MetaMathQAGame.instructions} {SYSTEM_FORMAT}")
         max_attempts = kwargs["max_turn"]
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_turn must be a positive integer, got {max_attempts!r}")
+        check_int("max_turn", max_attempts, minimum=1, expected="a positive integer")
         self.data_path, self.val_data_path, self.val_fraction = data_path, val_data_path, float(val_fraction)
 
         pools = data_pools(

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..validation import check_int
 from .games.sokoban import SokobanGame
 from .splits import draw_in_split
 from .text_env import TextGameEnv
@@ -38,9 +39,7 @@ __all__ = ["SokobanEnv", "SokobanGame"]
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+    return check_int(name, value, minimum=minimum, noun="an integer")
 
 
 class SokobanEnv(TextGameEnv):

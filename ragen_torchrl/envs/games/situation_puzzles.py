@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ragen_torchrl.envs.games.interactive import InteractiveGame
+from ragen_torchrl.validation import check_int
 
 __all__ = [
     "Fact",
@@ -200,8 +201,7 @@ class HFJudge:
         prompt: str = JUDGE_PROMPT,
         max_question_chars: int = 500,
     ):
-        if isinstance(max_question_chars, bool) or not isinstance(max_question_chars, int) or max_question_chars < 1:
-            raise ValueError(f"max_question_chars must be a positive integer, got {max_question_chars!r}")
+        check_int("max_question_chars", max_question_chars, minimum=1, expected="a positive integer")
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = int(max_new_tokens)
