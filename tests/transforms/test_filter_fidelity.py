@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from tensordict import TensorDict
 
 from ragen_torchrl.transforms.snr import (
@@ -31,7 +30,12 @@ RETURNS = [1.0, 0.0, 1.0, 1.0, 0.0, 2.0]  # var .5, 0, 2; std .7071, 0, 1.4142
 
 
 def load(name):
-    return yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+    """The ``filter`` node Hydra composes for ``filter=name`` (presets inherit from snr_top_p)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR.parent), version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=[f"filter={name}"]).filter)
 
 
 def records(returns=RETURNS, groups=GROUPS, **extra):
