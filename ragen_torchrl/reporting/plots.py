@@ -108,18 +108,31 @@ def _line_with_band(ax, groups: Sequence[Group], series_of, colours) -> None:
         ax.fill_between(its, lo, hi, color=colour, alpha=0.2, linewidth=0)
 
 
-def plot_val_success(groups: Sequence[Group], path: str | Path) -> Path:
-    """Validation success against iteration per group: mean over seeds with a ±1 SE band (see module example)."""
+def _band_plot(groups: Sequence[Group], series_of, path, title: str, xlabel: str, ylabel: str, ylim) -> Path:
+    """One line per group (mean over seeds) with a ±1 SE band: the scaffolding every band plot shares."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    _line_with_band(ax, groups, lambda r: r.val_series("success"), _colours(len(groups)))
-    ax.set_title("Validation success over training (mean ± 1 SE across seeds)")
-    ax.set_xlabel("training iteration (0 = before training)")
-    ax.set_ylabel("validation success rate (fraction of levels solved)")
-    ax.set_ylim(-0.03, 1.03)
+    _line_with_band(ax, groups, series_of, _colours(len(groups)))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
     _legend(ax, "group")
     return _save(fig, path)
+
+
+def plot_val_success(groups: Sequence[Group], path: str | Path) -> Path:
+    """Validation success against iteration per group: mean over seeds with a ±1 SE band (see module example)."""
+    return _band_plot(
+        groups,
+        lambda r: r.val_series("success"),
+        path,
+        "Validation success over training (mean ± 1 SE across seeds)",
+        "training iteration (0 = before training)",
+        "validation success rate (fraction of levels solved)",
+        (-0.03, 1.03),
+    )
 
 
 def _moving_average(series: Sequence[tuple[int, float]], window: int) -> list[tuple[int, float]]:
@@ -143,16 +156,15 @@ def plot_train_success(groups: Sequence[Group], path: str | Path, window: int = 
         >>> plot_train_success([g], Path(tempfile.mkdtemp()) / "train_success.png").name
         'train_success.png'
     """
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    _line_with_band(ax, groups, lambda r: _moving_average(r.series("rollout/success"), window), _colours(len(groups)))
-    ax.set_title(f"Training-rollout success (trailing mean over {window} iterations; ± 1 SE across seeds)")
-    ax.set_xlabel("training iteration")
-    ax.set_ylabel("training success rate (fraction of rollouts)")
-    ax.set_ylim(-0.03, 1.03)
-    ax.grid(alpha=0.3)
-    _legend(ax, "group")
-    return _save(fig, path)
+    return _band_plot(
+        groups,
+        lambda r: _moving_average(r.series("rollout/success"), window),
+        path,
+        f"Training-rollout success (trailing mean over {window} iterations; ± 1 SE across seeds)",
+        "training iteration",
+        "training success rate (fraction of rollouts)",
+        (-0.03, 1.03),
+    )
 
 
 def plot_update_time(groups: Sequence[Group], path: str | Path) -> Path:
@@ -164,16 +176,15 @@ def plot_update_time(groups: Sequence[Group], path: str | Path) -> Path:
         >>> plot_update_time([g], Path(tempfile.mkdtemp()) / "update_time.png").name
         'update_time.png'
     """
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    _line_with_band(ax, groups, update_times, _colours(len(groups)))
-    ax.set_title("Policy update time per iteration (mean ± 1 SE across seeds; skipped update = 0 s)")
-    ax.set_xlabel("training iteration")
-    ax.set_ylabel("update time (s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    _legend(ax, "group")
-    return _save(fig, path)
+    return _band_plot(
+        groups,
+        update_times,
+        path,
+        "Policy update time per iteration (mean ± 1 SE across seeds; skipped update = 0 s)",
+        "training iteration",
+        "update time (s)",
+        (0, None),
+    )
 
 
 def plot_success_vs_diagnostic(groups: Sequence[Group], points: DiagnosticPoints, path: str | Path, pct: str) -> Path:

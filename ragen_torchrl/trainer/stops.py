@@ -28,7 +28,8 @@ from ..transforms.group_selection import (
     filter_stats,
     group_codes,
 )
-from ..transforms.snr import LOSS_SCALE_MODES, _check_bool, _check_int, validate_filter_config
+from ..transforms.snr import LOSS_SCALE_MODES, validate_filter_config
+from ..validation import check_bool, check_int
 
 __all__ = ["FilterGuard", "ValidationStop", "loss_scale", "unfiltered_stats"]
 
@@ -271,8 +272,8 @@ class ValidationStop:
         threshold = _check_number("val_stop.threshold", threshold)
         if threshold > 1.0:
             raise ValueError(f"val_stop.threshold must be in [0, 1], got {threshold!r}")
-        _check_int("val_stop.patience", patience, 1)
-        _check_bool("val_stop.enabled", enabled)
+        check_int("val_stop.patience", patience, minimum=1)
+        check_bool("val_stop.enabled", enabled)
         self.threshold = threshold
         self.patience = patience
         self.enabled = enabled

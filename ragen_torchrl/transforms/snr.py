@@ -337,14 +337,6 @@ def _merge_checked(node: Any, defaults: Mapping[str, Any], where: str) -> dict[s
     return {**defaults, **node}
 
 
-# the old private names, kept for trainer.stops (which imports them); new code calls ragen_torchrl.validation
-def _check_int(where: str, got: Any, low: int) -> int:
-    return check_int(where, got, minimum=low)
-
-
-_check_bool = check_bool
-
-
 def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     """Check a ``filter`` config node and return it as a plain dict with defaults filled in.
 
