@@ -6,18 +6,6 @@ Example:
     True
 """
 
-from .grouped import (
-    POLICY_OUTPUT_KEYS,
-    PolicyContractError,
-    check_policy_output,
-    collect_rollouts,
-    make_generation_policy,
-)
-
-__all__ = [
-    "POLICY_OUTPUT_KEYS",
-    "PolicyContractError",
-    "check_policy_output",
-    "collect_rollouts",
-    "make_generation_policy",
-]
+# one module for now: its public names are the package's
+from .grouped import *  # noqa: F403
+from .grouped import __all__  # noqa: F401

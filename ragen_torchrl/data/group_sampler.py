@@ -21,8 +21,6 @@ from torchrl.data.replay_buffers.storages import Storage
 
 from ragen_torchrl.transforms.snr import SNRFilter, filter_arguments
 
-from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
-
 __all__ = ["TopVarianceGroupSampler"]
 
 
@@ -46,15 +44,14 @@ class TopVarianceGroupSampler(Sampler):
 
     ``last_stats`` holds the filter statistics (see ``SNRFilter``) of the last recomputation.
 
-    Args:
-        metric, strategy, value, mode, include_zero, eps, largest: as in
-            :class:`~ragen_torchrl.transforms.snr.SNRFilter` (same defaults: the paper's rule,
+    Keyword Args:
+        without_replacement: sample in shuffled epochs over the kept rows. Defaults to False.
+        **filter_kwargs: the selection arguments (``metric``, ``strategy``, ``value``, ``mode``,
+            ``include_zero``, ``eps``, ``largest``) and storage columns (``group_key``,
+            ``return_key``, ``entropy_key``, ``length_key``) of
+            :class:`~ragen_torchrl.transforms.snr.SNRFilter`, with its defaults (the paper's rule:
             reward variance, top_p 0.9 linear, zero-variance groups excluded; ``value`` must be
             in its strategy's range).
-
-    Keyword Args:
-        group_key, return_key, entropy_key, length_key: storage columns, as in ``SNRFilter``.
-        without_replacement: sample in shuffled epochs over the kept rows. Defaults to False.
 
     Examples:
         >>> import torch
@@ -69,36 +66,9 @@ class TopVarianceGroupSampler(Sampler):
         [0]
     """
 
-    def __init__(
-        self,
-        metric: str = "reward_variance",
-        strategy: str = "top_p",
-        value: float = 0.9,
-        mode: str = "linear",
-        include_zero: bool = False,
-        eps: float = 0.01,
-        largest: bool = True,
-        *,
-        group_key=GROUP_ID,
-        return_key=EPISODE_RETURN,
-        entropy_key=ENTROPY,
-        length_key=NUM_TOKENS,
-        without_replacement: bool = False,
-    ):
+    def __init__(self, *, without_replacement: bool = False, **filter_kwargs: Any):
         # The filter validates the arguments and does the scoring; the sampler only caches.
-        self._filter = SNRFilter(
-            metric=metric,
-            strategy=strategy,
-            value=value,
-            mode=mode,
-            include_zero=include_zero,
-            eps=eps,
-            largest=largest,
-            group_key=group_key,
-            return_key=return_key,
-            entropy_key=entropy_key,
-            length_key=length_key,
-        )
+        self._filter = SNRFilter(**filter_kwargs)
         if not isinstance(without_replacement, bool):
             raise ValueError(f"without_replacement must be a bool, got {without_replacement!r}")
         self.without_replacement = without_replacement

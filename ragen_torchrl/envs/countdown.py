@@ -18,12 +18,12 @@ training problems. With ``val_data_path`` the file at ``data_path`` is used whol
 training and the other whole for validation.
 
 Example:
-    >>> import tensordict, torch
+    >>> import tensordict
     >>> tensordict.set_list_to_stack(True).set()
-    >>> from tensordict import TensorDict
     >>> from torchrl.data.llm import History
     >>> env = CountdownEnv(num_envs=1)
-    >>> td = env.reset(TensorDict(level_seed=torch.tensor([0]), group_id=torch.tensor([0]), batch_size=[1]))
+    >>> _ = env.set_seed(0)
+    >>> td = env.reset()  # a training level drawn from the env's generator
     >>> answer = env.games[0].oracle_action()
     >>> reply = History(role="assistant", content=env.format_reply("solve", [answer]), batch_size=(1,))
     >>> _ = td.set(("history", "full"), td["history", "prompt"].extend(reply.unsqueeze(0), inplace=False, dim=-1))

@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .config import ConfigError
@@ -339,3 +341,30 @@ def check_resume_config(
     for key, old, new in refused:
         log.warning("resume: %s=true, accepting a change that alters the run: %s: %r -> %r", ALLOW_KEY, key, old, new)
     return changes
+
+
+def rng_state() -> dict[str, Any]:
+    """The Python, NumPy, torch (and CUDA) RNG states, for a checkpoint."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def restore_rng_state(rng: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured (the CUDA part only where CUDA is present).
+
+    Example:
+        >>> state = rng_state()
+        >>> a = torch.rand(2)
+        >>> restore_rng_state(state)
+        >>> torch.equal(a, torch.rand(2))
+        True
+    """
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])

@@ -31,33 +31,38 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
-from ..data.minibatch import group_minibatches
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import GradSNRProbe
 from ..envs import make_env
 from ..keys import (
-    ADVANTAGE,
     EPISODE_RETURN,
     GROUP_ID,
-    LOG_PROBS_FULL,
     MASKS_ASSISTANT,
     NUM_TOKENS,
     NUM_TURNS,
-    REF_LOG_PROBS_FULL,
     SUCCESS,
     T3_RULE_FIRED,
     TRUNCATED_BY_T3,
 )
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
-from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
+from ..objectives.grpo import make_logprob_policy
 from ..transforms.snr import build_filter, validate_filter_config
-from .checkpoint import LAST, check_resume_config, load_latest, read_checkpoint, save_rotating
+from .checkpoint import (
+    LAST,
+    check_resume_config,
+    load_latest,
+    read_checkpoint,
+    restore_rng_state,
+    rng_state,
+    save_rotating,
+)
 from .config import ConfigError, check_run_dir, validate_config
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
     ResumableTensorboardLogger,
     conversation_text,
+    final_validation_line,
     iteration_line,
     make_tensorboard_logger,
     skipped_update_reason,
@@ -67,21 +72,9 @@ from .rollout import collect_rollouts, make_generation_policy, train_level_seeds
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
 from .stops import FilterGuard, ValidationStop, loss_scale, unfiltered_stats
 from .summary import SUMMARY_FILE, write_summary
+from .update import optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
 
 log = logging.getLogger(__name__)
-
-
-def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
-    """Multiply every row's ``advantage`` by ``scale`` (rows may be ragged, e.g. PPO's per-token GAE).
-
-    Example:
-        >>> import torch
-        >>> from tensordict import TensorDict, lazy_stack
-        >>> b = lazy_stack([TensorDict(advantage=torch.ones(2, 1)), TensorDict(advantage=-torch.ones(3, 1))])
-        >>> [a.reshape(-1).tolist() for a in scale_advantages(b, 0.5).get("advantage", as_list=True)]
-        [[0.5, 0.5], [-0.5, -0.5, -0.5]]
-    """
-    return lazy_stack([row.set(ADVANTAGE, row.get(ADVANTAGE) * scale) for row in batch.unbind(0)])
 
 
 class Trainer:
@@ -280,68 +273,10 @@ class Trainer:
 
     # -- one iteration -------------------------------------------------------------------
     def _update(self, batch: TensorDictBase) -> dict[str, float]:
-        a = self.cfg.algo
-        n = batch.batch_size[0]
-        mb = min(int(a.mini_batch_size), n)
-        sums: dict[str, float] = {}
-        steps = skipped = 0
-        grouped = str(a.get("minibatch", "group")) == "group"
-        for _epoch in range(int(a.ppo_epochs)):
-            if grouped:
-                # whole prompt groups per step: group-centred advantages then cancel on the
-                # tokens a group shares (see ragen_torchrl.data.minibatch)
-                batches = group_minibatches(batch.get(GROUP_ID), mb)
-            else:
-                order = torch.randperm(n)
-                batches = [order[start : start + mb] for start in range(0, n, mb)]
-            for idx in batches:
-                minibatch = batch[idx]
-                out = self.loss_module(minibatch)
-                loss = self.objective.total_loss(out)
-                if not torch.isfinite(loss):
-                    # never step on a NaN/inf loss: the weights would be corrupted
-                    skipped += 1
-                    self.optimizer.zero_grad(set_to_none=True)
-                    continue
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.objective.trainable_parameters(), float(a.max_grad_norm) or float("inf")
-                )
-                if not torch.isfinite(grad_norm):
-                    skipped += 1
-                    self.optimizer.zero_grad(set_to_none=True)
-                    continue
-                self.optimizer.step()
-                steps += 1
-                vals = self.objective.metrics(out, minibatch)
-                vals.update(loss=loss.item(), grad_norm=grad_norm.item())
-                for k, v in vals.items():
-                    sums[k] = sums.get(k, 0.0) + v
-        metrics = {k: v / max(steps, 1) for k, v in sums.items()}
-        metrics["optimizer_steps"] = float(steps)
-        metrics["skipped_nonfinite"] = float(skipped)
-        return metrics
+        return optimize(batch, self.loss_module, self.objective, self.optimizer, self.cfg.algo)
 
     def _training_batch(self, records: TensorDictBase, scale: float = 1.0) -> tuple[TensorDictBase, TensorDictBase]:
-        """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
-
-        ``scale`` (the filter's kept-ratio loss scaling) multiplies the advantages, i.e. the
-        policy-gradient (task) term only, as RAGEN-2's reference does; entropy, KL and critic
-        terms keep their weight.
-        """
-        batch = self.objective.advantage(records)
-        behaviour = compute_behaviour_log_probs(self.actor, batch)
-        batch = attach_training_data(batch, behaviour)
-        if self.ref_actor is not None:
-            ref = compute_behaviour_log_probs(self.ref_actor, batch)
-            batch = lazy_stack(
-                [row.set(REF_LOG_PROBS_FULL, r.get(LOG_PROBS_FULL)) for row, r in zip(batch.unbind(0), ref.unbind(0))]
-            )
-        batch = self.objective.prepare(batch)
-        if scale != 1.0:
-            batch = scale_advantages(batch, scale)
-        return batch, behaviour
+        return training_batch(records, self.objective, self.actor, self.ref_actor, scale)
 
     def _collect_more(self, num_groups: int) -> TensorDictBase:
         """Fresh groups on new levels (DAPO's refill); at most P groups per rollout call."""
@@ -454,12 +389,7 @@ class Trainer:
             "iteration": self.iteration,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            },
+            "rng": rng_state(),
             "history": self.history,
             "guard": self.guard.state_dict(),
             "val_stop": self.val_stop.state_dict(),
@@ -487,12 +417,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.objective.load_state_dict(state.get("objective") or {})
         self.optimizer.load_state_dict(state["optimizer"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng.get("cuda") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        restore_rng_state(state["rng"])
         self.history = state.get("history", [])
         if state.get("guard"):
             self.guard.load_state_dict(state["guard"])
@@ -570,15 +495,6 @@ class Trainer:
             "final_policy": final_policy,
         }
         write_summary(self.run_dir / SUMMARY_FILE, **summary)
-        if val_start is not None and val_end is not None:
-            print(
-                f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
-                f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
-                f"({val_end.get('num_trajectories', 0):.0f} levels, {summary['seconds']:.0f}s)",
-                flush=True,
-            )
-        elif val_end is not None:
-            print(
-                f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}", flush=True
-            )
+        if val_end is not None:
+            print(final_validation_line(val_start, val_end, summary["seconds"]), flush=True)
         return summary

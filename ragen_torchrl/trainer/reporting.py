@@ -122,3 +122,23 @@ def conversation_text(records: TensorDictBase, index: int) -> str:
     lines = [f"**{r}**: {c}" for r, c in zip(hist.role, hist.content)]
     ret = records[index].get(EPISODE_RETURN).item()
     return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"
+
+
+def final_validation_line(val_start: dict | None, val_end: dict, seconds: float) -> str:
+    """The line a run prints at its end: validation success at the start and at the end.
+
+    Example:
+        >>> start = {"success": 0.25, "success_stderr": 0.02}
+        >>> end = {"success": 0.5, "success_stderr": 0.03, "num_trajectories": 256}
+        >>> final_validation_line(start, end, 61.0)
+        'validation success: start 0.250 ± 0.020 -> end 0.500 ± 0.030 (256 levels, 61s)'
+        >>> final_validation_line(None, end, 61.0)
+        'validation success at the end: 0.500 ± 0.030'
+    """
+    if val_start is None:
+        return f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}"
+    return (
+        f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
+        f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
+        f"({val_end.get('num_trajectories', 0):.0f} levels, {seconds:.0f}s)"
+    )

@@ -5,6 +5,7 @@
 * :func:`select_groups` -- which groups to keep, given one score per group (top-p linear or
   softmax, top-k, top-k absolute, min-p).
 * :func:`check_filter_value` -- the valid range of a strategy's ``value``.
+* :class:`GroupSelection` -- the six selection settings, checked once, as one frozen value.
 
 No TorchRL here: :class:`~ragen_torchrl.transforms.snr.SNRFilter` (a transform) and
 :class:`~ragen_torchrl.data.group_sampler.TopVarianceGroupSampler` (a sampler) wrap these, and the
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from ..validation import check_choice, check_number
+from ..validation import check_bool, check_choice, check_number
 
 __all__ = [
     "STRATEGIES",
@@ -33,6 +35,7 @@ __all__ = [
     "METRICS",
     "ENTROPY_METRICS",
     "check_filter_value",
+    "GroupSelection",
     "select_groups",
     "group_scores",
 ]
@@ -123,6 +126,47 @@ def check_filter_value(strategy: str, value: Any, key: str = "value") -> float:
     if not ok:
         raise ValueError(f"{key} must be {allowed} for strategy {strategy}, got {value!r}")
     return got
+
+
+@dataclass(frozen=True)
+class GroupSelection:
+    """The settings of :func:`select_groups`, checked once, as one frozen value.
+
+    What a configured filter or sampler holds: ``value`` must lie in its strategy's range
+    (:func:`check_filter_value`, stricter than :func:`select_groups` itself), ``eps`` is a
+    non-negative number and the flags are booleans. The defaults are the paper's rule
+    (RAGEN-2 §3.3: top_p 0.9, linear, zero-score groups excluded).
+
+    Examples:
+        >>> import torch
+        >>> rule = GroupSelection(strategy="top_k", value=0.5)
+        >>> rule.select(torch.tensor([0.5, 0.0, 2.0, 1.0]))
+        tensor([2, 3])
+        >>> GroupSelection(value=90)
+        Traceback (most recent call last):
+        ...
+        ValueError: value must be in (0, 1] for strategy top_p, got 90
+    """
+
+    strategy: str = "top_p"
+    value: float = 0.9
+    mode: str = "linear"
+    include_zero: bool = False
+    eps: float = 0.01
+    largest: bool = True
+
+    def __post_init__(self) -> None:
+        value = check_filter_value(self.strategy, self.value)
+        value, eps = _check_selection_args(self.strategy, value, self.mode, self.eps)
+        for name in ("include_zero", "largest"):
+            check_bool(name, getattr(self, name))
+        # frozen: the checked floats replace what was given (e.g. 4 -> 4.0)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "eps", eps)
+
+    def select(self, scores) -> torch.Tensor:
+        """:func:`select_groups` with these settings: kept group indices, best first."""
+        return select_groups(scores, **asdict(self))
 
 
 def select_groups(

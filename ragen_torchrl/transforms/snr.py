@@ -48,6 +48,7 @@ from .group_selection import (
     METRICS,
     MODES,
     STRATEGIES,
+    GroupSelection,
     _check_choice,
     _check_number,
     _check_selection_args,
@@ -167,11 +168,7 @@ class SNRFilter(Transform):
         filter_on_forward: bool | None = None,
     ):
         _check_choice("metric", metric, METRICS)
-        value = check_filter_value(strategy, value)
-        value, eps = _check_selection_args(strategy, value, mode, eps)
-        for name, flag in (("include_zero", include_zero), ("largest", largest)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be a bool, got {flag!r}")
+        self.selection = GroupSelection(strategy, value, mode, include_zero, eps, largest)
         if filter_on_forward not in (None, True, False):
             raise ValueError(f"filter_on_forward must be None, True or False, got {filter_on_forward!r}")
         in_keys = [group_key, return_key]
@@ -181,12 +178,6 @@ class SNRFilter(Transform):
             in_keys.append(length_key)
         super().__init__(in_keys=in_keys, out_keys=[])
         self.metric = metric
-        self.strategy = strategy
-        self.value = value
-        self.mode = mode
-        self.include_zero = include_zero
-        self.eps = eps
-        self.largest = largest
         self.group_key = group_key
         self.return_key = return_key
         self.entropy_key = entropy_key
@@ -195,6 +186,14 @@ class SNRFilter(Transform):
         self.last_stats: dict[str, float] = {}
         self.last_row_mask: torch.Tensor | None = None
         self._used_at_write_time = False
+
+    # the selection settings live in one checked, frozen value; read-only here
+    strategy = property(lambda self: self.selection.strategy)
+    value = property(lambda self: self.selection.value)
+    mode = property(lambda self: self.selection.mode)
+    include_zero = property(lambda self: self.selection.include_zero)
+    eps = property(lambda self: self.selection.eps)
+    largest = property(lambda self: self.selection.largest)
 
     @classmethod
     def from_config(cls, cfg: Mapping, **kwargs) -> SNRFilter | None:
@@ -240,15 +239,7 @@ class SNRFilter(Transform):
         elif self.metric == "length":
             lengths = torch.as_tensor(self._read(td, self.length_key)).cpu()
         ids, scores = group_scores(returns, codes, self.metric, entropy=entropy, lengths=lengths)
-        kept = select_groups(
-            scores,
-            strategy=self.strategy,
-            value=self.value,
-            mode=self.mode,
-            include_zero=self.include_zero,
-            eps=self.eps,
-            largest=self.largest,
-        )
+        kept = self.selection.select(scores)
         # Reward statistics are logged whatever the selection metric is.
         _, inverse = torch.unique(codes, sorted=True, return_inverse=True)
         _, _, reward_var = _segment_moments(returns, inverse, ids.numel())

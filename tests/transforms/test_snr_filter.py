@@ -204,7 +204,7 @@ def test_constructor_validation():
         SNRFilter(metric="std")
     with pytest.raises(ValueError, match="top_p, top_k"):
         SNRFilter(strategy="best")
-    with pytest.raises(ValueError, match="include_zero must be a bool"):
+    with pytest.raises(ValueError, match="include_zero must be true or false"):
         SNRFilter(include_zero="no")
     with pytest.raises(ValueError, match="batch of trajectories"):
         SNRFilter()(TensorDict(group_id=torch.tensor(0), episode_return=torch.tensor(1.0)))
