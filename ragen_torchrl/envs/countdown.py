@@ -116,12 +116,12 @@ class CountdownEnv(TextGameEnv):
         self,
         *,
         num_envs: int = 1,
-        data_path: str | os.PathLike | None = None,
-        val_data_path: str | os.PathLike | None = None,
-        val_fraction: float = 0.1,
         num_numbers: int | None = None,
         max_number: int = 99,
         max_target: int = 1000,
+        data_path: str | os.PathLike | None = None,
+        val_data_path: str | os.PathLike | None = None,
+        val_fraction: float = 0.1,
         **kwargs: Any,
     ) -> None:
         data_path, val_data_path = check_data_paths(data_path, val_data_path)
