@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragen_torchrl.validation import check_choice
+
 #: a TensorDict key: a string, or a tuple of strings for a nested key (``tensordict.NestedKey``;
 #: spelled here so that this module imports nothing heavy)
 NestedKey = str | tuple[str, ...]
@@ -251,8 +253,7 @@ def key_info(key: NestedKey) -> KeyInfo:
 
 def keys_in(group: str) -> tuple[NestedKey, ...]:
     """The keys of one group of :data:`GROUPS`."""
-    if group not in GROUPS:
-        raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
+    check_choice("group", group, GROUPS)
     return tuple(info.key for info in KEY_TABLE if group in info.groups)
 
 

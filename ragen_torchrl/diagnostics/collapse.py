@@ -30,6 +30,8 @@ import time
 import torch
 from tensordict import TensorDictBase
 
+from ragen_torchrl.validation import check_choice
+
 from ..envs.parsing import THINK_RE
 from ..keys import GROUP_ID, HISTORY_FULL
 from .cross_scoring import METHODS, cross_score
@@ -90,8 +92,7 @@ class CollapseMonitor:
     ) -> None:
         if num_pairs < 1 or every < 1:
             raise ValueError(f"num_pairs and every must be >= 1, got {num_pairs}, {every}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        check_choice("method", method, METHODS)
         self.method, self.dtype = method, dtype
         self.model, self.tokenizer = model, tokenizer
         self.num_pairs, self.every, self.think_tag = num_pairs, every, think_tag

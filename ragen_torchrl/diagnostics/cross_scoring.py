@@ -70,6 +70,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ragen_torchrl.validation import check_choice
+
 # the KV-cache helpers are re-exported for callers (and tests) that import them from here
 from .kv_prefix import (
     _context_chunks,
@@ -303,8 +305,7 @@ def cross_score(
         >>> bool(torch.allclose(mean_c, mean_n, atol=1e-4)), tuple(mean_c.shape)
         (True, (3, 2))
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice("method", method, METHODS)
     if dtype is not None:
         resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
         if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:

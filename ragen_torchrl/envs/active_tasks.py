@@ -18,6 +18,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ragen_torchrl.validation import check_choice
+
 from .active_env import ActiveReasoningEnv
 from .games.circuit_decoding import CircuitDecodingGame
 from .games.guess_numbers import GuessNumbersGame
@@ -117,8 +119,7 @@ class GuessNumbersEnv(ActiveReasoningEnv):
 
         self.num_digits, self.num_symbols = _check_size(num_digits, num_symbols)
         self.terse = bool(terse)
-        if split_by not in GuessNumbersGame.SPLIT_BY:
-            raise ValueError(f"split_by must be one of {GuessNumbersGame.SPLIT_BY}, got {split_by!r}")
+        check_choice("split_by", split_by, GuessNumbersGame.SPLIT_BY)
 
         factory = split_level_factory(
             GuessNumbersGame.generate,
@@ -188,8 +189,7 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
     ) -> None:
         self.num_circuits, self.n_inputs, self.family = int(num_circuits), int(n_inputs), family
         self.terse = bool(terse)
-        if split_by not in CircuitDecodingGame.SPLIT_BY:
-            raise ValueError(f"split_by must be one of {CircuitDecodingGame.SPLIT_BY}, got {split_by!r}")
+        check_choice("split_by", split_by, CircuitDecodingGame.SPLIT_BY)
 
         factory = split_level_factory(
             CircuitDecodingGame.generate,

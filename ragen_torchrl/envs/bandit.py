@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen_torchrl.validation import check_choice
+
 from .games.bandit import BanditGame
 from .splits import level_split
 from .text_env import TextGameEnv, sample_seed
@@ -68,8 +70,7 @@ class BanditEnv(TextGameEnv):
     """
 
     def __init__(self, *, num_envs: int = 1, payout_seeding: str = "level", **kwargs: Any) -> None:
-        if payout_seeding not in PAYOUT_SEEDINGS:
-            raise ValueError(f"payout_seeding must be one of {PAYOUT_SEEDINGS}, got {payout_seeding!r}")
+        check_choice("payout_seeding", payout_seeding, PAYOUT_SEEDINGS)
         self.payout_seeding = payout_seeding
         kwargs.setdefault("max_turn", 1)
         kwargs.setdefault("max_actions_per_turn", 1)

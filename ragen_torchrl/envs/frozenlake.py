@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen_torchrl.validation import check_choice
+
 from .games.frozenlake import OBSERVATIONS, FrozenLakeGame
 from .text_env import TextGameEnv, sample_seed
 
@@ -72,10 +74,8 @@ class FrozenLakeEnv(TextGameEnv):
         slip_seeding: str = "level",
         **kwargs: Any,
     ) -> None:
-        if observation not in OBSERVATIONS:
-            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
-        if slip_seeding not in SLIP_SEEDINGS:
-            raise ValueError(f"slip_seeding must be one of {SLIP_SEEDINGS}, got {slip_seeding!r}")
+        check_choice("observation", observation, OBSERVATIONS)
+        check_choice("slip_seeding", slip_seeding, SLIP_SEEDINGS)
         if not 0.0 <= success_rate <= 1.0:
             raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
         if not 0.0 < p_frozen <= 1.0:

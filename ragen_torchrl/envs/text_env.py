@@ -68,6 +68,8 @@ from torchrl.data.llm import History
 from torchrl.envs import TransformedEnv
 from torchrl.envs.llm import ChatEnv
 
+from ragen_torchrl.validation import check_choice
+
 from ..keys import (
     ACTION_IS_EFFECTIVE,
     ACTION_IS_VALID,
@@ -252,8 +254,7 @@ class TextGameEnv(ChatEnv):
         answer once per turn with the oracle. Override for other reply formats (accept and
         ignore ``noise_kind`` if it does not apply).
         """
-        if noise_kind not in NOISE_KINDS:
-            raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
+        check_choice("noise_kind", noise_kind, NOISE_KINDS)
         k = rng.randint(1, self.max_actions_per_turn) if game.action_names else 1
         actions, reasons, done = [], [], False
         for _ in range(min(k, actions_left)):

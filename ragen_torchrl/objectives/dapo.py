@@ -32,6 +32,8 @@ import torch
 from tensordict import TensorDictBase, lazy_stack
 from torchrl.objectives.llm import DAPO
 
+from ragen_torchrl.validation import check_choice
+
 from ..keys import EPISODE_RETURN, GROUP_ID, SUCCESS
 from .metrics import INPUT_CONTRACT, TokenStatsMixin
 
@@ -148,8 +150,7 @@ class DynamicSampler:
             raise ValueError(f"max_extra_rollouts must be a non-negative integer, got {max_extra_rollouts!r}")
         if not oversample >= 1.0:
             raise ValueError(f"oversample must be >= 1, got {oversample!r}")
-        if criterion not in CRITERIA:
-            raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+        check_choice("criterion", criterion, CRITERIA)
         self.max_extra_rollouts = int(max_extra_rollouts)
         self.oversample = float(oversample)
         self.tol = float(tol)

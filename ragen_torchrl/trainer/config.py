@@ -450,10 +450,7 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     if _get(cfg, "diagnostics.mi") is not None:
         from ..diagnostics.cross_scoring import METHODS
 
-        if _get(cfg, "diagnostics.mi.method") not in (None, *METHODS):
-            raise ConfigError(
-                f"diagnostics.mi.method must be one of {METHODS}, got {_get(cfg, 'diagnostics.mi.method')!r}"
-            )
+        check_choice(cfg, "diagnostics.mi.method", METHODS)
     if _get(cfg, "filter") is not None:
         from ..transforms.snr import validate_filter_config
 

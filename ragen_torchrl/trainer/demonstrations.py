@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import random
 
+from ragen_torchrl.validation import check_choice
+
 from ..envs.parsing import THINK_RE
 from ..envs.text_env import NOISE_KINDS, TextGameEnv, sample_seed
 
@@ -103,10 +105,8 @@ def make_demonstrations(
 
     if not 0.0 <= noise <= 1.0:
         raise ValueError(f"sft.noise must be in [0, 1], got {noise}")
-    if noise_kind not in NOISE_KINDS:
-        raise ValueError(f"sft.noise_kind must be one of {NOISE_KINDS}, got {noise_kind!r}")
-    if reasoning not in REASONING_KINDS:
-        raise ValueError(f"sft.reasoning must be one of {REASONING_KINDS}, got {reasoning!r}")
+    check_choice("sft.noise_kind", noise_kind, NOISE_KINDS)
+    check_choice("sft.reasoning", reasoning, REASONING_KINDS)
     if num_episodes < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
     rng = random.Random(seed)

@@ -58,6 +58,7 @@ from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-export
     truth_table,
 )
 from ragen_torchrl.envs.games.interactive import InteractiveGame
+from ragen_torchrl.validation import check_choice
 
 # the game, and the formula names (importable from here as before the split)
 __all__ = ["CircuitDecodingGame", *circuit_formulas.__all__]
@@ -168,8 +169,7 @@ class CircuitDecodingGame(InteractiveGame):
         """
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        if split_by not in cls.SPLIT_BY:
-            raise ValueError(f"split_by must be one of {cls.SPLIT_BY}, got {split_by!r}")
+        check_choice("split_by", split_by, cls.SPLIT_BY)
         classes = candidate_classes(n_inputs, family)
         tables = sorted(classes)
         if num_circuits > len(tables):

@@ -35,6 +35,8 @@ from __future__ import annotations
 import random
 from collections import deque
 
+from ragen_torchrl.validation import check_choice
+
 from .base import TextGame
 
 #: action name -> (row delta, col delta); order matches gymnasium's action ids 0..3
@@ -137,8 +139,7 @@ class FrozenLakeGame(TextGame):
     ) -> None:
         if not 0.0 <= success_rate <= 1.0:
             raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
-        if observation not in OBSERVATIONS:
-            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+        check_choice("observation", observation, OBSERVATIONS)
         self.observation = observation
         if desc is None:
             if seed is None:

@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from ragen_torchrl.envs.games.interactive import InteractiveGame
+from ragen_torchrl.validation import check_choice
 
 __all__ = [
     "ALL_CODES",
@@ -297,8 +298,7 @@ class GuessNumbersGame(InteractiveGame):
         """
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        if split_by not in cls.SPLIT_BY:
-            raise ValueError(f"split_by must be one of {cls.SPLIT_BY}, got {split_by!r}")
+        check_choice("split_by", split_by, cls.SPLIT_BY)
         codes = all_codes(num_digits, num_symbols)
         rng = random.Random(f"GuessNumbers/{split}/{int(seed)}")
         while True:

@@ -23,6 +23,7 @@ from typing import Any
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.preference_belief import PreferencePosterior, comparison_estimate, cosine
 from ragen_torchrl.envs.games.preference_questions import parse_vector, split_estimate
+from ragen_torchrl.validation import check_choice
 
 __all__ = ["PreferenceQuestionGame"]
 
@@ -40,8 +41,7 @@ class PreferenceQuestionGame(InteractiveGame):
 
     def _init_questions(self, estimate_source: str, oracle_particles: int, oracle_seed: int | str) -> None:
         """Check ``estimate_source`` and start an empty question log and belief."""
-        if estimate_source not in self.ESTIMATE_SOURCES:
-            raise ValueError(f"estimate_source must be one of {self.ESTIMATE_SOURCES}, got {estimate_source!r}")
+        check_choice("estimate_source", estimate_source, self.ESTIMATE_SOURCES)
         self.estimate_source = estimate_source
         self.estimate: Vector | None = None
         self.comparisons: list[tuple[int, int]] = []  # (winner, loser), 0-based positions
