@@ -63,7 +63,6 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
-from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.data.llm import History
 from torchrl.envs import TransformedEnv
 from torchrl.envs.llm import ChatEnv
@@ -78,7 +77,6 @@ from ..keys import (
     GROUP_ID,
     HISTORY_FULL,
     HISTORY_PROMPT,
-    LEVEL_KEYS,
     LEVEL_SEED,
     PROGRESS,
     RESET,
@@ -90,7 +88,9 @@ from ..keys import (
     TURN,
 )
 from .games.base import TextGame
+from .messages import history_messages, messages_history
 from .parsing import MAX_REPLY_CHARS, parse_response
+from .specs import declare_text_env_specs
 from .splits import VAL_SEED_OFFSET
 
 logger = logging.getLogger(__name__)
@@ -185,43 +185,7 @@ class TextGameEnv(ChatEnv):
     # -- specs ------------------------------------------------------------------
     def _make_specs(self) -> None:
         super()._make_specs()
-        shape = self.batch_size
-        # the env's messages have a role and a content (and History's is_complete), never
-        # tool calls: the prompt spec declares only what the data holds
-        prompt_spec = self.full_observation_spec["history", "prompt"]
-        for key in ("tool_calls", "tool_responses"):
-            del prompt_spec[key]
-        # rows are lazily stacked (ragged conversations), so "history" reads back as a lazy
-        # stack of ChatHistory rows, not one ChatHistory: a ChatHistory data_cls on the
-        # container spec would reject the env's own data (the History leaves keep theirs)
-        self.full_observation_spec["history"].data_cls = None
-        self.full_action_spec["history"].data_cls = None
-        self.full_observation_spec.update(
-            Composite(
-                {
-                    ENV_INDEX: Unbounded(shape=shape, dtype=torch.long),
-                    TURN: Unbounded(shape=shape, dtype=torch.long),
-                    PROGRESS: Unbounded(shape=shape, dtype=torch.float32),
-                    SUCCESS: Bounded(0, 1, shape=shape, dtype=torch.bool),
-                    ACTION_IS_VALID: Bounded(0, 1, shape=shape, dtype=torch.bool),
-                    ACTION_IS_EFFECTIVE: Bounded(0, 1, shape=shape, dtype=torch.bool),
-                },
-                shape=shape,
-            )
-        )
-        # The level selection is state: reset reads it (when given) and every reset and step
-        # writes it back, so TransformedEnv.reset (which keeps only reset and state keys of
-        # its input) passes it through. ChatEnv's "query" state (its reset input) is unused.
-        self.full_state_spec = Composite(
-            {key: Unbounded(shape=shape, dtype=torch.long) for key in LEVEL_KEYS},
-            shape=shape,
-        )
-        # torchrl's LLM convention: reward has two more dims than the batch
-        self.full_reward_spec = Composite({REWARD: Unbounded(shape=shape + (1, 1))}, shape=shape)
-        self.full_done_spec = Composite(
-            {key: Bounded(0, 1, shape=shape + (1,), dtype=torch.bool) for key in (DONE, TERMINATED, TRUNCATED)},
-            shape=shape,
-        )
+        declare_text_env_specs(self)
 
     # -- helpers ----------------------------------------------------------------
     @staticmethod
@@ -448,7 +412,7 @@ class TextGameEnv(ChatEnv):
         full: History = tensordict.get(HISTORY_FULL)
         env_index = tensordict.get(ENV_INDEX).reshape(-1).tolist()
         # any History the action spec can produce: missing optional fields, None roles/contents
-        conversations = [_messages(h) for h in full.unbind(0)]
+        conversations = [history_messages(h) for h in full.unbind(0)]
         replies = [msgs[-1][1] if msgs and msgs[-1][0] == "assistant" else "" for msgs in conversations]
         # bound the work on runaway generations before any parser or game sees the text
         replies = [r[:MAX_REPLY_CHARS] if isinstance(r, str) else "" for r in replies]
@@ -468,7 +432,7 @@ class TextGameEnv(ChatEnv):
                 values[key].append(row[key])
             new_msgs.append(message)
         next_prompt = lazy_stack(
-            [_history(msgs + [("user", message)]) for msgs, message in zip(conversations, new_msgs)]
+            [messages_history(msgs + [("user", message)]) for msgs, message in zip(conversations, new_msgs)]
         )
         data = {key: torch.tensor(values[key], dtype=dtype) for key, (dtype, _) in self.STEP_FIELDS.items()}
         rows = torch.tensor(env_index, dtype=torch.long)
@@ -506,20 +470,6 @@ class TextGameEnv(ChatEnv):
         self._seed = seed
         self._rng = random.Random(seed)
         self._next_group_id = 0
-
-
-def _messages(history: History) -> list[tuple[str, str]]:
-    """``(role, content)`` pairs of one conversation; ``None`` (random spec data) reads as ``""``."""
-    roles = history.get("role", None)
-    contents = history.get("content", None)
-    n = history.batch_size[0] if history.batch_dims else 0
-    roles = list(roles) if roles is not None else [None] * n
-    contents = list(contents) if contents is not None else [None] * n
-    return [(r if isinstance(r, str) else "", c if isinstance(c, str) else "") for r, c in zip(roles, contents)]
-
-
-def _history(messages: list[tuple[str, str]]) -> History:
-    return History(role=[r for r, _ in messages], content=[c for _, c in messages], batch_size=(len(messages),))
 
 
 def sample_seed(level_seed: int, sample: int) -> int:
