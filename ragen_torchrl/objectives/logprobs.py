@@ -34,6 +34,7 @@ __all__ = [
     "compute_behaviour_log_probs",
     "make_logprob_policy",
     "masked_mean",
+    "tokenize_conversations",
     "training_view",
 ]
 
@@ -83,9 +84,47 @@ def _per_row(out: TensorDictBase, key) -> list[torch.Tensor]:
         ) from None
 
 
+def tokenize_conversations(actor: TransformersWrapper, records: TensorDictBase) -> TensorDictBase:
+    """The rows :func:`compute_behaviour_log_probs` returns, without the forward pass.
+
+    Tokens and masks come from the same chat-template call the log-prob wrapper makes, so they
+    equal the wrapper's; ``("log_probs", "full")`` is NaN (not computed: a loss run inside
+    :meth:`~ragen_torchrl.objectives.metrics.TokenStatsMixin.current_as_behaviour` does not
+    read it, and any other use drops those tokens from the loss rather than trusting a
+    made-up value).
+    """
+    history = records.get(HISTORY_FULL)
+    kwargs = {"add_generation_prompt": False, "return_assistant_tokens_mask": True, "tokenize": True}
+    if getattr(actor, "chat_template_name", None) is not None:
+        kwargs["chat_template_name"] = actor.chat_template_name
+    if getattr(actor, "chat_template", None) is not None:
+        kwargs["chat_template"] = actor.chat_template
+    enc = history.apply_chat_template(tokenizer=actor.tokenizer, padding=False, return_dict=True, **kwargs)
+    rows = []
+    for ids, attn, amask in zip(
+        enc.get("input_ids", as_list=True),
+        enc.get("attention_mask", as_list=True),
+        enc.get("assistant_masks", as_list=True),
+    ):
+        keep = attn.bool()
+        ids = ids[keep]
+        rows.append(
+            TensorDict(
+                {
+                    TOKENS_FULL: ids,
+                    LOG_PROBS_FULL: torch.full(ids.shape, float("nan")),
+                    MASKS_ASSISTANT: amask.bool()[keep],
+                    MASKS_ATTENTION: keep[keep],
+                },
+                batch_size=[],
+            )
+        )
+    return lazy_stack(rows)
+
+
 @torch.no_grad()
 def compute_behaviour_log_probs(
-    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32
+    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32, *, skip=None
 ) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
 
@@ -97,8 +136,25 @@ def compute_behaviour_log_probs(
     it may pad its outputs (``pad_output=True``, as ``make_logprob_policy`` builds it) or not
     (torchrl's default ``pad_output=False``, ragged per-row outputs): both give the same rows.
     ``records`` hold the conversations at ``("history", "full")``.
+
+    ``skip``: row indices (or a boolean row mask) that are only tokenised
+    (:func:`tokenize_conversations`; their log-probs are NaN), e.g. the rows of the first,
+    exactly on-policy mini-batch, whose behaviour log-probs the loss takes from its own forward.
     """
     n = records.batch_size[0]
+    scored = torch.ones(n, dtype=torch.bool)
+    if skip is not None:
+        scored[torch.as_tensor(skip).reshape(-1)] = False
+    if not scored.all():
+        rows: list = [None] * n
+        unscored = torch.nonzero(~scored).reshape(-1)
+        for i, row in zip(unscored.tolist(), tokenize_conversations(actor, records[unscored]).unbind(0)):
+            rows[i] = row
+        if scored.any():
+            idx = torch.nonzero(scored).reshape(-1)
+            for i, row in zip(idx.tolist(), compute_behaviour_log_probs(actor, records[idx], chunk_size).unbind(0)):
+                rows[i] = row
+        return lazy_stack(rows)
     rows = []
     for start in range(0, n, chunk_size):
         chunk = training_view(records[start : start + chunk_size])

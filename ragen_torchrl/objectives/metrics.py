@@ -26,6 +26,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -167,9 +169,31 @@ class TokenStatsMixin:
         super().__init__(*args, **kwargs)
         self.dual_clip = check_dual_clip(dual_clip)
 
+    #: True inside :meth:`current_as_behaviour`: the behaviour log-probs are the current ones
+    behaviour_from_current: bool = False
+
+    @contextlib.contextmanager
+    def current_as_behaviour(self) -> Iterator[None]:
+        """Treat the batch as exactly on-policy: the behaviour log-probs are the current policy's.
+
+        Inside the block the loss does not read ``sample_log_prob``; it uses the log-probs of
+        its own forward, detached, as the behaviour ones (the ratio is 1 with the gradient of
+        ``log pi``). That is exact when the policy has not changed since the batch was
+        generated (the first optimizer step of the first epoch) and saves the separate
+        behaviour forward over those rows; TRL's GRPO does the same with one step per batch.
+        """
+        previous = self.behaviour_from_current
+        self.behaviour_from_current = True
+        try:
+            yield
+        finally:
+            self.behaviour_from_current = previous
+
     def required_keys(self) -> list[NestedKey]:
         """The batch keys this loss reads (its input contract, after ``set_keys``)."""
-        keys = [self.tensor_keys.action, self.tensor_keys.sample_log_prob, self.tensor_keys.advantage]
+        keys = [self.tensor_keys.action, self.tensor_keys.advantage]
+        if not self.behaviour_from_current:
+            keys.insert(1, self.tensor_keys.sample_log_prob)
         if self.kl_to_ref_coeff:
             keys.append(self.tensor_keys.ref_log_probs)
         return keys
@@ -209,11 +233,23 @@ class TokenStatsMixin:
             stats[k] = v.detach()
 
     def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
-        log_weight, dist, kl_approx, mask = super()._log_weight(tensordict, adv_shape)
+        if self.behaviour_from_current:
+            log_weight, dist, kl_approx, mask = self._on_policy_log_weight(tensordict)
+        else:
+            log_weight, dist, kl_approx, mask = super()._log_weight(tensordict, adv_shape)
         # a fresh stash per forward: nothing from the previous mini-batch leaks into metrics
         self.__dict__["token_stats"] = {}
         self._stash(mask=mask, log_weight=log_weight.squeeze(-1))
         return log_weight, dist, kl_approx, mask
+
+    def _on_policy_log_weight(self, tensordict: TensorDictBase):
+        # GRPOLoss._log_weight with the behaviour log-probs = the current ones, detached
+        cur_log_prob, dist, _ = self._get_cur_log_prob(tensordict)
+        mask = dist.mask & torch.isfinite(cur_log_prob)
+        cur_log_prob = torch.where(expand_as_right(mask, cur_log_prob), cur_log_prob, 0.0)
+        prev_log_prob = cur_log_prob.detach()
+        tensordict.set("_cur_log_prob", cur_log_prob)
+        return (cur_log_prob - prev_log_prob).unsqueeze(-1), dist, (prev_log_prob - cur_log_prob).unsqueeze(-1), mask
 
     @property
     def _loss_mask(self) -> torch.Tensor:

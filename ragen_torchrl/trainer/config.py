@@ -152,6 +152,7 @@ def check_algo(cfg: DictConfig) -> None:
             f"algo.dual_clip is a token-level option; GSPO clips the sequence ratio and takes null, got {dual!r}"
         )
     check_choice(cfg, "algo.minibatch", ("group", "row"))
+    check_bool(cfg, "algo.on_policy_first_minibatch")
     check_choice(cfg, "algo.critic", ("separate", "head"))
     for key in ("algo.ppo_epochs", "algo.mini_batch_size"):
         check_positive_int(cfg, key)

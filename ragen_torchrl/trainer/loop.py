@@ -38,11 +38,6 @@ from ..keys import (
     EPISODE_RETURN,
     GROUP_ID,
     MASKS_ASSISTANT,
-    NUM_TOKENS,
-    NUM_TURNS,
-    SUCCESS,
-    T3_RULE_FIRED,
-    TRUNCATED_BY_T3,
 )
 from ..models.loading import load_pretrained
 from ..objectives import build_objective
@@ -72,7 +67,7 @@ from .rollout import collect_rollouts, make_generation_policy, train_level_seeds
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
 from .stops import FilterGuard, ValidationStop, loss_scale, unfiltered_stats
 from .summary import SUMMARY_FILE, write_summary
-from .update import optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
+from .update import minibatch_plan, optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -272,11 +267,21 @@ class Trainer:
         return stats
 
     # -- one iteration -------------------------------------------------------------------
-    def _update(self, batch: TensorDictBase) -> dict[str, float]:
-        return optimize(batch, self.loss_module, self.objective, self.optimizer, self.cfg.algo)
+    def _update(self, batch: TensorDictBase, plan=None, on_policy_first: bool = False) -> dict[str, float]:
+        return optimize(
+            batch,
+            self.loss_module,
+            self.objective,
+            self.optimizer,
+            self.cfg.algo,
+            plan=plan,
+            on_policy_first=on_policy_first,
+        )
 
-    def _training_batch(self, records: TensorDictBase, scale: float = 1.0) -> tuple[TensorDictBase, TensorDictBase]:
-        return training_batch(records, self.objective, self.actor, self.ref_actor, scale)
+    def _training_batch(
+        self, records: TensorDictBase, scale: float = 1.0, skip_behaviour=None
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        return training_batch(records, self.objective, self.actor, self.ref_actor, scale, skip_behaviour=skip_behaviour)
 
     def _collect_more(self, num_groups: int) -> TensorDictBase:
         """Fresh groups on new levels (DAPO's refill); at most P groups per rollout call."""
@@ -317,14 +322,7 @@ class Trainer:
             # of one with it (no truncation column there: nothing was truncated)
             from ..transforms.t3 import t3_token_stats
 
-            cols = {k: records.get(k) for k in (NUM_TOKENS, SUCCESS, NUM_TURNS)}
-            keys = set(records.keys())
-            cols[TRUNCATED_BY_T3] = (
-                records.get(TRUNCATED_BY_T3) if TRUNCATED_BY_T3 in keys else torch.zeros_like(cols[SUCCESS])
-            )
-            if T3_RULE_FIRED in keys:
-                cols[T3_RULE_FIRED] = records.get(T3_RULE_FIRED)
-            stats.update(t3_token_stats(cols, self.env.max_turn))
+            stats.update(t3_token_stats(records, self.env.max_turn))
 
         # MI proxies on the pre-filter batch, scored by the pre-update policy
         if self.collapse is not None and self.collapse.should_run(it):
@@ -363,16 +361,23 @@ class Trainer:
             return stats
 
         t1 = time.time()
-        batch, behaviour = self._training_batch(batch, scale)
+        probe = self.grad_snr is not None and self.grad_snr.should_run(it)
+        a = self.cfg.algo
+        # one epoch: the first mini-batch trains on the policy that generated it, so its rows need
+        # no behaviour pass (the probe scores every row with the loss, so it needs them all)
+        on_policy_first = bool(a.get("on_policy_first_minibatch", True)) and int(a.ppo_epochs) == 1 and not probe
+        plan = minibatch_plan(batch.get(GROUP_ID), a)
+        skip = plan[0][0] if on_policy_first and plan and plan[0] else None
+        batch, behaviour = self._training_batch(batch, scale, skip_behaviour=skip)
         t_prepare = time.time() - t1
-        if self.grad_snr is not None and self.grad_snr.should_run(it):
+        if probe:
             t_g = time.time()
             # the diagnostic needs every RV bucket, so it scores the unfiltered batch
             full = batch if batch.batch_size[0] == records.batch_size[0] else self._training_batch(records)[0]
             stats.update(self.grad_snr(full))
             stats["timing/grad_snr"] = time.time() - t_g
         t1 = time.time()
-        train = self._update(batch)
+        train = self._update(batch, plan, on_policy_first)
         t_update = t_prepare + time.time() - t1
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale

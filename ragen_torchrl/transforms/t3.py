@@ -342,7 +342,8 @@ def t3_token_stats(records: Mapping[str, Any] | TensorDictBase, max_turn: int) -
 
     Args:
         records: one row per trajectory with ``num_tokens`` (generated tokens), ``success``,
-            ``num_turns`` and ``truncated_by_t3`` (the episode ended truncated by T3), optionally
+            ``num_turns`` and ``truncated_by_t3`` (the episode ended truncated by T3; absent = no
+            truncation, as in a run without T3), optionally
             ``t3_rule_fired`` (the rule fired in the episode) (a TensorDict or a mapping of
             sequences).
         max_turn: the env's turn budget.
@@ -374,22 +375,25 @@ def t3_token_stats(records: Mapping[str, Any] | TensorDictBase, max_turn: int) -
     if int(max_turn) < 1:
         raise ValueError(f"max_turn must be >= 1, got {max_turn}")
 
+    def present(name: str) -> bool:
+        return hasattr(records, "keys") and name in records.keys() and records.get(name) is not None
+
     def col(name: str, dtype: torch.dtype) -> torch.Tensor:
-        value = records.get(name) if hasattr(records, "get") else None
-        if value is None:
+        if not present(name):
             raise KeyError(f"trajectory records need {name!r}")
-        return torch.as_tensor(value).reshape(-1).to(dtype)
+        return torch.as_tensor(records.get(name)).reshape(-1).to(dtype)
 
     tokens = col(NUM_TOKENS, torch.float64)
     success = col(SUCCESS, torch.bool)
     turns = col(NUM_TURNS, torch.float64)
-    cut = col(TRUNCATED_BY_T3, torch.bool)
+    # records of a run without T3 have no truncation column: nothing was truncated
+    cut = col(TRUNCATED_BY_T3, torch.bool) if present(TRUNCATED_BY_T3) else torch.zeros_like(success)
     n = tokens.numel()
     total = float(tokens.sum())
     wins = int(success.sum())
     saved = (float(max_turn) - turns[cut]).clamp_min(0)
     extra: dict[str, float] = {}
-    if (records.get(T3_RULE_FIRED) if hasattr(records, "get") else None) is not None:
+    if present(T3_RULE_FIRED):
         rule = col(T3_RULE_FIRED, torch.bool)
         fired = int(rule.sum())
         extra["t3/rule_fire_rate"] = fired / n if n else 0.0

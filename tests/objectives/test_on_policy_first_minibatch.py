@@ -1,0 +1,190 @@
+"""Issue 17: the first mini-batch of an epoch-1 update takes its behaviour log-probs from the loss's own
+forward (``current_as_behaviour``) instead of a separate pass. Every path is compared with the previous
+one: tokens and masks equal, loss values and gradients within 1e-5 (CPU float32), the same weights after a
+whole update, and the same trainer run (rollouts and weights) for the same seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TINY_RUN
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from torchrl.data.llm import History
+
+from ragen_torchrl.objectives import ALGORITHMS, build_objective
+from ragen_torchrl.objectives.logprobs import (
+    attach_training_data,
+    compute_behaviour_log_probs,
+    make_logprob_policy,
+    tokenize_conversations,
+)
+from ragen_torchrl.trainer.update import minibatch_plan, optimize, training_batch
+
+ALGO_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
+
+CHATS = [
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "P___\n_O__\n___G"},
+        {"role": "assistant", "content": "<think>down</think><answer>Down</answer>"},
+        {"role": "user", "content": "obs two"},
+        {"role": "assistant", "content": "<answer>Right</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "obs"},
+        {"role": "assistant", "content": "<think>x</think><answer>Up</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "G__P"},
+        {"role": "assistant", "content": "<think>left left</think><answer>Left || Left</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "G_P_"},
+        {"role": "assistant", "content": "<answer>Left</answer>"},
+        {"role": "user", "content": "GP__"},
+        {"role": "assistant", "content": "<think>one more</think><answer>Left</answer>"},
+    ],
+]
+
+
+def records() -> TensorDict:
+    recs = TensorDict(
+        group_id=torch.tensor([0, 0, 1, 1]),
+        episode_return=torch.tensor([1.0, -0.5, 0.2, 0.9]),
+        num_tokens=torch.tensor([20, 12, 15, 18]),
+        batch_size=[4],
+    ).to_lazystack(0)
+    recs.set(("history", "full"), History.from_chats(CHATS))
+    return recs
+
+
+def objective(name, model, tok, actor):
+    cfg = OmegaConf.load(ALGO_DIR / f"{name}.yaml")
+    cfg.mini_batch_size = 2
+    return build_objective(cfg, actor, model, tok), cfg
+
+
+def grads(model) -> list[torch.Tensor]:
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+def test_tokenising_alone_gives_the_wrappers_tokens_and_masks(tiny_model):
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    scored = compute_behaviour_log_probs(actor, records())
+    plain = tokenize_conversations(actor, records())
+    for i in range(4):
+        for key in (("tokens", "full"), ("masks", "all_assistant_mask"), ("masks", "all_attention_mask")):
+            assert torch.equal(plain[i].get(key), scored[i].get(key)), (i, key)
+        assert torch.isnan(plain[i].get(("log_probs", "full"))).all()
+    # a partial skip: the skipped rows are tokenised only, the others scored as before, in row order
+    mixed = compute_behaviour_log_probs(actor, records(), skip=torch.tensor([2, 0]))
+    for i in range(4):
+        assert torch.equal(mixed[i].get(("tokens", "full")), scored[i].get(("tokens", "full")))
+        lp = mixed[i].get(("log_probs", "full"))
+        if i in (0, 2):
+            assert torch.isnan(lp).all()
+        else:
+            torch.testing.assert_close(lp, scored[i].get(("log_probs", "full")))
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_loss_and_gradients_equal_the_separate_behaviour_pass(tiny_model, name):
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    obj, _ = objective(name, model, tok, actor)
+    recs = obj.advantage(obj.shape_rewards(records()))
+    old = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    new = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs, skip=torch.arange(4))))
+
+    model.zero_grad()
+    out_old = obj.loss_module(old)
+    obj.total_loss(out_old).backward()
+    g_old = grads(model)
+    model.zero_grad()
+    with obj.loss_module.current_as_behaviour():
+        out_new = obj.loss_module(new)
+    obj.total_loss(out_new).backward()
+    g_new = grads(model)
+
+    for key in out_old.keys():
+        if key.startswith("loss_"):
+            torch.testing.assert_close(out_new.get(key), out_old.get(key), atol=1e-5, rtol=0)
+    for a, b in zip(g_new, g_old):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert out_new.clip_fraction.item() == 0.0
+    assert not obj.loss_module.behaviour_from_current  # the flag is scoped to the block
+
+
+def test_outside_the_block_the_skipped_rows_are_not_trusted(tiny_model):
+    # NaN behaviour log-probs take their tokens out of the loss: nothing made up is trained on
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    obj, _ = objective("grpo", model, tok, actor)
+    recs = obj.advantage(records())
+    batch = attach_training_data(recs, compute_behaviour_log_probs(actor, recs, skip=torch.arange(4)))
+    out = obj.loss_module(batch)
+    assert obj.metrics(out, batch)["assistant_tokens"] == 0
+
+
+@pytest.mark.parametrize("name", ["grpo", "ppo"])
+def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
+    from helpers import load_tiny
+
+    weights = {}
+    for shortcut in (False, True):
+        model, tok = load_tiny(tiny_model_dir)
+        actor = make_logprob_policy(model, tok)
+        obj, cfg = objective(name, model, tok, actor)
+        optimizer = torch.optim.AdamW(obj.optimizer_param_groups(1e-2), lr=1e-2)
+        torch.manual_seed(3)
+        recs = obj.shape_rewards(records())
+        plan = minibatch_plan(recs.get("group_id"), cfg)
+        assert len(plan[0]) == 2  # the shortcut covers one of two mini-batches
+        skip = plan[0][0] if shortcut else None
+        batch, _ = training_batch(recs, obj, actor, skip_behaviour=skip)
+        stats = optimize(batch, obj.loss_module, obj, optimizer, cfg, plan=plan, on_policy_first=shortcut)
+        assert stats["optimizer_steps"] == 2
+        weights[shortcut] = [p.detach().clone() for p in model.parameters()]
+    for a, b in zip(weights[True], weights[False]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_trainer_iteration_is_the_same_with_and_without_the_shortcut(ragen_cache_dir, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.loop import Trainer
+
+    runs = {}
+    for shortcut in (False, True):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(
+                "config",
+                overrides=[
+                    "trainer=smoke",
+                    "trainer.prompts_per_iter=4",
+                    "algo.mini_batch_size=4",
+                    "diagnostics.mi.enabled=false",
+                    f"algo.on_policy_first_minibatch={str(shortcut).lower()}",
+                    *TINY_RUN,
+                    f"model.cache_dir={ragen_cache_dir}",
+                ],
+            )
+        trainer = Trainer(cfg, run_dir=tmp_path / f"run_{shortcut}")
+        stats = trainer.train_iteration()
+        runs[shortcut] = (stats, [p.detach().clone() for p in trainer.model.parameters()])
+    (s_old, w_old), (s_new, w_new) = runs[False], runs[True]
+    assert s_new["train/optimizer_steps"] == s_old["train/optimizer_steps"] == 2
+    for key in ("rollout/success", "rollout/tokens", "rollout/turns", "train/assistant_tokens"):
+        assert s_new[key] == s_old[key], key  # same rollouts for the same seed
+    assert s_new["train/loss"] == pytest.approx(s_old["train/loss"], abs=1e-5)
+    for a, b in zip(w_new, w_old):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
