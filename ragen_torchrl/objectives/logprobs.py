@@ -9,6 +9,12 @@ that are trained (:func:`compute_behaviour_log_probs`): torchrl's generate path 
 response token's log-prob to 0 and decoding/re-tokenising a history is not token-exact,
 so log-probs from generation would not line up with the trained tokens.
 
+Each conversation is tokenised once, with the wrapper's own chat-template call
+(:func:`tokenize_conversations`); the behaviour pass and every loss forward then score those
+stored token ids (:func:`token_dist`: the wrapper's left padding and model call) instead of
+applying the chat template again. The first mini-batch of a one-epoch update needs no behaviour
+pass at all (its rows are only tokenised; the loss runs inside ``current_as_behaviour``).
+
 Per-row results are stored unpadded (:func:`attach_training_data`); ``GRPOLoss`` re-pads
 them on the left for each mini-batch, which matches the wrapper's left padding, so
 mini-batches can be reshuffled freely between PPO epochs.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
+from torchrl.modules.distributions import LLMMaskedCategorical
 from torchrl.modules.llm import TransformersWrapper
 
 from ..keys import HISTORY_FULL, HISTORY_PROMPT, LOG_PROBS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION, TOKENS_FULL
@@ -34,6 +41,7 @@ __all__ = [
     "compute_behaviour_log_probs",
     "make_logprob_policy",
     "masked_mean",
+    "token_dist",
     "tokenize_conversations",
     "training_view",
 ]
@@ -132,29 +140,47 @@ def compute_behaviour_log_probs(
     ``("log_probs", "full")``, ``("masks", "all_assistant_mask")`` and
     ``("masks", "all_attention_mask")``, each cut to the row's real tokens.
 
-    ``actor`` is a history-mode log-prob ``TransformersWrapper`` (:func:`make_logprob_policy`);
-    it may pad its outputs (``pad_output=True``, as ``make_logprob_policy`` builds it) or not
-    (torchrl's default ``pad_output=False``, ragged per-row outputs): both give the same rows.
+    ``actor`` is a history-mode log-prob ``TransformersWrapper`` (:func:`make_logprob_policy`;
+    ``pad_output`` either way). The conversations are tokenised once
+    (:func:`tokenize_conversations`: the wrapper's own chat-template call) and scored from those
+    tokens (:func:`token_dist`: the wrapper's left padding and model call), ``chunk_size`` rows
+    per forward; the values equal the wrapper's own log-prob output (first token 0, as torchrl's).
+    Another actor (not a ``TransformersWrapper``) is called on the conversations instead.
     ``records`` hold the conversations at ``("history", "full")``.
 
-    ``skip``: row indices (or a boolean row mask) that are only tokenised
-    (:func:`tokenize_conversations`; their log-probs are NaN), e.g. the rows of the first,
-    exactly on-policy mini-batch, whose behaviour log-probs the loss takes from its own forward.
+    ``skip``: row indices (or a boolean row mask) that are only tokenised (their log-probs are
+    NaN), e.g. the rows of the first, exactly on-policy mini-batch, whose behaviour log-probs the
+    loss takes from its own forward.
     """
     n = records.batch_size[0]
     scored = torch.ones(n, dtype=torch.bool)
     if skip is not None:
         scored[torch.as_tensor(skip).reshape(-1)] = False
-    if not scored.all():
-        rows: list = [None] * n
-        unscored = torch.nonzero(~scored).reshape(-1)
-        for i, row in zip(unscored.tolist(), tokenize_conversations(actor, records[unscored]).unbind(0)):
-            rows[i] = row
-        if scored.any():
-            idx = torch.nonzero(scored).reshape(-1)
-            for i, row in zip(idx.tolist(), compute_behaviour_log_probs(actor, records[idx], chunk_size).unbind(0)):
-                rows[i] = row
+    if not isinstance(actor, TransformersWrapper):
+        rows = list(_wrapper_log_probs(actor, records, chunk_size).unbind(0))
+        for i in torch.nonzero(~scored).reshape(-1).tolist():
+            rows[i].set(LOG_PROBS_FULL, torch.full_like(rows[i].get(LOG_PROBS_FULL), float("nan")))
         return lazy_stack(rows)
+    rows = list(tokenize_conversations(actor, records).unbind(0))
+    idx = torch.nonzero(scored).reshape(-1).tolist()
+    for start in range(0, len(idx), chunk_size):
+        part = idx[start : start + chunk_size]
+        chunk = lazy_stack([rows[i] for i in part])
+        dist = token_dist(actor, chunk, mask_key=MASKS_ATTENTION)
+        tokens = chunk.get(TOKENS_FULL, as_padded_tensor=True, padding_side="left", padding_value=-100)
+        log_probs = dist.log_prob(tokens.to(dist.logits.device)).float().cpu()
+        for k, i in enumerate(part):
+            length = rows[i].get(TOKENS_FULL).numel()
+            lp = log_probs[k, log_probs.shape[1] - length :].clone()
+            lp[0] = 0.0  # nothing scores the first token (torchrl writes 0 there, as vLLM does)
+            rows[i].set(LOG_PROBS_FULL, lp)
+    return lazy_stack(rows)
+
+
+@torch.no_grad()
+def _wrapper_log_probs(actor, records: TensorDictBase, chunk_size: int) -> TensorDictBase:
+    """The behaviour rows from the wrapper's own history path (chat template and forward inside)."""
+    n = records.batch_size[0]
     rows = []
     for start in range(0, n, chunk_size):
         chunk = training_view(records[start : start + chunk_size])
@@ -181,3 +207,28 @@ def attach_training_data(records: TensorDictBase, behaviour: TensorDictBase) -> 
     # row by row: the tensors are ragged, so they cannot be set as one stacked entry
     view = training_view(records)
     return lazy_stack([row.update(beh) for row, beh in zip(view.unbind(0), behaviour.unbind(0))])
+
+
+def token_dist(
+    actor: TransformersWrapper,
+    tensordict: TensorDictBase,
+    tokens_key=TOKENS_FULL,
+    mask_key=MASKS_ASSISTANT,
+) -> LLMMaskedCategorical:
+    """The loss's per-token distribution, computed from the batch's token ids.
+
+    What the wrapper's ``_get_rlhf_dist`` returns for a history batch (the same left padding, the
+    same model call, logits shifted so that position ``t`` scores token ``t``, masked to the
+    assistant tokens), without applying the chat template and tokenising each conversation again:
+    the tokens are the ones :func:`compute_behaviour_log_probs` / :func:`tokenize_conversations`
+    stored. The losses use it whenever the batch holds ``tokens_key`` and ``mask_key``.
+    """
+    pad = actor.tokenizer.pad_token_id
+    device = next(actor.model.parameters()).device
+    tokens = tensordict.get(tokens_key, as_padded_tensor=True, padding_side="left", padding_value=pad)
+    attention = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
+    mask = tensordict.get(mask_key, as_padded_tensor=True, padding_side="left", padding_value=False)
+    logits = actor.model(tokens.to(device), attention.long().to(device), **actor.generate_kwargs)["logits"]
+    # position t scores token t (the first position has nothing before it), as torchrl's wrapper does
+    shifted = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], 1)
+    return LLMMaskedCategorical(logits=shifted, mask=mask.bool().to(device))

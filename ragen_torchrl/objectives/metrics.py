@@ -33,9 +33,11 @@ from dataclasses import dataclass
 import torch
 from tensordict import NestedKey, TensorDictBase, is_tensor_collection
 from tensordict.utils import expand_as_right
+from torchrl.modules.llm import TransformersWrapper
 from torchrl.objectives.llm import GRPOLoss
 
-from ..keys import REF_LOG_PROBS_FULL
+from ..keys import MASKS_ASSISTANT, MASKS_ATTENTION, REF_LOG_PROBS_FULL
+from .logprobs import token_dist
 
 #: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
 #: (torchrl's ``GRPOLoss`` defaults to 0.01)
@@ -171,6 +173,9 @@ class TokenStatsMixin:
 
     #: True inside :meth:`current_as_behaviour`: the behaviour log-probs are the current ones
     behaviour_from_current: bool = False
+    #: score the batch's stored token ids (:func:`~ragen_torchrl.objectives.logprobs.token_dist`);
+    #: False sends every forward through the wrapper's history path (chat template applied again)
+    score_stored_tokens: bool = True
 
     @contextlib.contextmanager
     def current_as_behaviour(self) -> Iterator[None]:
@@ -241,6 +246,26 @@ class TokenStatsMixin:
         self.__dict__["token_stats"] = {}
         self._stash(mask=mask, log_weight=log_weight.squeeze(-1))
         return log_weight, dist, kl_approx, mask
+
+    def _get_cur_log_prob(self, tensordict: TensorDictBase):
+        # the batch already holds the token ids and masks of every conversation: score them
+        # directly instead of letting the wrapper apply the chat template and tokenise again
+        keys = tensordict.keys(True)
+        actor = self.actor_network
+        if (
+            self.score_stored_tokens
+            and self.masking_strategy == "rlhf"
+            and self.tensor_keys.action in keys
+            and MASKS_ASSISTANT in keys
+            and MASKS_ATTENTION in keys
+            and isinstance(actor, TransformersWrapper)
+        ):
+            dist = token_dist(actor, tensordict, self.tensor_keys.action, MASKS_ASSISTANT)
+            action = tensordict.get(
+                self.tensor_keys.action, as_padded_tensor=True, padding_side="left", padding_value=-100
+            )
+            return dist.log_prob(action.to(dist.logits.device)), dist, False
+        return super()._get_cur_log_prob(tensordict)
 
     def _on_policy_log_weight(self, tensordict: TensorDictBase):
         # GRPOLoss._log_weight with the behaviour log-probs = the current ones, detached

@@ -1,4 +1,5 @@
-"""Issue 17: the first mini-batch of an epoch-1 update takes its behaviour log-probs from the loss's own
+"""Issue 17: the losses score the batch's stored token ids (no second chat template and tokenisation),
+and the first mini-batch of an epoch-1 update takes its behaviour log-probs from the loss's own
 forward (``current_as_behaviour``) instead of a separate pass. Every path is compared with the previous
 one: tokens and masks equal, loss values and gradients within 1e-5 (CPU float32), the same weights after a
 whole update, and the same trainer run (rollouts and weights) for the same seed."""
@@ -19,6 +20,7 @@ from ragen_torchrl.objectives.logprobs import (
     attach_training_data,
     compute_behaviour_log_probs,
     make_logprob_policy,
+    token_dist,
     tokenize_conversations,
 )
 from ragen_torchrl.trainer.update import minibatch_plan, optimize, training_batch
@@ -188,3 +190,51 @@ def test_a_trainer_iteration_is_the_same_with_and_without_the_shortcut(ragen_cac
     assert s_new["train/loss"] == pytest.approx(s_old["train/loss"], abs=1e-5)
     for a, b in zip(w_new, w_old):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_scoring_stored_tokens_equals_the_wrappers_history_path(tiny_model, name):
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    obj, _ = objective(name, model, tok, actor)
+    recs = obj.advantage(obj.shape_rewards(records()))
+    batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+
+    # the distributions: the stored-token path vs torchrl's history path
+    mine = token_dist(actor, batch)
+    theirs = actor._get_rlhf_dist(batch.copy())
+    torch.testing.assert_close(mine.logits, theirs.logits, atol=1e-6, rtol=1e-6)
+    assert torch.equal(mine.mask, theirs.mask)
+
+    results = []
+    for stored_tokens in (True, False):
+        td = batch.copy()
+        if not stored_tokens:  # without the masks the loss falls back to the wrapper's history path
+            for row in td.unbind(0):
+                del row[("masks", "all_attention_mask")]
+            assert ("masks", "all_attention_mask") not in td.keys(True)
+        model.zero_grad()
+        out = obj.loss_module(td)
+        obj.total_loss(out).backward()
+        results.append((out, grads(model)))
+    (out_new, g_new), (out_old, g_old) = results
+    for key in out_old.keys():
+        if key.startswith("loss_"):
+            torch.testing.assert_close(out_new.get(key), out_old.get(key), atol=1e-5, rtol=0)
+    for a, b in zip(g_new, g_old):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_behaviour_log_probs_from_stored_tokens_equal_the_wrappers(tiny_model):
+    from ragen_torchrl.objectives.logprobs import _wrapper_log_probs
+
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    mine = compute_behaviour_log_probs(actor, records(), chunk_size=3)  # chunks of unequal sizes
+    theirs = _wrapper_log_probs(actor, records(), chunk_size=32)
+    for i in range(4):
+        for key in (("tokens", "full"), ("masks", "all_assistant_mask"), ("masks", "all_attention_mask")):
+            assert torch.equal(mine[i].get(key), theirs[i].get(key))
+        torch.testing.assert_close(
+            mine[i].get(("log_probs", "full")), theirs[i].get(("log_probs", "full")), atol=1e-5, rtol=0
+        )

@@ -1,0 +1,132 @@
+"""The update step before and after issue 17's changes, side by side on the same batch.
+
+* **before**: behaviour log-probs from the wrapper's history path for every row (chat template,
+  tokenisation and forward inside ``TransformersWrapper``), and every loss forward through the same
+  history path;
+* **after**: each conversation tokenised once; the behaviour pass scores the stored tokens and skips
+  the rows of the first mini-batch of a one-epoch update (the loss takes their behaviour log-probs
+  from its own forward, ``current_as_behaviour``); every loss forward scores the stored tokens.
+
+Both run on the same rollout batch from the same weights, alternately, ``--repeats`` times; the
+script prints seconds per update (behaviour pass + optimizer steps) for each, the ratio, and the
+largest weight difference after the update (the equivalence tests bound it by 1e-5).
+
+Two shapes: FrozenLake at the default batch (16 groups x 4, mini-batches of 16: four optimizer
+steps) and single-turn Countdown as in ``benchmarks/vs_trl.py`` (8 x 8, 64 new tokens, one
+optimizer step over the whole batch).
+
+Usage::
+
+    python benchmarks/update_paths.py            # 3 repeats
+    python benchmarks/update_paths.py --quick    # 1 repeat, smaller batches
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import tempfile
+import time
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from ragen_torchrl.collectors import collect_rollouts
+from ragen_torchrl.objectives.logprobs import _wrapper_log_probs, attach_training_data
+from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.loop import Trainer
+from ragen_torchrl.trainer.rollout import train_level_seeds
+from ragen_torchrl.trainer.update import minibatch_plan, optimize, training_batch
+
+
+def before(tr: Trainer, records, plan) -> dict:
+    batch = tr.objective.advantage(records)
+    batch = tr.objective.prepare(attach_training_data(batch, _wrapper_log_probs(tr.actor, batch, 32)))
+    tr.loss_module.score_stored_tokens = False
+    try:
+        return optimize(batch, tr.loss_module, tr.objective, tr.optimizer, tr.cfg.algo, plan=plan)
+    finally:
+        tr.loss_module.score_stored_tokens = True
+
+
+def after(tr: Trainer, records, plan) -> dict:
+    batch, _ = training_batch(records, tr.objective, tr.actor, skip_behaviour=plan[0][0])
+    return optimize(batch, tr.loss_module, tr.objective, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
+
+
+def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "trainer.val_levels=4",
+                "diagnostics.mi.enabled=false",
+                f"model.cache_dir={cache}",
+                *overrides,
+            ],
+        )
+    tr = Trainer(cfg, run_dir=tempfile.mkdtemp())
+    records = tr.objective.shape_rewards(
+        collect_rollouts(
+            tr.env,
+            tr.policy,
+            train_level_seeds(0, 0, tr.P),
+            tr.G,
+            chunk_size=int(cfg.rollout.chunk_size),
+        )
+    )
+    start_model = copy.deepcopy(tr.model.state_dict())
+    start_opt = copy.deepcopy(tr.optimizer.state_dict())
+    times = {"before": [], "after": []}
+    weights = {}
+    for _ in range(repeats):
+        for label, fn in (("before", before), ("after", after)):
+            tr.model.load_state_dict(start_model)
+            tr.optimizer.load_state_dict(start_opt)
+            torch.manual_seed(0)
+            plan = minibatch_plan(records.get("group_id"), cfg.algo)
+            t = time.perf_counter()
+            stats = fn(tr, records.clone(), plan)  # the update writes into the rows it trains on
+            times[label].append(time.perf_counter() - t)
+            weights[label] = [p.detach().clone() for p in tr.model.parameters()]
+    diff = max(float((a - b).abs().max()) for a, b in zip(weights["before"], weights["after"]))
+    b, a = min(times["before"]), min(times["after"])
+    print(
+        f"| {name} | {records.batch_size[0]} | {int(stats['optimizer_steps'])} | {b:.2f} | {a:.2f} | "
+        f"{a / b:.2f} | {diff:.1e} |",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 repeat, smaller batches")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cache", default=None, help="model cache dir (default: $RAGEN_CACHE or a temp dir)")
+    args = parser.parse_args()
+    import os
+
+    torch.set_num_threads(args.threads)
+    cache = args.cache or os.environ.get("RAGEN_CACHE") or tempfile.mkdtemp()
+    repeats = 1 if args.quick else args.repeats
+    frozenlake = ["env=frozenlake", f"model.threads={args.threads}"]
+    countdown = [
+        "env=countdown",
+        "trainer.prompts_per_iter=8",
+        "trainer.group_size=8",
+        "rollout.max_new_tokens=64",
+        "algo.mini_batch_size=64",
+        f"model.threads={args.threads}",
+    ]
+    if args.quick:
+        frozenlake += ["trainer.prompts_per_iter=4", "algo.mini_batch_size=8"]
+        countdown += ["trainer.prompts_per_iter=2", "algo.mini_batch_size=16"]
+    print("| batch | rows | optimizer steps | before (s) | after (s) | after / before | max weight diff |")
+    print("|---|---|---|---|---|---|---|")
+    measure("FrozenLake, default shape", frozenlake, repeats, cache)
+    measure("Countdown, single turn, one step", countdown, repeats, cache)
+
+
+if __name__ == "__main__":
+    main()
