@@ -74,7 +74,7 @@ def load_questions(path: str | os.PathLike, limit: int | None = None) -> list[QA
         answers = _answers(rec[field])
         if answers is None:
             raise ValueError(
-                f"{where}: field {field!r} holds no non-empty answer (got {str(rec[field])[:80]!r}); "
+                f"{where}: field {field!r} holds no answer that is non-empty after normalisation (got {str(rec[field])[:80]!r}); "
                 f"expected {QUESTIONS_EXPECTED}"
             )
         items.append(QAItem(question.strip(), tuple(answers)))
