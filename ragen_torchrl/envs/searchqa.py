@@ -109,6 +109,8 @@ def load_search_data(
         >>> load_search_data(f.name, "corpus")
         (Passage(id='p1', title='Hamlet', text='A play.'),)
     """
+    if kind not in ("questions", "corpus"):
+        raise ValueError(f"kind must be 'questions' or 'corpus', got {kind!r}")
     src = os.path.expanduser(os.fspath(path))
     load = _questions if kind == "questions" else _corpus
     return load(src, _stamp(src), limit)

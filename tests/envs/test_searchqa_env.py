@@ -283,6 +283,7 @@ def test_searchqa_trains_end_to_end_on_smoke(ragen_cache_dir, tmp_path, monkeypa
     from ragen_torchrl.trainer.loop import Trainer
 
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "bm25_cache"))
+    monkeypatch.setattr(retrieval, "_MEMO", OrderedDict())  # as in a fresh process
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
             "config", overrides=["env=searchqa", "trainer=smoke", *TINY_RUN, f"model.cache_dir={ragen_cache_dir}"]
