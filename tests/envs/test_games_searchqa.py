@@ -411,3 +411,21 @@ def test_cache_files_stay_under_the_cache_dir(tmp_path):
     files = [os.path.relpath(os.path.join(d, f), tmp_path) for d, _, fs in os.walk(tmp_path) for f in fs]
     assert files and all(f.startswith(os.path.join("c", "bm25")) for f in files)
     assert not [f for f in files if os.path.basename(os.path.dirname(f)).startswith(".")]  # no temp dir left
+
+
+def test_top_k_equals_a_brute_force_ranking_of_bm25s_scores(tmp_path):
+    import random
+
+    import numpy as np
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    passages = [Passage(str(i), "", " ".join(rng.choices(words, k=rng.randint(1, 6)))) for i in range(300)]
+    r = BM25Retriever(passages, cache=False)
+    for _ in range(200):
+        query = " ".join(rng.choices(words + ["unknown"], k=rng.randint(1, 4)))
+        k = rng.choice([1, 3, 5, 50, 400])
+        ids = sorted({r._vocab[t] for t in tokenize(query) if t in r._vocab})
+        scores = np.asarray(r._bm25.get_scores_from_ids(ids), dtype=np.float64) if ids else np.zeros(300)
+        expected = [i for i in sorted(range(300), key=lambda i: (-round(scores[i], 4), i)) if scores[i] > 0][:k]
+        assert [int(p.id) for p in r.search(query, k=k)] == expected, query

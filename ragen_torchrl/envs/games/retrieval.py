@@ -227,11 +227,32 @@ class BM25Retriever:
         ids = sorted({self._vocab[t] for t in tokenize(query[:MAX_QUERY_CHARS]) if t in self._vocab})
         if not ids:
             return []
+        return [self.passages[i] for i in self._top(ids, int(k))]
+
+    def _top(self, ids: list[int], k: int) -> list[int]:
+        """Indices of the ``k`` best-scoring passages for the query terms ``ids`` (score > 0; best
+        first, ties by corpus order).
+
+        Reads the index's precomputed per-term score columns (CSC ``data``/``indices``/``indptr``, as
+        ``bm25s`` stores them) and only touches the passages that contain a query term, so a query
+        costs its postings, not the corpus size.
+        """
         import numpy as np
 
-        scores = np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float64)
-        k = min(int(k), len(scores))
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        # best score first, ties by corpus order
-        top = top[np.lexsort((top, -scores[top]))]
-        return [self.passages[i] for i in top.tolist() if scores[i] > 0.0]
+        index = self._bm25.scores
+        data, indices, indptr = index["data"], index["indices"], index["indptr"]
+        spans = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
+        docs = np.concatenate([indices[a:b] for a, b in spans])
+        if docs.size == 0:
+            return []
+        weights = np.concatenate([data[a:b] for a, b in spans]).astype(np.float64)
+        docs, where = np.unique(docs, return_inverse=True)  # sorted: ties resolve to corpus order
+        scores = np.bincount(where.reshape(-1), weights=weights, minlength=docs.size)
+        if k < docs.size:
+            # the k-th best score; of the passages tied with it, the first ones in corpus order
+            kth = np.partition(scores, docs.size - k)[docs.size - k]
+            above = np.flatnonzero(scores > kth)
+            keep = np.concatenate([above, np.flatnonzero(scores == kth)[: k - above.size]])
+            docs, scores = docs[keep], scores[keep]
+        order = np.lexsort((docs, -scores))
+        return [int(d) for d, sc in zip(docs[order], scores[order]) if sc > 0.0]
