@@ -185,7 +185,8 @@ class SearchQAEnv(TextGameEnv):
         kwargs.setdefault("max_turn", 5)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_actions_per_traj", kwargs["max_turn"])
-        kwargs.setdefault("system_prompt", f"{SearchQAGame.instructions} {SYSTEM_FORMAT}")
+        budget = f"Each search shows the {top_k} best passages; you have {kwargs['max_turn']} turns."
+        kwargs.setdefault("system_prompt", f"{SearchQAGame.instructions} {budget} {SYSTEM_FORMAT}")
         self.data_path, self.corpus_path, self.val_data_path = data_path, corpus_path, val_data_path
         self.val_fraction = float(val_fraction)
 

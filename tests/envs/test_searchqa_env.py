@@ -74,6 +74,8 @@ def test_reset_prompt_and_oracle_episode(cache):
     history = td["history", "prompt"][0]
     assert list(history.role) == ["system", "user"]
     assert "search[query]" in history.content[0] and "finish[answer]" in history.content[0]
+    assert "the 5 best passages; you have 5 turns" in history.content[0]
+    assert "the 3 best passages; you have 4 turns" in build(1, cache, top_k=3, max_turn=4).system_prompt
     question = env.games[0].question
     assert history.content[1] == f"Question: {question}\nActions: search[query] or finish[answer]."
     rewards = []

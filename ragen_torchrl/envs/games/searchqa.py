@@ -96,8 +96,8 @@ class SearchQAGame(TextGame):
     action_names = None
     instructions = (
         "You answer a question by searching a collection of passages. Use search[query] to see the "
-        "5 passages that best match a query, and finish[answer] to give your final answer, a short "
-        "span copied from the passages. One action per turn; you have 5 turns."
+        "passages that best match a query, and finish[answer] to give your final answer, a short "
+        "span copied from the passages. One action per turn."
     )
 
     def __init__(
