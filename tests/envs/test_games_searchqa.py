@@ -420,7 +420,12 @@ def test_top_k_equals_a_brute_force_ranking_of_bm25s_scores(tmp_path):
 
     rng = random.Random(0)
     words = [f"w{i}" for i in range(40)]
-    passages = [Passage(str(i), "", " ".join(rng.choices(words, k=rng.randint(1, 6)))) for i in range(300)]
+    # "common" is in most passages (a long posting list: the dense path), the w* words in a few (sparse)
+    passages = [
+        Passage(str(i), "", " ".join(rng.choices(words, k=rng.randint(1, 6))) + " common" * (rng.random() < 0.7))
+        for i in range(300)
+    ]
+    words.append("common")
     r = BM25Retriever(passages, cache=False)
     for _ in range(200):
         query = " ".join(rng.choices(words + ["unknown"], k=rng.randint(1, 4)))

@@ -234,20 +234,31 @@ class BM25Retriever:
         first, ties by corpus order).
 
         Reads the index's precomputed per-term score columns (CSC ``data``/``indices``/``indptr``, as
-        ``bm25s`` stores them) and only touches the passages that contain a query term, so a query
-        costs its postings, not the corpus size.
+        ``bm25s`` stores them). Queries of rare terms only touch the passages that contain them, so
+        they cost their postings, not the corpus size; frequent terms use one dense score vector.
         """
         import numpy as np
 
         index = self._bm25.scores
         data, indices, indptr = index["data"], index["indices"], index["indptr"]
         spans = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
-        docs = np.concatenate([indices[a:b] for a, b in spans])
-        if docs.size == 0:
+        postings = sum(b - a for a, b in spans)
+        if postings == 0:
             return []
-        weights = np.concatenate([data[a:b] for a, b in spans]).astype(np.float64)
-        docs, where = np.unique(docs, return_inverse=True)  # sorted: ties resolve to corpus order
-        scores = np.bincount(where.reshape(-1), weights=weights, minlength=docs.size)
+        num_docs = int(index["num_docs"])
+        if postings * 8 > num_docs:
+            # frequent terms: one dense score vector is cheaper than sorting the postings; a passage
+            # occurs once per term column, so the fancy-index add is exact
+            scores = np.zeros(num_docs, dtype=np.float64)
+            for a, b in spans:
+                scores[indices[a:b]] += data[a:b]
+            docs = np.flatnonzero(scores)
+            scores = scores[docs]
+        else:
+            docs = np.concatenate([indices[a:b] for a, b in spans])
+            weights = np.concatenate([data[a:b] for a, b in spans]).astype(np.float64)
+            docs, where = np.unique(docs, return_inverse=True)  # sorted: ties resolve to corpus order
+            scores = np.bincount(where.reshape(-1), weights=weights, minlength=docs.size)
         if k < docs.size:
             # the k-th best score; of the passages tied with it, the first ones in corpus order
             kth = np.partition(scores, docs.size - k)[docs.size - k]
