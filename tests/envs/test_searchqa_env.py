@@ -29,6 +29,12 @@ PENALTY = -0.1
 VAL = VAL_SEED_OFFSET
 
 
+@pytest.fixture(autouse=True)
+def private_ragen_cache(tmp_path, monkeypatch):
+    """Envs built with the default ``cache_dir`` write their index here, not to the user's cache."""
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "ragen_cache"))
+
+
 @pytest.fixture
 def cache(tmp_path):
     return str(tmp_path / "cache")
