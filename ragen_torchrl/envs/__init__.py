@@ -23,6 +23,7 @@ from .bandit import BanditEnv
 from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
 from .metamathqa import MetaMathQAEnv
+from .searchqa import SearchQAEnv
 from .sokoban import SokobanEnv
 from .text_env import RowTransformedEnv, TextGameEnv
 
@@ -37,6 +38,7 @@ _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "preference_estimation": PreferenceEstimationEnv,
     "movie_recommendation": MovieRecommendationEnv,
     "situation_puzzles": SituationPuzzlesEnv,
+    "searchqa": SearchQAEnv,
 }
 
 
