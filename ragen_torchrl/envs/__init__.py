@@ -25,6 +25,7 @@ from .frozenlake import FrozenLakeEnv
 from .metamathqa import MetaMathQAEnv
 from .sokoban import SokobanEnv
 from .text_env import RowTransformedEnv, TextGameEnv
+from .webshop import WebShopEnv
 
 _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "frozenlake": FrozenLakeEnv,
@@ -37,6 +38,7 @@ _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "preference_estimation": PreferenceEstimationEnv,
     "movie_recommendation": MovieRecommendationEnv,
     "situation_puzzles": SituationPuzzlesEnv,
+    "webshop": WebShopEnv,
 }
 
 
@@ -63,4 +65,12 @@ def make_env(name: str, **cfg: Any) -> TextGameEnv:
     return builder(**cfg)
 
 
-__all__ = ["FrozenLakeEnv", "RowTransformedEnv", "TextGameEnv", "make_env", "register_env", "available_envs"]
+__all__ = [
+    "FrozenLakeEnv",
+    "RowTransformedEnv",
+    "TextGameEnv",
+    "WebShopEnv",
+    "make_env",
+    "register_env",
+    "available_envs",
+]
