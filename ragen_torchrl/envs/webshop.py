@@ -8,7 +8,10 @@ Reply format: ``<think>...</think><answer>search[keywords]</answer>`` or ``<answ
 (one action per turn, as RAGEN; with ``max_actions_per_turn > 1`` actions are split by ``||``). A reply
 without the tags gets the format penalty; an action the page does not offer (``click`` on something
 not listed, ``search`` outside the search page, any other text) gets the format penalty too and leaves
-the state unchanged (WebShop ignores invalid actions). The observation lists the available actions.
+the state unchanged (WebShop ignores invalid actions). The observation lists the clickable elements
+(``observation="compact"``, the default: each once as ``[element]``, the instruction on the search page;
+``"webshop"``: WebShop's ``[SEP]`` page text with the instruction on every page and RAGEN's
+"Available actions" list, about twice as many tokens).
 
 Rules followed (stated, RAGEN-2 arXiv 2604.06268 and its reference WebShop setting): **9 turns**, one
 action per turn, 9 actions per episode (RAGEN's ``max_turn: 9``, ``max_actions_per_traj: 9``); reward
@@ -55,7 +58,7 @@ from typing import Any
 from ..keys import ACTION_IS_EFFECTIVE, ACTION_IS_VALID, SUCCESS
 from ..validation import check_choice, check_int
 from .games.base import TextGame
-from .games.webshop import REWARD_MODES, SEARCH_RETURN_N, Shop, WebShopGame
+from .games.webshop import OBSERVATIONS, REWARD_MODES, SEARCH_RETURN_N, Shop, WebShopGame
 from .games.webshop_catalog import generate_catalog, generate_goals
 from .games.webshop_data import load_attributes, load_goals, load_products, synthetic_goals
 from .games.webshop_reward import Goal
@@ -164,6 +167,8 @@ class WebShopEnv(TextGameEnv):
         catalog_seed: seed of the generated catalogue and goals.
         search_return_n: results of a search (WebShop: 50; 10 per page).
         reward_mode: ``"binary"`` (1 when the score is 1: RAGEN) or ``"score"`` (WebShop's score).
+        observation: ``"compact"`` (each clickable once as ``[element]``; short prompts) or ``"webshop"``
+            (WebShop's ``[SEP]`` text with the instruction on every page, plus RAGEN's available-actions list).
         **kwargs: turn/action limits and format penalty of :class:`TextGameEnv` (defaults RAGEN's:
             ``max_turn=9``, ``max_actions_per_turn=1``, ``max_actions_per_traj=9``).
 
@@ -190,6 +195,7 @@ class WebShopEnv(TextGameEnv):
         catalog_seed: int = 0,
         search_return_n: int = SEARCH_RETURN_N,
         reward_mode: str = "binary",
+        observation: str = "compact",
         **kwargs: Any,
     ) -> None:
         data_path, val_data_path = check_data_paths(data_path, val_data_path, training="the training goals")
@@ -205,6 +211,7 @@ class WebShopEnv(TextGameEnv):
         check_int("catalog_seed", catalog_seed, minimum=0, expected="a non-negative integer")
         check_int("search_return_n", search_return_n, minimum=1, maximum=1000)
         check_choice("reward_mode", reward_mode, REWARD_MODES)
+        check_choice("observation", observation, OBSERVATIONS)
         kwargs.setdefault("max_turn", 9)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_actions_per_traj", kwargs["max_turn"])
@@ -224,7 +231,9 @@ class WebShopEnv(TextGameEnv):
 
         def factory(level_seed: int, sample: int) -> WebShopGame:
             pool = goals[level_split(level_seed)]
-            return WebShopGame(pool[int(level_seed) % len(pool)], shop, reward_mode=reward_mode)
+            return WebShopGame(
+                pool[int(level_seed) % len(pool)], shop, reward_mode=reward_mode, observation=observation
+            )
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 

@@ -83,10 +83,18 @@ def test_parse_action(text, expected):
     assert parse_action(text) == expected
 
 
+def test_unknown_observation_or_reward_mode_is_refused():
+    with pytest.raises(ValueError, match="observation"):
+        WebShopGame(GOAL, SHOP, observation="html")
+    with pytest.raises(ValueError, match="reward_mode"):
+        WebShopGame(GOAL, SHOP, reward_mode="dense")
+
+
 # --------------------------------------------------------------------------- pages
 def test_search_page_offers_only_search():
     game = new_game()
     assert game.page == "search" and game.available_actions() == ["search[<query>]"]
+    assert game.render_text() == f"Instruction: {GOAL.instruction}\nSearch page: search[<keywords>]"
     for bad in ("click[buy now]", "click[back to search]", "buy", "search[]"):
         before = game.render_text()
         reward, done, info = game.step(bad)
@@ -99,7 +107,15 @@ def test_results_are_paged_ten_at_a_time_with_next_and_prev():
     game.step("search[ceramic coffee mug]")
     assert game.page == "results" and len(game.results) == 12 and game.page_no == 1
     text = game.render_text()
-    assert "Page 1 (Total results: 12)" in text and "Next >" in text and "< Prev" not in text.split("Available")[0]
+    assert text.startswith("Results page 1/2 (12 results). [back to search] [next >]\n[b0mug")
+    assert "< prev" not in text and len(text.splitlines()) == 1 + PAGE_SIZE
+    webshop = WebShopGame(GOAL, SHOP, observation="webshop")
+    webshop.step("search[ceramic coffee mug]")
+    text = webshop.render_text()
+    assert text.startswith(
+        f"Instruction: [SEP] {GOAL.instruction} [SEP] Back to Search [SEP] Page 1 (Total results: 12)"
+    )
+    assert "Next >" in text and "Available actions: click[back to search], click[next >], click[b0mug" in text
     first_page = [p.asin.lower() for p in game.results[:PAGE_SIZE]]
     assert game.clickables() == ["back to search", "next >", *first_page]
     assert game.step("search[mug]")[2]["action_is_valid"] is False  # no search box on the results page
@@ -123,6 +139,11 @@ def test_item_page_options_sub_pages_and_back():
         "blue",
         "single",
         "2 pack",
+    ]
+    assert game.render_text().splitlines() == [
+        f"{game.product.title} $9.99. [back to search] [< prev] [description] [features] [buy now]",
+        "color: [red] [blue]",
+        "pack: [single] [2 pack]",
     ]
     _, _, info = game.step("click[Blue]")
     assert info["action_is_effective"] and game.chosen == {"color": "blue"}
@@ -153,7 +174,7 @@ def test_buying_ends_the_episode_with_binary_reward_and_the_score_in_info():
     reward, done, info = game.step("click[buy now]")
     # all mugs are alike: 2 attributes + 1 of 2 options + price = 4 of 5
     assert (reward, done, info["score"], info["success"]) == (0.0, True, pytest.approx(0.8), False)
-    assert game.render_text().endswith("0.80")
+    assert game.render_text().endswith("Your score (min 0.0, max 1.0): 0.80")
     assert game.step("click[buy now]") == (
         0.0,
         True,

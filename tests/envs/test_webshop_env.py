@@ -56,7 +56,7 @@ def test_reset_prompt_lists_the_instruction_and_the_search_action(env):
     prompt = td["history", "prompt"][0]
     assert list(prompt.role) == ["system", "user"] and "search[" in prompt.content[0]
     goal = env.games[0].goal
-    assert goal.instruction in prompt.content[1] and "Available actions: search[<query>]" in prompt.content[1]
+    assert prompt.content[1] == f"Instruction: {goal.instruction}\nSearch page: search[<keywords>]"
     assert env.max_turn == env.max_actions_per_traj == 9 and env.max_actions_per_turn == 1
 
 
@@ -171,6 +171,7 @@ def test_hydra_preset_builds_the_env():
         ({"catalog_seed": -1}, "catalog_seed"),
         ({"val_data_path": "v.json"}, "data_path"),
         ({"max_turn": 0}, "max_turn"),
+        ({"observation": "html"}, "observation"),
     ],
 )
 def test_bad_config_raises_value_error_naming_the_key(cfg, match):

@@ -11,6 +11,11 @@ RAGEN-2, arXiv 2604.06268, uses it as one of its seven environments):
   the results, ``click[buy now]`` buys the item with the chosen options and ends the episode;
 * **description** / **features** sub-pages: ``click[< prev]`` returns to the item.
 
+Observations (``observation=``): ``"compact"`` (default) shows each page with every clickable once as
+``[element]`` and the instruction on the search page (the conversation keeps it); ``"webshop"`` is
+WebShop's text observation (elements joined by ``[SEP]``, the instruction on every page) followed by
+RAGEN's "Available actions" list. Both list exactly the clickables of :meth:`WebShopGame.clickables`.
+
 Actions are WebShop's ``search[...]`` and ``click[...]`` (case-insensitive, whitespace collapsed).
 An action the current page does not offer (or any other text) is *invalid*: the state is unchanged,
 the reward is 0 and ``info["action_is_valid"]`` is False (the env adds the format penalty). Opening a
@@ -46,13 +51,17 @@ from ragen_torchrl.envs.games.base import TextGame
 from ragen_torchrl.envs.games.webshop_reward import Goal, Product, option_matches, purchase_score, token_set_ratio
 from ragen_torchrl.envs.games.webshop_search import BM25Index
 
-__all__ = ["Shop", "WebShopGame", "parse_action", "PAGE_SIZE", "SEARCH_RETURN_N", "REWARD_MODES"]
+__all__ = ["Shop", "WebShopGame", "parse_action", "PAGE_SIZE", "SEARCH_RETURN_N", "REWARD_MODES", "OBSERVATIONS"]
 
 #: results per page (WebShop's ``PRODUCT_WINDOW``)
 PAGE_SIZE = 10
 #: results a search returns (WebShop's ``SEARCH_RETURN_N``)
 SEARCH_RETURN_N = 50
 REWARD_MODES = ("binary", "score")
+#: ``compact``: each page's text with every clickable shown once as ``[element]`` and the instruction on
+#: the search page (short prompts for small models); ``webshop``: WebShop's text observation (elements
+#: joined by ``[SEP]``, the instruction on every page) followed by RAGEN's list of available actions
+OBSERVATIONS = ("compact", "webshop")
 BACK, PREV, NEXT, BUY = "back to search", "< prev", "next >", "buy now"
 SUB_PAGES = ("description", "features")
 #: searches remembered per shop (the oracle and groups of samples repeat queries)
@@ -126,13 +135,15 @@ class WebShopGame(TextGame):
     instructions = (
         "You are browsing an online shop. Buy the product that matches the instruction: search, open a "
         "product, choose its options (colour, size...) and buy it. Actions: search[keywords] on the search "
-        "page, click[element] for an element of the 'Available actions' list."
+        "page, click[element] for an element shown as [element]."
     )
 
-    def __init__(self, goal: Goal, shop: Shop, *, reward_mode: str = "binary") -> None:
+    def __init__(self, goal: Goal, shop: Shop, *, reward_mode: str = "binary", observation: str = "compact") -> None:
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {', '.join(REWARD_MODES)}, got {reward_mode!r}")
-        self.goal, self.shop, self.reward_mode = goal, shop, reward_mode
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got {observation!r}")
+        self.goal, self.shop, self.reward_mode, self.observation = goal, shop, reward_mode, observation
         self.page = "search"
         self.query = ""
         self.results: tuple[Product, ...] = ()
@@ -176,14 +187,18 @@ class WebShopGame(TextGame):
         search = ["search[<query>]"] if self.page == "search" and not self.done else []
         return search + [f"click[{c}]" for c in self.clickables()]
 
-    def _body(self) -> str:
+    def _price(self, p: Product) -> str:
+        return p.price_text or f"${p.price:.2f}"
+
+    def _webshop_body(self) -> str:
+        # WebShop's text observation: page elements joined by [SEP]
         if self.page == "search":
             return "Search"
         if self.page == "results":
             head = ["Back to Search", f"Page {self.page_no} (Total results: {len(self.results)})"]
             head += ["< Prev"] if self.page_no > 1 else []
             head += ["Next >"] if self.page_no < self._num_pages() else []
-            items = [f"{p.asin} [SEP] {p.title} [SEP] {p.price_text or f'${p.price:.2f}'}" for p in self._page_items()]
+            items = [f"{p.asin} [SEP] {p.title} [SEP] {self._price(p)}" for p in self._page_items()]
             return " [SEP] ".join(head + (items or ["No results."]))
         p = self.product
         assert p is not None
@@ -194,16 +209,38 @@ class WebShopGame(TextGame):
         parts = ["Back to Search", "< Prev"]
         for name, values in p.options.items():
             parts += [name, *values]
-        parts += [p.title, f"Price: {p.price_text or f'${p.price:.2f}'}", "Rating: N.A.", "Description", "Features"]
-        parts.append("Buy Now")
+        parts += [p.title, f"Price: {self._price(p)}", "Rating: N.A.", "Description", "Features", "Buy Now"]
         if self.chosen:
             parts.append("Selected: " + ", ".join(f"{k}: {v}" for k, v in self.chosen.items()))
         return " [SEP] ".join(parts)
 
+    def _compact_body(self) -> str:
+        # the same pages, each clickable shown once as [element]
+        if self.page == "search":
+            return f"Instruction: {self.goal.instruction}\nSearch page: search[<keywords>]"
+        nav = " ".join(f"[{c}]" for c in self.clickables() if c in (BACK, PREV, NEXT, *SUB_PAGES, BUY))
+        if self.page == "results":
+            head = f"Results page {self.page_no}/{self._num_pages()} ({len(self.results)} results). {nav}"
+            items = [f"[{p.asin.lower()}] {p.title} {self._price(p)}" for p in self._page_items()]
+            return "\n".join([head, *(items or ["No results."])])
+        p = self.product
+        assert p is not None
+        if self.page == "description":
+            return f"Description: {p.description or 'none.'} {nav}"
+        if self.page == "features":
+            return f"Features: {'; '.join(p.bullets) or 'none.'} {nav}"
+        lines = [f"{p.title} {self._price(p)}. {nav}"]
+        lines += [f"{name}: " + " ".join(f"[{v}]" for v in values) for name, values in p.options.items()]
+        if self.chosen:
+            lines.append("Selected: " + ", ".join(f"{k}: {v}" for k, v in self.chosen.items()))
+        return "\n".join(lines)
+
     def render_text(self) -> str:
         if self.done:
-            return f"Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] {self.score:.2f}"
-        text = f"{self.note}Instruction: [SEP] {self.goal.instruction} [SEP] {self._body()}"
+            return f"Thank you for shopping with us! Your score (min 0.0, max 1.0): {self.score:.2f}"
+        if self.observation == "compact":
+            return f"{self.note}{self._compact_body()}"
+        text = f"{self.note}Instruction: [SEP] {self.goal.instruction} [SEP] {self._webshop_body()}"
         return f"{text}\nAvailable actions: {', '.join(self.available_actions())}"
 
     # ------------------------------------------------------------------ dynamics
