@@ -11,7 +11,7 @@ not listed, ``search`` outside the search page, any other text) gets the format 
 the state unchanged (WebShop ignores invalid actions). The observation lists the clickable elements
 (``observation="compact"``, the default: each once as ``[element]``, the instruction on the search page;
 ``"webshop"``: WebShop's ``[SEP]`` page text with the instruction on every page and RAGEN's
-"Available actions" list, about twice as many tokens).
+"Available actions" list, about 1.6x the tokens).
 
 Rules followed (stated, RAGEN-2 arXiv 2604.06268 and its reference WebShop setting): **9 turns**, one
 action per turn, 9 actions per episode (RAGEN's ``max_turn: 9``, ``max_actions_per_traj: 9``); reward
