@@ -62,6 +62,7 @@ from .games.webshop import OBSERVATIONS, REWARD_MODES, SEARCH_RETURN_N, Shop, We
 from .games.webshop_catalog import generate_catalog, generate_goals
 from .games.webshop_data import load_attributes, load_goals, load_products, synthetic_goals
 from .games.webshop_reward import Goal
+from .games.webshop_search import require_bm25s
 from .parsing import parse_response
 from .splits import check_data_paths, check_val_fraction, level_split, split_records
 from .text_env import TextGameEnv
@@ -174,7 +175,7 @@ class WebShopEnv(TextGameEnv):
 
     Raises:
         ValueError: a bad argument (named), or a data-file error naming the file, record and fields.
-        ImportError: ``bm25s`` missing (``pip install ragen_torchrl[search]``), on the first search.
+        ImportError: ``bm25s`` missing (the message says ``pip install ragen_torchrl[search]``).
 
     Example:
         >>> env = WebShopEnv(num_envs=2, num_products=300)
@@ -212,6 +213,9 @@ class WebShopEnv(TextGameEnv):
         check_int("search_return_n", search_return_n, minimum=1, maximum=1000)
         check_choice("reward_mode", reward_mode, REWARD_MODES)
         check_choice("observation", observation, OBSERVATIONS)
+        # fail here, not at the first search inside a rollout (where the env's safety net would
+        # turn the ImportError into ended rows)
+        require_bm25s()
         kwargs.setdefault("max_turn", 9)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_actions_per_traj", kwargs["max_turn"])

@@ -179,6 +179,14 @@ def test_bad_config_raises_value_error_naming_the_key(cfg, match):
         WebShopEnv(num_envs=1, **cfg)
 
 
+def test_missing_bm25s_fails_at_construction_with_the_install_hint(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bm25s", None)
+    with pytest.raises(ImportError, match=r"pip install ragen_torchrl\[search\]"):
+        WebShopEnv(num_envs=1)
+
+
 # --------------------------------------------------------------------------- the user's WebShop files
 PRODUCTS = [
     {
