@@ -11,6 +11,9 @@ RAGEN-2, arXiv 2604.06268, uses it as one of its seven environments):
   the results, ``click[buy now]`` buys the item with the chosen options and ends the episode;
 * **description** / **features** sub-pages: ``click[< prev]`` returns to the item.
 
+WebShop's Reviews page (empty: its loader reads no reviews) and Attributes page (off by default,
+``show_attrs=False``) are not offered.
+
 Observations (``observation=``): ``"compact"`` (default) shows each page with every clickable once as
 ``[element]`` and the instruction on the search page (the conversation keeps it); ``"webshop"`` is
 WebShop's text observation (elements joined by ``[SEP]``, the instruction on every page) followed by
