@@ -26,6 +26,7 @@ from .metamathqa import MetaMathQAEnv
 from .searchqa import SearchQAEnv
 from .sokoban import SokobanEnv
 from .text_env import RowTransformedEnv, TextGameEnv
+from .webshop import WebShopEnv
 
 _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "frozenlake": FrozenLakeEnv,
@@ -39,6 +40,7 @@ _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "movie_recommendation": MovieRecommendationEnv,
     "situation_puzzles": SituationPuzzlesEnv,
     "searchqa": SearchQAEnv,
+    "webshop": WebShopEnv,
 }
 
 
@@ -65,4 +67,13 @@ def make_env(name: str, **cfg: Any) -> TextGameEnv:
     return builder(**cfg)
 
 
-__all__ = ["FrozenLakeEnv", "RowTransformedEnv", "TextGameEnv", "make_env", "register_env", "available_envs"]
+__all__ = [
+    "FrozenLakeEnv",
+    "RowTransformedEnv",
+    "SearchQAEnv",
+    "TextGameEnv",
+    "WebShopEnv",
+    "make_env",
+    "register_env",
+    "available_envs",
+]

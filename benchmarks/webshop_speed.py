@@ -1,0 +1,130 @@
+"""WebShop speed on the shipped generated catalogue: build, search queries/s and env steps/s.
+
+Usage:
+    python benchmarks/webshop_speed.py [--products 3000] [--queries 2000] [--batch 64] [--episodes 3]
+
+Prints:
+
+* catalogue generation and BM25 index build time (``bm25s``);
+* search queries per second, uncached (``BM25Index.search`` straight, top 50): the oracle's query of
+  each goal (the instruction without its option and price clauses) and the whole instruction text;
+* env steps per second (one row stepped once = one step): ``--batch`` rows in prompt groups of 4
+  play whole episodes with scripted oracle replies, stepping only the rows still running, as
+  ``benchmarks/env_speed.py`` does. Only ``env.reset`` / ``env.step`` are timed (the oracle's replies
+  are not). A search inside ``env.step`` goes through the shop's query cache, so the 4 rows of a group
+  pay for one search; ``cold`` clears the cache before every step (every search runs BM25).
+
+Example:
+    $ python benchmarks/webshop_speed.py --products 3000 --queries 500 --episodes 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import tensordict
+
+tensordict.set_list_to_stack(True).set()
+
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from torchrl.data.llm import History  # noqa: E402
+
+from ragen_torchrl.envs.games.webshop import WebShopGame  # noqa: E402
+from ragen_torchrl.envs.games.webshop_catalog import generate_catalog, generate_goals  # noqa: E402
+from ragen_torchrl.envs.games.webshop_search import BM25Index  # noqa: E402
+from ragen_torchrl.envs.text_env import sample_seed  # noqa: E402
+from ragen_torchrl.envs.webshop import WebShopEnv  # noqa: E402
+
+GROUP = 4
+
+
+def bench_search(products: int, queries: int) -> None:
+    t0 = time.perf_counter()
+    catalog = generate_catalog.__wrapped__(products, 0)  # uncached
+    t_gen = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index = BM25Index([p.search_text() for p in catalog])
+    t_index = time.perf_counter() - t0
+    print(
+        f"catalogue: {products} products generated in {1000 * t_gen:.0f} ms, BM25 index built in {1000 * t_index:.0f} ms"
+    )
+    goals = generate_goals(catalog)[:queries]
+    oracle = [WebShopGame(g, None).oracle_query() for g in goals]  # type: ignore[arg-type]
+    full = [g.instruction for g in goals]
+    print(f"{'queries':<28} {'n':>6} {'queries/s':>10} {'ms/query':>9}")
+    for label, texts in (("oracle query (top 50)", oracle), ("whole instruction (top 50)", full)):
+        t0 = time.perf_counter()
+        for q in texts:
+            index.search(q, 50)
+        dt = time.perf_counter() - t0
+        print(f"{label:<28} {len(texts):>6} {len(texts) / dt:>10.0f} {1000 * dt / len(texts):>9.3f}")
+
+
+def with_replies(env: WebShopEnv, td: TensorDict) -> TensorDict:
+    idx = td["env_index"].tolist()
+    replies = [env.format_reply("plan", [env.games[i].oracle_action()]) for i in idx]
+    msg = History(role=["assistant"] * len(idx), content=replies, batch_size=(len(idx),))
+    td.set(("history", "full"), td["history", "prompt"].extend(msg.unsqueeze(-1), inplace=False, dim=-1))
+    return td
+
+
+def bench_env(products: int, batch: int, episodes: int, cold: bool) -> dict:
+    env = WebShopEnv(num_envs=batch, num_products=products)
+    env.shop.search("warm up the index")
+    steps, step_time, reset_time, turns, successes = 0, 0.0, 0.0, 0, 0
+    for episode in range(episodes):
+        levels = [1000 * episode + row // GROUP for row in range(batch)]
+        reset_in = TensorDict(
+            level_seed=torch.tensor(levels),
+            group_id=torch.tensor([row // GROUP for row in range(batch)]),
+            sample_seed=torch.tensor([sample_seed(s, row % GROUP) for row, s in enumerate(levels)]),
+            batch_size=[batch],
+        )
+        t0 = time.perf_counter()
+        td = env.reset(reset_in)
+        reset_time += time.perf_counter() - t0
+        while td is not None:
+            td = with_replies(env, td)
+            if cold:
+                env.shop._cache.clear()
+            t0 = time.perf_counter()
+            nxt = env.step(td)["next"]
+            step_time += time.perf_counter() - t0
+            steps += td.batch_size[0]
+            turns += 1
+            done = nxt["done"].reshape(-1)
+            successes += int(nxt["success"][done].sum())
+            running = (~done).nonzero().reshape(-1)
+            td = nxt[running] if running.numel() else None
+    return {
+        "steps": steps,
+        "steps_per_s": steps / step_time,
+        "ms_per_batch_step": 1000 * step_time / turns,
+        "reset_ms": 1000 * reset_time / episodes,
+        "success": successes / (batch * episodes),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--products", type=int, default=3000, help="generated catalogue size")
+    parser.add_argument("--queries", type=int, default=2000, help="search queries timed")
+    parser.add_argument("--batch", type=int, default=64, help="env rows stepped together")
+    parser.add_argument("--episodes", type=int, default=3, help="batches of whole episodes")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    bench_search(args.products, args.queries)
+    print(f"\nenv.step throughput (batch {args.batch}, groups of {GROUP}, scripted oracle replies, 9-turn episodes)")
+    print(f"{'search cache':<14} {'steps':>6} {'steps/s':>9} {'ms/batch step':>14} {'reset ms':>9} {'success':>8}")
+    for cold in (False, True):
+        r = bench_env(args.products, args.batch, args.episodes, cold)
+        print(
+            f"{'cold' if cold else 'shared':<14} {r['steps']:>6} {r['steps_per_s']:>9.0f} "
+            f"{r['ms_per_batch_step']:>14.2f} {r['reset_ms']:>9.1f} {r['success']:>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
