@@ -21,6 +21,7 @@ from .active_reasoning import (
 )
 from .bandit import BanditEnv
 from .countdown import CountdownEnv
+from .deepcoder import DeepCoderEnv
 from .frozenlake import FrozenLakeEnv
 from .metamathqa import MetaMathQAEnv
 from .sokoban import SokobanEnv
@@ -37,6 +38,7 @@ _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "preference_estimation": PreferenceEstimationEnv,
     "movie_recommendation": MovieRecommendationEnv,
     "situation_puzzles": SituationPuzzlesEnv,
+    "deepcoder": DeepCoderEnv,
 }
 
 
@@ -63,4 +65,12 @@ def make_env(name: str, **cfg: Any) -> TextGameEnv:
     return builder(**cfg)
 
 
-__all__ = ["FrozenLakeEnv", "RowTransformedEnv", "TextGameEnv", "make_env", "register_env", "available_envs"]
+__all__ = [
+    "DeepCoderEnv",
+    "FrozenLakeEnv",
+    "RowTransformedEnv",
+    "TextGameEnv",
+    "make_env",
+    "register_env",
+    "available_envs",
+]
