@@ -41,7 +41,7 @@ from typing import Any
 
 from ragen_torchrl.envs.games.base import TextGame
 from ragen_torchrl.envs.games.deepcoder_data import CodingProblem, TestCase
-from ragen_torchrl.envs.games.deepcoder_grading import GradeReport, Grader
+from ragen_torchrl.envs.games.deepcoder_grading import Grader, GradeReport
 
 __all__ = ["DeepCoderGame", "extract_code", "render_problem"]
 
