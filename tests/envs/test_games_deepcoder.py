@@ -3,6 +3,7 @@ cache, the data loaders and the shipped hand-written set (the oracle passes ever
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import pytest
@@ -135,7 +136,7 @@ def test_cache_and_early_stops():
     assert [o.status for o in broken.outcomes] == ["compile_error"] + ["skipped"] * 3
     runs = grader.runs
     jobs = [("print(1)", p, p.hidden_tests)] * 8 + [("x = (", p, p.hidden_tests)] * 8
-    grader.prefetch(jobs)
+    concurrent.futures.wait(grader.prefetch(jobs))
     assert grader.runs == runs + 1 + 4  # one compile check, one program x 4 tests
     assert grader.grade("x = (", p).outcomes[0].status == "compile_error"
 

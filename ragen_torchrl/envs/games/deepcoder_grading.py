@@ -15,9 +15,10 @@ code; the expected value never enters the child).
 :class:`Grader` runs a submission's tests one after the other and stops early on a program
 that does not compile (every test would fail the same way) and, by default, after its first
 timeout (``skip_after_timeout``: one looping submission costs one time limit, not one per
-test; its remaining tests count as failed). Submissions run in parallel on ``workers``
-threads (:meth:`Grader.prefetch`), and reports are cached by (code, problem, test set), so
-the G identical answers of a collapsed group run once. A program whose outcome depends on
+test; its remaining tests count as failed). :meth:`Grader.prefetch` starts a batch of
+submissions on ``workers`` background threads (the env's step then parses and renders while
+they run), and reports are cached by (code, problem, test set), so the G identical answers
+of a collapsed group run once. A program whose outcome depends on
 timing is graded once per cache entry.
 
 Example:
@@ -34,7 +35,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -145,6 +146,8 @@ class Grader:
         self.cache_size = check_int("cache_size", cache_size, minimum=0)
         self.skip_after_timeout = check_bool("skip_after_timeout", skip_after_timeout)
         self._cache: OrderedDict[str, GradeReport] = OrderedDict()
+        self._inflight: dict[str, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         #: sandboxed runs started (a metric for benchmarks and tests)
         self.runs = 0
@@ -184,7 +187,8 @@ class Grader:
 
     def grade(self, code: str, problem: CodingProblem, tests: Iterable[TestCase] | None = None) -> GradeReport:
         """The report of ``code`` on ``tests`` (default: the hidden tests); an empty or
-        non-string program fails every test without running."""
+        non-string program fails every test without running. A job already running from
+        :meth:`prefetch` is waited for, not run twice."""
         tests = tuple(problem.hidden_tests if tests is None else tests)
         if not isinstance(code, str) or not code.strip():
             return GradeReport(tuple(TestOutcome(False, "empty") for _ in tests))
@@ -194,45 +198,60 @@ class Grader:
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
+            running = self._inflight.get(key)
+        if running is not None:
+            return running.result()
         report = self._grade_uncached(code, problem, tests)
         self._store(key, report)
         return report
 
     def _store(self, key: str, report: GradeReport) -> None:
-        if self.cache_size:
-            with self._lock:
+        with self._lock:
+            if self.cache_size:
                 self._cache[key] = report
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
+            self._inflight.pop(key, None)  # with the store, under one lock: grade() sees one of them
 
-    def prefetch(self, jobs: Iterable[tuple[str, CodingProblem, tuple[TestCase, ...]]]) -> None:
-        """Grade many ``(code, problem, tests)`` jobs on ``workers`` threads (distinct jobs
-        once each) so that the following :meth:`grade` calls are cache hits."""
+    def _background(self, key: str, code: str, problem: CodingProblem, tests: tuple[TestCase, ...]) -> GradeReport:
+        try:
+            report = self._grade_uncached(code, problem, tests)
+        except BaseException:
+            with self._lock:
+                self._inflight.pop(key, None)
+            raise
+        self._store(key, report)
+        return report
+
+    def prefetch(self, jobs: Iterable[tuple[str, CodingProblem, tuple[TestCase, ...]]]) -> list[Future]:
+        """Start grading many ``(code, problem, tests)`` jobs on ``workers`` background threads
+        (distinct jobs once each) and return their futures: the following :meth:`grade` calls
+        are cache hits or wait for their job. First one sandboxed process compiles every
+        program, so a broken one is graded without a run of its own. Wait for the futures
+        (``concurrent.futures.wait``) before relying on no program running."""
+        if not self.cache_size:
+            return []
         unique: dict[str, tuple] = {}
         for code, problem, tests in jobs:
             if isinstance(code, str) and code.strip():
                 unique.setdefault(self._key(code, problem, tuple(tests)), (code, problem, tuple(tests)))
         with self._lock:
-            todo = [(key, job) for key, job in unique.items() if key not in self._cache]
-        if not todo or not self.cache_size:
-            return
-        # one process compiles every program: a broken one is graded without a run of its own
+            todo = [(key, job) for key, job in unique.items() if key not in self._cache and key not in self._inflight]
+        if not todo:
+            return []
         with self._lock:
             self.runs += 1
         flags = self.sandbox.compiles([code for _, (code, _, _) in todo])
-        keep = []
-        for (key, job), ok in zip(todo, flags):
+        futures = []
+        for (key, (code, problem, tests)), ok in zip(todo, flags):
             if ok is False:
-                outcomes = [TestOutcome(False, "compile_error")] + [TestOutcome(False, "skipped")] * (len(job[2]) - 1)
-                self._store(key, GradeReport(tuple(outcomes[: len(job[2])])))
-            else:
-                keep.append(job)
-        todo = keep
-        if not todo:
-            return
-        if len(todo) == 1 or self.workers == 1:
-            for job in todo:
-                self.grade(*job)
-            return
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(todo))) as pool:
-            list(pool.map(lambda job: self.grade(*job), todo))
+                outcomes = [TestOutcome(False, "compile_error")] + [TestOutcome(False, "skipped")] * (len(tests) - 1)
+                self._store(key, GradeReport(tuple(outcomes[: len(tests)])))
+                continue
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="deepcoder-grader")
+                future = self._pool.submit(self._background, key, code, problem, tests)
+                self._inflight.setdefault(key, future)
+            futures.append(future)
+        return futures
