@@ -37,6 +37,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -79,8 +81,14 @@ class CodingProblem:
 
     @property
     def key(self) -> str:
-        """Content key of the train/validation split and of the result cache."""
+        """Content key of the train/validation split."""
         return " ".join(self.question.split()).lower() + "|" + (self.fn_name or "")
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A hash of the whole problem, tests included (computed once; the grading cache key)."""
+        content = [self.question, self.fn_name, self.starter_code, self.public_tests, self.hidden_tests]
+        return hashlib.sha256(repr(content).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _maybe_json(value: Any, where: str, field: str) -> Any:

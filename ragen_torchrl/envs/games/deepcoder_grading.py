@@ -154,8 +154,12 @@ class Grader:
 
     @staticmethod
     def _key(code: str, problem: CodingProblem, tests: tuple[TestCase, ...]) -> str:
+        if tests is problem.hidden_tests or tests is problem.public_tests:
+            which = "hidden" if tests is problem.hidden_tests else "public"  # no repr of big test sets
+        else:
+            which = repr(tests)
         h = hashlib.sha256()
-        for part in (code, problem.key, repr(tests)):
+        for part in (code, problem.digest, which):
             h.update(part.encode("utf-8", "surrogatepass"))
             h.update(b"\0")
         return h.hexdigest()
