@@ -53,7 +53,12 @@ _DEFAULT_GRADER: Grader | None = None
 
 
 def default_grader() -> Grader:
-    """A process-wide :class:`Grader` with default limits (built on first use)."""
+    """A process-wide :class:`Grader` with default limits (built on first use).
+
+    Example:
+        >>> default_grader() is default_grader()
+        True
+    """
     global _DEFAULT_GRADER
     if _DEFAULT_GRADER is None:
         _DEFAULT_GRADER = Grader()
@@ -127,6 +132,12 @@ class DeepCoderGame(TextGame):
     ``info`` of a step adds ``passed`` and ``total`` (hidden tests, on a graded submission;
     public tests on a feedback turn) and ``submitted``. ``progress()`` is 1 minus the best
     hidden fraction so far (lower is closer).
+
+    Example:
+        >>> p = CodingProblem("Echo.", (TestCase("a\\n", "a\\n"),), (TestCase("b\\n", "b\\n"),))
+        >>> game = DeepCoderGame(p, max_attempts=2)
+        >>> game.step("print('a')")[:2], game.step("print(input())")[:2], game.progress()
+        ((0.0, True), (0.0, True), 1.0)
     """
 
     action_names = None

@@ -59,7 +59,12 @@ _EXPECTED = (
 @dataclass(frozen=True)
 class TestCase:
     """One test: ``input`` is stdin text (stdin tests) or the argument list (function tests);
-    ``output`` the expected stdout text or return value."""
+    ``output`` the expected stdout text or return value.
+
+    Example:
+        >>> TestCase([1, 2], 3).input
+        [1, 2]
+    """
 
     __test__ = False  # not a pytest class
 
@@ -69,7 +74,13 @@ class TestCase:
 
 @dataclass(frozen=True)
 class CodingProblem:
-    """A coding problem (see the module docstring)."""
+    """A coding problem (see the module docstring).
+
+    Example:
+        >>> p = CodingProblem("Add.", (), (TestCase([1, 2], 3),), fn_name="add")
+        >>> p.key, len(p.digest)
+        ('add.|add', 64)
+    """
 
     question: str
     public_tests: tuple[TestCase, ...]
@@ -237,5 +248,10 @@ def load_coding_problems(path: str | os.PathLike, num_public: int = 1, limit: in
 
 
 def shipped_problems() -> tuple[CodingProblem, ...]:
-    """The hand-written offline set shipped with the package (each with a reference solution)."""
+    """The hand-written offline set shipped with the package (each with a reference solution).
+
+    Example:
+        >>> sorted(p.problem_id for p in shipped_problems())[:3]
+        ['add', 'caesar_shift', 'count_even']
+    """
     return tuple(load_coding_problems(SHIPPED_PATH))

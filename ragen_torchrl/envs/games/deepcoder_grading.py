@@ -98,7 +98,13 @@ class TestOutcome:
 
 @dataclass(frozen=True)
 class GradeReport:
-    """The outcomes of one submission on one test set."""
+    """The outcomes of one submission on one test set.
+
+    Example:
+        >>> r = GradeReport((TestOutcome(True, "ok"), TestOutcome(False, "timeout")))
+        >>> r.passed, r.total, r.fraction, r.all_passed
+        (1, 2, 0.5, False)
+    """
 
     outcomes: tuple[TestOutcome, ...]
 
@@ -131,6 +137,12 @@ class Grader:
         workers: threads running submissions in parallel in :meth:`prefetch`.
         cache_size: graded (code, problem, test set) entries kept (0: no cache).
         skip_after_timeout: stop a submission's tests after its first timeout.
+
+    Example:
+        >>> from ragen_torchrl.envs.games.deepcoder_data import CodingProblem, TestCase
+        >>> p = CodingProblem("Double.", (), (TestCase([2], 4), TestCase([3], 6)), fn_name="double")
+        >>> Grader().grade("def double(x):\\n    return x + 2", p).passed
+        1
     """
 
     def __init__(

@@ -133,6 +133,11 @@ class RunResult:
     ``"compile_error"`` (the program does not compile), ``"timeout"`` (wall clock or CPU
     limit), ``"output_limit"`` (more than ``max_output_bytes``). ``value``/``has_value``:
     the function's decoded return value in call mode.
+
+    Example:
+        >>> run = Sandbox().run_script("import sys; sys.exit(2)")
+        >>> run.status, run.returncode, run.ok
+        ('error', 2, False)
     """
 
     status: str
@@ -151,7 +156,12 @@ class RunResult:
 @functools.lru_cache(maxsize=4)
 def namespaces_available(python: str = sys.executable) -> bool:
     """Whether ``unshare`` can give a run its own user, network and PID namespaces here
-    (probed once per interpreter path)."""
+    (probed once per interpreter path).
+
+    Example:
+        >>> isinstance(namespaces_available(), bool)
+        True
+    """
     unshare = shutil.which("unshare")
     if unshare is None:
         return False
