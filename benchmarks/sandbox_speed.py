@@ -91,9 +91,10 @@ def main() -> None:
     results = {name: rate(fn, args.seconds, args.workers) for name, fn in rows}
     base, base_is = results["bare python"][0], results["bare python -I -S"][0]
     print(f"executions/s with {args.workers} worker threads, {args.seconds:.1f} s each")
-    print(f"{'mode':<20} {'exec/s':>8} {'ms/exec':>8} {'runs':>6} {'x bare':>7} {'x bare -I -S':>13}")
+    print("(time x bare: seconds per execution relative to the bare run; > 1 = the sandbox costs more)")
+    print(f"{'mode':<20} {'exec/s':>8} {'ms/exec':>8} {'runs':>6} {'time x bare':>12} {'time x bare -I -S':>18}")
     for name, (r, n) in results.items():
-        print(f"{name:<20} {r:8.1f} {1000 * args.workers / r:8.1f} {n:6d} {base / r:7.2f} {base_is / r:13.2f}")
+        print(f"{name:<20} {r:8.1f} {1000 * args.workers / r:8.1f} {n:6d} {base / r:12.2f} {base_is / r:18.2f}")
 
     problems = shipped_problems()
     grader = Grader(Sandbox(), workers=args.workers, cache_size=0)
