@@ -180,7 +180,8 @@ class DeepCoderEnv(TextGameEnv):
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        # grade the batch's programs in parallel first; the rows' steps then hit the cache
+        # start grading the batch's programs in the background; each row's step then waits
+        # for its own program (or finds it cached) while the other rows are parsed and rendered
         jobs = []
         try:
             full = tensordict.get(HISTORY_FULL)
@@ -196,7 +197,10 @@ class DeepCoderEnv(TextGameEnv):
                         jobs.append(job)
         except Exception:  # the prefetch is an optimisation: the normal step handles any input
             jobs = []
-        futures = self.grader.prefetch(jobs)
+        try:
+            futures = self.grader.prefetch(jobs)
+        except Exception:  # e.g. no process could start: the rows' own steps meet (and log) it
+            futures = []
         try:
             return super()._step(tensordict)
         finally:  # no program outlives the step
