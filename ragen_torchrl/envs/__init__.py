@@ -21,6 +21,7 @@ from .active_reasoning import (
 )
 from .bandit import BanditEnv
 from .countdown import CountdownEnv
+from .deepcoder import DeepCoderEnv
 from .frozenlake import FrozenLakeEnv
 from .metamathqa import MetaMathQAEnv
 from .searchqa import SearchQAEnv
@@ -41,6 +42,7 @@ _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "situation_puzzles": SituationPuzzlesEnv,
     "searchqa": SearchQAEnv,
     "webshop": WebShopEnv,
+    "deepcoder": DeepCoderEnv,
 }
 
 
@@ -68,6 +70,7 @@ def make_env(name: str, **cfg: Any) -> TextGameEnv:
 
 
 __all__ = [
+    "DeepCoderEnv",
     "FrozenLakeEnv",
     "RowTransformedEnv",
     "SearchQAEnv",
