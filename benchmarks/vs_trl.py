@@ -59,6 +59,9 @@ Usage (TRL is the ``bench`` extra: ``pip install -e ".[bench]"``)::
     RAGEN_CACHE=/tmp/ragen_cache python benchmarks/vs_trl.py             # 8 x 8, 64 tokens, 3 timed steps
     RAGEN_CACHE=/tmp/ragen_cache python benchmarks/vs_trl.py --quick     # 4 x 4, 32 tokens, 1 timed step
 
+The header line prints which ``ragen_torchrl`` was imported: from a checkout other than the
+installed (editable) one, prefix ``PYTHONPATH=$PWD``.
+
 Results (2-core machine shared with other jobs; ratios from alternating steps are what count)::
 
     (paste the printed tables here)
@@ -81,10 +84,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+import transformers  # noqa: E402
 
+import ragen_torchrl  # noqa: E402
 from ragen_torchrl.data.minibatch import group_minibatches  # noqa: E402
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response  # noqa: E402
-from ragen_torchrl.keys import EPISODE_RETURN, GROUP_ID, MASKS_ASSISTANT, NUM_TOKENS  # noqa: E402
+from ragen_torchrl.keys import EPISODE_RETURN, GROUP_ID, MASKS_ASSISTANT, NUM_TOKENS, TOKENS_FULL  # noqa: E402
 from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs  # noqa: E402
 from ragen_torchrl.trainer.reporting import summarize  # noqa: E402
 from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
@@ -288,6 +293,8 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True))
     out = breakdown(sec.seconds, time.perf_counter() - t_start)
     out["tokens"] = float(records.get(NUM_TOKENS).sum())
+    # what the log-prob and loss passes score: the re-tokenised conversations (prompt + replies)
+    out["scored_tokens"] = float(sum(len(t) for t in behaviour.get(TOKENS_FULL, as_list=True)))
     out["optimizer_steps"] = float(steps)
     return out
 
@@ -495,6 +502,8 @@ def print_breakdown(title: str, columns: dict[str, dict[str, float]]) -> None:
 
 
 def run_single_turn(args, cache: str) -> None:
+    import trl
+
     tr = build_trainer(
         single_turn_overrides(args.prompts, args.group, args.max_new_tokens, args.threads, args.init == "sft")
         + args.override,
@@ -506,7 +515,8 @@ def run_single_turn(args, cache: str) -> None:
         f"single turn: Countdown, P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
         f"temperature 1.0, top_p 1.0, one optimizer step per batch, {args.threads} threads, "
         f"tiny Qwen2 {n_params / 1e6:.2f}M parameters ({'warm start' if args.init == 'sft' else 'random init'}), "
-        f"lr {float(tr.cfg.algo.lr):g}",
+        f"lr {float(tr.cfg.algo.lr):g}; ragen_torchrl from {os.path.dirname(ragen_torchrl.__file__)}, "
+        f"trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}",
         flush=True,
     )
     t_warm, _ = whole_iteration(tr, 0)
@@ -518,12 +528,17 @@ def run_single_turn(args, cache: str) -> None:
     trl_steps: list[dict[str, float]] = []
     trl_tokens: list[float] = []
 
+    seen_before = [0]
+
     def after_trl_step(global_step: int, trl_row: dict[str, float]) -> None:
         if global_step == 1:
+            seen_before[0] = trainer.state.num_input_tokens_seen
             print(f"warm-up: TRL {trl_row['total']:.2f} s", flush=True)
             return
         own = trainer._metrics["train"].get("step_time", [])
         trl_row["step_time"] = own[-1] if own else float("nan")  # TRL's own metric: training_step only
+        seen = trainer.state.num_input_tokens_seen  # prompt + completion tokens, cumulative
+        trl_row["scored_tokens"], seen_before[0] = seen - seen_before[0], seen
         trl_steps.append(trl_row)
         it = global_step - 1  # TRL's step k used the levels of our iteration k (0-based)
         torch.set_num_threads(args.threads)
@@ -564,7 +579,9 @@ def run_single_turn(args, cache: str) -> None:
         f"(per-round ratios: {per_round}; "
         f"TRL's own step_time metric (training_step only): {mean([r['step_time'] for r in trl_steps]):.2f} s; "
         f"generated tokens per step: ours {mean([p['tokens'] for p in ours_pieces]):.0f}, "
-        f"TRL {mean(trl_tokens):.0f})"
+        f"TRL {mean(trl_tokens):.0f}; tokens the loss forward reads (prompts + replies): "
+        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (replies decoded and re-tokenised), "
+        f"TRL {mean([r['scored_tokens'] for r in trl_steps]):.0f} (generated ids))"
     )
     ours_b, trl_b = mean_breakdown(ours_pieces), mean_breakdown(trl_steps)
     print_breakdown(
@@ -632,8 +649,6 @@ def main() -> None:
         import trl  # noqa: F401
     except ImportError:
         raise SystemExit("benchmarks/vs_trl.py needs TRL: pip install -e '.[bench]'") from None
-    import transformers
-
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)
