@@ -1,0 +1,693 @@
+"""One GRPO step, ours vs TRL's ``GRPOTrainer``, on the same model, prompts and batch; plus where our time goes.
+
+What is compared
+    Ours: one :meth:`ragen_torchrl.trainer.loop.Trainer.train_iteration` (rollout, advantage,
+    behaviour log-probs, one optimizer step), the Trainer built by Hydra compose with
+    ``env=countdown trainer.prompts_per_iter=8 trainer.group_size=8 rollout.max_new_tokens=64
+    algo.mini_batch_size=64 algo.ppo_epochs=1 diagnostics.mi.enabled=false filter=none
+    sft.enabled=false model.device=cpu model.dtype=float32``.
+    TRL: one optimizer step of ``trl.GRPOTrainer`` (``trainer.train()`` for 1 + N steps, each step
+    timed by a callback from ``on_step_begin`` to ``on_step_end``). A GRPOTrainer step *includes*
+    generation: ``training_step`` -> ``_prepare_inputs`` generates and scores the batch, then the
+    loss forward, backward, gradient clipping and ``optimizer.step``.
+
+Same work on both sides
+    * model: the trainer's tiny Qwen2 (:mod:`ragen_torchrl.models.tiny`, the ``model=tiny``
+      defaults: 1.08M parameters; issue 17 said ~2.5M, which is not the shipped size: pass
+      ``--override model.hidden_size=...`` for another), tokenizer trained on the Countdown env's
+      corpus, saved once and loaded by each side with ``from_pretrained``
+      (:func:`~ragen_torchrl.models.loading.load_pretrained`), float32 on CPU. Random
+      initialisation by default (``--init random``; a warm start does not change what is
+      timed, and replies then run to the token limit on both sides); ``--init sft`` starts
+      both sides from the trainer's warm start (built and cached on first use).
+    * prompts: the Countdown env's own: its system prompt + the first observation of the same
+      level seeds (``train_level_seeds(seed, step, P)``) as chat messages, rendered by the
+      tokenizer's chat template on both sides; P=8 prompts x G=8 samples per step.
+    * sampling: 64 new tokens, temperature 1.0, top_p 1.0, top_k 50 (ours gets transformers'
+      default top_k=50; TRL is given the same), one ``generate`` call for the 64 rows.
+    * reward: the env's Countdown reward. TRL's reward function replays the reply through the
+      env's reply parser and the game core (:class:`~ragen_torchrl.envs.games.countdown.CountdownGame`),
+      format penalty included; ours steps the TorchRL env.
+    * update: one optimizer step per batch (ours ``mini_batch_size=64, ppo_epochs=1``; TRL
+      ``per_device_train_batch_size=64, gradient_accumulation_steps=1, steps_per_generation=1,
+      num_iterations=1``), ``beta=0`` (no reference model), same lr (2e-4, constant), AdamW
+      (``adamw_torch``, weight decay 0), clip epsilon 0.2, max grad norm 1.0, entropy bonus
+      0.001, group-normalised advantages, token mean per sequence then mean over sequences
+      (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), no gradient checkpointing (GRPOConfig's
+      default is on), float32 (GRPOConfig's default is bf16), ``use_cpu=True``, ``report_to=[]``,
+      no saving, no evaluation, no logging.
+    * threads: ``torch.set_num_threads(--threads)`` (2) for both, checked at every step.
+
+How it is measured
+    One warm-up step each, then ``--steps`` rounds (default 3), each round: one TRL step, one
+    ``Trainer.train_iteration()`` (the number the ratio uses) and one instrumented iteration
+    composed from the trainer's pieces (same prompts as the round's TRL step), so machine noise
+    hits both sides alike. The instrumented iteration times generation (the policy call),
+    env (reset + step), behaviour log-probs, loss forward, backward, optimizer (clip + step) and
+    bookkeeping (everything else: rollout row handling, reward shaping, advantages, batch
+    assembly, metrics); its total is printed next to the whole iteration's so the sum can be
+    checked. TRL's step is broken down the same way by wrapping its methods (``_generate``,
+    ``_calculate_rewards``, ``_get_per_token_logps_and_entropies`` outside the loss,
+    ``compute_loss``, ``accelerator.backward``, ``_clip_grad_norm`` + ``optimizer.step``).
+    A second table times our multi-turn FrozenLake iteration alone (P=16 x G=4, the default
+    ``ragen-train`` batch and update settings: 48 new tokens per turn, mini-batches of 16; started
+    from the default run's cached warm start, ``--mt-init random`` for none; MI diagnostics off),
+    broken down the same way.
+
+Usage (TRL is the ``bench`` extra: ``pip install -e ".[bench]"``)::
+
+    RAGEN_CACHE=/tmp/ragen_cache python benchmarks/vs_trl.py             # 8 x 8, 64 tokens, 3 timed steps
+    RAGEN_CACHE=/tmp/ragen_cache python benchmarks/vs_trl.py --quick     # 4 x 4, 32 tokens, 1 timed step
+
+The header line prints which ``ragen_torchrl`` was imported: from a checkout other than the
+installed (editable) one, prefix ``PYTHONPATH=$PWD``.
+
+Results (before issue 17's speed-ups; the 2-core machine was shared with four other jobs, load
+average 8-11, this run got ~0.4 of a core: absolute times are ~5-10x an idle machine's and
+rounds vary by +-50%, so read the per-round ratios; ``--quick`` single rounds are noise)::
+
+    ours (Trainer.train_iteration)             61.43
+    TRL  (GRPOTrainer step, incl. generation)   30.49
+    ratio ours / TRL                            2.01
+    (per-round ratios: 1.61, 1.70, 2.65; TRL's own step_time metric (training_step only): 30.44 s;
+    generated tokens per step: ours 4096, TRL 4085; tokens the loss forward reads (prompts + replies):
+    ours 19560 (replies decoded and re-tokenised), TRL 15520 (generated ids))
+
+    piece (mean s/step)               ours     %             TRL     %
+    generation                      50.601    64          20.369    67
+    env                              0.094     0           0.008     0
+    behaviour log-probs              8.267    10           0.000     0
+    loss forward                     7.120     9           3.303    11
+    backward                        10.944    14           6.663    22
+    optimizer                        1.667     2           0.040     0
+    bookkeeping                      0.146     0           0.110     0
+    total                           78.838   100          30.493   100
+
+    multi-turn (ours alone): FrozenLake, P=16 x G=4, 48 new tokens per turn, warm start;
+    whole train_iteration 101.58 s
+    piece (mean s/step)    ours multi-turn     %
+    generation                      72.964    61
+    env                              0.254     0
+    behaviour log-probs              7.900     7
+    loss forward                    14.614    12
+    backward                        21.814    18
+    optimizer                        2.720     2
+    bookkeeping                      0.277     0
+    total                          120.542   100
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import ragen_torchrl  # noqa: E402
+from ragen_torchrl.data.minibatch import group_minibatches  # noqa: E402
+from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response  # noqa: E402
+from ragen_torchrl.keys import EPISODE_RETURN, GROUP_ID, MASKS_ASSISTANT, NUM_TOKENS, TOKENS_FULL  # noqa: E402
+from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs  # noqa: E402
+from ragen_torchrl.trainer.reporting import summarize  # noqa: E402
+from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
+from ragen_torchrl.trainer.stops import unfiltered_stats  # noqa: E402
+
+#: the breakdown's rows, in print order; "bookkeeping" is the rest of the step
+PIECES = ("generation", "env", "behaviour log-probs", "loss forward", "backward", "optimizer", "bookkeeping")
+
+
+# -- timing helpers -------------------------------------------------------------------------
+class Sections:
+    """Named wall-clock accumulators: ``with sec("generation"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+    def reset(self) -> None:
+        self.seconds = defaultdict(float)
+
+
+class TimedPolicy:
+    """A generation policy whose calls count as ``generation`` (keeps its ``entropy_recorder``)."""
+
+    def __init__(self, policy, sections: Sections) -> None:
+        self.policy, self.sections = policy, sections
+        self.entropy_recorder = getattr(policy, "entropy_recorder", None)
+
+    def __call__(self, td):
+        with self.sections("generation"):
+            return self.policy(td)
+
+
+class TimedEnv:
+    """An env whose ``reset``/``step`` count as ``env``; everything else is forwarded."""
+
+    def __init__(self, env, sections: Sections) -> None:
+        self.env, self.sections = env, sections
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, *args, **kwargs):
+        with self.sections("env"):
+            return self.env.reset(*args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        with self.sections("env"):
+            return self.env.step(*args, **kwargs)
+
+
+def breakdown(sections: dict[str, float], total: float) -> dict[str, float]:
+    """The :data:`PIECES` of one step; ``bookkeeping`` = ``total`` minus the timed pieces."""
+    out = {k: float(sections.get(k, 0.0)) for k in PIECES if k != "bookkeeping"}
+    out["bookkeeping"] = total - sum(out.values())
+    out["total"] = total
+    return out
+
+
+# -- ours ----------------------------------------------------------------------------------
+def compose_config(overrides: list[str]):
+    """The trainer's Hydra config with ``overrides`` (composed from the package's config dir)."""
+    from hydra import compose, initialize_config_dir
+
+    from ragen_torchrl.trainer.cli import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def single_turn_overrides(prompts: int, group: int, max_new_tokens: int, threads: int, sft: bool) -> list[str]:
+    """Countdown, P x G, one optimizer step per batch, nothing but the GRPO step itself."""
+    return [
+        "env=countdown",
+        f"trainer.prompts_per_iter={prompts}",
+        f"trainer.group_size={group}",
+        "trainer.val_levels=8",
+        f"rollout.max_new_tokens={max_new_tokens}",
+        "rollout.temperature=1.0",
+        f"algo.mini_batch_size={prompts * group}",
+        "algo.ppo_epochs=1",
+        "algo.kl_coeff=0.0",
+        "diagnostics.mi.enabled=false",
+        "diagnostics.grad_snr.every=0",
+        "filter=none",
+        f"sft.enabled={str(sft).lower()}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        f"model.threads={threads}",
+    ]
+
+
+def multi_turn_overrides(prompts: int, group: int, threads: int, sft: bool) -> list[str]:
+    """FrozenLake with the default ``ragen-train`` batch/update settings, MI diagnostics off."""
+    return [
+        "env=frozenlake",
+        f"trainer.prompts_per_iter={prompts}",
+        f"trainer.group_size={group}",
+        "trainer.val_levels=8",
+        "diagnostics.mi.enabled=false",
+        "diagnostics.grad_snr.every=0",
+        "filter=none",
+        f"sft.enabled={str(sft).lower()}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        f"model.threads={threads}",
+    ]
+
+
+def build_trainer(overrides: list[str], run_dir: str):
+    from ragen_torchrl.trainer.loop import Trainer
+
+    return Trainer(compose_config(overrides), run_dir=run_dir)
+
+
+def _check_plain(tr) -> None:
+    """The instrumented iteration mirrors train_iteration for the plain GRPO step only."""
+    extras = {
+        "filter": tr.snr,
+        "MI diagnostics": tr.collapse,
+        "gradient-SNR probe": tr.grad_snr,
+        "reference model (KL)": tr.ref_actor,
+        "dynamic sampling": tr.objective.dynamic_sampling,
+    }
+    on = [k for k, v in extras.items() if v is not None]
+    if on or tr.t3_enabled or getattr(tr.val_env, "task_name", ""):
+        raise ValueError(f"timed_iteration covers the plain GRPO step; turn off: {on or ['t3/task env']}")
+
+
+def whole_iteration(tr, iteration: int) -> tuple[float, dict[str, float]]:
+    """Seconds of one ``tr.train_iteration()`` on the levels of ``iteration``, and its stats."""
+    tr.iteration = iteration
+    t0 = time.perf_counter()
+    stats = tr.train_iteration()
+    return time.perf_counter() - t0, stats
+
+
+def timed_iteration(tr, iteration: int) -> dict[str, float]:
+    """``tr.train_iteration()`` composed from its pieces, each timed; returns the :func:`breakdown`.
+
+    The same calls in the same order as :meth:`Trainer.train_iteration` (and
+    :func:`ragen_torchrl.trainer.update.training_batch` / ``optimize``) for a run without
+    filter, MI, DAPO, KL or gradient-SNR probe. Also reports ``tokens`` (generated tokens).
+    """
+    _check_plain(tr)
+    sec = Sections()
+    t_start = time.perf_counter()
+    seeds = train_level_seeds(int(tr.cfg.seed), iteration, tr.P)
+    env, policy = TimedEnv(tr.env, sec), TimedPolicy(tr.policy, sec)
+    records = collect_rollouts(env, policy, seeds, tr.G, chunk_size=int(tr.cfg.rollout.chunk_size))
+    records = tr.objective.shape_rewards(records)
+    summarize(records)
+    fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
+    tr.guard.update(fstats)
+    tr.guard.metrics()
+    # training_batch: advantage, behaviour log-probs, attach, prepare
+    batch = tr.objective.advantage(records)
+    with sec("behaviour log-probs"):
+        behaviour = compute_behaviour_log_probs(tr.actor, batch)
+    batch = attach_training_data(batch, behaviour)
+    batch = tr.objective.prepare(batch)
+    # optimize
+    algo = tr.cfg.algo
+    n = batch.batch_size[0]
+    mb = min(int(algo.mini_batch_size), n)
+    grouped = str(algo.get("minibatch", "group")) == "group"
+    max_norm = float(algo.max_grad_norm) or float("inf")
+    steps = 0
+    for _epoch in range(int(algo.ppo_epochs)):
+        if grouped:
+            batches = group_minibatches(batch.get(GROUP_ID), mb)
+        else:
+            order = torch.randperm(n)
+            batches = [order[start : start + mb] for start in range(0, n, mb)]
+        for idx in batches:
+            minibatch = batch[idx]
+            with sec("loss forward"):
+                out = tr.loss_module(minibatch)
+                loss = tr.objective.total_loss(out)
+            tr.optimizer.zero_grad(set_to_none=True)
+            if not torch.isfinite(loss):
+                continue
+            with sec("backward"):
+                loss.backward()
+            with sec("optimizer"):
+                grad_norm = torch.nn.utils.clip_grad_norm_(tr.objective.trainable_parameters(), max_norm)
+                if not torch.isfinite(grad_norm):
+                    tr.optimizer.zero_grad(set_to_none=True)
+                    continue
+                tr.optimizer.step()
+            steps += 1
+            tr.objective.metrics(out, minibatch)
+            loss.item()
+    sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True))
+    out = breakdown(sec.seconds, time.perf_counter() - t_start)
+    out["tokens"] = float(records.get(NUM_TOKENS).sum())
+    # what the log-prob and loss passes score: the re-tokenised conversations (prompt + replies)
+    out["scored_tokens"] = float(sum(len(t) for t in behaviour.get(TOKENS_FULL, as_list=True)))
+    out["optimizer_steps"] = float(steps)
+    return out
+
+
+# -- TRL -----------------------------------------------------------------------------------
+def countdown_prompt(env, level_seed: int) -> list[dict[str, str]]:
+    """The Countdown env's first prompt of ``level_seed`` as chat messages (system + observation)."""
+    game = env.game_factory(int(level_seed), 0)
+    return [
+        {"role": "system", "content": env.system_prompt},
+        {"role": "user", "content": env.observation_text(game)},
+    ]
+
+
+def reply_reward(env, level_seed: int, reply: str) -> float:
+    """The env's reward of a one-turn Countdown reply (its parser, format penalty and game core)."""
+    game = env.game_factory(int(level_seed), 0)
+    reply = reply[:MAX_REPLY_CHARS] if isinstance(reply, str) else ""
+    parsed = parse_response(reply, game.action_names, env.max_actions_per_turn)
+    actions = parsed.actions[: env.max_actions_per_traj]
+    if not actions:
+        return float(env.format_penalty)
+    reward = env.format_penalty if parsed.penalised else 0.0
+    for action in actions:
+        r, done, _ = game.step(action)
+        reward += r
+        if done:
+            break
+    return float(reward)
+
+
+def make_reward_function(env):
+    """A TRL reward function (one float per completion) scoring replies like the env does."""
+
+    def countdown_reward(completions, level_seed, **kwargs) -> list[float]:
+        replies = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [reply_reward(env, s, r) for s, r in zip(level_seed, replies)]
+
+    return countdown_reward
+
+
+def trl_dataset(env, seed: int, prompts: int, num_steps: int):
+    """``num_steps`` x ``prompts`` rows in step order: step s holds the levels of our iteration s."""
+    from datasets import Dataset
+
+    rows = []
+    for step in range(num_steps):
+        for s in train_level_seeds(seed, step, prompts):
+            rows.append({"prompt": countdown_prompt(env, s), "level_seed": int(s)})
+    return Dataset.from_list(rows)
+
+
+def trl_config(output_dir: str, cfg, prompts: int, group: int, max_steps: int, seed: int = 0):
+    """A GRPOConfig doing what our Trainer does with ``cfg``: one optimizer step per generation batch."""
+    from trl import GRPOConfig
+
+    a = cfg.algo
+    return GRPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=prompts * group,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=group,
+        num_iterations=1,
+        beta=0.0,
+        max_completion_length=int(cfg.rollout.max_new_tokens),
+        temperature=float(cfg.rollout.temperature),
+        top_p=1.0,
+        top_k=50,
+        learning_rate=float(a.lr),
+        weight_decay=float(a.weight_decay),
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        max_grad_norm=float(a.max_grad_norm),
+        epsilon=float(a.clip_epsilon),
+        entropy_coef=float(a.entropy_coeff),
+        loss_type="grpo",
+        scale_rewards="group",
+        max_steps=max_steps,
+        shuffle_dataset=False,
+        seed=seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        disable_dropout=True,
+        report_to=[],
+        save_strategy="no",
+        eval_strategy="no",
+        logging_strategy="no",
+        log_completions=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+    )
+
+
+def instrument_trl(trainer, sections: Sections) -> None:
+    """Wrap the GRPOTrainer's pieces so each step's time lands in :data:`PIECES`."""
+    in_loss = [False]
+
+    def timed(obj, name: str, piece: str) -> None:
+        fn = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            with sections(piece):
+                return fn(*args, **kwargs)
+
+        setattr(obj, name, wrapper)
+
+    timed(trainer, "_generate", "generation")
+    timed(trainer, "_calculate_rewards", "env")
+    timed(trainer.accelerator, "backward", "backward")
+    timed(trainer, "_clip_grad_norm", "optimizer")
+
+    compute_loss = trainer.compute_loss
+
+    def loss_wrapper(*args, **kwargs):
+        in_loss[0] = True
+        try:
+            with sections("loss forward"):
+                return compute_loss(*args, **kwargs)
+        finally:
+            in_loss[0] = False
+
+    trainer.compute_loss = loss_wrapper
+    logps = trainer._get_per_token_logps_and_entropies
+
+    def logps_wrapper(*args, **kwargs):
+        if in_loss[0]:
+            return logps(*args, **kwargs)
+        with sections("behaviour log-probs"):  # TRL's old_per_token_logps pass (skipped when on-policy)
+            return logps(*args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = logps_wrapper
+
+
+def make_step_timer(sections: Sections, threads: int, after_step):
+    """A TrainerCallback timing each step (``on_step_begin`` -> ``on_step_end``), then calling
+    ``after_step(global_step, breakdown)`` (where our side runs: the two alternate)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if torch.get_num_threads() != threads:
+                raise RuntimeError(f"TRL step runs with {torch.get_num_threads()} threads, expected {threads}")
+            sections.reset()
+            self.t0 = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.t_opt = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            sections.seconds["optimizer"] += time.perf_counter() - self.t_opt
+
+        def on_step_end(self, args, state, control, **kwargs):
+            total = time.perf_counter() - self.t0
+            after_step(state.global_step, breakdown(sections.seconds, total))
+
+    return StepTimer()
+
+
+def build_trl_trainer(model_path: str, env, cfg, prompts: int, group: int, steps: int, out_dir: str, threads: int):
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOTrainer
+
+    from ragen_torchrl.models.loading import load_pretrained
+
+    model, tok = load_pretrained(model_path, "cpu", "float32")
+    args = trl_config(out_dir, cfg, prompts, group, max_steps=1 + steps, seed=int(cfg.seed))
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=make_reward_function(env),
+        args=args,
+        train_dataset=trl_dataset(env, int(cfg.seed), prompts, 1 + steps),
+        processing_class=tok,
+    )
+    trainer.remove_callback(PrinterCallback)  # no log lines (logging is off; the end-of-train summary)
+    torch.set_num_threads(threads)  # after accelerate's setup, in case it touched them
+    return trainer
+
+
+# -- report --------------------------------------------------------------------------------
+def mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def mean_breakdown(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: mean([r[k] for r in rows]) for k in (*PIECES, "total")}
+
+
+def print_breakdown(title: str, columns: dict[str, dict[str, float]]) -> None:
+    names = list(columns)
+    print(f"\n{title}")
+    head = f"{'piece (mean s/step)':<22}" + "".join(f"{n:>16}{'%':>6}" for n in names)
+    print(head)
+    for piece in (*PIECES, "total"):
+        line = f"{piece:<22}"
+        for n in names:
+            col = columns[n]
+            share = 100.0 * col[piece] / col["total"] if col["total"] > 0 else float("nan")
+            line += f"{col[piece]:>16.3f}{share:>6.0f}"
+        print(line)
+
+
+def run_single_turn(args, cache: str) -> None:
+    import trl
+
+    tr = build_trainer(
+        single_turn_overrides(args.prompts, args.group, args.max_new_tokens, args.threads, args.init == "sft")
+        + args.override,
+        os.path.join(cache, "ours_countdown"),
+    )
+    torch.set_num_threads(args.threads)
+    n_params = sum(p.numel() for p in tr.model.parameters())
+    print(
+        f"single turn: Countdown, P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
+        f"temperature 1.0, top_p 1.0, one optimizer step per batch, {args.threads} threads, "
+        f"tiny Qwen2 {n_params / 1e6:.2f}M parameters ({'warm start' if args.init == 'sft' else 'random init'}), "
+        f"lr {float(tr.cfg.algo.lr):g}; ragen_torchrl from {os.path.dirname(ragen_torchrl.__file__)}, "
+        f"trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}",
+        flush=True,
+    )
+    t_warm, _ = whole_iteration(tr, 0)
+    print(f"warm-up: ours {t_warm:.2f} s", flush=True)
+
+    trl_sec = Sections()
+    ours_whole: list[float] = []
+    ours_pieces: list[dict[str, float]] = []
+    trl_steps: list[dict[str, float]] = []
+    trl_tokens: list[float] = []
+
+    seen_before = [0]
+
+    def after_trl_step(global_step: int, trl_row: dict[str, float]) -> None:
+        if global_step == 1:
+            seen_before[0] = trainer.state.num_input_tokens_seen
+            print(f"warm-up: TRL {trl_row['total']:.2f} s", flush=True)
+            return
+        own = trainer._metrics["train"].get("step_time", [])
+        trl_row["step_time"] = own[-1] if own else float("nan")  # TRL's own metric: training_step only
+        seen = trainer.state.num_input_tokens_seen  # prompt + completion tokens, cumulative
+        trl_row["scored_tokens"], seen_before[0] = seen - seen_before[0], seen
+        trl_steps.append(trl_row)
+        it = global_step - 1  # TRL's step k used the levels of our iteration k (0-based)
+        torch.set_num_threads(args.threads)
+        t_whole, stats = whole_iteration(tr, it)
+        ours_whole.append(t_whole)
+        pieces = timed_iteration(tr, it)
+        ours_pieces.append(pieces)
+        lengths = trainer._metrics["train"].get("completions/mean_length", [])
+        trl_tokens.append(lengths[-1] * args.prompts * args.group if lengths else float("nan"))
+        print(
+            f"round {len(ours_whole)}: TRL {trl_row['total']:.2f} s | ours train_iteration {t_whole:.2f} s, "
+            f"instrumented {pieces['total']:.2f} s | tokens generated: ours {pieces['tokens']:.0f}, "
+            f"TRL {trl_tokens[-1]:.0f}",
+            flush=True,
+        )
+
+    trainer = build_trl_trainer(
+        tr.model_path,
+        tr.env,
+        tr.cfg,
+        args.prompts,
+        args.group,
+        args.steps,
+        os.path.join(cache, "trl"),
+        args.threads,
+    )
+    instrument_trl(trainer, trl_sec)
+    trainer.add_callback(make_step_timer(trl_sec, args.threads, after_trl_step))
+    trainer.train()
+
+    t_ours, t_trl = mean(ours_whole), mean([r["total"] for r in trl_steps])
+    per_round = ", ".join(f"{o / t['total']:.2f}" for o, t in zip(ours_whole, trl_steps))
+    print(f"\nseconds per step (mean of {len(ours_whole)} timed steps after one warm-up each, alternating)")
+    print(f"{'ours (Trainer.train_iteration)':<40}{t_ours:>8.2f}")
+    print(f"{'TRL  (GRPOTrainer step, incl. generation)':<40}{t_trl:>8.2f}")
+    print(f"{'ratio ours / TRL':<40}{t_ours / t_trl:>8.2f}")
+    print(
+        f"(per-round ratios: {per_round}; "
+        f"TRL's own step_time metric (training_step only): {mean([r['step_time'] for r in trl_steps]):.2f} s; "
+        f"generated tokens per step: ours {mean([p['tokens'] for p in ours_pieces]):.0f}, "
+        f"TRL {mean(trl_tokens):.0f}; tokens the loss forward reads (prompts + replies): "
+        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (replies decoded and re-tokenised), "
+        f"TRL {mean([r['scored_tokens'] for r in trl_steps]):.0f} (generated ids))"
+    )
+    ours_b, trl_b = mean_breakdown(ours_pieces), mean_breakdown(trl_steps)
+    print_breakdown(
+        f"where the time goes (instrumented, mean of {len(ours_pieces)}; ours' whole train_iteration: {t_ours:.2f} s)",
+        {"ours": ours_b, "TRL": trl_b},
+    )
+
+
+def run_multi_turn(args, cache: str) -> None:
+    tr = build_trainer(
+        multi_turn_overrides(args.mt_prompts, args.mt_group, args.threads, args.mt_init == "sft") + args.override,
+        os.path.join(cache, "ours_frozenlake"),
+    )
+    torch.set_num_threads(args.threads)
+    a = tr.cfg.algo
+    print(
+        f"\nmulti-turn (ours alone): FrozenLake, P={args.mt_prompts} x G={args.mt_group}, "
+        f"{int(tr.cfg.rollout.max_new_tokens)} new tokens per turn, up to {tr.env.max_turn} turns, "
+        f"mini-batches of {int(a.mini_batch_size)}, {'warm start' if args.mt_init == 'sft' else 'random init'}",
+        flush=True,
+    )
+    t_warm, _ = whole_iteration(tr, 0)
+    print(f"warm-up: {t_warm:.2f} s", flush=True)
+    whole, pieces = [], []
+    for r in range(args.steps):
+        t_whole, _ = whole_iteration(tr, r + 1)
+        whole.append(t_whole)
+        pieces.append(timed_iteration(tr, r + 1))
+        print(
+            f"round {r + 1}: train_iteration {t_whole:.2f} s, instrumented {pieces[-1]['total']:.2f} s, "
+            f"{pieces[-1]['tokens']:.0f} tokens, {pieces[-1]['optimizer_steps']:.0f} optimizer steps",
+            flush=True,
+        )
+    print_breakdown(
+        f"where the time goes (instrumented, mean of {len(pieces)}; whole train_iteration: {mean(whole):.2f} s)",
+        {"ours multi-turn": mean_breakdown(pieces)},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side (after one warm-up each)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--mt-prompts", type=int, default=16)
+    parser.add_argument("--mt-group", type=int, default=4)
+    parser.add_argument("--no-multi-turn", action="store_true", help="skip the FrozenLake table")
+    parser.add_argument(
+        "--init", choices=("random", "sft"), default="random", help="single turn: random init or the warm start"
+    )
+    parser.add_argument(
+        "--mt-init", choices=("random", "sft"), default="sft", help="multi-turn: the default run's warm start"
+    )
+    parser.add_argument(
+        "--override", nargs="*", default=[], help="extra Hydra overrides for both tables, e.g. model.hidden_size=192"
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 timed step, 4 x 4, 32 tokens")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.prompts, args.group, args.max_new_tokens = 1, 4, 4, 32
+        args.mt_prompts, args.mt_group = 4, 4
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        raise SystemExit("benchmarks/vs_trl.py needs TRL: pip install -e '.[bench]'") from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*size_average and reduce args.*")
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as cache:
+        run_single_turn(args, cache)
+        if not args.no_multi_turn:
+            run_multi_turn(args, cache)
+
+
+if __name__ == "__main__":
+    main()
