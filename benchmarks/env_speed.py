@@ -43,6 +43,9 @@ ENVS = [
     ("bandit", {}),
     ("countdown", {}),
     ("metamathqa", {}),
+    ("searchqa", {}),
+    ("webshop", {}),
+    ("deepcoder", {}),
 ]
 GROUP = 4
 
@@ -74,8 +77,12 @@ def with_replies(env: TextGameEnv, td: TensorDict) -> TensorDict:
     return td
 
 
-def bench_env(name: str, cfg: dict, batch: int, episodes: int) -> dict:
+def bench_env(name: str, cfg: dict, batch: int, episodes: int, *, setup=None, before_step=None) -> dict:
+    """Whole episodes of ``batch`` rows with oracle replies; ``setup(env)`` runs once after the env is
+    built, ``before_step(env)`` before every timed step (e.g. to clear a cache)."""
     env = make_env(name, num_envs=batch, **cfg)
+    if setup is not None:
+        setup(env)
     steps, step_time, reset_time, turns, successes = 0, 0.0, 0.0, 0, 0
     for episode in range(episodes):
         levels = [1000 * episode + row // GROUP for row in range(batch)]
@@ -90,6 +97,8 @@ def bench_env(name: str, cfg: dict, batch: int, episodes: int) -> dict:
         reset_time += time.perf_counter() - t0
         while td is not None:
             td = with_replies(env, td)  # not timed: oracle (BFS) and message building
+            if before_step is not None:
+                before_step(env)
             t0 = time.perf_counter()
             nxt = env.step(td)["next"]
             step_time += time.perf_counter() - t0

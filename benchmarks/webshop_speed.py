@@ -28,16 +28,12 @@ import tensordict
 tensordict.set_list_to_stack(True).set()
 
 import torch  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
-from torchrl.data.llm import History  # noqa: E402
+from env_speed import GROUP  # noqa: E402 (benchmarks/ is on sys.path when a script there runs)
+from env_speed import bench_env as env_speed_bench  # noqa: E402
 
 from ragen_torchrl.envs.games.webshop import WebShopGame  # noqa: E402
 from ragen_torchrl.envs.games.webshop_catalog import generate_catalog, generate_goals  # noqa: E402
 from ragen_torchrl.envs.games.webshop_search import BM25Index  # noqa: E402
-from ragen_torchrl.envs.text_env import sample_seed  # noqa: E402
-from ragen_torchrl.envs.webshop import WebShopEnv  # noqa: E402
-
-GROUP = 4
 
 
 def bench_search(products: int, queries: int) -> None:
@@ -62,49 +58,16 @@ def bench_search(products: int, queries: int) -> None:
         print(f"{label:<28} {len(texts):>6} {len(texts) / dt:>10.0f} {1000 * dt / len(texts):>9.3f}")
 
 
-def with_replies(env: WebShopEnv, td: TensorDict) -> TensorDict:
-    idx = td["env_index"].tolist()
-    replies = [env.format_reply("plan", [env.games[i].oracle_action()]) for i in idx]
-    msg = History(role=["assistant"] * len(idx), content=replies, batch_size=(len(idx),))
-    td.set(("history", "full"), td["history", "prompt"].extend(msg.unsqueeze(-1), inplace=False, dim=-1))
-    return td
-
-
 def bench_env(products: int, batch: int, episodes: int, cold: bool) -> dict:
-    env = WebShopEnv(num_envs=batch, num_products=products)
-    env.shop.search("warm up the index")
-    steps, step_time, reset_time, turns, successes = 0, 0.0, 0.0, 0, 0
-    for episode in range(episodes):
-        levels = [1000 * episode + row // GROUP for row in range(batch)]
-        reset_in = TensorDict(
-            level_seed=torch.tensor(levels),
-            group_id=torch.tensor([row // GROUP for row in range(batch)]),
-            sample_seed=torch.tensor([sample_seed(s, row % GROUP) for row, s in enumerate(levels)]),
-            batch_size=[batch],
-        )
-        t0 = time.perf_counter()
-        td = env.reset(reset_in)
-        reset_time += time.perf_counter() - t0
-        while td is not None:
-            td = with_replies(env, td)
-            if cold:
-                env.shop._cache.clear()
-            t0 = time.perf_counter()
-            nxt = env.step(td)["next"]
-            step_time += time.perf_counter() - t0
-            steps += td.batch_size[0]
-            turns += 1
-            done = nxt["done"].reshape(-1)
-            successes += int(nxt["success"][done].sum())
-            running = (~done).nonzero().reshape(-1)
-            td = nxt[running] if running.numel() else None
-    return {
-        "steps": steps,
-        "steps_per_s": steps / step_time,
-        "ms_per_batch_step": 1000 * step_time / turns,
-        "reset_ms": 1000 * reset_time / episodes,
-        "success": successes / (batch * episodes),
-    }
+    """``env_speed.bench_env`` on WebShop; ``cold`` clears the shop's query cache before every step."""
+    return env_speed_bench(
+        "webshop",
+        {"num_products": products},
+        batch,
+        episodes,
+        setup=lambda env: env.shop.search("warm up the index"),
+        before_step=(lambda env: env.shop._cache.clear()) if cold else None,
+    )
 
 
 def main() -> None:

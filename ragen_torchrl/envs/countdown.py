@@ -42,7 +42,7 @@ from typing import Any
 from ..validation import check_int
 from .games.base import TextGame
 from .games.countdown import CountdownGame, CountdownProblem, load_countdown_file
-from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, level_split
+from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, file_stamp, level_split
 from .text_env import TextGameEnv
 
 __all__ = ["CountdownEnv", "CountdownGame"]
@@ -53,14 +53,6 @@ SYSTEM_FORMAT = "Reply <think>reasoning</think><answer>equation</answer>."
 def _problem_key(target: int, numbers) -> str:
     # the order of the numbers does not make a different problem
     return f"{int(target)}|{sorted(int(n) for n in numbers)}"
-
-
-def _file_stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -85,7 +77,7 @@ def load_problems(path: str | os.PathLike) -> tuple[CountdownProblem, ...]:
         (CountdownProblem(target=24, numbers=(3, 4, 6)),)
     """
     path = os.path.expanduser(os.fspath(path))
-    return _load(path, _file_stamp(path))
+    return _load(path, file_stamp(path))
 
 
 class CountdownEnv(TextGameEnv):

@@ -65,20 +65,12 @@ from .games.deepcoder_grading import Grader
 from .games.sandbox import ISOLATIONS, Sandbox, SandboxLimits
 from .messages import history_messages
 from .parsing import MAX_REPLY_CHARS
-from .splits import check_data_paths, check_val_fraction, data_pools, level_split
+from .splits import check_data_paths, check_val_fraction, data_pools, file_stamp, level_split
 from .text_env import TextGameEnv
 
 __all__ = ["DeepCoderEnv", "DeepCoderGame", "load_problems"]
 
 SYSTEM_FORMAT = "Reply <think>reasoning</think><answer>```python\nyour code\n```</answer>."
-
-
-def _stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -102,7 +94,7 @@ def load_problems(path: str | os.PathLike, num_public: int = 1, limit: int | Non
         1
     """
     path = os.path.expanduser(os.fspath(path))
-    return _load(path, _stamp(path), num_public, limit)
+    return _load(path, file_stamp(path), num_public, limit)
 
 
 class DeepCoderEnv(TextGameEnv):
@@ -132,12 +124,12 @@ class DeepCoderEnv(TextGameEnv):
         self,
         *,
         num_envs: int = 1,
+        timeout_s: float = 1.0,
+        num_public: int = 1,
         data_path: str | os.PathLike | None = None,
         val_data_path: str | os.PathLike | None = None,
         val_fraction: float = 0.1,
-        num_public: int = 1,
         limit: int | None = None,
-        timeout_s: float = 1.0,
         memory_mb: int = 512,
         max_output_bytes: int = 1 << 20,
         isolation: str = "auto",

@@ -47,7 +47,7 @@ from typing import Any
 from ..validation import check_int
 from .games.base import TextGame
 from .games.metamathqa import MathProblem, MetaMathQAGame, load_metamathqa
-from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, level_split
+from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, file_stamp, level_split
 from .text_env import TextGameEnv
 
 __all__ = ["MetaMathQAEnv", "MetaMathQAGame", "load_problems"]
@@ -77,14 +77,6 @@ def _question_key(question: str) -> str:
     return re.sub(r"\s+", " ", question).strip().lower()
 
 
-def _stamp(path_or_name: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(os.path.expanduser(path_or_name))
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
 @functools.lru_cache(maxsize=8)
 def _load(
     path_or_name: str, stamp: tuple[int, int] | None, hub_split: str, limit: int | None
@@ -112,7 +104,7 @@ def load_problems(
         (MathProblem(question='What is 2 + 2?', answer='4'),)
     """
     src = os.fspath(path_or_name)
-    return _load(src, _stamp(src), hub_split, limit)
+    return _load(src, file_stamp(src), hub_split, limit)
 
 
 class MetaMathQAEnv(TextGameEnv):

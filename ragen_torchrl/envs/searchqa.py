@@ -62,7 +62,7 @@ from .games.searchqa import SearchQAGame, parse_action
 from .games.searchqa_data import load_corpus, load_questions
 from .games.searchqa_world import QAItem, generate_world
 from .parsing import parse_response
-from .splits import check_data_paths, check_val_fraction, data_pools, level_split, split_records
+from .splits import check_data_paths, check_val_fraction, data_pools, file_stamp, level_split, split_records
 from .text_env import TextGameEnv
 
 __all__ = ["SearchQAEnv", "SearchQAGame", "load_search_data"]
@@ -76,14 +76,6 @@ INVALID_REPLY = "Invalid reply: use <answer>search[query]</answer> or <answer>fi
 
 def _question_key(item: QAItem) -> str:
     return " ".join(item.question.lower().split())
-
-
-def _stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 @functools.lru_cache(maxsize=8)
@@ -113,7 +105,7 @@ def load_search_data(
         raise ValueError(f"kind must be 'questions' or 'corpus', got {kind!r}")
     src = os.path.expanduser(os.fspath(path))
     load = _questions if kind == "questions" else _corpus
-    return load(src, _stamp(src), limit)
+    return load(src, file_stamp(src), limit)
 
 
 class SearchQAEnv(TextGameEnv):

@@ -145,6 +145,25 @@ def split_records(
     return train, val
 
 
+def file_stamp(path: str | os.PathLike | None) -> tuple[int, int] | None:
+    """``(mtime_ns, size)`` of a data file, or None (no path, no such file, or a hub name).
+
+    Part of the cache key of the envs' cached loaders: the trainer builds a training and a
+    validation env from the same config, so a file is parsed once, and again after an edit.
+
+    Example:
+        >>> file_stamp("/no/such/file") is None
+        True
+    """
+    if path is None:
+        return None
+    try:
+        st = os.stat(os.path.expanduser(os.fspath(path)))
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def check_val_fraction(val_fraction: Any) -> float:
     """``val_fraction`` as a float in ``[0, 1)``; ``ValueError`` naming the bad value otherwise.
 

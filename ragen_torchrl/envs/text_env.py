@@ -5,22 +5,13 @@ the batch is one episode of a :class:`~ragen_torchrl.envs.games.base.TextGame`. 
 parses the last assistant message, applies the actions, appends the next observation as a
 user message and writes the keys of the TensorDict contract (``docs/tensordict_contract.md``).
 
-Shape conventions (B = rows of the TensorDict passed in; torchrl's LLM-env conventions):
-
-* ``("history", "prompt")``, B x messages (``History`` with role, content, is_complete):
-  observation of reset and step; the policy writes ``("history", "full")`` (the action:
-  prompt + its reply);
-* ``level_seed``, ``group_id``, ``sample_seed``: ``(B,)`` long, state (reset reads them when
-  given; reset and step write them);
-* ``env_index``, ``turn`` (long), ``progress`` (float), ``success``, ``action_is_valid``,
-  ``action_is_effective`` (bool): ``(B,)``, observations of reset and step;
-* ``reward``: ``(B, 1, 1)`` float, step only;
-* ``done``, ``terminated``, ``truncated``: ``(B, 1)`` bool (all False after a reset).
-
-Per-row keys have the batch shape; only the reward (two trailing singleton dims) and the
-done flags (one) have more, as torchrl's LLM envs. ``done = terminated | truncated``:
-``terminated`` when the game ended (won, lost, answered), ``truncated`` when the turn or
-action budget ran out first. ``check_env_specs`` passes for every registered env.
+Shapes (B = rows of the TensorDict passed in; torchrl's LLM-env conventions, declared in
+:mod:`ragen_torchrl.envs.specs`): the conversation ``("history", "prompt")`` is B x messages (the
+policy writes ``("history", "full")``, the action); ``reward`` is ``(B, 1, 1)``; ``done`` /
+``terminated`` / ``truncated`` are ``(B, 1)`` (``done = terminated | truncated``: terminated when
+the game ended, truncated when the turn or action budget ran out first); every other per-row key
+(``level_seed``, ``group_id``, ``sample_seed``, ``env_index``, ``turn``, ``progress``,
+``success``, ``action_is_valid``, ``action_is_effective``) is ``(B,)``.
 
 Levels: a reset with ``level_seed`` entries (one per row; optional ``group_id``, default 0,
 and ``sample_seed``, default the row index) plays those levels: that is how a trainer
@@ -337,10 +328,27 @@ class TextGameEnv(ChatEnv):
             return self.format_penalty, False, {}, "Invalid reply.\n"
         # reference rule (RAGEN-2 envs): the valid actions among the first
         # max_actions_per_turn tokens run in order; one penalty per turn if any was invalid
-        reward = self.format_penalty if parsed.penalised else 0.0
-        finished = False
-        fields = {ACTION_IS_VALID: not parsed.penalised, ACTION_IS_EFFECTIVE: False}
+        start = self.format_penalty if parsed.penalised else 0.0
+        reward, finished, fields, _ = self._run_actions(idx, game, actions, start)
+        fields[ACTION_IS_VALID] = not parsed.penalised
+        return reward, finished, fields, self.feedback_prefix(game)
+
+    def _run_actions(
+        self, idx: int, game: TextGame, actions: list[str], reward: float = 0.0, accept=None
+    ) -> tuple[float, bool, dict[str, Any], int]:
+        """Step ``game`` with ``actions`` in order until it finishes; ``(reward, finished, fields, rejected)``.
+
+        ``reward`` is the starting value the step rewards add to. ``accept(action)``, when given, is
+        asked before each action (the game state may have changed since the last one): a refused
+        action is skipped and counted in ``rejected``. ``fields`` holds ``action_is_effective`` and,
+        when the game finished, ``success``.
+        """
+        finished, rejected = False, 0
+        fields: dict[str, Any] = {ACTION_IS_EFFECTIVE: False}
         for action in actions:
+            if accept is not None and not accept(action):
+                rejected += 1
+                continue
             r, finished, info = game.step(action)
             reward += r
             self._actions_used[idx] += 1
@@ -348,7 +356,7 @@ class TextGameEnv(ChatEnv):
             if finished:
                 fields[SUCCESS] = bool(info.get("success", False))
                 break
-        return reward, finished, fields, self.feedback_prefix(game)
+        return reward, finished, fields, rejected
 
     def _out_of_budget(self, idx: int) -> bool:
         return self._turns[idx] >= self.max_turn or self._actions_used[idx] >= self.max_actions_per_traj

@@ -55,7 +55,7 @@ import os
 import random
 from typing import Any
 
-from ..keys import ACTION_IS_EFFECTIVE, ACTION_IS_VALID, SUCCESS
+from ..keys import ACTION_IS_VALID
 from ..validation import check_choice, check_int
 from .games.base import TextGame
 from .games.webshop import OBSERVATIONS, REWARD_MODES, SEARCH_RETURN_N, Shop, WebShopGame
@@ -64,7 +64,7 @@ from .games.webshop_data import load_attributes, load_goals, load_products, synt
 from .games.webshop_reward import Goal
 from .games.webshop_search import require_bm25s
 from .parsing import parse_response
-from .splits import check_data_paths, check_val_fraction, level_split, split_records
+from .splits import check_data_paths, check_val_fraction, file_stamp, level_split, split_records
 from .text_env import TextGameEnv
 
 __all__ = ["WebShopEnv", "WebShopGame", "load_shop"]
@@ -75,16 +75,6 @@ SYSTEM_FORMAT = (
 INVALID_ACTION = "Invalid action: use one of the available actions.\n"
 #: products of the generated catalogue when ``num_products`` is null
 DEFAULT_PRODUCTS = 3000
-
-
-def _stamp(path: str | None) -> tuple[int, int] | None:
-    if path is None:
-        return None
-    try:
-        st = os.stat(os.path.expanduser(path))
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 def _check_path(name: str, value: Any) -> str | None:
@@ -149,7 +139,7 @@ def load_shop(
         (200, 200)
     """
     paths = (catalog_path, attributes_path, data_path, val_data_path)
-    return _load(*paths, num_products, catalog_seed, search_return_n, val_fraction, tuple(_stamp(p) for p in paths))
+    return _load(*paths, num_products, catalog_seed, search_return_n, val_fraction, tuple(file_stamp(p) for p in paths))
 
 
 class WebShopEnv(TextGameEnv):
@@ -250,19 +240,8 @@ class WebShopEnv(TextGameEnv):
         if not parsed.format_ok or not tokens:
             return self.format_penalty, False, {}, "Invalid reply.\n"
         budget = max(self.max_actions_per_traj - self._actions_used[idx], 0)
-        reward, finished, invalid = 0.0, False, False
-        fields: dict[str, Any] = {ACTION_IS_EFFECTIVE: False}
-        for action in tokens[:budget]:
-            if not game.is_available(action):
-                invalid = True
-                continue
-            r, finished, info = game.step(action)
-            reward += r
-            self._actions_used[idx] += 1
-            fields[ACTION_IS_EFFECTIVE] |= bool(info.get("action_is_effective", False))
-            if finished:
-                fields[SUCCESS] = bool(info.get("success", False))
-                break
+        reward, finished, fields, rejected = self._run_actions(idx, game, tokens[:budget], accept=game.is_available)
+        invalid = rejected > 0
         fields[ACTION_IS_VALID] = not invalid
         if invalid:
             reward += self.format_penalty
