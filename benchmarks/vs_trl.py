@@ -116,13 +116,13 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import ragen_torchrl  # noqa: E402
-from ragen_torchrl.data.minibatch import group_minibatches  # noqa: E402
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response  # noqa: E402
 from ragen_torchrl.keys import EPISODE_RETURN, GROUP_ID, MASKS_ASSISTANT, NUM_TOKENS, TOKENS_FULL  # noqa: E402
 from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs  # noqa: E402
 from ragen_torchrl.trainer.reporting import summarize  # noqa: E402
 from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
 from ragen_torchrl.trainer.stops import unfiltered_stats  # noqa: E402
+from ragen_torchrl.trainer.update import minibatch_plan  # noqa: E402
 
 #: the breakdown's rows, in print order; "bookkeeping" is the rest of the step
 PIECES = ("generation", "env", "behaviour log-probs", "loss forward", "backward", "optimizer", "bookkeeping")
@@ -281,28 +281,24 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
     tr.guard.update(fstats)
     tr.guard.metrics()
-    # training_batch: advantage, behaviour log-probs, attach, prepare
+    # training_batch: advantage, behaviour log-probs (not for the rows of the first, on-policy
+    # mini-batch of a one-epoch update), attach, prepare
+    algo = tr.cfg.algo
+    on_policy_first = bool(algo.get("on_policy_first_minibatch", True)) and int(algo.ppo_epochs) == 1
+    plan = minibatch_plan(records.get(GROUP_ID), algo)
     batch = tr.objective.advantage(records)
     with sec("behaviour log-probs"):
-        behaviour = compute_behaviour_log_probs(tr.actor, batch)
+        behaviour = compute_behaviour_log_probs(tr.actor, batch, skip=plan[0][0] if on_policy_first else None)
     batch = attach_training_data(batch, behaviour)
     batch = tr.objective.prepare(batch)
     # optimize
-    algo = tr.cfg.algo
-    n = batch.batch_size[0]
-    mb = min(int(algo.mini_batch_size), n)
-    grouped = str(algo.get("minibatch", "group")) == "group"
     max_norm = float(algo.max_grad_norm) or float("inf")
     steps = 0
-    for _epoch in range(int(algo.ppo_epochs)):
-        if grouped:
-            batches = group_minibatches(batch.get(GROUP_ID), mb)
-        else:
-            order = torch.randperm(n)
-            batches = [order[start : start + mb] for start in range(0, n, mb)]
-        for idx in batches:
+    for epoch, batches in enumerate(plan):
+        for k, idx in enumerate(batches):
             minibatch = batch[idx]
-            with sec("loss forward"):
+            on_policy = on_policy_first and epoch == 0 and k == 0
+            with sec("loss forward"), tr.loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
                 out = tr.loss_module(minibatch)
                 loss = tr.objective.total_loss(out)
             tr.optimizer.zero_grad(set_to_none=True)
