@@ -62,38 +62,31 @@ Usage (TRL is the ``bench`` extra: ``pip install -e ".[bench]"``)::
 The header line prints which ``ragen_torchrl`` was imported: from a checkout other than the
 installed (editable) one, prefix ``PYTHONPATH=$PWD``.
 
-Results (before issue 17's speed-ups; the 2-core machine was shared with four other jobs, load
-average 8-11, this run got ~0.4 of a core: absolute times are ~5-10x an idle machine's and
-rounds vary by +-50%, so read the per-round ratios; ``--quick`` single rounds are noise)::
+Results on a quiet machine, ``--steps 2`` (2026-12-01), before and after issue 17's update changes
+(stored tokens scored directly; no behaviour pass over the first, on-policy mini-batch)::
 
-    ours (Trainer.train_iteration)             61.43
-    TRL  (GRPOTrainer step, incl. generation)   30.49
-    ratio ours / TRL                            2.01
-    (per-round ratios: 1.61, 1.70, 2.65; TRL's own step_time metric (training_step only): 30.44 s;
-    generated tokens per step: ours 4096, TRL 4085; tokens the loss forward reads (prompts + replies):
-    ours 19560 (replies decoded and re-tokenised), TRL 15520 (generated ids))
+    before: ours 4.22 s, TRL 2.11 s, ratio 2.00 (rounds 2.02, 1.99)
+    after:  ours 3.64 s, TRL 2.31 s, ratio 1.57 (rounds 1.59, 1.55)
+    tokens the loss forward reads: ours 19562 (replies decoded and re-tokenised), TRL 15508
 
-    piece (mean s/step)               ours     %             TRL     %
-    generation                      50.601    64          20.369    67
-    env                              0.094     0           0.008     0
-    behaviour log-probs              8.267    10           0.000     0
-    loss forward                     7.120     9           3.303    11
-    backward                        10.944    14           6.663    22
-    optimizer                        1.667     2           0.040     0
-    bookkeeping                      0.146     0           0.110     0
-    total                           78.838   100          30.493   100
+    piece (mean s/step)     ours before   ours after       TRL
+    generation                    0.971        0.988     0.955
+    env                           0.030        0.030     0.002
+    behaviour log-probs           0.656        0.068     0.000
+    loss forward                  1.130        0.854     0.439
+    backward                      1.486        1.484     0.900
+    optimizer                     0.004        0.005     0.006
+    bookkeeping                   0.032        0.032     0.010
 
-    multi-turn (ours alone): FrozenLake, P=16 x G=4, 48 new tokens per turn, warm start;
-    whole train_iteration 101.58 s
-    piece (mean s/step)    ours multi-turn     %
-    generation                      72.964    61
-    env                              0.254     0
-    behaviour log-probs              7.900     7
-    loss forward                    14.614    12
-    backward                        21.814    18
-    optimizer                        2.720     2
-    bookkeeping                      0.277     0
-    total                          120.542   100
+    multi-turn FrozenLake (16 x 4, warm start), whole train_iteration: 6.19 s before, 5.52 s after
+    piece (mean s/step)     before    after
+    generation               2.499    2.487
+    behaviour log-probs      0.999    0.616
+    loss forward             1.017    0.843
+    backward                 1.402    1.404
+
+The first "before" run (2026-11-30, the machine shared with four other jobs, ~0.4 of a core)
+printed ratio 2.01 with every time 10-20x these; only its ratio is comparable.
 """
 
 from __future__ import annotations
