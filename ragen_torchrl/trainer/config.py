@@ -364,6 +364,34 @@ def check_t3(cfg: DictConfig) -> None:
 
 
 # ----------------------------------------------------------------------------- entry point
+#: generation backends of ``rollout.backend``
+ROLLOUT_BACKENDS = ("hf", "vllm")
+
+
+def check_rollout_backend(cfg: DictConfig) -> None:
+    """``rollout.backend``: ``hf`` (transformers ``generate`` through torchrl's ``TransformersWrapper``,
+    the default) or ``vllm``, which needs the ``vllm`` extra and a CUDA GPU. The vLLM rollout path is
+    not built yet, so ``vllm`` is refused with what it will need, before any model is loaded."""
+    check_choice(cfg, "rollout.backend", ROLLOUT_BACKENDS)
+    if _get(cfg, "rollout.backend") != "vllm":
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "rollout.backend=vllm needs vLLM: pip install 'ragen_torchrl[vllm]' (on a machine with a CUDA GPU); "
+            "rollout.backend=hf (the default) generates with transformers"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("rollout.backend=vllm needs a CUDA GPU (none is visible); use rollout.backend=hf on CPU")
+    raise ConfigError(
+        "rollout.backend=vllm is not built yet (generation through torchrl's vLLMWrapper with weight sync "
+        "after each update); use rollout.backend=hf"
+    )
+
+
 def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = None) -> None:
     """Raise :class:`ConfigError` naming the first bad value (see the module docstring).
 
@@ -440,6 +468,7 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
         raise ConfigError("model.name_or_path is required unless model=tiny")
     check_paths(cfg)
     # then the checks that import torch / torchrl (a few seconds)
+    check_rollout_backend(cfg)
     check_algo_options(cfg)
     if _get(cfg, "model") is not None:
         from ..models.loading import resolve_device

@@ -349,3 +349,24 @@ def test_a_registered_objective_passes_the_algo_name_check():
         check_algo_options(cfg)
     finally:
         _REGISTRY.pop("my_algo", None)
+
+
+def test_rollout_backend_vllm_is_a_clear_config_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    assert_rejected(tmp_path, ("rollout.backend=sglang",), "rollout.backend", "hf, vllm")
+    real_find_spec = importlib.util.find_spec
+    # without vLLM installed: name the extra
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+    )
+    assert_rejected(tmp_path, ("rollout.backend=vllm",), "rollout.backend=vllm", "pip install 'ragen_torchrl[vllm]'")
+    # installed but no GPU: say that it needs CUDA
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a)
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert_rejected(tmp_path, ("rollout.backend=vllm",), "rollout.backend=vllm", "CUDA")
+    validate_config(make_cfg(tmp_path, "rollout.backend=hf"))
