@@ -146,7 +146,8 @@ def compute_behaviour_log_probs(
     tokens (:func:`token_dist`: the wrapper's left padding and model call), ``chunk_size`` rows
     per forward; the values equal the wrapper's own log-prob output (first token 0, as torchrl's).
     Another actor (not a ``TransformersWrapper``) is called on the conversations instead.
-    ``records`` hold the conversations at ``("history", "full")``.
+    ``records`` hold the conversations at ``("history", "full")``; records that already hold the
+    tokens and masks (a training batch, for the reference pass) are scored as they are.
 
     ``skip``: row indices (or a boolean row mask) that are only tokenised (their log-probs are
     NaN), e.g. the rows of the first, exactly on-policy mini-batch, whose behaviour log-probs the
@@ -161,7 +162,12 @@ def compute_behaviour_log_probs(
         for i in torch.nonzero(~scored).reshape(-1).tolist():
             rows[i].set(LOG_PROBS_FULL, torch.full_like(rows[i].get(LOG_PROBS_FULL), float("nan")))
         return lazy_stack(rows)
-    rows = list(tokenize_conversations(actor, records).unbind(0))
+    stored = (TOKENS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION)
+    if all(key in records.keys(True) for key in stored):
+        # already tokenised (e.g. the reference pass over a training batch): score those tokens
+        rows = list(records.select(*stored).unbind(0))
+    else:
+        rows = list(tokenize_conversations(actor, records).unbind(0))
     idx = torch.nonzero(scored).reshape(-1).tolist()
     for start in range(0, len(idx), chunk_size):
         part = idx[start : start + chunk_size]

@@ -238,3 +238,19 @@ def test_behaviour_log_probs_from_stored_tokens_equal_the_wrappers(tiny_model):
         torch.testing.assert_close(
             mine[i].get(("log_probs", "full")), theirs[i].get(("log_probs", "full")), atol=1e-5, rtol=0
         )
+
+
+def test_a_batch_that_holds_tokens_is_scored_without_tokenising_again(tiny_model, monkeypatch):
+    # the reference pass runs on the training batch: its stored tokens are scored as they are
+    import ragen_torchrl.objectives.logprobs as logprobs
+
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    first = compute_behaviour_log_probs(actor, records())
+    batch = attach_training_data(records(), first)
+    monkeypatch.setattr(logprobs, "tokenize_conversations", lambda *a: pytest.fail("tokenised again"))
+    again = compute_behaviour_log_probs(actor, batch)
+    for i in range(4):
+        for key in first[i].keys(True, True):
+            torch.testing.assert_close(again[i].get(key), first[i].get(key))
+    torch.testing.assert_close(batch[0].get(("log_probs", "full")), first[0].get(("log_probs", "full")))
