@@ -81,13 +81,13 @@ def tokenize(text: str) -> list[str]:
     return [t for t in _TOKEN_RE.findall(text.lower()) if t not in STOPWORDS]
 
 
-def require_bm25s() -> Any:
-    """The ``bm25s`` module, or an :class:`ImportError` naming the extra to install."""
+def require_bm25s(what: str = "the SearchQA retriever") -> Any:
+    """The ``bm25s`` module, or an :class:`ImportError` naming what needs it and the extra to install."""
     try:
         import bm25s
     except ImportError:
         raise ImportError(
-            "the SearchQA retriever needs the bm25s package: pip install ragen_torchrl[search] (or pip install bm25s)"
+            f"{what} needs the bm25s package: pip install ragen_torchrl[search] (or pip install bm25s)"
         ) from None
     return bm25s
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from . import retrieval
+
 __all__ = ["BM25Index", "tokenize", "require_bm25s", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install ragen_torchrl[search]"
@@ -36,11 +38,7 @@ _STOP = frozenset(
 
 def require_bm25s():
     """The ``bm25s`` module, or an ImportError naming the extra to install."""
-    try:
-        import bm25s
-    except ImportError:
-        raise ImportError(f"the WebShop product search needs the 'bm25s' package: {INSTALL_HINT}") from None
-    return bm25s
+    return retrieval.require_bm25s("the WebShop product search")
 
 
 def _stem(word: str) -> str:
