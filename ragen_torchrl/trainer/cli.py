@@ -172,8 +172,12 @@ def _train(cfg) -> None:
         trainer = Trainer(cfg, _run_dir())
     except (ConfigError, ModelSourceError) as e:
         raise _config_error(e) from None
-    print(f"run dir: {trainer.run_dir}  (tensorboard --logdir {trainer.run_dir})", flush=True)
-    trainer.fit()
+    if trainer.dist.is_main:
+        print(f"run dir: {trainer.run_dir}  (tensorboard --logdir {trainer.run_dir})", flush=True)
+    try:
+        trainer.fit()
+    finally:
+        trainer.dist.close()
 
 
 def _sft(cfg) -> None:

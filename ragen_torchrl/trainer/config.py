@@ -70,6 +70,7 @@ GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")
 
 _BOOL_KEYS = (
     "sft.enabled",
+    "trainer.fsdp",
     "t3.enabled",
     "diagnostics.mi.enabled",
     "env.require_think",
@@ -156,7 +157,7 @@ def check_algo(cfg: DictConfig) -> None:
     check_choice(cfg, "algo.critic", ("separate", "head"))
     for key in ("algo.ppo_epochs", "algo.mini_batch_size"):
         check_positive_int(cfg, key)
-    for key in ("algo.max_length", "algo.critic_chunk_size", "algo.overlong.max_length"):
+    for key in ("algo.max_length", "algo.critic_chunk_size", "algo.overlong.max_length", "algo.micro_batch_size"):
         if _has(cfg, key):
             check_positive_int(cfg, key, optional=True)
     if name == "drgrpo" and _get(cfg, "algo.max_length") is None:
@@ -420,6 +421,14 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     if _has(cfg, "diagnostics.grad_snr"):
         check_positive_int(cfg, "diagnostics.grad_snr.every", allow_zero=True, optional=True)
         check_positive_int(cfg, "diagnostics.grad_snr.buckets", optional=True, maximum=1024)
+    if _has(cfg, "rollout.shards"):
+        check_positive_int(cfg, "rollout.shards", optional=True, maximum=LIMITS.get("rollout.shards", 4096))
+        shards = _get(cfg, "rollout.shards")
+        if shards is not None and shards > int(_get(cfg, "trainer.prompts_per_iter")):
+            raise ConfigError(
+                f"rollout.shards={shards} exceeds trainer.prompts_per_iter={_get(cfg, 'trainer.prompts_per_iter')}: "
+                "every part collects at least one prompt group"
+            )
     if _has(cfg, "trainer.log_text_samples"):
         check_positive_int(cfg, "trainer.log_text_samples", allow_zero=True)
     if _has(cfg, "sft.batch_size"):

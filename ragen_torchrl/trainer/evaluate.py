@@ -121,8 +121,11 @@ def evaluate_policy(
     return stats, records
 
 
-def export_policy(model, tokenizer, path: str | os.PathLike) -> Path:
+def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None) -> Path:
     """Write ``model`` and ``tokenizer`` (chat template included) as a Hugging Face model dir at ``path``.
+
+    ``state_dict``: the weights to write instead of ``model``'s own (e.g. an FSDP2-sharded model's
+    full state dict, gathered on rank 0).
 
     Written to a sibling temp dir first and then renamed, so ``path`` is never half-written; an
     existing model dir there is replaced. A non-empty dir that is not a model dir is refused.
@@ -144,7 +147,10 @@ def export_policy(model, tokenizer, path: str | os.PathLike) -> Path:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        model.save_pretrained(tmp)
+        if state_dict is None:
+            model.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)  # the chat template travels with the tokenizer files
         if path.exists():
             shutil.rmtree(path)

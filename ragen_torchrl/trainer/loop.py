@@ -53,8 +53,10 @@ from .checkpoint import (
     save_rotating,
 )
 from .config import ConfigError, check_run_dir, validate_config
+from .distributed import Distributed, gathered, local_rows, part_seed, shard_bounds, shard_model
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
+    NullLogger,
     ResumableTensorboardLogger,
     conversation_text,
     final_validation_line,
@@ -86,6 +88,11 @@ class Trainer:
         validate_config(cfg)
         tensordict.set_list_to_stack(True).set()
         self.cfg = cfg
+        # under torchrun: join the process group (see ragen_torchrl.trainer.distributed)
+        self.dist = Distributed.from_env(str(cfg.model.device))
+        self.fsdp = bool(cfg.trainer.get("fsdp", False))
+        self.shards = self._check_distributed()
+        run_dir = self.dist.broadcast_object(str(run_dir))  # rank 0's (Hydra names each rank's by its clock)
         resume = cfg.trainer.get("resume")
         if not resume:
             # a read-only run dir is a config error now, not a traceback after the warm start
@@ -115,13 +122,16 @@ class Trainer:
         self.t3_enabled = bool(t3.get("enabled", False))
         self._train_envs: dict[int, Any] = {}
         try:
-            self.env = self._train_env(self.P)
+            self.env = self._train_env(-(-self.P // self.shards))  # one collection part's groups
             self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **env_kwargs(cfg.env))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"env={cfg.env.name}: {e}") from e
 
         self.model_path = self._prepare_model()
-        self.model, self.tokenizer = load_pretrained(self.model_path, cfg.model.device, cfg.model.dtype)
+        self.model, self.tokenizer = load_pretrained(
+            self.model_path, self.dist.device(str(cfg.model.device)), cfg.model.dtype
+        )
+        self.dist.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
         rcfg = cfg.rollout
         self.policy = make_generation_policy(
@@ -141,6 +151,8 @@ class Trainer:
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_actor = make_logprob_policy(ref_model, self.tokenizer)
+        if self.fsdp:
+            shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
         self.optimizer = torch.optim.AdamW(
             self.objective.optimizer_param_groups(float(a.lr)), lr=float(a.lr), weight_decay=float(a.weight_decay)
         )
@@ -162,7 +174,7 @@ class Trainer:
 
         mi = cfg.get("diagnostics", {}).get("mi", {})
         self.collapse = None
-        if mi.get("enabled", False):
+        if mi.get("enabled", False) and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
             self.collapse = CollapseMonitor(
                 self.model,
                 self.tokenizer,
@@ -188,7 +200,9 @@ class Trainer:
             # the first step the resumed run logs is iteration + 1 (= stored iteration + 2):
             # anything an interrupted run logged from there on is dropped by TensorBoard
             purge_step = int(resume_state["iteration"]) + 2
-        self.logger = make_tensorboard_logger(self.run_dir, purge_step=purge_step)
+        self.logger = (
+            make_tensorboard_logger(self.run_dir, purge_step=purge_step) if self.dist.is_main else NullLogger()
+        )
         if resume_state is not None:
             self._apply_checkpoint(resume_state, self.resumed_from)  # last: it restores the RNG states
 
@@ -222,6 +236,69 @@ class Trainer:
         self._train_envs[num_groups] = env
         return env
 
+    def _check_distributed(self) -> int:
+        """The number of collection parts; the multi-rank settings a run cannot use, as config errors."""
+        cfg, world = self.cfg, self.dist.world_size
+        shards = cfg.rollout.get("shards")
+        shards = world if shards is None else int(shards)
+        if self.dist.enabled and shards != world:
+            raise ConfigError(
+                f"rollout.shards={shards} under torchrun must equal the number of ranks ({world}), or null"
+            )
+        if shards > int(cfg.trainer.prompts_per_iter):
+            raise ConfigError(
+                f"{shards} collection parts (rollout.shards, or the number of ranks) for trainer.prompts_per_iter="
+                f"{cfg.trainer.prompts_per_iter} groups: every part needs at least one group"
+            )
+        if self.fsdp and not self.dist.enabled:
+            raise ConfigError(
+                "trainer.fsdp=true shards the model across ranks: launch with torchrun --nproc_per_node=N"
+            )
+        gs = cfg.get("diagnostics", {}).get("grad_snr", {}) or {}
+        if self.fsdp and int(gs.get("every", 0) or 0) > 0:
+            raise ConfigError(
+                "diagnostics.grad_snr needs whole gradients per rank; it is not available with trainer.fsdp=true"
+            )
+        return shards
+
+    def _gathered(self):
+        """FSDP2: the full weights on every rank for a block of rank-dependent forwards (else a no-op)."""
+        return gathered(self.model, enabled=self.fsdp)
+
+    def _collect(self, seeds: list[int], stream: int = 0) -> TensorDictBase:
+        """Groups for ``seeds``, played in :attr:`shards` parts (rank r plays part r), gathered in order.
+
+        Each part samples from its own seed (:func:`~ragen_torchrl.trainer.distributed.part_seed`)
+        in a forked RNG state, so the rollouts do not depend on how the parts are spread over
+        processes, and the global RNG stream (mini-batch plans) stays equal on every rank.
+        """
+        bounds = shard_bounds(len(seeds), self.shards)
+        piece = -(-self.P // self.shards)  # at most this many groups per rollout call (one env size)
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        mine = [self.dist.rank] if self.dist.enabled else range(len(bounds))
+        parts = []
+        for p in mine:
+            start, end = bounds[p]
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(part_seed(int(self.cfg.seed), self.iteration, p, stream))
+                for s in range(start, end, piece):
+                    part = seeds[s : min(s + piece, end)]
+                    parts.append(
+                        collect_rollouts(
+                            self._train_env(len(part)),
+                            self.policy,
+                            part,
+                            self.G,
+                            chunk_size=int(self.cfg.rollout.chunk_size),
+                            group_offset=s,
+                        )
+                    )
+        if self.dist.enabled:
+            parts = [r for rank_parts in self.dist.all_gather_objects(parts) for r in rank_parts]
+        if len(parts) == 1:
+            return parts[0]
+        return lazy_stack([r for p in parts for r in p.unbind(0)])
+
     @staticmethod
     def _seed_everything(seed: int) -> None:
         random.seed(seed)
@@ -229,7 +306,13 @@ class Trainer:
         torch.manual_seed(seed)
 
     def _prepare_model(self) -> str:
-        return prepare_model(self.cfg, self.val_env)
+        # rank 0 builds (and caches) the starting policy first; the others then find it in the cache
+        if not self.dist.is_main:
+            self.dist.barrier()
+        path = prepare_model(self.cfg, self.val_env)
+        if self.dist.is_main:
+            self.dist.barrier()
+        return path
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
@@ -244,14 +327,18 @@ class Trainer:
         (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`. The scalars logged
         (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
         """
-        stats, records = evaluate_policy(
-            self.val_env,
-            self.val_policy,
-            int(self.cfg.trainer.val_levels),
-            seed=int(self.cfg.seed),
-            chunk_size=int(self.cfg.rollout.chunk_size),
-            desc=f"validation (iteration {step})",
-        )
+        stats = records = None
+        with self._gathered():
+            if self.dist.is_main:  # rank 0 validates; every rank gets its numbers for the stop rules
+                stats, records = evaluate_policy(
+                    self.val_env,
+                    self.val_policy,
+                    int(self.cfg.trainer.val_levels),
+                    seed=int(self.cfg.seed),
+                    chunk_size=int(self.cfg.rollout.chunk_size),
+                    desc=f"validation (iteration {step})",
+                )
+        stats = self.dist.broadcast_object(stats)
         logged = {f"val/{k}": v for k, v in stats.items()}
         if stop_rule:
             reason = self.val_stop.update(stats["success"])
@@ -262,7 +349,7 @@ class Trainer:
             self.logger.log_scalar(k, v, step=step)
         self.last_validation_scalars = logged
         n_text = int(self.cfg.trainer.get("log_text_samples", 0))
-        for i in range(min(n_text, records.batch_size[0])):
+        for i in range(min(n_text, records.batch_size[0]) if records is not None else 0):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
         return stats
 
@@ -276,12 +363,21 @@ class Trainer:
             self.cfg.algo,
             plan=plan,
             on_policy_first=on_policy_first,
+            dist=self.dist,
         )
 
     def _training_batch(
-        self, records: TensorDictBase, scale: float = 1.0, skip_behaviour=None
+        self, records: TensorDictBase, scale: float = 1.0, skip_behaviour=None, skip_reference=None
     ) -> tuple[TensorDictBase, TensorDictBase]:
-        return training_batch(records, self.objective, self.actor, self.ref_actor, scale, skip_behaviour=skip_behaviour)
+        return training_batch(
+            records,
+            self.objective,
+            self.actor,
+            self.ref_actor,
+            scale,
+            skip_behaviour=skip_behaviour,
+            skip_reference=skip_reference,
+        )
 
     def _collect_more(self, num_groups: int) -> TensorDictBase:
         """Fresh groups on new levels (DAPO's refill); at most P groups per rollout call."""
@@ -289,34 +385,39 @@ class Trainer:
         if num_groups < 1:
             return None
         seeds = train_level_seeds(int(self.cfg.seed) + 7919 * self._refills, self.iteration, num_groups)
-        parts = []
-        for s in range(0, num_groups, self.P):
-            part = seeds[s : s + self.P]  # the last part may hold fewer than P groups
-            parts.append(
-                collect_rollouts(
-                    self._train_env(len(part)),
-                    self.policy,
-                    part,
-                    self.G,
-                    chunk_size=int(self.cfg.rollout.chunk_size),
-                    group_offset=s,
-                )
-            )
-        return self.objective.shape_rewards(lazy_stack([r for p in parts for r in p.unbind(0)]))
+        return self.objective.shape_rewards(self._collect(seeds, stream=self._refills))
 
     def train_iteration(self) -> dict[str, float]:
-        it = self.iteration
         t0 = time.time()
+        with self._gathered():  # FSDP2: generation and scoring run on the gathered weights
+            stats, prepared = self._prepare_iteration(t0)
+        if prepared is None:
+            stats["timing/total"] = time.time() - t0
+            return stats
+        batch, behaviour, scale, plan, on_policy_first, t_prepare = prepared
+        t1 = time.time()
+        train = self._update(batch, plan, on_policy_first)
+        t_update = t_prepare + time.time() - t1
+        stats.update({f"train/{k}": v for k, v in train.items()})
+        stats["train/loss_scale"] = scale
+        stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
+        stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
+        stats["timing/update"] = t_update
+        stats["timing/total"] = time.time() - t0
+        return stats
+
+    def _prepare_iteration(self, t0: float) -> tuple[dict[str, float], tuple | None]:
+        """Rollout, diagnostics, filter and the training batch; ``(stats, None)`` when the update is skipped."""
+        it = self.iteration
         seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
-        records = collect_rollouts(self.env, self.policy, seeds, self.G, chunk_size=int(self.cfg.rollout.chunk_size))
-        records = self.objective.shape_rewards(records)
+        records = self.objective.shape_rewards(self._collect(seeds))
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
         stats["timing/rollout"] = t_rollout
         # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start
-        stats["rollout/env_errors_total"] = float(
-            sum(getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values())
-        )
+        stats["rollout/env_errors_total"] = self.dist.sum_floats(
+            [sum(getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values())]
+        )[0]
         if self.t3_enabled or getattr(self.val_env, "task_name", ""):
             # token accounting on every active-reasoning run, so a run without T3 is the baseline
             # of one with it (no truncation column there: nothing was truncated)
@@ -357,8 +458,7 @@ class Trainer:
                 scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
         if skip is not None:
             stats[skip] = 1.0
-            stats["timing/total"] = time.time() - t0
-            return stats
+            return stats, None
 
         t1 = time.time()
         probe = self.grad_snr is not None and self.grad_snr.should_run(it)
@@ -368,32 +468,50 @@ class Trainer:
         on_policy_first = bool(a.get("on_policy_first_minibatch", True)) and int(a.ppo_epochs) == 1 and not probe
         plan = minibatch_plan(batch.get(GROUP_ID), a)
         skip = plan[0][0] if on_policy_first and plan and plan[0] else None
-        batch, behaviour = self._training_batch(batch, scale, skip_behaviour=skip)
+        skip_ref = None
+        if self.dist.enabled:
+            # each rank scores only the rows it trains on (its share of every mini-batch)
+            n = batch.batch_size[0]
+            mine = torch.zeros(n, dtype=torch.bool)
+            for epoch in plan:
+                for idx in epoch:
+                    mine[local_rows(idx, self.dist.world_size, self.dist.rank)] = True
+            skip_ref = torch.nonzero(~mine).reshape(-1)
+            unscored = ~mine
+            if skip is not None:
+                unscored[torch.as_tensor(skip).reshape(-1)] = True
+            skip = torch.nonzero(unscored).reshape(-1)
+        batch, behaviour = self._training_batch(batch, scale, skip_behaviour=skip, skip_reference=skip_ref)
         t_prepare = time.time() - t1
         if probe:
             t_g = time.time()
-            # the diagnostic needs every RV bucket, so it scores the unfiltered batch
-            full = batch if batch.batch_size[0] == records.batch_size[0] else self._training_batch(records)[0]
+            # the diagnostic needs every RV bucket, so it scores the unfiltered batch (every row of it)
+            whole = batch.batch_size[0] == records.batch_size[0] and not self.dist.enabled
+            full = batch if whole else self._training_batch(records)[0]
             stats.update(self.grad_snr(full))
             stats["timing/grad_snr"] = time.time() - t_g
-        t1 = time.time()
-        train = self._update(batch, plan, on_policy_first)
-        t_update = t_prepare + time.time() - t1
-        stats.update({f"train/{k}": v for k, v in train.items()})
-        stats["train/loss_scale"] = scale
-        stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
-        stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
-        stats["timing/update"] = t_update
-        stats["timing/total"] = time.time() - t0
-        return stats
+        return stats, (batch, behaviour, scale, plan, on_policy_first, t_prepare)
 
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_state(self) -> dict[str, Any]:
-        """Everything a resumed run needs to continue exactly as an uninterrupted one."""
+        """Everything a resumed run needs to continue exactly as an uninterrupted one.
+
+        With FSDP2 the full (unsharded) model and optimizer states are gathered to CPU through
+        ``torch.distributed.checkpoint``'s state-dict API (a collective: every rank calls this), so
+        a checkpoint is one file that any number of ranks, or ``ragen-eval``, can load.
+        """
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+            model_state, optim_state = get_state_dict(
+                self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        else:
+            model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
         return {
             "iteration": self.iteration,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optim_state,
             "rng": rng_state(),
             "history": self.history,
             "guard": self.guard.state_dict(),
@@ -411,17 +529,33 @@ class Trainer:
         """Write ``checkpoints/last.pt`` (the previous one kept as ``prev.pt``); returns its path.
 
         fsync-ed, verified to load, then renamed (:func:`~ragen_torchrl.trainer.checkpoint.save_rotating`).
+        In a multi-rank run every rank calls this and rank 0 writes.
         """
-        return save_rotating(self.checkpoint_state(), self.ckpt_dir)
+        state = self.checkpoint_state()
+        path = save_rotating(state, self.ckpt_dir) if self.dist.is_main else self.ckpt_dir / LAST
+        self.dist.barrier()  # no rank runs ahead of a checkpoint it may have to resume from
+        return path
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint file (a damaged one raises an error naming it)."""
         self._apply_checkpoint(read_checkpoint(path), path)
 
     def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
-        self.model.load_state_dict(state["model"])
-        self.objective.load_state_dict(state.get("objective") or {})
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=StateDictOptions(full_state_dict=True),
+            )
+            self.objective.load_state_dict(state.get("objective") or {})
+        else:
+            self.model.load_state_dict(state["model"])
+            self.objective.load_state_dict(state.get("objective") or {})
+            self.optimizer.load_state_dict(state["optimizer"])
         restore_rng_state(state["rng"])
         self.history = state.get("history", [])
         if state.get("guard"):
@@ -452,7 +586,7 @@ class Trainer:
         val_start = None
         if self.iteration == 0:
             val_start = self.validate(step=0)
-            print(
+            self._print(
                 f"[val] iteration 0: success {val_start['success']:.3f} ± {val_start['success_stderr']:.3f}, "
                 f"return {val_start['reward_mean']:.3f}, format-valid {val_start['format_valid']:.3f}",
                 flush=True,
@@ -464,14 +598,16 @@ class Trainer:
             for k, v in stats.items():
                 self.logger.log_scalar(k, v, step=step)
             self.history.append({"iteration": step, **stats})
-            print(iteration_line(step, total, stats), flush=True)
+            self._print(iteration_line(step, total, stats), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
                 v = self.validate(step=step)
                 self.history[-1].update(self.last_validation_scalars)
-                print(f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f}", flush=True)
+                self._print(
+                    f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f}", flush=True
+                )
             if self.stop_reason:
-                print(f"[stop] {self.stop_reason}", flush=True)
+                self._print(f"[stop] {self.stop_reason}", flush=True)
                 last = True
             if (int(t.save_every) and step % int(t.save_every) == 0) or last:
                 self.save_checkpoint()
@@ -484,10 +620,20 @@ class Trainer:
                 self.history[-1].update(self.last_validation_scalars)
         self.logger.experiment.flush()
         final_policy = None
-        try:
-            final_policy = str(export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR))
-        except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy
-            log.error("could not write the final policy to %s: %s", self.run_dir / POLICY_DIR, e)
+        full_state = None
+        if self.fsdp:  # the whole model, gathered to CPU (a collective), for rank 0 to export
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            full_state = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        if self.dist.is_main:
+            try:
+                final_policy = str(
+                    export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=full_state)
+                )
+            except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy
+                log.error("could not write the final policy to %s: %s", self.run_dir / POLICY_DIR, e)
         summary = {
             "config": OmegaConf.to_container(self.cfg, resolve=True),
             "val_start": val_start,
@@ -499,7 +645,14 @@ class Trainer:
             "run_dir": str(self.run_dir),
             "final_policy": final_policy,
         }
-        write_summary(self.run_dir / SUMMARY_FILE, **summary)
+        if self.dist.is_main:
+            write_summary(self.run_dir / SUMMARY_FILE, **summary)
+        self.dist.barrier()  # the run's files are written before any rank returns
         if val_end is not None:
-            print(final_validation_line(val_start, val_end, summary["seconds"]), flush=True)
+            self._print(final_validation_line(val_start, val_end, summary["seconds"]), flush=True)
         return summary
+
+    def _print(self, *args: Any, **kwargs: Any) -> None:
+        """Progress lines: printed by rank 0 only in a multi-rank run."""
+        if self.dist.is_main:
+            print(*args, **kwargs)

@@ -17,6 +17,7 @@ from torchrl.record.loggers import TensorboardLogger
 from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_TURNS, SUCCESS
 
 __all__ = [
+    "NullLogger",
     "ResumableTensorboardLogger",
     "conversation_text",
     "iteration_line",
@@ -142,3 +143,21 @@ def final_validation_line(val_start: dict | None, val_end: dict, seconds: float)
         f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
         f"({val_end.get('num_trajectories', 0):.0f} levels, {seconds:.0f}s)"
     )
+
+
+class NullLogger:
+    """The logger of a rank that does not write (every rank but 0): same calls, nothing written.
+
+    Example:
+        >>> NullLogger().log_scalar("loss", 1.0, step=1); NullLogger().experiment.flush()
+    """
+
+    class _Writer:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    def __init__(self) -> None:
+        self.experiment = self._Writer()
+
+    def log_scalar(self, *args, **kwargs) -> None:
+        return None

@@ -22,10 +22,11 @@ import torch
 from tensordict import TensorDictBase, lazy_stack
 
 from ..data.minibatch import group_minibatches
-from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, REF_LOG_PROBS_FULL
+from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, MASKS_ASSISTANT, REF_LOG_PROBS_FULL
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs
+from .distributed import Distributed, local_rows, loss_unit, share_weight, unit_count
 
-__all__ = ["minibatch_plan", "optimize", "scale_advantages", "training_batch"]
+__all__ = ["micro_batches", "minibatch_plan", "optimize", "scale_advantages", "training_batch"]
 
 
 def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
@@ -71,6 +72,7 @@ def training_batch(
     scale: float = 1.0,
     *,
     skip_behaviour: torch.Tensor | None = None,
+    skip_reference: torch.Tensor | None = None,
 ) -> tuple[TensorDictBase, TensorDictBase]:
     """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
 
@@ -83,7 +85,9 @@ def training_batch(
             policy-gradient (task) term only, as RAGEN-2's reference does; entropy, KL and critic
             terms keep their weight.
         skip_behaviour: rows whose behaviour log-probs are not computed (only tokenised): the
-            rows of the first mini-batch when :func:`optimize` runs it on-policy.
+            rows of the first mini-batch when :func:`optimize` runs it on-policy, and in a
+            multi-rank run the rows other ranks train on.
+        skip_reference: rows whose reference log-probs are not computed (another rank's rows).
 
     Returns:
         ``(batch, behaviour)``: the batch the loss reads and the behaviour log-prob output.
@@ -92,7 +96,7 @@ def training_batch(
     behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour)
     batch = attach_training_data(batch, behaviour)
     if ref_actor is not None:
-        ref = compute_behaviour_log_probs(ref_actor, batch)
+        ref = compute_behaviour_log_probs(ref_actor, batch, skip=skip_reference)
         batch = lazy_stack(
             [row.set(REF_LOG_PROBS_FULL, r.get(LOG_PROBS_FULL)) for row, r in zip(batch.unbind(0), ref.unbind(0))]
         )
@@ -100,6 +104,23 @@ def training_batch(
     if scale != 1.0:
         batch = scale_advantages(batch, scale)
     return batch, behaviour
+
+
+def micro_batches(rows: torch.Tensor, micro_batch_size: int | None) -> list[torch.Tensor]:
+    """``rows`` dealt round-robin into ``ceil(len / micro_batch_size)`` micro-batches (one without a size).
+
+    Round-robin, as mini-batch rows are dealt to ranks (:func:`~ragen_torchrl.trainer.distributed.local_rows`):
+    one process with ``micro_batch_size = n / N`` runs exactly the forwards of N ranks.
+
+    Example:
+        >>> [m.tolist() for m in micro_batches(torch.tensor([4, 5, 6, 7, 8]), 2)]
+        [[4, 7], [5, 8], [6]]
+    """
+    rows = torch.as_tensor(rows).reshape(-1)
+    if not micro_batch_size or rows.numel() <= micro_batch_size:
+        return [rows]
+    count = -(-rows.numel() // int(micro_batch_size))
+    return [rows[j::count] for j in range(count)]
 
 
 def optimize(
@@ -111,6 +132,7 @@ def optimize(
     *,
     plan: list[list[torch.Tensor]] | None = None,
     on_policy_first: bool = False,
+    dist: Distributed | None = None,
 ) -> dict[str, float]:
     """Optimizer steps over the mini-batches of ``plan`` (default: :func:`minibatch_plan`); mean metrics.
 
@@ -119,40 +141,121 @@ def optimize(
     inside the loss's ``current_as_behaviour()``: the policy has not changed since the rollout,
     so its behaviour log-probs are the loss forward's own (detached) and need not be in the batch.
 
+    Each mini-batch may run as several forward/backward passes whose gradients add up to the
+    mini-batch's: over ranks (``dist``: each takes its rows, :func:`~ragen_torchrl.trainer.distributed.local_rows`)
+    and over micro-batches of ``algo.micro_batch_size`` rows (:func:`micro_batches`). Each pass's
+    loss is weighted by its share of the mini-batch's aggregation unit (rows, or assistant tokens
+    for ``token_mean``), so the sum is the gradient of the whole mini-batch's loss.
+
     Returns:
         The objective's metrics, ``loss`` and ``grad_norm`` averaged over the steps taken, plus
-        ``optimizer_steps`` and ``skipped_nonfinite``.
+        ``optimizer_steps`` and ``skipped_nonfinite``. Metrics of a split mini-batch are the
+        share-weighted sums of its passes' values.
     """
     if plan is None:
         plan = minibatch_plan(batch.get(GROUP_ID), algo)
+    dist = dist or Distributed()
+    micro = algo.get("micro_batch_size") if hasattr(algo, "get") else None
+    split = dist.enabled or bool(micro)
+    unit = loss_unit(loss_module) if split else "rows"
+    params = objective.trainable_parameters()
+    sharded = any(_is_dtensor(p) for p in params)  # FSDP2: every rank must run as many forwards
     sums: dict[str, float] = {}
     steps = skipped = 0
     max_norm = float(algo.max_grad_norm) or float("inf")
     for epoch, batches in enumerate(plan):
         for k, idx in enumerate(batches):
-            minibatch = batch[idx]
             on_policy = on_policy_first and epoch == 0 and k == 0 and hasattr(loss_module, "current_as_behaviour")
-            with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
-                out = loss_module(minibatch)
-            loss = objective.total_loss(out)
             optimizer.zero_grad(set_to_none=True)
-            if not torch.isfinite(loss):
-                # never step on a NaN/inf loss: the weights would be corrupted
+            if split:
+                finite, vals = _accumulate(batch, idx, loss_module, objective, dist, micro, unit, on_policy, sharded)
+            else:
+                minibatch = batch[idx]
+                with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
+                    out = loss_module(minibatch)
+                loss = objective.total_loss(out)
+                finite = bool(torch.isfinite(loss))
+                if finite:
+                    loss.backward()
+                    vals = objective.metrics(out, minibatch)
+                    vals.update(loss=loss.item())
+            if not finite:
+                # never step on a NaN/inf loss: the weights would be corrupted (every rank skips)
                 skipped += 1
+                optimizer.zero_grad(set_to_none=True)
                 continue
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(objective.trainable_parameters(), max_norm)
+            if dist.enabled:
+                # FSDP2-sharded parameters (DTensors) were reduce-scattered by FSDP itself
+                dist.average_gradients(p for p in params if not _is_dtensor(p))
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            grad_norm = grad_norm.full_tensor() if _is_dtensor(grad_norm) else grad_norm
             if not torch.isfinite(grad_norm):
                 skipped += 1
                 optimizer.zero_grad(set_to_none=True)
                 continue
             optimizer.step()
             steps += 1
-            vals = objective.metrics(out, minibatch)
-            vals.update(loss=loss.item(), grad_norm=grad_norm.item())
+            vals["grad_norm"] = grad_norm.item()
             for key, v in vals.items():
                 sums[key] = sums.get(key, 0.0) + v
     metrics = {key: v / max(steps, 1) for key, v in sums.items()}
     metrics["optimizer_steps"] = float(steps)
     metrics["skipped_nonfinite"] = float(skipped)
     return metrics
+
+
+def _accumulate(
+    batch, idx, loss_module, objective, dist: Distributed, micro, unit: str, on_policy: bool, sharded: bool
+) -> tuple[bool, dict[str, float]]:
+    """Gradients of one mini-batch from this rank's micro-batches; ``(finite on every rank, metrics)``.
+
+    Collectives are called the same number of times on every rank whatever its share: one unit
+    total before, one finiteness vote and one metric sum after (FSDP2 also pads the micro-batch
+    count, since each of its forwards is a collective).
+    """
+    mine = local_rows(idx, dist.world_size, dist.rank)
+    total = dist.sum_floats([unit_count(batch, mine, unit, MASKS_ASSISTANT)])[0]
+    parts = micro_batches(mine, micro) if mine.numel() else []
+    weights = [share_weight(unit_count(batch, m, unit, MASKS_ASSISTANT), total) for m in parts]
+    count = len(parts)
+    if sharded:
+        count = int(dist.max_int(count))
+    if not parts and count == 0:
+        count = 1  # a rank with no rows still joins the backward's collectives
+    while len(parts) < count:
+        # nothing left here: a row at weight 0 keeps this rank in step with the others
+        parts.append(torch.as_tensor(idx).reshape(-1)[:1])
+        weights.append(0.0)
+    model = getattr(objective, "model", None)
+    sync = getattr(model, "set_requires_gradient_sync", None) if sharded else None
+    finite = True
+    acc: dict[str, float] = {}
+    for j, (rows, w) in enumerate(zip(parts, weights)):
+        minibatch = batch[rows]
+        if sync is not None:
+            sync(j == len(parts) - 1)  # FSDP2 reduce-scatters once, after the last micro-batch
+        with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
+            out = loss_module(minibatch)
+        loss = objective.total_loss(out)
+        if not bool(torch.isfinite(loss)):
+            finite = False
+            loss = loss.nan_to_num(0.0, 0.0, 0.0) * 0.0  # still backward: FSDP2 ranks stay in step
+        # x world size: the gradient average over ranks then equals the whole mini-batch's sum
+        (loss * (w * dist.world_size)).backward()
+        vals = objective.metrics(out, minibatch)  # also at weight 0: every rank has the same keys
+        vals["loss"] = loss.item()
+        for key, v in vals.items():
+            acc[key] = acc.get(key, 0.0) + w * float(v)
+    finite = dist.all_true(finite)
+    if dist.enabled and finite:
+        names = sorted(acc)
+        acc = dict(zip(names, dist.sum_floats(acc.get(n, 0.0) for n in names)))
+    return finite, acc
+
+
+def _is_dtensor(t) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return False
+    return isinstance(t, DTensor)
