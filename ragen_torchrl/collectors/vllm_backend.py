@@ -321,8 +321,8 @@ def make_vllm_generation_policy(
             model, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed, **engine_kwargs
         )
         engine = vllm.LLM(model=directory.name, tokenizer=directory.name, **kwargs)
-        # vLLM has read everything it needs; the weights now live in the engine
-        directory.cleanup()
+    else:
+        directory = None
     policy = _RolloutvLLMWrapper(
         engine,
         tokenizer=tokenizer,
@@ -335,6 +335,8 @@ def make_vllm_generation_policy(
     )
     # collect_rollouts reads it: no per-token entropy from vLLM (the records' entropy stays 0)
     policy.entropy_recorder = None
+    # the exported checkpoint lives as long as the policy: vLLM may read its config files after start-up
+    policy._export_dir = directory
     return policy
 
 
