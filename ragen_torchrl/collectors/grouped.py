@@ -88,6 +88,7 @@ __all__ = [
     "PolicyContractError",
     "check_policy_output",
     "collect_rollouts",
+    "hf_generate_kwargs",
     "make_generation_policy",
 ]
 
@@ -135,6 +136,30 @@ def check_policy_output(out, num_rows: int) -> None:
         raise PolicyContractError(f"policy returned {rows} rows for {num_rows} input rows; it must keep the batch")
 
 
+def hf_generate_kwargs(max_new_tokens: int, temperature: float) -> dict:
+    """``generate_kwargs`` of :func:`make_generation_policy`: sample at ``temperature`` with
+    ``top_p=1.0`` (0 = greedy); everything else is transformers' default (``top_k=50``).
+
+    The vLLM backend mirrors these (:func:`ragen_torchrl.collectors.vllm_backend.vllm_sampling_kwargs`).
+
+    Example:
+        >>> hf_generate_kwargs(64, 1.0)
+        {'max_new_tokens': 64, 'do_sample': True, 'temperature': 1.0, 'top_p': 1.0}
+        >>> hf_generate_kwargs(64, 0)
+        {'max_new_tokens': 64, 'do_sample': False}
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    kwargs = {"max_new_tokens": int(max_new_tokens)}
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0)
+    else:
+        kwargs.update(do_sample=False)
+    return kwargs
+
+
 def make_generation_policy(
     model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0
 ) -> TransformersWrapper:
@@ -149,15 +174,7 @@ def make_generation_policy(
         ...
         ValueError: max_new_tokens must be >= 1, got 0
     """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    kwargs = {"max_new_tokens": int(max_new_tokens)}
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0)
-    else:
-        kwargs.update(do_sample=False)
+    kwargs = hf_generate_kwargs(max_new_tokens, temperature)
     policy = TransformersWrapper(
         model,
         tokenizer=tokenizer,

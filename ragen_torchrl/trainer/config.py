@@ -371,8 +371,9 @@ ROLLOUT_BACKENDS = ("hf", "vllm")
 
 def check_rollout_backend(cfg: DictConfig) -> None:
     """``rollout.backend``: ``hf`` (transformers ``generate`` through torchrl's ``TransformersWrapper``,
-    the default) or ``vllm``, which needs the ``vllm`` extra and a CUDA GPU. The vLLM rollout path is
-    not built yet, so ``vllm`` is refused with what it will need, before any model is loaded."""
+    the default) or ``vllm`` (torchrl's ``vLLMWrapper`` on a vLLM engine that the trainer keeps in sync
+    with the training model: :mod:`ragen_torchrl.collectors.vllm_backend`), which needs the ``vllm``
+    extra and a CUDA GPU: both are checked here, before any model is loaded."""
     check_choice(cfg, "rollout.backend", ROLLOUT_BACKENDS)
     if _get(cfg, "rollout.backend") != "vllm":
         return
@@ -387,10 +388,12 @@ def check_rollout_backend(cfg: DictConfig) -> None:
 
     if not torch.cuda.is_available():
         raise ConfigError("rollout.backend=vllm needs a CUDA GPU (none is visible); use rollout.backend=hf on CPU")
-    raise ConfigError(
-        "rollout.backend=vllm is not built yet (generation through torchrl's vLLMWrapper with weight sync "
-        "after each update); use rollout.backend=hf"
-    )
+    device = str(_get(cfg, "model.device") or "auto")
+    if not (device == "auto" or device.startswith("cuda")):
+        raise ConfigError(
+            f"rollout.backend=vllm runs its engine on the GPU beside the training model; model.device={device} "
+            "keeps the model on the CPU (use model.device=cuda or auto, or rollout.backend=hf)"
+        )
 
 
 def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = None) -> None:

@@ -370,3 +370,15 @@ def test_rollout_backend_vllm_is_a_clear_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert_rejected(tmp_path, ("rollout.backend=vllm",), "rollout.backend=vllm", "CUDA")
     validate_config(make_cfg(tmp_path, "rollout.backend=hf"))
+    # installed, with a GPU: accepted (the trainer builds the vLLM policy), unless the model stays on the CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=cuda"))
+    validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=auto"))
+    assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cpu"), "model.device=cpu", "GPU")
+
+
+def test_rollout_backends_of_the_config_and_the_collectors_agree():
+    from ragen_torchrl.collectors.vllm_backend import ROLLOUT_BACKENDS as BUILT
+    from ragen_torchrl.trainer.config import ROLLOUT_BACKENDS
+
+    assert ROLLOUT_BACKENDS == BUILT

@@ -1,0 +1,101 @@
+"""A Qwen2.5-0.5B-shaped model with random weights and the package's offline tokenizer, saved for
+``model.name_or_path`` (no download): the model of ``benchmarks/gpu_smoke.sh``.
+
+The tokenizer is the tiny model's (byte-level BPE trained on FrozenLake text, ChatML template with a
+``{% generation %}`` block); the transformer has Qwen2.5-0.5B's shape (24 layers, hidden 896, 14
+query / 2 key-value heads, MLP 4864, tied embeddings). Its vocabulary is the tokenizer's (a few
+thousand tokens), not Qwen's 151,936: every id the model can sample decodes, and generation cost is
+dominated by the 24 layers anyway (about 0.36B parameters instead of 0.49B).
+
+    python benchmarks/gpu_smoke_model.py /tmp/qwen05_shape          # the full shape
+    python benchmarks/gpu_smoke_model.py /tmp/m --layers 2 --hidden 64 --intermediate 128 --heads 4 --kv-heads 2
+
+Prints the directory it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def build(
+    out_dir: str,
+    *,
+    layers: int = 24,
+    hidden: int = 896,
+    intermediate: int = 4864,
+    heads: int = 14,
+    kv_heads: int = 2,
+    vocab: int = 4096,
+    episodes: int = 200,
+    seed: int = 0,
+) -> str:
+    """Write tokenizer + randomly initialised Qwen2 model to ``out_dir`` (``save_pretrained``)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from ragen_torchrl.envs import make_env
+    from ragen_torchrl.models.tiny import train_tokenizer
+    from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
+
+    tokenizer = train_tokenizer(tokenizer_corpus(make_env("frozenlake", num_envs=1), episodes, seed=seed), vocab)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,  # FrozenLake conversations are short; a small KV budget for vLLM
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    path = Path(out_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"# {n / 1e6:.1f}M parameters, vocab {len(tokenizer)}, {layers} layers x hidden {hidden}")
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--layers", type=int, default=24)
+    parser.add_argument("--hidden", type=int, default=896)
+    parser.add_argument("--intermediate", type=int, default=4864)
+    parser.add_argument("--heads", type=int, default=14)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary the tokenizer is trained to")
+    parser.add_argument(
+        "--episodes", type=int, default=200, help="FrozenLake demonstrations the tokenizer is trained on"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    a = parser.parse_args(argv)
+    print(
+        build(
+            a.out_dir,
+            layers=a.layers,
+            hidden=a.hidden,
+            intermediate=a.intermediate,
+            heads=a.heads,
+            kv_heads=a.kv_heads,
+            vocab=a.vocab,
+            episodes=a.episodes,
+            seed=a.seed,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
