@@ -31,6 +31,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
+from ..collectors.vllm_backend import make_rollout_policy
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import GradSNRProbe
 from ..envs import make_env
@@ -65,7 +66,7 @@ from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives 
     skipped_update_reason,
     summarize,
 )
-from .rollout import collect_rollouts, make_generation_policy, train_level_seeds
+from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
 from .stops import FilterGuard, ValidationStop, loss_scale, unfiltered_stats
 from .summary import SUMMARY_FILE, write_summary
@@ -134,12 +135,24 @@ class Trainer:
         self.dist.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
         rcfg = cfg.rollout
-        self.policy = make_generation_policy(
-            self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=rcfg.temperature
+        backend = str(rcfg.get("backend") or "hf")
+        # hf: generate with the training model itself; vllm: an engine fed the weights after each update
+        self.policy, self.weight_sync = make_rollout_policy(
+            backend, self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=rcfg.temperature
         )
-        self.val_policy = make_generation_policy(
-            self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=t.val_temperature
+        self.val_policy, _ = make_rollout_policy(  # the same engine (vllm), another temperature
+            backend,
+            self.model,
+            self.tokenizer,
+            max_new_tokens=rcfg.max_new_tokens,
+            temperature=t.val_temperature,
+            **({"engine": self.policy.model} if self.weight_sync is not None else {}),
         )
+        if self.fsdp:
+            # transformers syncs every generate step across ranks for a sharded model; here the
+            # weights are gathered for generation, and ranks generate different lengths
+            for p in (self.policy, self.val_policy):
+                p.generate_kwargs["synced_gpus"] = False
         self.actor = make_logprob_policy(self.model, self.tokenizer)
         a = cfg.algo
         try:
@@ -205,6 +218,8 @@ class Trainer:
         )
         if resume_state is not None:
             self._apply_checkpoint(resume_state, self.resumed_from)  # last: it restores the RNG states
+            if self.weight_sync is not None:  # the engine generates from the resumed weights
+                self.weight_sync.push()
 
     # -- setup -------------------------------------------------------------------------
     def _train_env(self, num_groups: int):
@@ -249,6 +264,10 @@ class Trainer:
             raise ConfigError(
                 f"{shards} collection parts (rollout.shards, or the number of ranks) for trainer.prompts_per_iter="
                 f"{cfg.trainer.prompts_per_iter} groups: every part needs at least one group"
+            )
+        if self.fsdp and str(cfg.rollout.get("backend") or "hf") == "vllm":
+            raise ConfigError(
+                "rollout.backend=vllm with trainer.fsdp=true is not supported: the weight push needs whole weights"
             )
         if self.fsdp and not self.dist.enabled:
             raise ConfigError(
@@ -398,6 +417,10 @@ class Trainer:
         t1 = time.time()
         train = self._update(batch, plan, on_policy_first)
         t_update = t_prepare + time.time() - t1
+        if self.weight_sync is not None:  # the next rollout samples from the updated weights
+            t_s = time.time()
+            self.weight_sync.push()
+            stats["timing/weight_sync"] = time.time() - t_s
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
         stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
