@@ -280,6 +280,40 @@ class Distributed:
             self.owns_group = False
 
 
+# -- optimizer state: by position (torch's format, the one on disk) or by parameter name (DCP's) --
+def _param_names(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> list[str]:
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [p for g in optimizer.param_groups for p in g["params"]]
+    missing = [i for i, p in enumerate(order) if id(p) not in names]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} optimizer parameter(s) are not the model's: an FSDP checkpoint holds the model's only"
+        )
+    return [names[id(p)] for p in order]
+
+
+def optimizer_state_by_name(state: dict, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
+    """torch's optimizer state dict (parameters numbered in order) keyed by parameter name instead.
+
+    ``torch.distributed.checkpoint``'s full state dicts name parameters; checkpoints on disk number
+    them, so a run of any world size, with or without FSDP, resumes any other's checkpoint.
+    """
+    names = _param_names(optimizer, model)
+    return {
+        "state": {names[int(i)]: v for i, v in state["state"].items()},
+        "param_groups": [dict(g, params=[names[int(i)] for i in g["params"]]) for g in state["param_groups"]],
+    }
+
+
+def optimizer_state_by_position(state: dict, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
+    """The inverse of :func:`optimizer_state_by_name`: parameters numbered in the optimizer's order."""
+    index = {n: i for i, n in enumerate(_param_names(optimizer, model))}
+    return {
+        "state": {index[n]: v for n, v in state["state"].items()},
+        "param_groups": [dict(g, params=[index[n] for n in g["params"]]) for g in state["param_groups"]],
+    }
+
+
 # -- FSDP2 -----------------------------------------------------------------------------------
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:
     """Shard ``model`` with FSDP2 (``fully_shard``): every decoder layer, then the root.

@@ -54,7 +54,16 @@ from .checkpoint import (
     save_rotating,
 )
 from .config import ConfigError, check_run_dir, validate_config
-from .distributed import Distributed, gathered, local_rows, part_seed, shard_bounds, shard_model
+from .distributed import (
+    Distributed,
+    gathered,
+    local_rows,
+    optimizer_state_by_name,
+    optimizer_state_by_position,
+    part_seed,
+    shard_bounds,
+    shard_model,
+)
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
     NullLogger,
@@ -529,6 +538,8 @@ class Trainer:
             model_state, optim_state = get_state_dict(
                 self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
+            if optim_state:  # filled on rank 0 only (cpu_offload): the rank that writes it
+                optim_state = optimizer_state_by_position(optim_state, self.optimizer, self.model)
         else:
             model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
         return {
@@ -571,7 +582,7 @@ class Trainer:
                 self.model,
                 self.optimizer,
                 model_state_dict=state["model"],
-                optim_state_dict=state["optimizer"],
+                optim_state_dict=optimizer_state_by_name(state["optimizer"], self.optimizer, self.model),
                 options=StateDictOptions(full_state_dict=True),
             )
             self.objective.load_state_dict(state.get("objective") or {})
