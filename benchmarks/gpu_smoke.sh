@@ -7,10 +7,10 @@
 # 1. builds a Qwen2.5-0.5B-shaped model with random weights (benchmarks/gpu_smoke_model.py, no
 #    download) unless OUT_DIR/model exists;
 # 2. GRPO on FrozenLake for ITERS iterations with rollout.backend=hf, then rollout.backend=vllm when
-#    vLLM imports, then (more than one GPU) under torchrun, one rank per GPU;
+#    vLLM imports, then (more than one GPU) under torchrun, one rank per GPU: data parallel, FSDP2, and vLLM when installed;
 # 3. prints per run: generated tokens/s in the rollouts, seconds per iteration (rollout / update /
 #    total, the first iteration left out as warm-up when there are more) and peak GPU memory
-#    (nvidia-smi samples every 0.5 s; a memory/* key in the run's history is printed too).
+#    (nvidia-smi samples every 0.5 s, and the trainer's memory/max_allocated_gb: rank 0's torch peak).
 # Logs and run dirs: OUT_DIR/<run>/ (summary.json), OUT_DIR/<run>.log, OUT_DIR/<run>.mem.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -103,11 +103,15 @@ else
   VLLM_BACKEND=hf
 fi
 if [ "$NGPU" -gt 1 ]; then
-  # no `python -m ragen_torchrl.train` module exists: torchrun runs the ragen-train script itself
-  run "torchrun_${VLLM_BACKEND}" torchrun --standalone "--nproc_per_node=$NGPU" "$(command -v ragen-train)" \
-    "rollout.backend=$VLLM_BACKEND"
+  # one rank per GPU (nccl): data parallel, then FSDP2 (parameters, gradients, optimizer state sharded)
+  run "ddp_${NGPU}gpu" torchrun --standalone "--nproc_per_node=$NGPU" -m ragen_torchrl.train rollout.backend=hf
+  run "fsdp_${NGPU}gpu" torchrun --standalone "--nproc_per_node=$NGPU" -m ragen_torchrl.train rollout.backend=hf \
+    trainer.fsdp=true
+  if [ "$VLLM_BACKEND" = vllm ]; then
+    run "ddp_${NGPU}gpu_vllm" torchrun --standalone "--nproc_per_node=$NGPU" -m ragen_torchrl.train rollout.backend=vllm
+  fi
 else
-  echo "# torchrun: one GPU, skipped"
+  echo "# torchrun: one GPU, skipped (NCCL needs one GPU per rank)"
 fi
 
 echo "== gpu_smoke: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1) x $NGPU, P=$P G=$G, max_new_tokens=$MAX_NEW"

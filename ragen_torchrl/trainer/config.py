@@ -377,6 +377,13 @@ def check_rollout_backend(cfg: DictConfig) -> None:
     check_choice(cfg, "rollout.backend", ROLLOUT_BACKENDS)
     if _get(cfg, "rollout.backend") != "vllm":
         return
+    metric = _get(cfg, "filter.metric")
+    if _get(cfg, "filter.enabled") and metric in ("entropy", "entropy_std", "entropy_variance"):
+        # the HF path records token entropy from generate's logits; vLLM's engine returns none
+        raise ConfigError(
+            f"filter.metric={metric} ranks groups by generation entropy, which rollout.backend=vllm does not "
+            "record (the column would be 0); use rollout.backend=hf for the entropy ablations"
+        )
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:

@@ -436,6 +436,9 @@ class Trainer:
         stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
         stats["timing/update"] = t_update
         stats["timing/total"] = time.time() - t0
+        device = next(self.model.parameters()).device
+        if device.type == "cuda":  # this rank's peak since the start (what sizes a GPU run)
+            stats["memory/max_allocated_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         return stats
 
     def _prepare_iteration(self, t0: float) -> tuple[dict[str, float], tuple | None]:

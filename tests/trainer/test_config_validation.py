@@ -382,3 +382,10 @@ def test_rollout_backends_of_the_config_and_the_collectors_agree():
     from ragen_torchrl.trainer.config import ROLLOUT_BACKENDS
 
     assert ROLLOUT_BACKENDS == BUILT
+
+
+def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
+    # vLLM records no generation entropy: ranking groups by it would rank zeros (checked before the install)
+    assert_rejected(
+        tmp_path, ("rollout.backend=vllm", "filter=snr_entropy"), "filter.metric=entropy", "rollout.backend=hf"
+    )
