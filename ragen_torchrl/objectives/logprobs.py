@@ -35,6 +35,7 @@ from torchrl.modules.llm import TransformersWrapper
 
 from ..keys import HISTORY_FULL, HISTORY_PROMPT, LOG_PROBS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION, TOKENS_FULL
 from ..models.loading import wrapper_chat_template
+from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
 __all__ = [
     "attach_training_data",
@@ -220,6 +221,8 @@ def token_dist(
     tensordict: TensorDictBase,
     tokens_key=TOKENS_FULL,
     mask_key=MASKS_ASSISTANT,
+    *,
+    compact: bool = False,
 ) -> LLMMaskedCategorical:
     """The loss's per-token distribution, computed from the batch's token ids.
 
@@ -228,12 +231,21 @@ def token_dist(
     assistant tokens), without applying the chat template and tokenising each conversation again:
     the tokens are the ones :func:`compute_behaviour_log_probs` / :func:`tokenize_conversations`
     stored. The losses use it whenever the batch holds ``tokens_key`` and ``mask_key``.
+
+    ``compact``: logits only where the mask is set (a
+    :class:`~ragen_torchrl.objectives.token_distribution.CompactMaskedCategorical`; the LM head runs
+    only at the positions some row needs), same values there.
     """
     pad = actor.tokenizer.pad_token_id
     device = next(actor.model.parameters()).device
     tokens = tensordict.get(tokens_key, as_padded_tensor=True, padding_side="left", padding_value=pad)
     attention = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
     mask = tensordict.get(mask_key, as_padded_tensor=True, padding_side="left", padding_value=False)
+    if compact:
+        logits = masked_position_logits(
+            actor.model, tokens.to(device), attention.long().to(device), mask, **actor.generate_kwargs
+        )
+        return CompactMaskedCategorical(logits, mask.bool().to(device))
     logits = actor.model(tokens.to(device), attention.long().to(device), **actor.generate_kwargs)["logits"]
     # position t scores token t (the first position has nothing before it), as torchrl's wrapper does
     shifted = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], 1)

@@ -176,6 +176,9 @@ class TokenStatsMixin:
     #: score the batch's stored token ids (:func:`~ragen_torchrl.objectives.logprobs.token_dist`);
     #: False sends every forward through the wrapper's history path (chat template applied again)
     score_stored_tokens: bool = True
+    #: with stored tokens: logits only at the assistant positions (the LM head runs only where some
+    #: row needs it; :mod:`~ragen_torchrl.objectives.token_distribution`); False: every position
+    compact_logits: bool = True
 
     @contextlib.contextmanager
     def current_as_behaviour(self) -> Iterator[None]:
@@ -260,7 +263,7 @@ class TokenStatsMixin:
             and MASKS_ATTENTION in keys
             and isinstance(actor, TransformersWrapper)
         ):
-            dist = token_dist(actor, tensordict, self.tensor_keys.action, MASKS_ASSISTANT)
+            dist = token_dist(actor, tensordict, self.tensor_keys.action, MASKS_ASSISTANT, compact=self.compact_logits)
             action = tensordict.get(
                 self.tensor_keys.action, as_padded_tensor=True, padding_side="left", padding_value=-100
             )

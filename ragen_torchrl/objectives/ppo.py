@@ -408,6 +408,8 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         super().__init__(actor_network, aggregation=aggregation, **kwargs)
         self.critic = critic
         if critic.backbone is None:
+            # the value head reads the LM head's input at every position: keep the full logits pass
+            self.compact_logits = False
             policy_model = policy_model if policy_model is not None else getattr(actor_network, "model", None)
             if policy_model is None or policy_model.get_output_embeddings() is None:
                 raise ValueError(

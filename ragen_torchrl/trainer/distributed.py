@@ -45,6 +45,7 @@ import os
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -58,6 +59,9 @@ __all__ = [
     "share_weight",
     "unit_count",
 ]
+
+#: minutes a rank may wait in a collective (rank 0's validation or warm start) before the run fails
+PROCESS_GROUP_TIMEOUT_MIN = 180
 
 #: aggregation -> what the loss averages over (so a rank's share of a mini-batch is counted in it)
 _UNITS = {"prompt_mean": "rows", "dr_grpo": "rows", "token_mean": "tokens"}
@@ -161,19 +165,21 @@ class Distributed:
         import torch.distributed as dist
 
         rank, local = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
-        cuda = str(device).startswith("cuda")
+        cuda = str(device).startswith("cuda") or (str(device) == "auto" and torch.cuda.is_available())
         backend = "nccl" if cuda else "gloo"
         owns = False
         if not dist.is_initialized():
             if cuda:
                 torch.cuda.set_device(local)
-            dist.init_process_group(backend=backend)
+            # rank 0 alone validates and builds the warm start while the others wait in a collective:
+            # a long validation of a large model must not trip the default (10 min NCCL) timeout
+            dist.init_process_group(backend=backend, timeout=timedelta(minutes=PROCESS_GROUP_TIMEOUT_MIN))
             owns = True
         return cls(rank=rank, world_size=world, local_rank=local, backend=dist.get_backend(), owns_group=owns)
 
     def device(self, device: str) -> str:
-        """``cuda`` becomes this rank's GPU (``cuda:<local_rank>``) in a multi-rank run."""
-        if self.enabled and str(device) == "cuda":
+        """``cuda`` (or ``auto`` with a GPU) becomes this rank's GPU (``cuda:<local_rank>``) in a multi-rank run."""
+        if self.enabled and (str(device) == "cuda" or (str(device) == "auto" and torch.cuda.is_available())):
             return f"cuda:{self.local_rank}"
         return str(device)
 

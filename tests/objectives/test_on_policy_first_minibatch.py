@@ -254,3 +254,51 @@ def test_a_batch_that_holds_tokens_is_scored_without_tokenising_again(tiny_model
         for key in first[i].keys(True, True):
             torch.testing.assert_close(again[i].get(key), first[i].get(key))
     torch.testing.assert_close(batch[0].get(("log_probs", "full")), first[0].get(("log_probs", "full")))
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_logits_at_the_assistant_positions_only_give_the_same_loss_gradients_and_metrics(tiny_model, name):
+    """compact_logits (the LM head only where a row has an assistant token) vs logits everywhere."""
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    obj, _ = objective(name, model, tok, actor)
+    recs = obj.advantage(obj.shape_rewards(records()))
+    batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    runs = {}
+    for compact in (False, True):
+        obj.loss_module.compact_logits = compact
+        model.zero_grad()
+        out = obj.loss_module(batch)
+        obj.total_loss(out).backward()
+        runs[compact] = (out, grads(model), obj.metrics(out, batch))
+    (out_full, g_full, m_full), (out_c, g_c, m_c) = runs[False], runs[True]
+    for key in out_full.keys():
+        if key.startswith("loss_"):
+            torch.testing.assert_close(out_c.get(key), out_full.get(key), atol=1e-5, rtol=0)
+    for a, b in zip(g_c, g_full):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert m_c.keys() == m_full.keys()
+    for key in m_full:
+        assert m_c[key] == pytest.approx(m_full[key], abs=1e-5), key
+
+
+def test_compact_logits_run_the_lm_head_on_fewer_positions(tiny_model):
+    from ragen_torchrl.objectives.token_distribution import masked_position_logits
+
+    model, tok = tiny_model
+    actor = make_logprob_policy(model, tok)
+    rows = tokenize_conversations(actor, records())
+    pad = tok.pad_token_id
+    tokens = rows.get(("tokens", "full"), as_padded_tensor=True, padding_side="left", padding_value=pad)
+    attn = rows.get(("masks", "all_attention_mask"), as_padded_tensor=True, padding_side="left", padding_value=False)
+    mask = rows.get(("masks", "all_assistant_mask"), as_padded_tensor=True, padding_side="left", padding_value=False)
+    seen = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, out: seen.append(out.shape[1]))
+    try:
+        compact = masked_position_logits(model, tokens, attn.long(), mask)
+    finally:
+        hook.remove()
+    full = model(tokens, attn.long()).logits
+    shifted = torch.cat([torch.zeros_like(full[:, :1]), full[:, :-1]], 1)
+    torch.testing.assert_close(compact, shifted[mask.bool()], atol=1e-5, rtol=1e-5)
+    assert seen[0] < tokens.shape[1]  # the prompt-only positions were never projected to the vocabulary

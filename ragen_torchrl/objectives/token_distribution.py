@@ -1,0 +1,118 @@
+"""The loss's per-token distribution, held only where the mask is set.
+
+torchrl's ``LLMMaskedCategorical`` keeps ``[B, T, V]`` logits and evaluates ``log_prob`` and
+``entropy`` at every position, masked ones included. A loss reads only the assistant tokens, so
+:class:`CompactMaskedCategorical` keeps the ``[N, V]`` logits of the N masked positions, and
+:func:`masked_position_logits` asks the model for logits at the positions some row needs
+(transformers' ``logits_to_keep``: the LM head runs only there, as TRL's GRPO trainer does for the
+completion). Values at the masked positions are those of the full computation; outside the mask
+``log_prob`` and ``entropy`` are 0, as torchrl's give.
+
+Example:
+    >>> import torch
+    >>> logits = torch.randn(2, 3, 5)
+    >>> mask = torch.tensor([[False, True, True], [False, False, True]])
+    >>> value = torch.tensor([[0, 1, 2], [0, 3, 4]])
+    >>> full = LLMMaskedCategorical(logits=logits, mask=mask)
+    >>> compact = CompactMaskedCategorical(logits[mask], mask)
+    >>> torch.allclose(full.log_prob(value), compact.log_prob(value), atol=1e-6)
+    True
+    >>> torch.allclose(full.entropy(), compact.entropy(), atol=1e-6)
+    True
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+from torchrl.modules.distributions import LLMMaskedCategorical
+
+__all__ = ["CompactMaskedCategorical", "masked_position_logits", "supports_logits_to_keep"]
+
+
+class CompactMaskedCategorical(LLMMaskedCategorical):
+    """A categorical over vocabularies at the masked positions of a ``[B, T]`` batch only.
+
+    Args:
+        logits: ``[N, V]``, the logits of the N positions where ``mask`` is True, in row-major order
+            (``full_logits[mask]``).
+        mask: ``[B, T]`` bool.
+    """
+
+    def __init__(self, logits: torch.Tensor, mask: torch.Tensor, ignore_index: int = -100) -> None:
+        mask = mask.bool()
+        if logits.ndim != 2 or logits.shape[0] != int(mask.sum()):
+            raise ValueError(
+                f"compact logits must be [N, V] with N = mask.sum() = {int(mask.sum())}, got {tuple(logits.shape)}"
+            )
+        self._compact = logits
+        self._mask = mask
+        self.ignore_index = ignore_index
+        self._position_level_masking = True
+        self._masked_logits = None
+        self._masked_dist = None
+        torch.distributions.Distribution.__init__(
+            self, batch_shape=mask.shape, event_shape=logits.shape[-1:], validate_args=False
+        )
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """The ``[N, V]`` logits of the masked positions."""
+        return self._compact
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` log-probs of ``value``: 0 outside the mask (as torchrl's ignore-index path)."""
+        out = torch.zeros(self._mask.shape, dtype=self._compact.dtype, device=self._compact.device)
+        picked = value.to(self._compact.device)[self._mask]
+        out[self._mask] = -F.cross_entropy(self._compact, picked, reduction="none")
+        return out
+
+    def entropy(self) -> torch.Tensor:
+        """``[B, T]`` entropies; 0 outside the mask (as torchrl's, whose masked logits normalise to 0 there)."""
+        out = torch.zeros(self._mask.shape, dtype=self._compact.dtype, device=self._compact.device)
+        log_p = self._compact - self._compact.logsumexp(-1, keepdim=True)
+        log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)  # as torch's Categorical.entropy
+        out[self._mask] = -(log_p * log_p.exp()).sum(-1)
+        return out
+
+    def sample(self, sample_shape=None):  # noqa: D102 - a scoring distribution
+        raise NotImplementedError("CompactMaskedCategorical scores tokens; it does not sample")
+
+
+def supports_logits_to_keep(model) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (transformers >= 4.50 causal LMs)."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def masked_position_logits(
+    model, tokens: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, **model_kwargs
+) -> torch.Tensor:
+    """``[N, V]`` logits scoring the tokens at the ``N`` positions of ``mask`` (``[B, T]``).
+
+    Position ``t`` is scored by the model's output at ``t - 1`` (position 0 by zero logits, as
+    torchrl's wrapper does). The LM head runs only at output positions some row needs.
+    """
+    mask = mask.bool()
+    need = mask[:, 1:].any(0)  # output position j scores token j + 1
+    keep = torch.nonzero(need).reshape(-1)
+    if supports_logits_to_keep(model) and keep.numel() < need.numel():
+        logits = model(tokens, attention, logits_to_keep=keep.to(tokens.device), **model_kwargs)["logits"]
+        column = torch.full((need.numel(),), -1, dtype=torch.long)
+        column[keep] = torch.arange(keep.numel())
+    else:
+        logits = model(tokens, attention, **model_kwargs)["logits"][:, :-1]
+        column = torch.arange(need.numel())
+    rows, cols = torch.nonzero(mask.cpu(), as_tuple=True)
+    scored = cols > 0
+    src_rows, src_cols = rows[scored].to(logits.device), column[cols[scored] - 1].to(logits.device)
+    picked = logits[src_rows, src_cols]
+    if bool(scored.all()):
+        return picked
+    out = logits.new_zeros((rows.numel(), logits.shape[-1]))  # position 0: nothing before it scores it
+    out[scored.to(out.device)] = picked
+    return out
