@@ -57,7 +57,6 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.envs import EnvBase
-from torchrl.modules.llm import TransformersWrapper
 
 from ..envs.text_env import sample_seed
 from ..keys import (
@@ -81,6 +80,7 @@ from ..keys import (
     TURN,
 )
 from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
+from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 
 __all__ = [
@@ -137,11 +137,13 @@ def check_policy_output(out, num_rows: int) -> None:
 
 def make_generation_policy(
     model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0
-) -> TransformersWrapper:
+) -> HistoryTransformersWrapper:
     """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
-    entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``).
+    entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
+    :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper`: torchrl's
+    wrapper with the same outputs and less Python work per turn.
 
     Example:
         >>> make_generation_policy(None, None, max_new_tokens=0)
@@ -158,7 +160,7 @@ def make_generation_policy(
         kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0)
     else:
         kwargs.update(do_sample=False)
-    policy = TransformersWrapper(
+    policy = HistoryTransformersWrapper(
         model,
         tokenizer=tokenizer,
         chat_template=wrapper_chat_template(tokenizer),
