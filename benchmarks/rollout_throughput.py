@@ -99,9 +99,11 @@ def sampling_kwargs(policy, model, tokenizer) -> dict:
 
 
 def timed(fn):
-    t0 = time.perf_counter()
+    """``(tokens, wall seconds, CPU seconds of this process)``: on a shared machine the CPU time
+    is the steadier of the two (other jobs stretch the wall time, not this process's work)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     n = fn()
-    return n, time.perf_counter() - t0
+    return n, time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -149,23 +151,25 @@ def main() -> None:
         for name, fn in order if r % 2 == 0 else order[::-1]:
             torch.manual_seed(r)
             res[name] = timed(lambda fn=fn: fn(seeds))
-        (n_wrap, t_wrap), (n_bare, t_bare) = res["torchrl"], res["bare"]
-        rows.append((n_wrap, t_wrap, n_bare, t_bare))
+        (n_wrap, t_wrap, c_wrap), (n_bare, t_bare, c_bare) = res["torchrl"], res["bare"]
+        rows.append((n_wrap, t_wrap, n_bare, t_bare, c_wrap, c_bare))
         print(
             f"repeat {r} ({'torchrl' if r % 2 == 0 else 'bare'} first): torchrl {n_wrap} tok in {t_wrap:.2f}s "
             f"({n_wrap / t_wrap:.0f} tok/s) | bare generate {n_bare} tok in {t_bare:.2f}s ({n_bare / t_bare:.0f} tok/s) "
-            f"| ratio {(n_wrap / t_wrap) / (n_bare / t_bare):.2f}",
+            f"| ratio {(n_wrap / t_wrap) / (n_bare / t_bare):.2f} (CPU time {(n_wrap / c_wrap) / (n_bare / c_bare):.2f})",
             flush=True,
         )
     n_w, t_w = sum(r[0] for r in rows), sum(r[1] for r in rows)
     n_b, t_b = sum(r[2] for r in rows), sum(r[3] for r in rows)
     ratios = [(r[0] / r[1]) / (r[2] / r[3]) for r in rows]
+    cpu_ratios = [(r[0] / r[4]) / (r[2] / r[5]) for r in rows]
     print()
     print(f"{'path':<34}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}")
     print(f"{'env + TransformersWrapper':<34}{n_w:>8}{t_w:>9.2f}{n_w / t_w:>10.0f}")
     print(f"{'bare model.generate loop':<34}{n_b:>8}{t_b:>9.2f}{n_b / t_b:>10.0f}")
     print(
-        f"ratio (torchrl / bare): median of repeats {statistics.median(ratios):.2f}, of totals {(n_w / t_w) / (n_b / t_b):.2f}"
+        f"ratio (torchrl / bare): median of repeats {statistics.median(ratios):.2f}, "
+        f"of totals {(n_w / t_w) / (n_b / t_b):.2f}; per CPU second: median {statistics.median(cpu_ratios):.2f}"
     )
 
 
