@@ -57,7 +57,6 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.envs import EnvBase
-from torchrl.modules.llm import TransformersWrapper
 
 from ..envs.text_env import sample_seed
 from ..keys import (
@@ -81,6 +80,7 @@ from ..keys import (
     TURN,
 )
 from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
+from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 
 __all__ = [
@@ -122,7 +122,8 @@ def check_policy_output(out, num_rows: int) -> None:
         raise PolicyContractError(
             f"policy returned {type(out).__name__}, expected a TensorDict with {list(POLICY_OUTPUT_KEYS)}"
         )
-    keys = set(out.keys(include_nested=True))
+    # membership per key: listing every nested key of a lazy stack walks all its rows (~10 ms a turn)
+    keys = out.keys(include_nested=True)
     for key in POLICY_OUTPUT_KEYS:
         if key not in keys:
             raise PolicyContractError(
@@ -162,11 +163,13 @@ def hf_generate_kwargs(max_new_tokens: int, temperature: float) -> dict:
 
 def make_generation_policy(
     model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0
-) -> TransformersWrapper:
+) -> HistoryTransformersWrapper:
     """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
-    entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``).
+    entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
+    :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper`: torchrl's
+    wrapper with the same outputs and less Python work per turn.
 
     Example:
         >>> make_generation_policy(None, None, max_new_tokens=0)
@@ -175,7 +178,7 @@ def make_generation_policy(
         ValueError: max_new_tokens must be >= 1, got 0
     """
     kwargs = hf_generate_kwargs(max_new_tokens, temperature)
-    policy = TransformersWrapper(
+    policy = HistoryTransformersWrapper(
         model,
         tokenizer=tokenizer,
         chat_template=wrapper_chat_template(tokenizer),
