@@ -37,3 +37,48 @@ def load_tiny(path: str):
     from ragen_torchrl.models.loading import load_pretrained
 
     return load_pretrained(path, device="cpu", dtype="float32")
+
+
+#: scripted conversations of the update-path tests (multi-turn and single-turn rows)
+CHATS = [
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "P___\n_O__\n___G"},
+        {"role": "assistant", "content": "<think>down</think><answer>Down</answer>"},
+        {"role": "user", "content": "obs two"},
+        {"role": "assistant", "content": "<answer>Right</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "obs"},
+        {"role": "assistant", "content": "<think>x</think><answer>Up</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "G__P"},
+        {"role": "assistant", "content": "<think>left left</think><answer>Left || Left</answer>"},
+    ],
+    [
+        {"role": "system", "content": "You play FrozenLake."},
+        {"role": "user", "content": "G_P_"},
+        {"role": "assistant", "content": "<answer>Left</answer>"},
+        {"role": "user", "content": "GP__"},
+        {"role": "assistant", "content": "<think>one more</think><answer>Left</answer>"},
+    ],
+]
+
+
+def records():
+    """Four scripted FrozenLake conversations in two prompt groups, with returns (the update tests' batch)."""
+    import torch
+    from tensordict import TensorDict
+    from torchrl.data.llm import History
+
+    recs = TensorDict(
+        group_id=torch.tensor([0, 0, 1, 1]),
+        episode_return=torch.tensor([1.0, -0.5, 0.2, 0.9]),
+        num_tokens=torch.tensor([20, 12, 15, 18]),
+        batch_size=[4],
+    ).to_lazystack(0)
+    recs.set(("history", "full"), History.from_chats(CHATS))
+    return recs

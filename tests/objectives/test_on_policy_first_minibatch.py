@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_RUN
+from helpers import TINY_RUN, records
 from omegaconf import OmegaConf
-from tensordict import TensorDict
-from torchrl.data.llm import History
 
 from ragen_torchrl.objectives import ALGORITHMS, build_objective
 from ragen_torchrl.objectives.logprobs import (
@@ -26,44 +24,6 @@ from ragen_torchrl.objectives.logprobs import (
 from ragen_torchrl.trainer.update import minibatch_plan, optimize, training_batch
 
 ALGO_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
-
-CHATS = [
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "P___\n_O__\n___G"},
-        {"role": "assistant", "content": "<think>down</think><answer>Down</answer>"},
-        {"role": "user", "content": "obs two"},
-        {"role": "assistant", "content": "<answer>Right</answer>"},
-    ],
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "obs"},
-        {"role": "assistant", "content": "<think>x</think><answer>Up</answer>"},
-    ],
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "G__P"},
-        {"role": "assistant", "content": "<think>left left</think><answer>Left || Left</answer>"},
-    ],
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "G_P_"},
-        {"role": "assistant", "content": "<answer>Left</answer>"},
-        {"role": "user", "content": "GP__"},
-        {"role": "assistant", "content": "<think>one more</think><answer>Left</answer>"},
-    ],
-]
-
-
-def records() -> TensorDict:
-    recs = TensorDict(
-        group_id=torch.tensor([0, 0, 1, 1]),
-        episode_return=torch.tensor([1.0, -0.5, 0.2, 0.9]),
-        num_tokens=torch.tensor([20, 12, 15, 18]),
-        batch_size=[4],
-    ).to_lazystack(0)
-    recs.set(("history", "full"), History.from_chats(CHATS))
-    return recs
 
 
 def objective(name, model, tok, actor):

@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_RUN
+from helpers import TINY_RUN, records
 from omegaconf import OmegaConf
-from tensordict import TensorDict
-from torchrl.data.llm import History
 
 from ragen_torchrl.objectives import build_objective
 from ragen_torchrl.objectives.logprobs import make_logprob_policy
@@ -104,43 +102,6 @@ def test_single_process_collectives_are_the_identity():
 
 
 # -- micro-batches: the same gradient as the whole mini-batch ------------------------------
-CHATS = [
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "P___\n_O__\n___G"},
-        {"role": "assistant", "content": "<think>down</think><answer>Down</answer>"},
-        {"role": "user", "content": "obs two"},
-        {"role": "assistant", "content": "<answer>Right</answer>"},
-    ],
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "obs"},
-        {"role": "assistant", "content": "<think>x</think><answer>Up</answer>"},
-    ],
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "G__P"},
-        {"role": "assistant", "content": "<think>left left</think><answer>Left || Left</answer>"},
-    ],
-    [
-        {"role": "system", "content": "You play FrozenLake."},
-        {"role": "user", "content": "G_P_"},
-        {"role": "assistant", "content": "<answer>Left</answer>"},
-    ],
-]
-
-
-def _records() -> TensorDict:
-    recs = TensorDict(
-        group_id=torch.tensor([0, 0, 1, 1]),
-        episode_return=torch.tensor([1.0, -0.5, 0.2, 0.9]),
-        num_tokens=torch.tensor([20, 12, 15, 18]),
-        batch_size=[4],
-    ).to_lazystack(0)
-    recs.set(("history", "full"), History.from_chats(CHATS))
-    return recs
-
-
 @pytest.mark.parametrize("name", ["grpo", "dapo", "drgrpo", "gspo", "ppo"])
 def test_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, name):
     """Unequal micro-batches (3 + 1 rows; token_mean weighs them by tokens): gradients within 1e-5."""
@@ -156,7 +117,7 @@ def test_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, name):
         obj = build_objective(cfg, actor, model, tok)
         optimizer = torch.optim.SGD(obj.optimizer_param_groups(0.0), lr=0.0)
         torch.manual_seed(3)
-        recs = obj.shape_rewards(_records())
+        recs = obj.shape_rewards(records())
         plan = minibatch_plan(recs.get("group_id"), cfg)
         batch, _ = training_batch(recs, obj, actor)
         stats = optimize(batch, obj.loss_module, obj, optimizer, cfg, plan=plan)
