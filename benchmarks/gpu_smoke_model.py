@@ -16,6 +16,7 @@ Prints the directory it wrote.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -31,40 +32,37 @@ def build(
     episodes: int = 200,
     seed: int = 0,
 ) -> str:
-    """Write tokenizer + randomly initialised Qwen2 model to ``out_dir`` (``save_pretrained``)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    """Write tokenizer + randomly initialised Qwen2 model to ``out_dir`` (``save_pretrained``).
+
+    The package's own tiny-model builder (:func:`~ragen_torchrl.models.tiny.build_tiny_model`) at
+    this shape; rope and norm settings are transformers' Qwen2 defaults (no effect on throughput).
+    """
+    import os
+    import shutil
+    import tempfile
 
     from ragen_torchrl.envs import make_env
-    from ragen_torchrl.models.tiny import train_tokenizer
+    from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
     from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
 
-    tokenizer = train_tokenizer(tokenizer_corpus(make_env("frozenlake", num_envs=1), episodes, seed=seed), vocab)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    cfg = TinyModelConfig(
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=4096,  # FrozenLake conversations are short; a small KV budget for vLLM
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        seed=seed,
     )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    corpus = tokenizer_corpus(make_env("frozenlake", num_envs=1), episodes, seed=seed)
     path = Path(out_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(path)
-    model.save_pretrained(path)
-    n = sum(p.numel() for p in model.parameters())
-    print(f"# {n / 1e6:.1f}M parameters, vocab {len(tokenizer)}, {layers} layers x hidden {hidden}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        built = build_tiny_model(corpus, cfg, tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(built, path)
+    config = json.loads((path / "config.json").read_text())
+    print(f"# vocab {config['vocab_size']}, {layers} layers x hidden {hidden}")
     return str(path)
 
 

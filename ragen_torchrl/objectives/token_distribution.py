@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -83,8 +84,14 @@ class CompactMaskedCategorical(LLMMaskedCategorical):
 
 def supports_logits_to_keep(model) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (transformers >= 4.50 causal LMs)."""
+    return _forward_takes_logits_to_keep(type(model))
+
+
+@functools.cache
+def _forward_takes_logits_to_keep(cls: type) -> bool:
+    # once per model class: the loss asks on every forward
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return "logits_to_keep" in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
         return False
 
