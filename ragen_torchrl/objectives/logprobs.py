@@ -35,6 +35,7 @@ from torchrl.modules.llm import TransformersWrapper
 
 from ..keys import HISTORY_FULL, HISTORY_PROMPT, LOG_PROBS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION, TOKENS_FULL
 from ..models.loading import wrapper_chat_template
+from .shared_prefix import shared_prefix_logits, shared_prefix_supported
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
 __all__ = [
@@ -133,7 +134,7 @@ def tokenize_conversations(actor: TransformersWrapper, records: TensorDictBase) 
 
 @torch.no_grad()
 def compute_behaviour_log_probs(
-    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32, *, skip=None
+    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32, *, skip=None, shared_prefix: bool = False
 ) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
 
@@ -153,6 +154,11 @@ def compute_behaviour_log_probs(
     ``skip``: row indices (or a boolean row mask) that are only tokenised (their log-probs are
     NaN), e.g. the rows of the first, exactly on-policy mini-batch, whose behaviour log-probs the
     loss takes from its own forward.
+
+    ``shared_prefix``: score only the assistant tokens (the ones a loss reads; every other
+    position is NaN), with each prompt shared by several rows of a chunk run through the model
+    once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`); the assistant
+    log-probs equal the full pass's up to float round-off.
     """
     n = records.batch_size[0]
     scored = torch.ones(n, dtype=torch.bool)
@@ -173,12 +179,18 @@ def compute_behaviour_log_probs(
     for start in range(0, len(idx), chunk_size):
         part = idx[start : start + chunk_size]
         chunk = lazy_stack([rows[i] for i in part])
-        dist = token_dist(actor, chunk, mask_key=MASKS_ATTENTION)
+        if shared_prefix:
+            dist = token_dist(actor, chunk, mask_key=MASKS_ASSISTANT, compact=True, shared_prefix=True)
+        else:
+            dist = token_dist(actor, chunk, mask_key=MASKS_ATTENTION)
         tokens = chunk.get(TOKENS_FULL, as_padded_tensor=True, padding_side="left", padding_value=-100)
         log_probs = dist.log_prob(tokens.to(dist.logits.device)).float().cpu()
+        scored_at = dist.mask.cpu()
         for k, i in enumerate(part):
             length = rows[i].get(TOKENS_FULL).numel()
             lp = log_probs[k, log_probs.shape[1] - length :].clone()
+            if shared_prefix:
+                lp[~scored_at[k, log_probs.shape[1] - length :]] = float("nan")
             lp[0] = 0.0  # nothing scores the first token (torchrl writes 0 there, as vLLM does)
             rows[i].set(LOG_PROBS_FULL, lp)
     return lazy_stack(rows)
@@ -223,6 +235,7 @@ def token_dist(
     mask_key=MASKS_ASSISTANT,
     *,
     compact: bool = False,
+    shared_prefix: bool = False,
 ) -> LLMMaskedCategorical:
     """The loss's per-token distribution, computed from the batch's token ids.
 
@@ -235,12 +248,25 @@ def token_dist(
     ``compact``: logits only where the mask is set (a
     :class:`~ragen_torchrl.objectives.token_distribution.CompactMaskedCategorical`; the LM head runs
     only at the positions some row needs), same values there.
+
+    ``shared_prefix`` (with ``compact``): rows whose prompts are identical run that prompt through
+    the model once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`), same
+    values up to float round-off; ignored for a model it does not support.
     """
     pad = actor.tokenizer.pad_token_id
     device = next(actor.model.parameters()).device
     tokens = tensordict.get(tokens_key, as_padded_tensor=True, padding_side="left", padding_value=pad)
     attention = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
     mask = tensordict.get(mask_key, as_padded_tensor=True, padding_side="left", padding_value=False)
+    if compact and shared_prefix and shared_prefix_supported(actor.model):
+        keep = attention.bool()
+        logits = shared_prefix_logits(
+            actor.model,
+            [row[k] for row, k in zip(tokens, keep)],
+            [row[k] for row, k in zip(mask.bool(), keep)],
+            **actor.generate_kwargs,
+        )
+        return CompactMaskedCategorical(logits, mask.bool().to(device))
     if compact:
         logits = masked_position_logits(
             actor.model, tokens.to(device), attention.long().to(device), mask, **actor.generate_kwargs

@@ -179,6 +179,10 @@ class TokenStatsMixin:
     #: with stored tokens: logits only at the assistant positions (the LM head runs only where some
     #: row needs it; :mod:`~ragen_torchrl.objectives.token_distribution`); False: every position
     compact_logits: bool = True
+    #: with compact logits: each prompt shared by several rows of the batch runs through the model
+    #: once (:mod:`~ragen_torchrl.objectives.shared_prefix`; same values up to round-off); False: one
+    #: padded pass over every row (``algo.shared_prefix``)
+    shared_prefix: bool = True
 
     @contextlib.contextmanager
     def current_as_behaviour(self) -> Iterator[None]:
@@ -263,7 +267,14 @@ class TokenStatsMixin:
             and MASKS_ATTENTION in keys
             and isinstance(actor, TransformersWrapper)
         ):
-            dist = token_dist(actor, tensordict, self.tensor_keys.action, MASKS_ASSISTANT, compact=self.compact_logits)
+            dist = token_dist(
+                actor,
+                tensordict,
+                self.tensor_keys.action,
+                MASKS_ASSISTANT,
+                compact=self.compact_logits,
+                shared_prefix=self.shared_prefix,
+            )
             action = tensordict.get(
                 self.tensor_keys.action, as_padded_tensor=True, padding_side="left", padding_value=-100
             )

@@ -471,7 +471,9 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     Common keys: ``clip_epsilon`` (number or ``[low, high]``), ``entropy_coeff``,
     ``kl_coeff`` (> 0 reads reference log-probs from ``REF_LOG_PROBS_KEY`` =
     ``("ref_log_probs", "full")``, every loss class's default ``ref_log_probs`` key),
-    ``adv_eps``, ``aggregation`` (optional override), ``overlong`` (``enabled``,
+    ``adv_eps``, ``aggregation`` (optional override), ``shared_prefix`` (default true: a prompt
+    shared by several rows of a mini-batch runs through the model once, same losses up to
+    round-off; :mod:`~ragen_torchrl.objectives.shared_prefix`), ``overlong`` (``enabled``,
     ``max_length`` (default ``algo.max_length``), ``cache_length``), ``dual_clip``
     (``None`` = off, or ``c > 1``: verl's dual-clip for ``A < 0``, the reference uses 3;
     token-level losses only, not GSPO). DAPO: ``dynamic_sampling`` (``enabled``,
@@ -495,4 +497,10 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
         factory = _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(available_objectives())}") from None
-    return factory(algo_cfg, actor, model, tokenizer)
+    objective = factory(algo_cfg, actor, model, tokenizer)
+    shared = algo_cfg.get("shared_prefix", None)
+    if shared is not None:
+        if not isinstance(shared, bool):
+            raise ValueError(f"algo.shared_prefix must be true or false, got {shared!r}")
+        objective.loss_module.shared_prefix = shared
+    return objective

@@ -154,6 +154,8 @@ def check_algo(cfg: DictConfig) -> None:
         )
     check_choice(cfg, "algo.minibatch", ("group", "row"))
     check_bool(cfg, "algo.on_policy_first_minibatch")
+    if _has(cfg, "algo.shared_prefix"):
+        check_bool(cfg, "algo.shared_prefix")
     check_choice(cfg, "algo.critic", ("separate", "head"))
     for key in ("algo.ppo_epochs", "algo.mini_batch_size"):
         check_positive_int(cfg, key)

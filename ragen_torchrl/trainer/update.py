@@ -26,7 +26,14 @@ from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, MASKS_ASSISTANT, REF_LOG
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs
 from .distributed import Distributed, local_rows, loss_unit, share_weight, unit_count
 
-__all__ = ["micro_batches", "minibatch_plan", "optimize", "scale_advantages", "training_batch"]
+__all__ = [
+    "micro_batches",
+    "minibatch_plan",
+    "optimize",
+    "scale_advantages",
+    "scores_shared_prefixes",
+    "training_batch",
+]
 
 
 def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
@@ -64,6 +71,21 @@ def minibatch_plan(group_ids: torch.Tensor, algo: Mapping) -> list[list[torch.Te
     return plan
 
 
+def scores_shared_prefixes(loss_module: Any) -> bool:
+    """Whether ``loss_module`` scores only assistant tokens with shared prompts run once.
+
+    The behaviour and reference passes then do the same (their other positions are never read).
+
+    Example:
+        >>> from ragen_torchrl.objectives.grpo import make_grpo_loss
+        >>> scores_shared_prefixes(make_grpo_loss(None)), scores_shared_prefixes(object())
+        (True, False)
+    """
+    return all(
+        bool(getattr(loss_module, name, False)) for name in ("score_stored_tokens", "compact_logits", "shared_prefix")
+    )
+
+
 def training_batch(
     records: TensorDictBase,
     objective: Any,
@@ -93,10 +115,11 @@ def training_batch(
         ``(batch, behaviour)``: the batch the loss reads and the behaviour log-prob output.
     """
     batch = objective.advantage(records)
-    behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour)
+    shared = scores_shared_prefixes(objective.loss_module)
+    behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour, shared_prefix=shared)
     batch = attach_training_data(batch, behaviour)
     if ref_actor is not None:
-        ref = compute_behaviour_log_probs(ref_actor, batch, skip=skip_reference)
+        ref = compute_behaviour_log_probs(ref_actor, batch, skip=skip_reference, shared_prefix=shared)
         batch = lazy_stack(
             [row.set(REF_LOG_PROBS_FULL, r.get(LOG_PROBS_FULL)) for row, r in zip(batch.unbind(0), ref.unbind(0))]
         )

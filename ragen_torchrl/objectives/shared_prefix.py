@@ -1,0 +1,175 @@
+"""Score a batch whose rows share prompts: each shared prompt runs through the model once.
+
+GRPO samples G replies per prompt, so a mini-batch of whole groups holds every prompt G times;
+the padded forward of :func:`~ragen_torchrl.objectives.logprobs.token_dist` runs each prompt G
+times, forward and backward. :func:`shared_prefix_logits` returns the same logits (those of the
+trained positions, as :func:`~ragen_torchrl.objectives.token_distribution.masked_position_logits`
+does) from three smaller passes, all with gradients:
+
+1. rows whose tokens before their first trained token are identical form one *prefix group*
+   (:func:`prefix_groups`: a prompt group of GRPO, or several groups that share a level);
+2. the prefix groups' prompts (minus their last token) are encoded once each, and the head they all
+   share (the system prompt) once for the whole batch, into a KV cache
+   (:func:`~ragen_torchrl.diagnostics.kv_prefix._prefix_passes`, the MI diagnostics' prefix
+   encoder);
+3. every row's rest (the prompt's last token, then everything from its first trained token on)
+   runs on top of its group's cache rows.
+
+Each token attends to exactly the tokens before it, at the same relative positions, so the logits
+and gradients are those of the padded pass up to float round-off (tested within 1e-5); the prompt's
+activations receive the summed gradient of all rows that read them, which is what the separate
+passes add up to. On the single-turn Countdown batch of ``benchmarks/vs_trl.py`` (8 prompts x 8
+samples, a ~180-token prompt, 64-token replies) the model reads about a third of the tokens.
+The same idea for GRPO training is Prefix Grouper (arXiv 2506.05433).
+
+It needs a model whose attention takes an arbitrary padding mask next to a KV cache (``sdpa`` or
+``eager`` attention, no sliding window: :func:`shared_prefix_supported`); the callers fall back
+to the padded pass otherwise.
+
+Example:
+    >>> import torch
+    >>> rows = [torch.tensor([1, 2, 3, 7, 8]), torch.tensor([1, 2, 3, 9]), torch.tensor([1, 5, 6, 7])]
+    >>> masks = [torch.tensor([0, 0, 0, 1, 1]), torch.tensor([0, 0, 0, 1]), torch.tensor([0, 0, 0, 1])]
+    >>> prefix_groups(rows, [m.bool() for m in masks])
+    ([0, 0, 1], [3, 3, 3])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..diagnostics.kv_prefix import _forward_kwargs, _prefix_mask, _prefix_passes, _select_cache
+from ..diagnostics.tree_scoring import tree_supported
+
+__all__ = ["prefix_groups", "shared_prefix_logits", "shared_prefix_supported"]
+
+
+def shared_prefix_supported(model: torch.nn.Module) -> bool:
+    """Whether :func:`shared_prefix_logits` is exact for ``model`` (a KV cache and a padding mask with holes).
+
+    Example:
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> shared_prefix_supported(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8,
+        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)))
+        True
+    """
+    return tree_supported(model)
+
+
+def prefix_groups(tokens: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> tuple[list[int], list[int]]:
+    """Each row's prefix group and its first trained position ``f`` (>= 1).
+
+    Rows whose tokens before ``f`` are identical share a group (numbered in order of first
+    appearance). ``f`` is the first masked position after position 0 (position 0 has nothing
+    before it to score it); a row without one gets ``f = 0`` and group ``-1`` (nothing to score).
+    """
+    groups: list[int] = []
+    firsts: list[int] = []
+    seen: dict[bytes, int] = {}
+    for ids, mask in zip(tokens, masks, strict=True):
+        pos = torch.nonzero(mask.bool()[1:]).reshape(-1)
+        if pos.numel() == 0:
+            groups.append(-1)
+            firsts.append(0)
+            continue
+        f = int(pos[0]) + 1
+        key = ids[:f].to(torch.long).numpy().tobytes()
+        groups.append(seen.setdefault(key, len(seen)))
+        firsts.append(f)
+    return groups, firsts
+
+
+def shared_prefix_logits(
+    model: torch.nn.Module, tokens: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], **model_kwargs
+) -> torch.Tensor:
+    """``[N, V]`` logits scoring the ``N`` masked tokens of the rows, in row-major order.
+
+    The values of
+    :func:`~ragen_torchrl.objectives.token_distribution.masked_position_logits` on the
+    left-padded batch (position ``t`` scored by the output at ``t - 1``; a masked position 0 by
+    zero logits), computed with each shared prompt encoded once (see the module docstring).
+    Differentiable: the gradient reaches the model's parameters through every pass.
+
+    Args:
+        model: a causal LM with a KV cache (:func:`shared_prefix_supported`).
+        tokens: one 1-D token tensor per row (unpadded).
+        masks: the rows' trained positions (1-D bool, same lengths).
+        model_kwargs: extra keyword arguments of the scoring pass.
+    """
+    if len(tokens) != len(masks):
+        raise ValueError(f"{len(tokens)} token rows but {len(masks)} masks")
+    for r, (ids, mask) in enumerate(zip(tokens, masks)):
+        if ids.shape != mask.shape or ids.ndim != 1:
+            raise ValueError(
+                f"row {r}: tokens {tuple(ids.shape)} and mask {tuple(mask.shape)} must be equal 1-D shapes"
+            )
+    device = next(model.parameters()).device
+    masks = [m.bool().cpu() for m in masks]
+    tokens = [t.to(torch.long).cpu() for t in tokens]
+    groups, firsts = prefix_groups(tokens, masks)
+    rows = [r for r, g in enumerate(groups) if g >= 0]
+    pieces: list[torch.Tensor] = []
+    vocab = dtype = None
+    if rows:
+        num_groups = max(groups) + 1
+        first_row = {}
+        for r in rows:
+            first_row.setdefault(groups[r], r)
+        contexts = [tokens[first_row[g]][: firsts[first_row[g]]] for g in range(num_groups)]
+        cache_name, has_logits_to_keep = _forward_kwargs(model)
+        # one pass over all the prompts (a loss mini-batch holds a few dozen at most)
+        cols, lens, base, last_tok = next(
+            iter(_prefix_passes(model, contexts, num_groups, has_logits_to_keep, cache_name))
+        )
+        slot = torch.empty(num_groups, dtype=torch.long)
+        slot[cols] = torch.arange(cols.numel())
+        row_slot = slot[torch.tensor([groups[r] for r in rows])].to(device)
+        # each row's rest: its prompt's last token, then everything from its first trained token on
+        rest = [torch.cat([tokens[r][firsts[r] - 1 : firsts[r]], tokens[r][firsts[r] :]]) for r in rows]
+        width = max(t.numel() for t in rest)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        valid = torch.zeros(len(rows), width, dtype=torch.long)
+        for k, t in enumerate(rest):
+            ids[k, : t.numel()] = t
+            valid[k, : t.numel()] = 1
+        row_lens = lens[row_slot]
+        pos = (row_lens - 1).unsqueeze(1) + torch.arange(width, device=device).unsqueeze(0)
+        kwargs = dict(model_kwargs)
+        attention = valid.to(device)
+        if base is not None:
+            plen = int(lens.max()) - 1
+            kwargs[cache_name] = _select_cache(base, row_slot, plen)
+            attention = torch.cat([_prefix_mask(row_lens, plen), attention], dim=1)
+        # rest column j scores token firsts[r] + j: keep the columns some row needs
+        need = torch.zeros(width, dtype=torch.bool)
+        for k, r in enumerate(rows):
+            need[torch.nonzero(masks[r][firsts[r] :]).reshape(-1)] = True
+        keep = torch.nonzero(need).reshape(-1)
+        if has_logits_to_keep and keep.numel() < width:
+            kwargs["logits_to_keep"] = keep.to(device)
+            column = torch.full((width,), -1, dtype=torch.long)
+            column[keep] = torch.arange(keep.numel())
+        else:
+            column = torch.arange(width)
+        out = model(input_ids=ids.to(device), attention_mask=attention, position_ids=pos, use_cache=True, **kwargs)
+        logits = out["logits"]
+        vocab, dtype = logits.shape[-1], logits.dtype
+        by_row = {}
+        for k, r in enumerate(rows):
+            cols_r = column[torch.nonzero(masks[r][firsts[r] :]).reshape(-1)].to(device)
+            by_row[r] = logits[k, cols_r]
+        del out
+    else:
+        by_row = {}
+    if vocab is None:
+        vocab, dtype = int(model.config.vocab_size), next(model.parameters()).dtype
+    for r, mask in enumerate(masks):
+        if bool(mask[0]) if mask.numel() else False:  # position 0: nothing before it scores it
+            pieces.append(torch.zeros(1, vocab, dtype=dtype, device=device))
+        if r in by_row:
+            pieces.append(by_row[r])
+    if not pieces:
+        return torch.zeros(0, vocab, dtype=dtype, device=device)
+    return torch.cat(pieces, 0)
