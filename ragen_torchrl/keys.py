@@ -80,6 +80,9 @@ __all__ = [
     "T3_RULE_FIRED",
     "TERMINATED",
     "TOKENS_FULL",
+    "TOKENS_LAST_PROMPT",
+    "TOKENS_LAST_RESPONSE",
+    "TOKENS_PROMPT",
     "TOKENS_RESPONSE",
     "TRUNCATED",
     "TRUNCATED_BY_T3",
@@ -150,6 +153,8 @@ T3_KEYS = (TRUNCATED_BY_T3, T3_RULE_FIRED)
 # ----------------------------------------------------------------------------- policy output
 #: long, one 1-D tensor per row: the reply's generated token ids (counted into ``num_tokens``)
 TOKENS_RESPONSE: NestedKey = ("tokens", "response")
+#: long, one 1-D tensor per row: the prompt token ids the policy generated from (optional)
+TOKENS_PROMPT: NestedKey = ("tokens", "prompt")
 
 # ----------------------------------------------------------------------------- trajectory records
 #: float ``(N,)``: summed rewards incl. format penalties (never normalised)
@@ -162,6 +167,10 @@ NUM_TOKENS = "num_tokens"
 FORMAT_VALID = "format_valid"
 #: float ``(N,)``: mean next-token entropy of the policy over the generated tokens
 ENTROPY = "entropy"
+#: long ``[P]`` per row: the prompt ids the policy read at its last turn (when it reports them)
+TOKENS_LAST_PROMPT: NestedKey = ("tokens", "last_prompt")
+#: long ``[R]`` per row: the ids it generated at its last turn
+TOKENS_LAST_RESPONSE: NestedKey = ("tokens", "last_response")
 
 # ----------------------------------------------------------------------------- training batch
 #: float ``(N, 1, 1)`` group advantage, or ``[L, 1]`` per row (PPO's token-level GAE)
@@ -225,11 +234,14 @@ KEY_TABLE: tuple[KeyInfo, ...] = (
     _k(TRUNCATED_BY_T3, "t3 record", "bool", "(B,) / (N,)", "T3 ended the episode truncated (the forced answer was not a success)"),
     _k(T3_RULE_FIRED, "t3 record", "bool", "(B,) / (N,)", "the T3 stall rule fired (this turn / at some turn)"),
     _k(TOKENS_RESPONSE, "policy", "long", "[R] per row", "the reply's generated token ids (counted into num_tokens)"),
+    _k(TOKENS_PROMPT, "policy", "long", "[P] per row", "the prompt ids the reply was generated from (optional; torchrl's wrappers write it)"),
     _k(EPISODE_RETURN, "record", "float", "(N,)", "summed rewards incl. format penalties (what filters and advantages read; never normalised)"),
     _k(NUM_TURNS, "record", "long", "(N,)", "turns taken"),
     _k(NUM_TOKENS, "record", "long", "(N,)", "tokens generated"),
     _k(FORMAT_VALID, "record", "float", "(N,)", "fraction of turns without a format penalty"),
     _k(ENTROPY, "record", "float", "(N,)", "mean next-token entropy of the policy over the generated tokens (SNR entropy ablations)"),
+    _k(TOKENS_LAST_PROMPT, "record", "long", "[P] per row", "the prompt ids the policy read at its last turn (when it reports tokens.prompt); with the last reply's ids, what algo.train_on=generated trains"),
+    _k(TOKENS_LAST_RESPONSE, "record", "long", "[R] per row", "the ids the policy generated at its last turn (with tokens.last_prompt)"),
     _k(ADVANTAGE, "train", "float", "(N, 1, 1) or [L, 1] per row", "group advantage, or PPO's token-level GAE; what the loss reads"),
     _k(TOKENS_FULL, "train", "long", "[T] per row", "the whole conversation's token ids"),
     _k(LOG_PROBS_FULL, "train", "float", "[T] per row", "behaviour log-probs of those tokens (no grad)"),

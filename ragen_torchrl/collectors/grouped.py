@@ -75,6 +75,9 @@ from ..keys import (
     SAMPLE_SEED,
     SUCCESS,
     T3_RULE_FIRED,
+    TOKENS_LAST_PROMPT,
+    TOKENS_LAST_RESPONSE,
+    TOKENS_PROMPT,
     TOKENS_RESPONSE,
     TRUNCATED_BY_T3,
     TURN,
@@ -256,6 +259,10 @@ def collect_rollouts(
     ``entropy`` (mean next-token entropy of the policy over the trajectory's generated
     tokens, recorded during generation when the policy comes from
     :func:`make_generation_policy`; 0 for a policy that does not record it).
+    When the policy also reports the prompt ids it generated from (``("tokens", "prompt")``, as
+    torchrl's wrappers do), ``("tokens", "last_prompt")`` and ``("tokens", "last_response")``
+    hold each row's ids of its last turn: what the update trains with ``algo.train_on=generated``
+    (:func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`).
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
@@ -288,6 +295,9 @@ def collect_rollouts(
     ent_sum = torch.zeros(n, dtype=torch.float64)
     ent_count = torch.zeros(n, dtype=torch.long)
     final: list = [None] * n
+    # the ids the policy read and wrote at each row's last turn (when it reports its prompt ids)
+    last_prompt: list = [None] * n
+    last_response: list = [None] * n
     while td is not None and td.batch_size[0] > 0:
         out, h_sum, h_count = _generate(policy, td, chunk_size)
         nxt = env.step(out)["next"]
@@ -302,13 +312,18 @@ def collect_rollouts(
             t3_cut[idx] |= nxt[TRUNCATED_BY_T3].reshape(-1)
         if T3_RULE_FIRED in nxt.keys():
             t3_fired[idx] |= nxt[T3_RULE_FIRED].reshape(-1)
-        tokens[idx] += torch.tensor(_response_lengths(out), dtype=torch.long)
+        response_ids = out.get(TOKENS_RESPONSE, as_list=True)
+        tokens[idx] += torch.tensor([len(t) for t in response_ids], dtype=torch.long)
+        prompt_ids = out.get(TOKENS_PROMPT, as_list=True) if TOKENS_PROMPT in out.keys(include_nested=True) else None
         done = nxt[DONE].reshape(-1)
         full = out.get(HISTORY_FULL)
         for row in done.nonzero().reshape(-1).tolist():
             i = int(idx[row])
             final[i] = full[row]
             success[i] = bool(nxt[SUCCESS][row])
+            if prompt_ids is not None:
+                last_prompt[i] = prompt_ids[row].reshape(-1).to("cpu", torch.long)
+                last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
     records = TensorDict(
@@ -327,4 +342,8 @@ def collect_rollouts(
         batch_size=[n],
     ).to_lazystack(0)
     records.set(HISTORY_FULL, lazy_stack(final))
+    if all(p is not None for p in last_prompt):
+        for row, p, r in zip(records.tensordicts, last_prompt, last_response):
+            row.set(TOKENS_LAST_PROMPT, p)
+            row.set(TOKENS_LAST_RESPONSE, r)
     return records

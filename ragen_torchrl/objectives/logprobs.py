@@ -33,12 +33,24 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.distributions import LLMMaskedCategorical
 from torchrl.modules.llm import TransformersWrapper
 
-from ..keys import HISTORY_FULL, HISTORY_PROMPT, LOG_PROBS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION, TOKENS_FULL
+from ..keys import (
+    HISTORY_FULL,
+    HISTORY_PROMPT,
+    LOG_PROBS_FULL,
+    MASKS_ASSISTANT,
+    MASKS_ATTENTION,
+    NUM_TURNS,
+    TOKENS_FULL,
+    TOKENS_LAST_PROMPT,
+    TOKENS_LAST_RESPONSE,
+)
 from ..models.loading import wrapper_chat_template
+from ..validation import check_choice
 from .shared_prefix import shared_prefix_logits, shared_prefix_supported
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
 __all__ = [
+    "TRAIN_ON",
     "attach_training_data",
     "compute_behaviour_log_probs",
     "make_logprob_policy",
@@ -94,15 +106,112 @@ def _per_row(out: TensorDictBase, key) -> list[torch.Tensor]:
         ) from None
 
 
-def tokenize_conversations(actor: TransformersWrapper, records: TensorDictBase) -> TensorDictBase:
+#: what the update trains: the ids the policy generated, or the decoded conversation re-tokenised
+TRAIN_ON = ("generated", "retokenized")
+
+
+def tokenize_conversations(
+    actor: TransformersWrapper, records: TensorDictBase, *, train_on: str = "generated"
+) -> TensorDictBase:
     """The rows :func:`compute_behaviour_log_probs` returns, without the forward pass.
 
-    Tokens and masks come from the same chat-template call the log-prob wrapper makes, so they
-    equal the wrapper's; ``("log_probs", "full")`` is NaN (not computed: a loss run inside
+    ``train_on="generated"`` (default): where the records hold the ids of each row's last turn
+    (``("tokens", "last_prompt")`` and ``("tokens", "last_response")``, which
+    :func:`~ragen_torchrl.collectors.grouped.collect_rollouts` stores when the policy reports its
+    prompt ids, as torchrl's wrappers do), a row is those ids: the prompt exactly as the policy read
+    it at its last turn, then the reply exactly as it sampled it (its end-of-turn token when it
+    stopped, none when the token budget cut it). The reply is trained; so are the earlier replies
+    inside that prompt, at the assistant positions of the same chat-template call (a row whose
+    template call does not reproduce the prompt ids falls back to re-tokenising). Nothing is
+    decoded and tokenised again, so a reply whose text does not round-trip (random or byte-level
+    tokens) is still trained as sampled.
+
+    ``train_on="retokenized"`` (and records without those ids): the whole conversation is
+    rendered by the wrapper's chat template and tokenised (RAGEN's reference trains the decoded
+    text this way); tokens and masks equal the log-prob wrapper's.
+
+    ``("log_probs", "full")`` is NaN (not computed: a loss run inside
     :meth:`~ragen_torchrl.objectives.metrics.TokenStatsMixin.current_as_behaviour` does not
     read it, and any other use drops those tokens from the loss rather than trusting a
     made-up value).
     """
+    check_choice("train_on", train_on, TRAIN_ON)
+    keys = records.keys(True)
+    if train_on == "retokenized" or TOKENS_LAST_PROMPT not in keys or TOKENS_LAST_RESPONSE not in keys:
+        return _retokenized(actor, records)
+    prompts = [t.to(torch.long) for t in records.get(TOKENS_LAST_PROMPT, as_list=True)]
+    replies = [t.to(torch.long) for t in records.get(TOKENS_LAST_RESPONSE, as_list=True)]
+    n = len(prompts)
+    prompt_masks: list[torch.Tensor | None] = [torch.zeros(p.shape, dtype=torch.bool) for p in prompts]
+    # rows past their first turn carry earlier replies inside the prompt: mark them as the template does
+    turns = records.get(NUM_TURNS) if NUM_TURNS in keys else None
+    later = list(range(n)) if turns is None else torch.nonzero(turns.reshape(-1) > 1).reshape(-1).tolist()
+    if later:
+        for i, mask in zip(later, _prompt_assistant_masks(actor, records, later, prompts)):
+            prompt_masks[i] = mask
+    rows: list[TensorDictBase | None] = []
+    for p, r, m in zip(prompts, replies, prompt_masks):
+        if m is None:
+            rows.append(None)
+            continue
+        ids = torch.cat([p, r])
+        rows.append(_row(ids, torch.cat([m, torch.ones(r.shape, dtype=torch.bool)])))
+    missing = [i for i, row in enumerate(rows) if row is None]
+    if missing:
+        for i, row in zip(missing, _retokenized(actor, records[torch.tensor(missing)]).unbind(0)):
+            rows[i] = row
+    return lazy_stack(rows)
+
+
+def _row(ids: torch.Tensor, assistant: torch.Tensor) -> TensorDictBase:
+    return TensorDict(
+        {
+            TOKENS_FULL: ids,
+            LOG_PROBS_FULL: torch.full(ids.shape, float("nan")),
+            MASKS_ASSISTANT: assistant,
+            MASKS_ATTENTION: torch.ones(ids.shape, dtype=torch.bool),
+        },
+        batch_size=[],
+    )
+
+
+def _template_kwargs(actor) -> dict:
+    kwargs = {"tokenize": True}
+    if getattr(actor, "chat_template", None) is not None:
+        kwargs["chat_template"] = actor.chat_template
+    elif getattr(actor, "chat_template_name", None) is not None:
+        from torchrl.data.llm.history import _CHAT_TEMPLATES
+
+        kwargs["chat_template"] = _CHAT_TEMPLATES[actor.chat_template_name]
+    return kwargs
+
+
+def _prompt_assistant_masks(
+    actor, records: TensorDictBase, rows: list[int], prompts: list[torch.Tensor]
+) -> list[torch.Tensor | None]:
+    """The assistant mask of each row's last prompt (``None`` where the template does not give its ids)."""
+    history = records.get(HISTORY_FULL)[torch.tensor(rows)]
+    conversations = [[m for m in row if m["role"] != "<none>"] for row in history.tolist(tolist_first=True)]
+    out: list[torch.Tensor | None] = [None] * len(rows)
+    usable = [k for k, c in enumerate(conversations) if c and c[-1]["role"] == "assistant"]
+    if not usable:
+        return out
+    enc = actor.tokenizer.apply_chat_template(
+        [conversations[k][:-1] for k in usable],
+        add_generation_prompt=True,
+        return_assistant_tokens_mask=True,
+        return_dict=True,
+        **_template_kwargs(actor),
+    )
+    for k, ids, amask in zip(usable, enc["input_ids"], enc["assistant_masks"]):
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        if torch.equal(ids, prompts[rows[k]]):
+            out[k] = torch.as_tensor(amask, dtype=torch.bool)
+    return out
+
+
+def _retokenized(actor: TransformersWrapper, records: TensorDictBase) -> TensorDictBase:
+    """Rows of the conversations rendered by the wrapper's chat template and tokenised (the wrapper's tokens)."""
     history = records.get(HISTORY_FULL)
     kwargs = {"add_generation_prompt": False, "return_assistant_tokens_mask": True, "tokenize": True}
     if getattr(actor, "chat_template_name", None) is not None:
@@ -117,24 +226,19 @@ def tokenize_conversations(actor: TransformersWrapper, records: TensorDictBase) 
         enc.get("assistant_masks", as_list=True),
     ):
         keep = attn.bool()
-        ids = ids[keep]
-        rows.append(
-            TensorDict(
-                {
-                    TOKENS_FULL: ids,
-                    LOG_PROBS_FULL: torch.full(ids.shape, float("nan")),
-                    MASKS_ASSISTANT: amask.bool()[keep],
-                    MASKS_ATTENTION: keep[keep],
-                },
-                batch_size=[],
-            )
-        )
+        rows.append(_row(ids[keep], amask.bool()[keep]))
     return lazy_stack(rows)
 
 
 @torch.no_grad()
 def compute_behaviour_log_probs(
-    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32, *, skip=None, shared_prefix: bool = False
+    actor: TransformersWrapper,
+    records: TensorDictBase,
+    chunk_size: int = 32,
+    *,
+    skip=None,
+    shared_prefix: bool = False,
+    train_on: str = "generated",
 ) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
 
@@ -155,6 +259,9 @@ def compute_behaviour_log_probs(
     NaN), e.g. the rows of the first, exactly on-policy mini-batch, whose behaviour log-probs the
     loss takes from its own forward.
 
+    ``train_on``: which token ids the rows hold (:func:`tokenize_conversations`): ``"generated"``
+    (the ids the policy read and sampled, where the records carry them) or ``"retokenized"``.
+
     ``shared_prefix``: score only the assistant tokens (the ones a loss reads; every other
     position is NaN), with each prompt shared by several rows of a chunk run through the model
     once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`); the assistant
@@ -174,7 +281,7 @@ def compute_behaviour_log_probs(
         # already tokenised (e.g. the reference pass over a training batch): score those tokens
         rows = list(records.select(*stored).unbind(0))
     else:
-        rows = list(tokenize_conversations(actor, records).unbind(0))
+        rows = list(tokenize_conversations(actor, records, train_on=train_on).unbind(0))
     idx = torch.nonzero(scored).reshape(-1).tolist()
     for start in range(0, len(idx), chunk_size):
         part = idx[start : start + chunk_size]

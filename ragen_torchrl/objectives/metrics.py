@@ -148,8 +148,8 @@ class TokenStatsMixin:
 
     See :func:`dual_clip_gain`.
 
-    Defaults that differ from torchrl's ``GRPOLoss``: ``entropy_coeff=0.001`` (the configs'
-    value, :data:`DEFAULT_ENTROPY_COEFF`) and the reference log-prob key
+    Defaults that differ from torchrl's ``GRPOLoss``: ``masking_strategy="rlhf"`` (every
+    assistant token), ``entropy_coeff=0.001`` (the configs' value, :data:`DEFAULT_ENTROPY_COEFF`) and the reference log-prob key
     ``("ref_log_probs", "full")`` (:data:`REF_LOG_PROBS_KEY`). The output's ``entropy``,
     ``clip_fraction`` and ``kl_approx`` are means over the loss mask (assistant tokens with
     a finite behaviour log-prob), not over the padded ``[B, T]`` batch.
@@ -168,6 +168,9 @@ class TokenStatsMixin:
 
     def __init__(self, *args, dual_clip: float | None = None, **kwargs) -> None:
         kwargs.setdefault("entropy_coeff", DEFAULT_ENTROPY_COEFF)
+        # assistant tokens only (torchrl's default "sft" trains the last reply of a re-tokenised
+        # history, which is neither multi-turn nor the stored token ids)
+        kwargs.setdefault("masking_strategy", "rlhf")
         super().__init__(*args, **kwargs)
         self.dual_clip = check_dual_clip(dual_clip)
 
@@ -401,7 +404,7 @@ class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
     term (off by default) is averaged over assistant tokens instead of the padded batch, and
     the logged ``entropy`` / ``clip_fraction`` / ``kl_approx`` are assistant-token means.
     Keyword arguments are ``GRPOLoss``'s (``clip_epsilon``, ``entropy_coeff`` = 0.001 here,
-    ``kl_to_ref_coeff``, ``masking_strategy`` (use ``"rlhf"``), ``aggregation``, ...) plus
+    ``kl_to_ref_coeff``, ``masking_strategy`` (``"rlhf"`` here), ``aggregation``, ...) plus
     ``dual_clip``. The input contract follows the example.
 
     Example (a hand-built batch; the actor is any module with torchrl's ``_get_rlhf_dist``,

@@ -57,6 +57,7 @@ from .dapo import CRITERIA as DS_CRITERIA
 from .dapo import DAPOLoss, DynamicSampler
 from .drgrpo import DrGRPOLoss
 from .gspo import GSPOLoss, sequence_metrics
+from .logprobs import TRAIN_ON
 from .metrics import (
     DEFAULT_ENTROPY_COEFF,
     MaskedStatsGRPOLoss,
@@ -109,6 +110,11 @@ class Objective:
         self.reward_transform = reward_transform
         self.dynamic_sampling = dynamic_sampling
         self.prepare_stats: dict[str, float] = {}
+
+    #: the token ids the update trains (``algo.train_on``): ``"generated"``, the ids the policy
+    #: read and sampled; ``"retokenized"``, the decoded conversation tokenised again
+    #: (:func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`)
+    train_on: str = "generated"
 
     # -- data hooks ------------------------------------------------------------------------
     def shape_rewards(self, records: TensorDictBase | None) -> TensorDictBase | None:
@@ -471,7 +477,9 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     Common keys: ``clip_epsilon`` (number or ``[low, high]``), ``entropy_coeff``,
     ``kl_coeff`` (> 0 reads reference log-probs from ``REF_LOG_PROBS_KEY`` =
     ``("ref_log_probs", "full")``, every loss class's default ``ref_log_probs`` key),
-    ``adv_eps``, ``aggregation`` (optional override), ``shared_prefix`` (default true: a prompt
+    ``adv_eps``, ``aggregation`` (optional override), ``train_on`` (``generated``, the default:
+    train the ids the policy sampled; ``retokenized``: the decoded conversation tokenised again,
+    as RAGEN's reference does), ``shared_prefix`` (default true: a prompt
     shared by several rows of a mini-batch runs through the model once, same losses up to
     round-off; :mod:`~ragen_torchrl.objectives.shared_prefix`), ``overlong`` (``enabled``,
     ``max_length`` (default ``algo.max_length``), ``cache_length``), ``dual_clip``
@@ -498,6 +506,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     except KeyError:
         raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(available_objectives())}") from None
     objective = factory(algo_cfg, actor, model, tokenizer)
+    objective.train_on = check_choice("algo.train_on", algo_cfg.get("train_on", "generated"), TRAIN_ON)
     shared = algo_cfg.get("shared_prefix", None)
     if shared is not None:
         if not isinstance(shared, bool):

@@ -154,6 +154,7 @@ def check_algo(cfg: DictConfig) -> None:
         )
     check_choice(cfg, "algo.minibatch", ("group", "row"))
     check_bool(cfg, "algo.on_policy_first_minibatch")
+    check_choice(cfg, "algo.train_on", ("generated", "retokenized"))
     if _has(cfg, "algo.shared_prefix"):
         check_bool(cfg, "algo.shared_prefix")
     check_choice(cfg, "algo.critic", ("separate", "head"))

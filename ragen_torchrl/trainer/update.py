@@ -116,7 +116,8 @@ def training_batch(
     """
     batch = objective.advantage(records)
     shared = scores_shared_prefixes(objective.loss_module)
-    behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour, shared_prefix=shared)
+    train_on = getattr(objective, "train_on", "generated")
+    behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour, shared_prefix=shared, train_on=train_on)
     batch = attach_training_data(batch, behaviour)
     if ref_actor is not None:
         ref = compute_behaviour_log_probs(ref_actor, batch, skip=skip_reference, shared_prefix=shared)
