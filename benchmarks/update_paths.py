@@ -1,19 +1,26 @@
-"""The update step before and after issue 17's changes, side by side on the same batch.
+"""The update step along issue 17's changes, side by side on the same batch.
 
-* **before**: behaviour log-probs from the wrapper's history path for every row (chat template,
-  tokenisation and forward inside ``TransformersWrapper``), and every loss forward through the same
-  history path;
-* **after**: each conversation tokenised once; the behaviour pass scores the stored tokens and skips
-  the rows of the first mini-batch of a one-epoch update (the loss takes their behaviour log-probs
-  from its own forward, ``current_as_behaviour``); every loss forward scores the stored tokens.
+* **history path** (before issue 17): behaviour log-probs from the wrapper's history path for every
+  row (chat template, tokenisation and forward inside ``TransformersWrapper``), and every loss
+  forward through the same history path;
+* **stored tokens**: each conversation tokenised once (the decoded conversation re-tokenised,
+  ``algo.train_on=retokenized``); the behaviour pass scores the stored tokens and skips the rows of
+  the first mini-batch of a one-epoch update (the loss takes their behaviour log-probs from its own
+  forward, ``current_as_behaviour``); every loss forward is one padded pass over the stored tokens
+  (``algo.shared_prefix=false``);
+* **now** (the defaults): the rows are the ids the policy read and sampled
+  (``algo.train_on=generated``), and a prompt shared by a group's rows runs through the model once
+  (``algo.shared_prefix=true``), in the behaviour pass and in every loss forward.
 
-Both run on the same rollout batch from the same weights, alternately, ``--repeats`` times; the
-script prints seconds per update (behaviour pass + optimizer steps) for each, the ratio, and the
-largest weight difference after the update (the equivalence tests bound it by 1e-5).
+All run on the same rollout batch from the same weights, alternately, ``--repeats`` times; the
+script prints seconds per update (behaviour pass + optimizer steps) for each, the ratios, and the
+largest weight difference after the update between "now" and "stored tokens" (the equivalence tests
+bound it by 1e-5 when the replies' text round-trips, as a warm-started policy's does; a random
+policy's byte-level replies re-tokenise into other ids, so there the two train different tokens).
 
 Two shapes: FrozenLake at the default batch (16 groups x 4, mini-batches of 16: four optimizer
-steps) and single-turn Countdown as in ``benchmarks/vs_trl.py`` (8 x 8, 64 new tokens, one
-optimizer step over the whole batch).
+steps, the default run's warm start) and single-turn Countdown as in ``benchmarks/vs_trl.py`` (8 x 8,
+64 new tokens, one optimizer step over the whole batch, random initialisation).
 
 Usage::
 
@@ -49,9 +56,20 @@ def before(tr: Trainer, records, plan) -> dict:
         tr.loss_module.score_stored_tokens = True
 
 
-def after(tr: Trainer, records, plan) -> dict:
+def now(tr: Trainer, records, plan) -> dict:
     batch, _ = training_batch(records, tr.objective, tr.actor, skip_behaviour=plan[0][0])
     return optimize(batch, tr.loss_module, tr.objective, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
+
+
+def stored(tr: Trainer, records, plan) -> dict:
+    tr.objective.train_on, tr.loss_module.shared_prefix = "retokenized", False
+    try:
+        return now(tr, records, plan)
+    finally:
+        tr.objective.train_on, tr.loss_module.shared_prefix = "generated", True
+
+
+ARMS = (("history path", before), ("stored tokens", stored), ("now", now))
 
 
 def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
@@ -77,10 +95,10 @@ def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
     )
     start_model = copy.deepcopy(tr.model.state_dict())
     start_opt = copy.deepcopy(tr.optimizer.state_dict())
-    times = {"before": [], "after": []}
+    times = {label: [] for label, _ in ARMS}
     weights = {}
     for _ in range(repeats):
-        for label, fn in (("before", before), ("after", after)):
+        for label, fn in ARMS:
             tr.model.load_state_dict(start_model)
             tr.optimizer.load_state_dict(start_opt)
             torch.manual_seed(0)
@@ -89,11 +107,11 @@ def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
             stats = fn(tr, records.clone(), plan)  # the update writes into the rows it trains on
             times[label].append(time.perf_counter() - t)
             weights[label] = [p.detach().clone() for p in tr.model.parameters()]
-    diff = max(float((a - b).abs().max()) for a, b in zip(weights["before"], weights["after"]))
-    b, a = min(times["before"]), min(times["after"])
+    diff = max(float((a - b).abs().max()) for a, b in zip(weights["stored tokens"], weights["now"]))
+    h, st, n = (min(times[label]) for label, _ in ARMS)
     print(
-        f"| {name} | {records.batch_size[0]} | {int(stats['optimizer_steps'])} | {b:.2f} | {a:.2f} | "
-        f"{a / b:.2f} | {diff:.1e} |",
+        f"| {name} | {records.batch_size[0]} | {int(stats['optimizer_steps'])} | {h:.2f} | {st:.2f} | {n:.2f} | "
+        f"{n / h:.2f} | {n / st:.2f} | {diff:.1e} |",
         flush=True,
     )
 
@@ -110,20 +128,24 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cache = args.cache or os.environ.get("RAGEN_CACHE") or tempfile.mkdtemp()
     repeats = 1 if args.quick else args.repeats
-    frozenlake = ["env=frozenlake", f"model.threads={args.threads}"]
+    frozenlake = ["env=frozenlake", f"model.threads={args.threads}"]  # the default run's warm start
     countdown = [
         "env=countdown",
         "trainer.prompts_per_iter=8",
         "trainer.group_size=8",
         "rollout.max_new_tokens=64",
         "algo.mini_batch_size=64",
+        "sft.enabled=false",  # random initialisation, as benchmarks/vs_trl.py
         f"model.threads={args.threads}",
     ]
     if args.quick:
         frozenlake += ["trainer.prompts_per_iter=4", "algo.mini_batch_size=8"]
         countdown += ["trainer.prompts_per_iter=2", "algo.mini_batch_size=16"]
-    print("| batch | rows | optimizer steps | before (s) | after (s) | after / before | max weight diff |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| batch | rows | optimizer steps | history path (s) | stored tokens (s) | now (s) | now / history "
+        "| now / stored | max weight diff now vs stored |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     measure("FrozenLake, default shape", frozenlake, repeats, cache)
     measure("Countdown, single turn, one step", countdown, repeats, cache)
 

@@ -115,7 +115,7 @@ from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviou
 from ragen_torchrl.trainer.reporting import summarize  # noqa: E402
 from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
 from ragen_torchrl.trainer.stops import unfiltered_stats  # noqa: E402
-from ragen_torchrl.trainer.update import minibatch_plan  # noqa: E402
+from ragen_torchrl.trainer.update import minibatch_plan, scores_shared_prefixes  # noqa: E402
 
 #: the breakdown's rows, in print order; "bookkeeping" is the rest of the step
 PIECES = ("generation", "env", "behaviour log-probs", "loss forward", "backward", "optimizer", "bookkeeping")
@@ -281,7 +281,13 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     plan = minibatch_plan(records.get(GROUP_ID), algo)
     batch = tr.objective.advantage(records)
     with sec("behaviour log-probs"):
-        behaviour = compute_behaviour_log_probs(tr.actor, batch, skip=plan[0][0] if on_policy_first else None)
+        behaviour = compute_behaviour_log_probs(
+            tr.actor,
+            batch,
+            skip=plan[0][0] if on_policy_first else None,
+            shared_prefix=scores_shared_prefixes(tr.loss_module),
+            train_on=tr.objective.train_on,
+        )
     batch = attach_training_data(batch, behaviour)
     batch = tr.objective.prepare(batch)
     # optimize
@@ -311,7 +317,8 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True))
     out = breakdown(sec.seconds, time.perf_counter() - t_start)
     out["tokens"] = float(records.get(NUM_TOKENS).sum())
-    # what the log-prob and loss passes score: the re-tokenised conversations (prompt + replies)
+    # what the log-prob and loss passes score: prompt + replies per row (a prompt shared by a
+    # group's rows is run once with algo.shared_prefix, so the model reads fewer)
     out["scored_tokens"] = float(sum(len(t) for t in behaviour.get(TOKENS_FULL, as_list=True)))
     out["optimizer_steps"] = float(steps)
     return out
@@ -598,7 +605,7 @@ def run_single_turn(args, cache: str) -> None:
         f"TRL's own step_time metric (training_step only): {mean([r['step_time'] for r in trl_steps]):.2f} s; "
         f"generated tokens per step: ours {mean([p['tokens'] for p in ours_pieces]):.0f}, "
         f"TRL {mean(trl_tokens):.0f}; tokens the loss forward reads (prompts + replies): "
-        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (replies decoded and re-tokenised), "
+        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (algo.train_on={tr.objective.train_on}), "
         f"TRL {mean([r['scored_tokens'] for r in trl_steps]):.0f} (generated ids))"
     )
     ours_b, trl_b = mean_breakdown(ours_pieces), mean_breakdown(trl_steps)

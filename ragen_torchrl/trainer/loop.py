@@ -175,6 +175,9 @@ class Trainer:
             self.ref_actor = make_logprob_policy(ref_model, self.tokenizer)
         if self.fsdp:
             shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
+            # the shared-prefix pass backpropagates through KV-cache tensors, which are no module
+            # outputs: FSDP2 would not gather a layer's weights again before that backward
+            self.loss_module.shared_prefix = False
         self.optimizer = torch.optim.AdamW(
             self.objective.optimizer_param_groups(float(a.lr)), lr=float(a.lr), weight_decay=float(a.weight_decay)
         )

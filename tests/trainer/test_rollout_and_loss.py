@@ -225,8 +225,31 @@ def test_behaviour_tensors_are_unpadded_and_aligned(train_batch, model_tok):
 
 
 def test_assistant_mask_covers_only_assistant_tokens(train_batch, model_tok, records):
+    # train_on=generated: the earlier replies as the last prompt holds them (the template's
+    # rendering, each closed by a trained <|im_end|>), then the last reply's ids as sampled
     _, tok = model_tok
     _, behaviour, _ = train_batch
+    for i in range(P * G):
+        contents = assistant_contents(records[i].get(("history", "full")))
+        last = records[i].get(("tokens", "last_response")).tolist()
+        expected = []
+        for c in contents[:-1]:
+            expected += tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        expected += last
+        tokens = behaviour[i].get(("tokens", "full"))
+        amask = behaviour[i].get(("masks", "all_assistant_mask"))
+        assert int(amask.sum()) == len(expected)
+        assert tokens[amask].tolist() == expected
+        # every earlier assistant turn's <|im_end|> is trained; system/user ones are not
+        eot = tokens == tok.eos_token_id
+        assert int((eot & amask).sum()) == len(contents) - 1 + last.count(tok.eos_token_id)
+        assert int((eot & ~amask).sum()) == 2 + (len(contents) - 1)  # system + one per user message
+
+
+def test_retokenized_mask_covers_every_assistant_turn(model_tok, records):
+    # train_on=retokenized (RAGEN's reference): every reply re-rendered by the template, <|im_end|> trained
+    model, tok = model_tok
+    behaviour = compute_behaviour_log_probs(make_logprob_policy(model, tok), records, train_on="retokenized")
     for i in range(P * G):
         contents = assistant_contents(records[i].get(("history", "full")))
         expected = []
@@ -234,12 +257,10 @@ def test_assistant_mask_covers_only_assistant_tokens(train_batch, model_tok, rec
             expected += tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         tokens = behaviour[i].get(("tokens", "full"))
         amask = behaviour[i].get(("masks", "all_assistant_mask"))
-        assert int(amask.sum()) == len(expected)
         assert tokens[amask].tolist() == expected
-        # every assistant turn's <|im_end|> is trained; system/user ones are not
         eot = tokens == tok.eos_token_id
         assert int((eot & amask).sum()) == len(contents)
-        assert int((eot & ~amask).sum()) == 2 + (len(contents) - 1)  # system + one per user message
+        assert int((eot & ~amask).sum()) == 2 + (len(contents) - 1)
 
 
 def test_importance_ratio_is_one_before_any_update(train_batch, model_tok):
