@@ -85,6 +85,22 @@ Results on a quiet machine, ``--steps 2`` (2026-12-01), before and after issue 1
     loss forward             1.017    0.843
     backward                 1.402    1.404
 
+Later the same day (quiet machine), the update trains the generated ids (``algo.train_on=generated``)
+and runs each group's shared prompt once (``algo.shared_prefix=true``); first the commit before
+these two changes (``--steps 2``), then after them (``--steps 4``)::
+
+    before: ours 3.52 s, TRL 2.15 s, ratio 1.64 (rounds 1.73, 1.54); tokens scored 20435 vs 15508
+    after:  ours 1.59 s, TRL 2.81 s, ratio 0.56 (rounds 0.64, 0.51, 0.59, 0.53); tokens 15510 vs 15502
+
+    piece (mean s/step)     ours before   ours after    TRL (after run)
+    generation                    0.917        1.003     0.879
+    env                           0.030        0.032     0.002
+    behaviour log-probs           0.067        0.003     0.000
+    loss forward                  1.191        0.254     0.816
+    backward                      1.253        0.293     1.099
+    optimizer                     0.007        0.004     0.004
+    bookkeeping                   0.026        0.028     0.010
+
 The first "before" run (2026-11-30, the machine shared with four other jobs, ~0.4 of a core)
 printed ratio 2.01 with every time 10-20x these; only its ratio is comparable.
 """

@@ -20,6 +20,16 @@ a small model, that bookkeeping costs as much as a good part of the generation i
   it, so the tail parses to the same messages; any other parser (custom templates,
   Llama, ...) goes through torchrl's own code.
 
+* the prefill: a prompt group's rows share their whole prompt in their first turn, and every
+  prompt starts with the same head (the system prompt). Each distinct prompt is encoded once, on
+  top of the head encoded once (the MI diagnostics' prefix encoder,
+  :func:`~ragen_torchrl.diagnostics.kv_prefix._prefix_passes`), and ``generate`` starts from that
+  KV cache with each row's last prompt token; positions come from the attention mask, so every
+  real token has the position it has in the left-padded batch. Same logits up to float
+  round-off; ``share_prompt_head=False`` (or a model whose attention takes no padding mask with
+  holes, see :func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_supported`) keeps the
+  parent's single left-padded prefill.
+
 Everything else (several samples per prompt, padded outputs, token inputs, log-probs) is
 the parent's code path.
 
@@ -52,6 +62,9 @@ from torch.nn.utils.rnn import pad_sequence
 from torchrl.data.llm import History
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.modules.llm.policies.common import ChatHistory, Text, _extract_responses_from_full_histories
+
+from ..diagnostics.kv_prefix import _common_prefix_len, _forward_kwargs, _prefix_mask, _prefix_passes, _select_cache
+from ..objectives.shared_prefix import shared_prefix_supported
 
 __all__ = ["HistoryTransformersWrapper", "parse_replies", "reply_parser_name"]
 
@@ -157,6 +170,67 @@ class HistoryTransformersWrapper(TransformersWrapper):
     Same constructor, same outputs as :class:`torchrl.modules.llm.TransformersWrapper`; see
     the module docstring for what is done differently and when the parent's code runs.
     """
+
+    #: prefill each distinct prompt once, and the head they share once (see the module docstring)
+    share_prompt_head: bool = True
+
+    def _generate_from_tokens(self, tokens_prompt_padded, attention_mask_prompt_padded, cfg, out):
+        plan = self._shared_prefill(tokens_prompt_padded, attention_mask_prompt_padded)
+        if plan is None:
+            return super()._generate_from_tokens(tokens_prompt_padded, attention_mask_prompt_padded, cfg, out)
+        ids, attention, cache_name, cache = plan
+        saved = self.generate_kwargs
+        self.generate_kwargs = {**saved, cache_name: cache}
+        try:
+            return super()._generate_from_tokens(ids, attention, cfg, out)
+        finally:
+            self.generate_kwargs = saved
+
+    def _shared_prefill(self, tokens: torch.Tensor, attention: torch.Tensor):
+        """``(ids, attention, cache keyword, cache)`` for ``generate``, or ``None`` (the plain prefill).
+
+        Every prompt but its last token is encoded into a KV cache, each distinct prompt once and
+        the head all of them share once (:func:`~ragen_torchrl.diagnostics.kv_prefix._prefix_passes`);
+        row ``r``'s input is then ``[prompt[:-1], right-padded | prompt[-1]]``, so ``generate``
+        runs only the last token over the cache. Positions come from the attention mask: every
+        real token keeps its position.
+        """
+        if (
+            not self.share_prompt_head
+            or tokens.shape[0] < 2
+            or self.num_samples is not None
+            or any(k in self.generate_kwargs for k in ("past_key_values", "cache", "cache_implementation"))
+            or not shared_prefix_supported(self.model)
+        ):
+            return None
+        lengths = attention.sum(-1).tolist()
+        if min(lengths) < 2:
+            return None
+        width = tokens.shape[1]
+        prompts = [tokens[r, width - n :] for r, n in enumerate(lengths)]
+        slot_of: dict[bytes, int] = {}
+        row_context = [slot_of.setdefault(p.cpu().numpy().tobytes(), len(slot_of)) for p in prompts]
+        if len(slot_of) == len(prompts) and _common_prefix_len(prompts) < 2:
+            return None  # nothing shared: the plain prefill is as cheap
+        contexts = [None] * len(slot_of)
+        for r, c in enumerate(row_context):
+            contexts[c] = prompts[r]
+        cache_name, has_logits_to_keep = _forward_kwargs(self.model)
+        with torch.no_grad():
+            cols, lens, base, _ = next(
+                iter(_prefix_passes(self.model, contexts, len(contexts), has_logits_to_keep, cache_name))
+            )
+        slot = torch.empty(len(contexts), dtype=torch.long)
+        slot[cols.cpu()] = torch.arange(cols.numel())
+        rows = slot[torch.tensor(row_context)].to(tokens.device)
+        plen = int(lens.max()) - 1
+        row_lens = torch.tensor(lengths, device=tokens.device)
+        ids = torch.full((tokens.shape[0], plen + 1), self.padding_value, dtype=tokens.dtype, device=tokens.device)
+        for r, p in enumerate(prompts):
+            ids[r, : p.numel() - 1] = p[:-1]
+            ids[r, plen] = p[-1]
+        mask = torch.cat([_prefix_mask(row_lens, plen).to(attention.dtype), torch.ones_like(attention[:, :1])], dim=1)
+        return ids, mask, cache_name, _select_cache(base, rows, plen)
 
     def _fast_history_generation(self, td: TensorDictBase) -> bool:
         history = td.get(self.input_key, None)

@@ -181,3 +181,48 @@ def test_reply_parser_name_follows_torchrl_detection():
     assert reply_parser_name(None, Tok("meta-llama/Llama-3")) is None
     assert reply_parser_name("chatml_format", Tok("qwen")) == "chatml_format"
     assert reply_parser_name("llama", Tok("qwen")) is None
+
+
+def test_each_distinct_prompt_is_prefilled_once(model_tok):
+    """First turn: a group's rows share their prompt, so the prefill encodes one prompt per group (and the
+    system prompt once); the rollouts are those of the plain left-padded prefill."""
+    model, tok = model_tok
+    env = make_env("frozenlake", num_envs=8)
+    fed, records = {}, {}
+    for share in (False, True):
+        policy = make_generation_policy(model, tok, max_new_tokens=12, temperature=1.0)
+        policy.share_prompt_head = share
+        seen = []
+        hook = model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(a[0].shape))
+        try:
+            torch.manual_seed(0)
+            td = _reset(env, [5, 6], 4)
+            out = policy(td)
+        finally:
+            hook.remove()
+        fed[share] = seen[0][0] * seen[0][1]  # the first model call: the prefill (shared: the head)
+        torch.manual_seed(0)
+        records[share] = collect_rollouts(env, policy, [5, 6], 4)
+        assert out.get(("tokens", "prompt"), as_list=True)[0].numel() > 8
+    assert fed[True] < fed[False] / 4
+    a, b = records[False], records[True]
+    for key in ("num_tokens", "num_turns", "episode_return", "group_id"):
+        assert torch.equal(a[key], b[key]), key
+    assert torch.allclose(a["entropy"], b["entropy"], atol=1e-5, rtol=0)
+    assert a["history", "full"].tolist() == b["history", "full"].tolist()
+    for x, y in zip(a.get(("tokens", "last_prompt"), as_list=True), b.get(("tokens", "last_prompt"), as_list=True)):
+        assert torch.equal(x, y)
+
+
+def test_a_model_without_masked_cache_attention_keeps_the_plain_prefill(model_tok, monkeypatch):
+    import ragen_torchrl.models.history_wrapper as hw
+
+    model, tok = model_tok
+    policy = make_generation_policy(model, tok, max_new_tokens=4, temperature=1.0)
+    td = _reset(make_env("frozenlake", num_envs=4), [5], 4)
+    tokens = torch.tensor([[7, 8, 9], [7, 8, 9], [7, 8, 9], [7, 8, 9]])
+    assert policy._shared_prefill(tokens, torch.ones_like(tokens)) is not None
+    monkeypatch.setattr(hw, "shared_prefix_supported", lambda model: False)
+    assert policy._shared_prefill(tokens, torch.ones_like(tokens)) is None
+    torch.manual_seed(0)
+    assert policy(td).batch_size == (4,)  # the parent's prefill
