@@ -97,6 +97,16 @@ def shared_prefix_logits(
         tokens: one 1-D token tensor per row (unpadded).
         masks: the rows' trained positions (1-D bool, same lengths).
         model_kwargs: extra keyword arguments of the scoring pass.
+
+    Example (two samples of one prompt: the prompt is encoded once):
+        >>> import torch
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, intermediate_size=8,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        >>> rows = [torch.tensor([1, 2, 3, 4, 5]), torch.tensor([1, 2, 3, 6])]
+        >>> masks = [torch.tensor([0, 0, 0, 1, 1]).bool(), torch.tensor([0, 0, 0, 1]).bool()]
+        >>> shared_prefix_logits(model, rows, masks).shape   # 3 trained tokens x vocabulary
+        torch.Size([3, 16])
     """
     if len(tokens) != len(masks):
         raise ValueError(f"{len(tokens)} token rows but {len(masks)} masks")
