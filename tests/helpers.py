@@ -82,3 +82,25 @@ def records():
     ).to_lazystack(0)
     recs.set(("history", "full"), History.from_chats(CHATS))
     return recs
+
+
+def algo_objective(name: str, model, tok, actor, mini_batch_size: int, **overrides):
+    """``(Objective, algo config)`` of the shipped ``configs/algo/<name>.yaml`` with a small mini-batch."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from ragen_torchrl.objectives import build_objective
+
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "ragen_torchrl" / "configs" / "algo" / f"{name}.yaml")
+    cfg.mini_batch_size = mini_batch_size
+    for key, value in overrides.items():
+        cfg[key] = value
+    return build_objective(cfg, actor, model, tok), cfg
+
+
+def grads(model) -> list:
+    """A copy of every parameter's gradient (zeros where there is none)."""
+    import torch
+
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]

@@ -314,10 +314,12 @@ def collect_rollouts(
             t3_fired[idx] |= nxt[T3_RULE_FIRED].reshape(-1)
         response_ids = out.get(TOKENS_RESPONSE, as_list=True)
         tokens[idx] += torch.tensor([len(t) for t in response_ids], dtype=torch.long)
-        prompt_ids = out.get(TOKENS_PROMPT, as_list=True) if TOKENS_PROMPT in out.keys(include_nested=True) else None
         done = nxt[DONE].reshape(-1)
+        finished = done.nonzero().reshape(-1).tolist()
+        reports_prompt = finished and TOKENS_PROMPT in out.keys(include_nested=True)
+        prompt_ids = out.get(TOKENS_PROMPT, as_list=True) if reports_prompt else None
         full = out.get(HISTORY_FULL)
-        for row in done.nonzero().reshape(-1).tolist():
+        for row in finished:
             i = int(idx[row])
             final[i] = full[row]
             success[i] = bool(nxt[SUCCESS][row])

@@ -175,6 +175,27 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
         yield cols, lens, base, last_tok
 
 
+def _row_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Sequence[int]):
+    """Each row's context minus its last token in one KV cache, every distinct context encoded once.
+
+    ``contexts`` are distinct; row ``r`` reads ``contexts[row_context[r]]``. One
+    :func:`_prefix_passes` pass over all of them (their shared head encoded once). Returns
+    ``(cache, mask, lens)``: the rows' cache (``None`` when every context is one token long), the
+    ``[B, plen]`` mask of its real slots and each row's context length. Gradients flow through the
+    cache when grad is enabled (the loss's shared-prefix pass).
+    """
+    cache_name, has_logits_to_keep = _forward_kwargs(model)
+    cols, lens, base, _ = next(iter(_prefix_passes(model, contexts, len(contexts), has_logits_to_keep, cache_name)))
+    slot = torch.empty(len(contexts), dtype=torch.long)
+    slot[cols.cpu()] = torch.arange(cols.numel())
+    rows = slot[torch.as_tensor(list(row_context), dtype=torch.long)].to(lens.device)
+    row_lens = lens[rows]
+    if base is None:
+        return None, row_lens.new_zeros((rows.numel(), 0)), row_lens
+    plen = int(lens.max()) - 1
+    return _select_cache(base, rows, plen), _prefix_mask(row_lens, plen), row_lens
+
+
 def _prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
     """``[B, plen]`` 0/1 mask of the real (unpadded) cached prefix slots ``x_j[:-1]``."""
     return (torch.arange(plen, device=lens.device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()

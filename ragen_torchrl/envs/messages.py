@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torchrl.data.llm import History
 
-__all__ = ["history_messages", "messages_history"]
+__all__ = ["chat_dicts", "history_messages", "messages_history"]
 
 
 def history_messages(history: History) -> list[tuple[str, str]]:
@@ -31,3 +31,17 @@ def history_messages(history: History) -> list[tuple[str, str]]:
 def messages_history(messages: list[tuple[str, str]]) -> History:
     """A ``History`` of ``len(messages)`` messages (role and content)."""
     return History(role=[r for r, _ in messages], content=[c for _, c in messages], batch_size=(len(messages),))
+
+
+def chat_dicts(history: History) -> list[list[dict]]:
+    """A ``[B, messages]`` History as one list of message dicts per row (what a tokenizer's chat
+    template takes), without the ``"<none>"`` messages that pad ragged rows.
+
+    Example:
+        >>> import torch
+        >>> rows = [messages_history([("user", "hi")]), messages_history([("user", "a"), ("assistant", "b")])]
+        >>> rows[0] = rows[0].extend(History(role="<none>", content="", batch_size=(1,)), inplace=False)
+        >>> [[m["role"] for m in row] for row in chat_dicts(torch.stack(rows))]
+        [['user'], ['user', 'assistant']]
+    """
+    return [[m for m in row if m["role"] != "<none>"] for row in history.tolist(tolist_first=True)]

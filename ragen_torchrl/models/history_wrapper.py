@@ -63,8 +63,10 @@ from torchrl.data.llm import History
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.modules.llm.policies.common import ChatHistory, Text, _extract_responses_from_full_histories
 
-from ..diagnostics.kv_prefix import _common_prefix_len, _forward_kwargs, _prefix_mask, _prefix_passes, _select_cache
+from ..diagnostics.kv_prefix import _common_prefix_len, _forward_kwargs, _row_prefix_cache
+from ..envs.messages import chat_dicts
 from ..objectives.shared_prefix import shared_prefix_supported
+from .loading import resolved_chat_template
 
 __all__ = ["HistoryTransformersWrapper", "parse_replies", "reply_parser_name"]
 
@@ -215,22 +217,15 @@ class HistoryTransformersWrapper(TransformersWrapper):
         contexts = [None] * len(slot_of)
         for r, c in enumerate(row_context):
             contexts[c] = prompts[r]
-        cache_name, has_logits_to_keep = _forward_kwargs(self.model)
         with torch.no_grad():
-            cols, lens, base, _ = next(
-                iter(_prefix_passes(self.model, contexts, len(contexts), has_logits_to_keep, cache_name))
-            )
-        slot = torch.empty(len(contexts), dtype=torch.long)
-        slot[cols.cpu()] = torch.arange(cols.numel())
-        rows = slot[torch.tensor(row_context)].to(tokens.device)
-        plen = int(lens.max()) - 1
-        row_lens = torch.tensor(lengths, device=tokens.device)
+            cache, prefix_mask, _ = _row_prefix_cache(self.model, contexts, row_context)
+        plen = prefix_mask.shape[1]
         ids = torch.full((tokens.shape[0], plen + 1), self.padding_value, dtype=tokens.dtype, device=tokens.device)
         for r, p in enumerate(prompts):
             ids[r, : p.numel() - 1] = p[:-1]
             ids[r, plen] = p[-1]
-        mask = torch.cat([_prefix_mask(row_lens, plen).to(attention.dtype), torch.ones_like(attention[:, :1])], dim=1)
-        return ids, mask, cache_name, _select_cache(base, rows, plen)
+        mask = torch.cat([prefix_mask.to(attention.dtype), torch.ones_like(attention[:, :1])], dim=1)
+        return ids, mask, _forward_kwargs(self.model)[0], cache
 
     def _fast_history_generation(self, td: TensorDictBase) -> bool:
         history = td.get(self.input_key, None)
@@ -248,19 +243,15 @@ class HistoryTransformersWrapper(TransformersWrapper):
         if not self._fast_history_generation(td):
             return super()._from_transformers_generate_history(td, cfg, out)
         history: History = td.get(self.input_key)
-        template_kwargs = {"add_generation_prompt": True}
-        if self.chat_template is not None:
-            template_kwargs["chat_template"] = self.chat_template
-        elif self.chat_template_name is not None:
-            from torchrl.data.llm.history import _CHAT_TEMPLATES
-
-            template_kwargs["chat_template"] = _CHAT_TEMPLATES[self.chat_template_name]
-        else:  # torchrl's model-family detection: leave it to the parent
+        template = resolved_chat_template(self)
+        if template is None:  # torchrl's model-family detection: leave it to the parent
             return super()._from_transformers_generate_history(td, cfg, out)
         # one dict conversion per row (the parent converts twice), the "<none>" padding
         # messages dropped as History.apply_chat_template drops them
-        conversations = [[m for m in row if m["role"] != "<none>"] for row in history.tolist(tolist_first=True)]
-        text_prompt = self.tokenizer.apply_chat_template(conversations, tokenize=False, **template_kwargs)
+        conversations = chat_dicts(history)
+        text_prompt = self.tokenizer.apply_chat_template(
+            conversations, tokenize=False, add_generation_prompt=True, chat_template=template
+        )
         # apply_chat_template(tokenize=True) tokenises its rendered text this way
         ids = self.tokenizer(text_prompt, add_special_tokens=False, padding=False)["input_ids"]
         prompt_tokens = [torch.tensor(t, dtype=torch.long) for t in ids]

@@ -204,6 +204,27 @@ def wrapper_chat_template(tokenizer) -> str | None:
     return None
 
 
+def resolved_chat_template(wrapper) -> str | None:
+    """The template string a torchrl LLM wrapper renders with: its ``chat_template``, else the
+    torchrl template its ``chat_template_name`` names; ``None`` when it leaves the choice to
+    torchrl's model-family detection.
+
+    Example:
+        >>> class Wrapper:
+        ...     chat_template, chat_template_name = "{{ messages }}", None
+        >>> resolved_chat_template(Wrapper())
+        '{{ messages }}'
+    """
+    if getattr(wrapper, "chat_template", None) is not None:
+        return wrapper.chat_template
+    name = getattr(wrapper, "chat_template_name", None)
+    if name is not None:
+        from torchrl.data.llm.history import _CHAT_TEMPLATES
+
+        return _CHAT_TEMPLATES[name]
+    return None
+
+
 def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     """Load tokenizer + causal LM through ``from_pretrained`` and put the model in eval mode.
 

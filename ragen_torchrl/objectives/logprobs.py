@@ -33,6 +33,7 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.distributions import LLMMaskedCategorical
 from torchrl.modules.llm import TransformersWrapper
 
+from ..envs.messages import chat_dicts
 from ..keys import (
     HISTORY_FULL,
     HISTORY_PROMPT,
@@ -44,7 +45,7 @@ from ..keys import (
     TOKENS_LAST_PROMPT,
     TOKENS_LAST_RESPONSE,
 )
-from ..models.loading import wrapper_chat_template
+from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..validation import check_choice
 from .shared_prefix import shared_prefix_logits, shared_prefix_supported
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
@@ -149,13 +150,10 @@ def tokenize_conversations(
     if later:
         for i, mask in zip(later, _prompt_assistant_masks(actor, records, later, prompts)):
             prompt_masks[i] = mask
-    rows: list[TensorDictBase | None] = []
-    for p, r, m in zip(prompts, replies, prompt_masks):
-        if m is None:
-            rows.append(None)
-            continue
-        ids = torch.cat([p, r])
-        rows.append(_row(ids, torch.cat([m, torch.ones(r.shape, dtype=torch.bool)])))
+    rows = [
+        None if m is None else _row(torch.cat([p, r]), torch.cat([m, torch.ones(r.shape, dtype=torch.bool)]))
+        for p, r, m in zip(prompts, replies, prompt_masks)
+    ]
     missing = [i for i, row in enumerate(rows) if row is None]
     if missing:
         for i, row in zip(missing, _retokenized(actor, records[torch.tensor(missing)]).unbind(0)):
@@ -175,23 +173,12 @@ def _row(ids: torch.Tensor, assistant: torch.Tensor) -> TensorDictBase:
     )
 
 
-def _template_kwargs(actor) -> dict:
-    kwargs = {"tokenize": True}
-    if getattr(actor, "chat_template", None) is not None:
-        kwargs["chat_template"] = actor.chat_template
-    elif getattr(actor, "chat_template_name", None) is not None:
-        from torchrl.data.llm.history import _CHAT_TEMPLATES
-
-        kwargs["chat_template"] = _CHAT_TEMPLATES[actor.chat_template_name]
-    return kwargs
-
-
 def _prompt_assistant_masks(
     actor, records: TensorDictBase, rows: list[int], prompts: list[torch.Tensor]
 ) -> list[torch.Tensor | None]:
     """The assistant mask of each row's last prompt (``None`` where the template does not give its ids)."""
     history = records.get(HISTORY_FULL)[torch.tensor(rows)]
-    conversations = [[m for m in row if m["role"] != "<none>"] for row in history.tolist(tolist_first=True)]
+    conversations = chat_dicts(history)
     out: list[torch.Tensor | None] = [None] * len(rows)
     usable = [k for k, c in enumerate(conversations) if c and c[-1]["role"] == "assistant"]
     if not usable:
@@ -201,7 +188,8 @@ def _prompt_assistant_masks(
         add_generation_prompt=True,
         return_assistant_tokens_mask=True,
         return_dict=True,
-        **_template_kwargs(actor),
+        tokenize=True,
+        chat_template=resolved_chat_template(actor),
     )
     for k, ids, amask in zip(usable, enc["input_ids"], enc["assistant_masks"]):
         ids = torch.as_tensor(ids, dtype=torch.long)

@@ -39,9 +39,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
-from ..diagnostics.kv_prefix import _forward_kwargs, _prefix_mask, _prefix_passes, _select_cache
+from ..diagnostics.kv_prefix import _forward_kwargs, _row_prefix_cache
 from ..diagnostics.tree_scoring import tree_supported
+from .token_distribution import supports_logits_to_keep
 
 __all__ = ["prefix_groups", "shared_prefix_logits", "shared_prefix_supported"]
 
@@ -120,66 +122,39 @@ def shared_prefix_logits(
     tokens = [t.to(torch.long).cpu() for t in tokens]
     groups, firsts = prefix_groups(tokens, masks)
     rows = [r for r, g in enumerate(groups) if g >= 0]
-    pieces: list[torch.Tensor] = []
-    vocab = dtype = None
+    by_row: dict[int, torch.Tensor] = {}
+    vocab, dtype = int(model.config.vocab_size), next(model.parameters()).dtype
     if rows:
-        num_groups = max(groups) + 1
-        first_row = {}
+        contexts: list[torch.Tensor | None] = [None] * (max(groups) + 1)
         for r in rows:
-            first_row.setdefault(groups[r], r)
-        contexts = [tokens[first_row[g]][: firsts[first_row[g]]] for g in range(num_groups)]
-        cache_name, has_logits_to_keep = _forward_kwargs(model)
-        # one pass over all the prompts (a loss mini-batch holds a few dozen at most)
-        cols, lens, base, last_tok = next(
-            iter(_prefix_passes(model, contexts, num_groups, has_logits_to_keep, cache_name))
-        )
-        slot = torch.empty(num_groups, dtype=torch.long)
-        slot[cols] = torch.arange(cols.numel())
-        row_slot = slot[torch.tensor([groups[r] for r in rows])].to(device)
+            contexts[groups[r]] = tokens[r][: firsts[r]]
+        cache, prefix_mask, row_lens = _row_prefix_cache(model, contexts, [groups[r] for r in rows])
         # each row's rest: its prompt's last token, then everything from its first trained token on
-        rest = [torch.cat([tokens[r][firsts[r] - 1 : firsts[r]], tokens[r][firsts[r] :]]) for r in rows]
-        width = max(t.numel() for t in rest)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        valid = torch.zeros(len(rows), width, dtype=torch.long)
-        for k, t in enumerate(rest):
-            ids[k, : t.numel()] = t
-            valid[k, : t.numel()] = 1
-        row_lens = lens[row_slot]
+        # (rest column j scores token firsts[r] + j)
+        rest = [tokens[r][firsts[r] - 1 :] for r in rows]
+        trained = [torch.nonzero(masks[r][firsts[r] :]).reshape(-1) for r in rows]
+        ids = pad_sequence(rest, batch_first=True).to(device)
+        width = ids.shape[1]
+        valid = (torch.arange(width).unsqueeze(0) < torch.tensor([t.numel() for t in rest]).unsqueeze(1)).long()
         pos = (row_lens - 1).unsqueeze(1) + torch.arange(width, device=device).unsqueeze(0)
         kwargs = dict(model_kwargs)
-        attention = valid.to(device)
-        if base is not None:
-            plen = int(lens.max()) - 1
-            kwargs[cache_name] = _select_cache(base, row_slot, plen)
-            attention = torch.cat([_prefix_mask(row_lens, plen), attention], dim=1)
-        # rest column j scores token firsts[r] + j: keep the columns some row needs
-        need = torch.zeros(width, dtype=torch.bool)
-        for k, r in enumerate(rows):
-            need[torch.nonzero(masks[r][firsts[r] :]).reshape(-1)] = True
-        keep = torch.nonzero(need).reshape(-1)
-        if has_logits_to_keep and keep.numel() < width:
+        if cache is not None:
+            kwargs[_forward_kwargs(model)[0]] = cache
+        attention = torch.cat([prefix_mask, valid.to(device)], dim=1)
+        # the LM head only at the columns some row needs
+        keep = torch.unique(torch.cat(trained))
+        column = torch.arange(width)
+        if supports_logits_to_keep(model) and keep.numel() < width:
             kwargs["logits_to_keep"] = keep.to(device)
             column = torch.full((width,), -1, dtype=torch.long)
             column[keep] = torch.arange(keep.numel())
-        else:
-            column = torch.arange(width)
-        out = model(input_ids=ids.to(device), attention_mask=attention, position_ids=pos, use_cache=True, **kwargs)
-        logits = out["logits"]
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=pos, use_cache=True, **kwargs)["logits"]
         vocab, dtype = logits.shape[-1], logits.dtype
-        by_row = {}
-        for k, r in enumerate(rows):
-            cols_r = column[torch.nonzero(masks[r][firsts[r] :]).reshape(-1)].to(device)
-            by_row[r] = logits[k, cols_r]
-        del out
-    else:
-        by_row = {}
-    if vocab is None:
-        vocab, dtype = int(model.config.vocab_size), next(model.parameters()).dtype
+        by_row = {r: logits[k, column[t].to(device)] for k, (r, t) in enumerate(zip(rows, trained))}
+    pieces: list[torch.Tensor] = []
     for r, mask in enumerate(masks):
-        if bool(mask[0]) if mask.numel() else False:  # position 0: nothing before it scores it
+        if mask.numel() and bool(mask[0]):  # position 0: nothing before it scores it
             pieces.append(torch.zeros(1, vocab, dtype=dtype, device=device))
         if r in by_row:
             pieces.append(by_row[r])
-    if not pieces:
-        return torch.zeros(0, vocab, dtype=dtype, device=device)
-    return torch.cat(pieces, 0)
+    return torch.cat(pieces, 0) if pieces else torch.zeros(0, vocab, dtype=dtype, device=device)

@@ -7,11 +7,9 @@ direct forward over them."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from omegaconf import OmegaConf
+from helpers import algo_objective, grads
 from tensordict import TensorDict, lazy_stack
 from torchrl.data.llm import History
 
@@ -27,7 +25,6 @@ from ragen_torchrl.objectives.logprobs import (
 )
 from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 
-ALGO_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
 REPLIES = ["<think>down</think><answer>Down</answer>", "<answer>Left</answer>", "<answer>Right</answer>"]
 
 
@@ -109,25 +106,13 @@ def test_round_tripping_replies_give_the_retokenized_rows(tiny_model):
         assert torch.equal(gen[i].get(K.MASKS_ASSISTANT), old[i].get(K.MASKS_ASSISTANT)[:-1])
 
 
-def objective(name, model, tok, actor, **overrides):
-    cfg = OmegaConf.load(ALGO_DIR / f"{name}.yaml")
-    cfg.mini_batch_size = 4
-    for k, v in overrides.items():
-        cfg[k] = v
-    return build_objective(cfg, actor, model, tok)
-
-
-def grads(model) -> list[torch.Tensor]:
-    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
-
-
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_round_tripping_replies_give_the_same_losses_and_gradients(tiny_model, name):
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
     runs = {}
     for train_on in ("retokenized", "generated"):
-        obj = objective(name, model, tok, actor, train_on=train_on)
+        obj = algo_objective(name, model, tok, actor, 4, train_on=train_on)[0]
         assert obj.train_on == train_on
         recs = obj.advantage(obj.shape_rewards(scripted_records(tok)))
         beh = compute_behaviour_log_probs(actor, recs, train_on=obj.train_on)

@@ -6,14 +6,11 @@ whole update, and the same trainer run (rollouts and weights) for the same seed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from helpers import TINY_RUN, records
-from omegaconf import OmegaConf
+from helpers import TINY_RUN, algo_objective, grads, records
 
-from ragen_torchrl.objectives import ALGORITHMS, build_objective
+from ragen_torchrl.objectives import ALGORITHMS
 from ragen_torchrl.objectives.logprobs import (
     attach_training_data,
     compute_behaviour_log_probs,
@@ -23,17 +20,9 @@ from ragen_torchrl.objectives.logprobs import (
 )
 from ragen_torchrl.trainer.update import minibatch_plan, optimize, training_batch
 
-ALGO_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
 
-
-def objective(name, model, tok, actor):
-    cfg = OmegaConf.load(ALGO_DIR / f"{name}.yaml")
-    cfg.mini_batch_size = 2
-    return build_objective(cfg, actor, model, tok), cfg
-
-
-def grads(model) -> list[torch.Tensor]:
-    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+def _objective(name, model, tok, actor):
+    return algo_objective(name, model, tok, actor, 2)
 
 
 def test_tokenising_alone_gives_the_wrappers_tokens_and_masks(tiny_model):
@@ -60,7 +49,7 @@ def test_tokenising_alone_gives_the_wrappers_tokens_and_masks(tiny_model):
 def test_loss_and_gradients_equal_the_separate_behaviour_pass(tiny_model, name):
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    obj, _ = objective(name, model, tok, actor)
+    obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(records()))
     old = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
     new = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs, skip=torch.arange(4))))
@@ -88,7 +77,7 @@ def test_outside_the_block_the_skipped_rows_are_not_trusted(tiny_model):
     # NaN behaviour log-probs take their tokens out of the loss: nothing made up is trained on
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    obj, _ = objective("grpo", model, tok, actor)
+    obj, _ = _objective("grpo", model, tok, actor)
     recs = obj.advantage(records())
     batch = attach_training_data(recs, compute_behaviour_log_probs(actor, recs, skip=torch.arange(4)))
     out = obj.loss_module(batch)
@@ -103,7 +92,7 @@ def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
     for shortcut in (False, True):
         model, tok = load_tiny(tiny_model_dir)
         actor = make_logprob_policy(model, tok)
-        obj, cfg = objective(name, model, tok, actor)
+        obj, cfg = _objective(name, model, tok, actor)
         optimizer = torch.optim.AdamW(obj.optimizer_param_groups(1e-2), lr=1e-2)
         torch.manual_seed(3)
         recs = obj.shape_rewards(records())
@@ -156,7 +145,7 @@ def test_a_trainer_iteration_is_the_same_with_and_without_the_shortcut(ragen_cac
 def test_scoring_stored_tokens_equals_the_wrappers_history_path(tiny_model, name):
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    obj, _ = objective(name, model, tok, actor)
+    obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(records()))
     batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
 
@@ -221,7 +210,7 @@ def test_logits_at_the_assistant_positions_only_give_the_same_loss_gradients_and
     """compact_logits (the LM head only where a row has an assistant token) vs logits everywhere."""
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    obj, _ = objective(name, model, tok, actor)
+    obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(records()))
     batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
     runs = {}

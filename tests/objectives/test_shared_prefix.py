@@ -7,22 +7,22 @@ reading fewer tokens."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from omegaconf import OmegaConf
+from helpers import algo_objective, grads
 from tensordict import TensorDict
 from torchrl.data.llm import History
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ragen_torchrl.objectives import ALGORITHMS, build_objective
+from ragen_torchrl.objectives import ALGORITHMS
 from ragen_torchrl.objectives.logprobs import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
 from ragen_torchrl.objectives.shared_prefix import prefix_groups, shared_prefix_logits, shared_prefix_supported
 from ragen_torchrl.objectives.token_distribution import masked_position_logits
 from ragen_torchrl.trainer.update import minibatch_plan, optimize, scores_shared_prefixes, training_batch
 
-ALGO_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
+
+def _objective(name, model, tok, actor, **overrides):
+    return algo_objective(name, model, tok, actor, 4, **overrides)
 
 
 def small_model(vocab: int = 40) -> Qwen2ForCausalLM:
@@ -193,23 +193,11 @@ def grouped_records():
     return recs
 
 
-def objective(name, model, tok, actor, **overrides):
-    cfg = OmegaConf.load(ALGO_DIR / f"{name}.yaml")
-    cfg.mini_batch_size = 4
-    for k, v in overrides.items():
-        cfg[k] = v
-    return build_objective(cfg, actor, model, tok), cfg
-
-
-def grads(model) -> list[torch.Tensor]:
-    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
-
-
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_every_loss_gives_the_same_terms_gradients_and_metrics(tiny_model, name):
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    obj, _ = objective(name, model, tok, actor)
+    obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(grouped_records()))
     batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
     runs = {}
@@ -250,7 +238,7 @@ def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
     for shared in (False, True):
         model, tok = load_tiny(tiny_model_dir)
         actor = make_logprob_policy(model, tok)
-        obj, cfg = objective(name, model, tok, actor, shared_prefix=shared)
+        obj, cfg = _objective(name, model, tok, actor, shared_prefix=shared)
         assert scores_shared_prefixes(obj.loss_module) is shared
         optimizer = torch.optim.SGD(obj.optimizer_param_groups(1e-2), lr=1e-2)
         torch.manual_seed(3)
@@ -267,9 +255,9 @@ def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
 def test_the_config_switch(tiny_model):
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    assert objective("grpo", model, tok, actor)[0].loss_module.shared_prefix is True
-    assert objective("gspo", model, tok, actor, shared_prefix=False)[0].loss_module.shared_prefix is False
+    assert _objective("grpo", model, tok, actor)[0].loss_module.shared_prefix is True
+    assert _objective("gspo", model, tok, actor, shared_prefix=False)[0].loss_module.shared_prefix is False
     with pytest.raises(ValueError, match="algo.shared_prefix must be true or false"):
-        objective("grpo", model, tok, actor, shared_prefix="yes")
-    ppo = objective("ppo", model, tok, actor, critic="head")[0].loss_module
+        _objective("grpo", model, tok, actor, shared_prefix="yes")
+    ppo = _objective("ppo", model, tok, actor, critic="head")[0].loss_module
     assert not scores_shared_prefixes(ppo)  # the value head reads every position: the full pass
