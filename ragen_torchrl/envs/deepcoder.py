@@ -9,8 +9,10 @@ limits, no network, no environment variables, an empty temporary directory); the
 are compared in the trainer's process.
 
 Rule followed (RAGEN-2, arXiv 2604.06268; the RAGEN reference's ``DeepCoder`` env):
-reward = the fraction of **hidden** tests passed (public tests are shown and never counted;
-the reference scores all of a record's tests, having no split); ``success`` when all pass;
+reward = 1.0 when every **hidden** test passes, else 0.0 (``reward="binary"``, the
+reference's; ``reward="fraction"`` pays the fraction passed). Public tests are shown and
+never counted, nor are hidden tests that repeat them (dropped on load, with a log line; the
+reference scores all of a record's tests, having no split); ``success`` when all pass;
 one turn (``max_turn: 1``, the reference's setting). ``max_turn > 1`` turns on feedback
 turns: an answer that fails a public test is answered with that test's verdict and the
 episode goes on; an answer that passes them (or the last one) is graded on the hidden tests.
@@ -61,8 +63,8 @@ from ..validation import check_bool, check_choice, check_int, check_number
 from .games.base import TextGame
 from .games.deepcoder import DeepCoderGame
 from .games.deepcoder_data import CodingProblem, load_coding_problems, shipped_problems
-from .games.deepcoder_grading import Grader
-from .games.sandbox import ISOLATIONS, Sandbox, SandboxLimits
+from .games.deepcoder_grading import REWARDS, Grader, dedupe_hidden_tests
+from .games.sandbox import ISOLATIONS, MAX_MEMORY_MB, MAX_OUTPUT_BYTES, Sandbox, SandboxLimits
 from .messages import history_messages
 from .parsing import MAX_REPLY_CHARS
 from .splits import check_data_paths, check_val_fraction, data_pools, file_stamp, level_split
@@ -76,11 +78,15 @@ SYSTEM_FORMAT = "Reply <think>reasoning</think><answer>```python\nyour code\n```
 @functools.lru_cache(maxsize=8)
 def _load(path: str, stamp: tuple[int, int] | None, num_public: int, limit: int | None) -> tuple[CodingProblem, ...]:
     # cached: the trainer builds a training and a validation env from the same config
-    return tuple(load_coding_problems(path, num_public=num_public, limit=limit))
+    problems = dedupe_hidden_tests(load_coding_problems(path, num_public=num_public, limit=limit), source=path)
+    if not problems:
+        raise ValueError(f"{path}: no problem has a hidden test that is not also a shown example")
+    return tuple(problems)
 
 
 def load_problems(path: str | os.PathLike, num_public: int = 1, limit: int | None = None) -> tuple[CodingProblem, ...]:
-    """Coding problems of a file (cached per path and modification time).
+    """Coding problems of a file (cached per path and modification time); hidden tests that
+    repeat a shown example are dropped (:func:`dedupe_hidden_tests`).
 
     Raises:
         ValueError: missing file or malformed record (names the file, the line and the field).
@@ -108,8 +114,9 @@ class DeepCoderEnv(TextGameEnv):
         num_public: tests shown as examples when a record has no explicit public/hidden split.
         limit: keep at most this many records of each file.
         timeout_s, memory_mb, max_output_bytes: per-run sandbox limits (:class:`SandboxLimits`).
-        isolation: ``"auto"``, ``"namespace"`` or ``"process"`` (:class:`Sandbox`).
-        workers: threads grading a step's programs in parallel.
+        isolation: ``"auto"``, ``"bwrap"`` or ``"weak"`` (:class:`Sandbox`).
+        workers: threads grading a step's programs in parallel (at most 256).
+        reward: ``"binary"`` (1.0 when every hidden test passes) or ``"fraction"``.
         skip_after_timeout: a submission's remaining tests fail after its first timeout.
         **kwargs: turn/action limits and format penalty of :class:`TextGameEnv` (defaults:
             ``max_turn=1``, ``max_actions_per_turn=1``, ``max_actions_per_traj=max_turn``).
@@ -135,6 +142,7 @@ class DeepCoderEnv(TextGameEnv):
         isolation: str = "auto",
         workers: int = 4,
         skip_after_timeout: bool = True,
+        reward: str = "binary",
         **kwargs: Any,
     ) -> None:
         data_path, val_data_path = check_data_paths(data_path, val_data_path)
@@ -144,7 +152,10 @@ class DeepCoderEnv(TextGameEnv):
             check_int("limit", limit, minimum=1, expected="a positive integer or null")
         check_number("timeout_s", timeout_s, minimum=0.01, maximum=600)
         check_choice("isolation", isolation, ISOLATIONS)
-        check_int("workers", workers, minimum=1)
+        check_choice("reward", reward, REWARDS)
+        check_int("memory_mb", memory_mb, minimum=64, maximum=MAX_MEMORY_MB)
+        check_int("max_output_bytes", max_output_bytes, minimum=1, maximum=MAX_OUTPUT_BYTES)
+        check_int("workers", workers, minimum=1, maximum=256)
         check_bool("skip_after_timeout", skip_after_timeout)
         kwargs.setdefault("max_turn", 1)
         kwargs.setdefault("max_actions_per_turn", 1)
@@ -168,7 +179,7 @@ class DeepCoderEnv(TextGameEnv):
         def factory(level_seed: int, sample: int) -> DeepCoderGame:
             # deterministic grading: the sample seed is not needed
             pool = pools[level_split(level_seed)]
-            return DeepCoderGame(pool[int(level_seed) % len(pool)], grader, max_attempts=max_attempts)
+            return DeepCoderGame(pool[int(level_seed) % len(pool)], grader, max_attempts=max_attempts, reward=reward)
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
@@ -233,7 +244,7 @@ def _answer_text(reply: str) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _shipped_pools(val_fraction: float) -> dict[str, tuple[CodingProblem, ...]]:
-    problems = shipped_problems()
+    problems = dedupe_hidden_tests(shipped_problems(), source="<shipped>")
     pools = data_pools(lambda _: problems, "<shipped>", None, lambda p: p.key, val_fraction)
     assert pools is not None
     return pools

@@ -76,12 +76,14 @@ def test_oracle_partial_and_wrong_replies():
     assert nxt["history", "prompt"][0].content[-1].startswith("All ")
 
 
-def test_sum_of_list_partial_reward_through_the_env():
-    env = DeepCoderEnv(num_envs=1)
+@pytest.mark.parametrize("reward,expected", [("binary", 0.0), ("fraction", 0.25), (None, 0.0)])
+def test_sum_of_list_reward_through_the_env(reward, expected):
+    # printing 0 passes 1 of sum_of_list's 4 hidden tests (sums -5, 150, 0, 2000000000)
+    env = DeepCoderEnv(num_envs=1) if reward is None else DeepCoderEnv(num_envs=1, reward=reward)
     seed = next(s for s in range(200) if env.game_factory(s, 0).problem.problem_id == "sum_of_list")
     td = reset(env, [seed])
     nxt = step(env, td, [env.format_reply("zero", ["print(0)"])])
-    assert nxt["reward"].item() == 0.25 and not nxt["success"].item()
+    assert nxt["reward"].item() == expected and not nxt["success"].item()
 
 
 def test_malformed_replies_get_the_format_penalty_and_change_nothing():
@@ -143,7 +145,7 @@ def test_feedback_turns_through_the_env():
 
 def test_data_files_and_split(tmp_path):
     recs = [
-        {"prompt": f"Print {i}.", "tests": [{"input": "", "output": f"{i}\n"}] * 3, "solution": f"print({i})"}
+        {"prompt": f"Print {i}.", "tests": [{"input": x, "output": f"{i}\n"} for x in "abc"], "solution": f"print({i})"}
         for i in range(20)
     ]
     path = tmp_path / "train.jsonl"
@@ -167,8 +169,13 @@ def test_data_files_and_split(tmp_path):
         ({"num_public": -1}, "num_public"),
         ({"timeout_s": 0}, "timeout_s"),
         ({"memory_mb": 8}, "memory_mb"),
+        ({"memory_mb": 1 << 20}, r"memory_mb must be an int in \[64, 65536\], got 1048576"),
+        ({"max_output_bytes": 1 << 30}, "max_output_bytes"),
         ({"isolation": "vm"}, "isolation"),
+        ({"isolation": "process"}, "isolation"),
         ({"workers": 0}, "workers"),
+        ({"workers": 10_000}, "workers"),
+        ({"reward": "partial"}, "reward"),
         ({"skip_after_timeout": 1}, "skip_after_timeout"),
         ({"max_turn": 0}, "max_turn"),
         ({"limit": 0}, "limit"),

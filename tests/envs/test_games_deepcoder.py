@@ -65,11 +65,18 @@ def test_value_comparison_hand_cases():
 
 
 # ----------------------------------------------------------------------------- rewards
-def test_reward_is_the_fraction_of_hidden_tests(grader):
-    # sum_of_list's hidden sums are -5, 150, 0, 2000000000: printing 0 passes exactly one
+def test_reward_is_binary_by_default_and_the_fraction_on_request(grader):
+    # sum_of_list's hidden sums are -5, 150, 0, 2000000000: printing 0 passes exactly one of 4
     game = DeepCoderGame(shipped("sum_of_list"), grader)
     reward, done, info = game.step("print(0)")
-    assert (reward, done, info["success"], info["passed"], info["total"]) == (0.25, True, False, 1, 4)
+    assert (reward, done, info["success"], info["passed"], info["total"]) == (0.0, True, False, 1, 4)
+    assert DeepCoderGame(shipped("sum_of_list"), grader, reward="fraction").step("print(0)")[0] == 0.25
+    game = DeepCoderGame(shipped("sum_of_list"), grader)
+    assert game.step(game.oracle_action())[0] == 1.0
+    with pytest.raises(ValueError, match="reward"):
+        DeepCoderGame(shipped("sum_of_list"), grader, reward="partial")
+    game = DeepCoderGame(shipped("sum_of_list"), grader, reward="fraction")
+    game.step("print(0)")
     assert game.render_text() == "Passed 1 of 4 hidden tests."
     assert game.step("print(0)") == (0.0, True, {"success": False, "action_is_effective": False})
 
@@ -83,6 +90,8 @@ def test_public_tests_do_not_count(grader):
 def test_function_problem_rewards(grader):
     game = DeepCoderGame(shipped("add"), grader)
     # hidden: add(0,0)=0, add(-5,5)=0, add(100,23)=123, add(7,-9)=-2; returning 0 passes two
+    assert game.step("```python\ndef add(a, b):\n    return 0\n```")[0] == 0.0
+    game = DeepCoderGame(shipped("add"), grader, reward="fraction")
     assert game.step("```python\ndef add(a, b):\n    return 0\n```")[0] == 0.5
     game = DeepCoderGame(shipped("max_profit"), grader)
     reward, done, info = game.step(game.oracle_action())
@@ -106,7 +115,7 @@ def test_feedback_turns_use_public_tests(grader):
     reward, done, info = game.step("print(6)")  # passes the example: submitted, graded on hidden
     assert (reward, done, info["submitted"]) == (0.0, True, True)
     # a last attempt is graded on the hidden tests even when it fails the examples
-    game = DeepCoderGame(shipped("sum_of_list"), grader, max_attempts=2)
+    game = DeepCoderGame(shipped("sum_of_list"), grader, max_attempts=2, reward="fraction")
     game.step("print(1)")
     reward, done, info = game.step("print(0)")
     assert (reward, done, info["submitted"]) == (0.25, True, True)

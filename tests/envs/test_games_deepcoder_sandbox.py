@@ -1,7 +1,7 @@
 """Hostile programs cannot escape the DeepCoder sandbox or stall training.
 
-Every test runs under each available isolation (namespaces where ``unshare`` works, and the
-plain-process fallback), with 1 s limits, in its own ``tmp_root``; an autouse fixture checks
+Every test runs under each available isolation (the kernel sandbox, ``bwrap``, where it works,
+and the audit-hook fallback, ``weak``, whose hook blocks these plain attempts), with 1 s limits, in its own ``tmp_root``; an autouse fixture checks
 that no child process and no file is left behind.
 """
 
@@ -18,9 +18,10 @@ import pytest
 
 from ragen_torchrl.envs.games.deepcoder_data import CodingProblem, TestCase
 from ragen_torchrl.envs.games.deepcoder_grading import Grader
-from ragen_torchrl.envs.games.sandbox import Sandbox, SandboxLimits, namespaces_available
+from ragen_torchrl.envs.games.sandbox import Sandbox, SandboxLimits, bwrap_available
 
-ISOLATIONS = ["process"] + (["namespace"] if namespaces_available() else [])
+ISOLATIONS = ["weak"] + (["bwrap"] if bwrap_available() else [])
+pytestmark = pytest.mark.filterwarnings("ignore:DeepCoder sandbox. isolation=weak")
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=1 << 16)
 
 
@@ -57,11 +58,11 @@ def test_stdlib_imports_work(box):
     assert box.run_script(code).stdout == "ok\n"
 
 
-def test_namespace_isolation_is_used_where_available():
-    assert Sandbox().isolation == ("namespace" if namespaces_available() else "process")
-    if not namespaces_available():
-        with pytest.raises(RuntimeError, match="namespace"):
-            Sandbox(isolation="namespace")
+def test_kernel_isolation_is_used_where_available():
+    assert Sandbox().isolation == ("bwrap" if bwrap_available() else "weak")
+    if not bwrap_available():
+        with pytest.raises(RuntimeError, match="bwrap"):
+            Sandbox(isolation="bwrap")
 
 
 def test_bad_limits_and_options_are_value_errors():

@@ -7,10 +7,13 @@ program; :func:`extract_code` never raises.
 
 Rules (RAGEN-2, arXiv 2604.06268; the RAGEN reference's DeepCoder env, itself after rllm):
 
-* **reward = the fraction of hidden tests passed** by the final submission; public tests
-  never count (they are shown, so counting them would pay for hard-coding the examples).
-  The reference has no public/hidden split and scores all tests of a record; with this
-  package's loaders the record's tests are split (see
+* **reward** of the final submission: ``reward="binary"`` (default, the reference's): 1.0
+  when every hidden test passes, else 0.0; ``reward="fraction"``: the fraction of hidden
+  tests passed. Public tests never count (they are shown, so counting them would pay for
+  hard-coding the examples), nor do hidden tests that repeat them
+  (:func:`~ragen_torchrl.envs.games.deepcoder_grading.dedupe_hidden_tests`, applied where
+  the env loads problems). The reference has no public/hidden split and scores all tests of
+  a record; with this package's loaders the record's tests are split (see
   :mod:`~ragen_torchrl.envs.games.deepcoder_data`), and ``success`` means every hidden test
   passed;
 * **turns**: the reference is single-turn (``max_turn: 1``): the answer is graded at once.
@@ -41,7 +44,8 @@ from typing import Any
 
 from ragen_torchrl.envs.games.base import TextGame
 from ragen_torchrl.envs.games.deepcoder_data import CodingProblem, TestCase
-from ragen_torchrl.envs.games.deepcoder_grading import Grader, GradeReport
+from ragen_torchrl.envs.games.deepcoder_grading import REWARDS, Grader, GradeReport, reward_of
+from ragen_torchrl.validation import check_choice
 
 __all__ = ["DeepCoderGame", "extract_code", "render_problem"]
 
@@ -129,9 +133,10 @@ def render_problem(problem: CodingProblem) -> str:
 class DeepCoderGame(TextGame):
     """One coding problem, up to ``max_attempts`` answers (see the module docstring).
 
-    ``info`` of a step adds ``passed`` and ``total`` (hidden tests, on a graded submission;
-    public tests on a feedback turn) and ``submitted``. ``progress()`` is 1 minus the best
-    hidden fraction so far (lower is closer).
+    ``reward``: ``"binary"`` (1.0 when every hidden test passes, the reference) or
+    ``"fraction"`` (of hidden tests passed). ``info`` of a step adds ``passed`` and
+    ``total`` (hidden tests, on a graded submission; public tests on a feedback turn) and
+    ``submitted``. ``progress()`` is 1 minus the best hidden fraction so far (lower is closer).
 
     Example:
         >>> p = CodingProblem("Echo.", (TestCase("a\\n", "a\\n"),), (TestCase("b\\n", "b\\n"),))
@@ -143,16 +148,19 @@ class DeepCoderGame(TextGame):
     action_names = None
     instructions = (
         "You are solving a coding task. Write a complete Python program (or the requested function) "
-        "inside the answer, in a ```python code block. It is run on hidden tests; the reward is the "
-        "fraction of them it passes."
+        "inside the answer, in a ```python code block. It is run on hidden tests and rewarded when it "
+        "passes them."
     )
 
-    def __init__(self, problem: CodingProblem, grader: Grader | None = None, max_attempts: int = 1) -> None:
+    def __init__(
+        self, problem: CodingProblem, grader: Grader | None = None, max_attempts: int = 1, reward: str = "binary"
+    ) -> None:
         if not isinstance(problem, CodingProblem) or not problem.hidden_tests:
             raise ValueError("DeepCoderGame needs a CodingProblem with hidden tests")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
         self.problem = problem
+        self.reward = check_choice("reward", reward, REWARDS)
         self.grader = grader
         self.max_attempts = max_attempts
         self.attempt = 0
@@ -201,7 +209,7 @@ class DeepCoderGame(TextGame):
         self._best = max(self._best, report.fraction)
         self._message = self._verdict(report)
         info = {"success": self._success, "action_is_effective": effective, "submitted": True}
-        return report.fraction, True, {**info, "passed": report.passed, "total": report.total}
+        return reward_of(report, self.reward), True, {**info, "passed": report.passed, "total": report.total}
 
     def _feedback(self, report: GradeReport) -> str:
         lines = [f"Your program passed {report.passed} of {report.total} example tests. Fix it and answer again."]

@@ -31,8 +31,10 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,7 +46,21 @@ from ragen_torchrl.validation import check_bool, check_int
 from .deepcoder_data import CodingProblem, TestCase
 from .sandbox import RunResult, Sandbox
 
-__all__ = ["Grader", "GradeReport", "TestOutcome", "stdout_matches", "value_matches"]
+__all__ = [
+    "Grader",
+    "GradeReport",
+    "TestOutcome",
+    "stdout_matches",
+    "value_matches",
+    "drop_shown_tests",
+    "dedupe_hidden_tests",
+    "REWARDS",
+    "reward_of",
+]
+
+log = logging.getLogger(__name__)
+#: ``reward`` options: 1.0 when every hidden test passes (the reference), or the fraction passed
+REWARDS = ("binary", "fraction")
 
 #: characters of a got/expected text quoted in feedback
 QUOTE_CHARS = 200
@@ -82,6 +98,80 @@ def value_matches(got: Any, expected: Any) -> bool:
         return isinstance(expected, list) and len(expected) == 1 and _canon(got) == _canon(expected[0])
     except (TypeError, ValueError):
         return False
+
+
+def _test_key(problem: CodingProblem, test: TestCase) -> str:
+    if problem.fn_name is None:
+        return "stdin:" + _norm_text(test.input)
+    try:
+        return "call:" + _canon(test.input)
+    except (TypeError, ValueError):
+        return "call-repr:" + repr(test.input)
+
+
+def drop_shown_tests(problem: CodingProblem) -> tuple[CodingProblem | None, int]:
+    """``problem`` without the hidden tests whose input is a shown (public) test's input, and
+    how many were dropped; ``None`` when no hidden test is left. A hidden test that repeats an
+    example pays a program that prints the example's output (common in TACO/APPS records);
+    inputs are compared as the grader compares outputs (stdin text line-wise ``rstrip``-ed,
+    arguments by canonical JSON).
+
+    Example:
+        >>> p = CodingProblem("Echo.", (TestCase("a\\n", "a\\n"),), (TestCase("a \\n", "a\\n"), TestCase("b", "b")))
+        >>> q, dropped = drop_shown_tests(p)
+        >>> [t.input for t in q.hidden_tests], dropped
+        (['b'], 1)
+    """
+    shown = {_test_key(problem, t) for t in problem.public_tests}
+    kept = tuple(t for t in problem.hidden_tests if _test_key(problem, t) not in shown)
+    dropped = len(problem.hidden_tests) - len(kept)
+    if not dropped:
+        return problem, 0
+    return (dataclasses.replace(problem, hidden_tests=kept) if kept else None), dropped
+
+
+def dedupe_hidden_tests(problems: Iterable[CodingProblem], source: str = "") -> list[CodingProblem]:
+    """:func:`drop_shown_tests` on every problem; problems left without hidden tests are
+    dropped; both counts are logged.
+
+    Example:
+        >>> p = CodingProblem("Echo.", (TestCase("a", "a"),), (TestCase("a", "a"),))
+        >>> dedupe_hidden_tests([p])
+        []
+    """
+    out, tests, gone = [], 0, 0
+    for problem in problems:
+        kept, dropped = drop_shown_tests(problem)
+        tests += dropped
+        if kept is None:
+            gone += 1
+        else:
+            out.append(kept)
+    if tests:
+        log.warning(
+            "DeepCoder data%s: %d hidden tests repeat a shown example and are not counted as hidden; "
+            "%d problems had no other hidden test and were dropped",
+            f" {source}" if source else "",
+            tests,
+            gone,
+        )
+    return out
+
+
+def reward_of(report: "GradeReport", reward: str = "binary") -> float:
+    """The reward of a graded submission: ``"binary"`` (the reference: 1.0 when every test
+    passes, else 0.0) or ``"fraction"`` (the share of tests passed).
+
+    Example:
+        >>> r = GradeReport((TestOutcome(True, "ok"), TestOutcome(True, "ok"), TestOutcome(False, "error")))
+        >>> reward_of(r), reward_of(r, "fraction")
+        (0.0, 0.6666666666666666)
+    """
+    if reward == "binary":
+        return 1.0 if report.all_passed else 0.0
+    if reward == "fraction":
+        return report.fraction
+    raise ValueError(f"reward must be one of {list(REWARDS)}, got {reward!r}")
 
 
 @dataclass(frozen=True)

