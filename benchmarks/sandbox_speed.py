@@ -10,10 +10,10 @@ default is 2 threads, one per core of the reference CPU box):
 * ``bare python``: ``subprocess.run([sys.executable, "-c", PROGRAM])`` (site-packages
   loaded, no limits): what a naive harness pays;
 * ``bare python -I -S``: the same interpreter flags as the sandbox, no limits;
-* ``sandbox process``: :class:`~ragen_torchrl.envs.games.sandbox.Sandbox` without namespaces
-  (limits, audit hook, temp dir, session kill, capped reads);
-* ``sandbox namespace``: the default where ``unshare`` works (adds user, network and PID
-  namespaces).
+* ``sandbox weak``: :class:`~ragen_torchrl.envs.games.sandbox.Sandbox` with the audit-hook
+  fallback (limits, audit hook, temp dir, session kill, capped reads; ``unshare`` namespaces
+  where they work);
+* ``sandbox bwrap``: the kernel sandbox, the default where ``bwrap`` works.
 
 The last column is the overhead ratio (seconds per execution / those of ``bare python``,
 and of ``bare python -I -S``). Then the grading rate of whole submissions: the shipped
@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ragen_torchrl.envs.games.deepcoder import extract_code
 from ragen_torchrl.envs.games.deepcoder_data import shipped_problems
 from ragen_torchrl.envs.games.deepcoder_grading import Grader
-from ragen_torchrl.envs.games.sandbox import Sandbox, namespaces_available
+from ragen_torchrl.envs.games.sandbox import Sandbox, bwrap_available
 
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)"
 STDIN = "2 3\n"
@@ -85,9 +85,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     rows = [("bare python", bare(())), ("bare python -I -S", bare(("-I", "-S")))]
-    rows.append(("sandbox process", sandboxed("process")))
-    if namespaces_available():
-        rows.append(("sandbox namespace", sandboxed("namespace")))
+    rows.append(("sandbox weak", sandboxed("weak")))
+    if bwrap_available():
+        rows.append(("sandbox bwrap", sandboxed("bwrap")))
     results = {name: rate(fn, args.seconds, args.workers) for name, fn in rows}
     base, base_is = results["bare python"][0], results["bare python -I -S"][0]
     print(f"executions/s with {args.workers} worker threads, {args.seconds:.1f} s each")

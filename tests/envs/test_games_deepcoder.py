@@ -16,7 +16,13 @@ from ragen_torchrl.envs.games.deepcoder_data import (
     problem_from_record,
     shipped_problems,
 )
-from ragen_torchrl.envs.games.deepcoder_grading import Grader, stdout_matches, value_matches
+from ragen_torchrl.envs.games.deepcoder_grading import (
+    Grader,
+    dedupe_hidden_tests,
+    drop_shown_tests,
+    stdout_matches,
+    value_matches,
+)
 from ragen_torchrl.envs.games.sandbox import Sandbox, SandboxLimits
 
 
@@ -279,3 +285,32 @@ def test_problem_from_record_keeps_ids_and_solutions():
     rec = {"id": "p1", "prompt": "x", "tests": [{"input": "1\n", "output": "1\n"}] * 2, "solution": "print(1)"}
     p = problem_from_record(rec, "here")
     assert (p.problem_id, p.solution) == ("p1", "print(1)")
+
+
+def test_printing_the_shown_example_scores_zero_when_hidden_tests_repeat_it(grader):
+    # TACO/APPS records often repeat the example among the hidden tests: that copy is not hidden
+    example = TestCase("1 2\n", "3\n")
+    p = CodingProblem("Add two numbers.", (example,), (TestCase("1 2 \n", "3\n"), TestCase("5 5\n", "10\n")))
+    copier = "print(3)"
+    assert DeepCoderGame(p, grader, reward="fraction").step(copier)[0] == 0.5  # without the dedupe
+    (deduped,) = dedupe_hidden_tests([p])
+    assert [t.input for t in deduped.hidden_tests] == ["5 5\n"]
+    assert DeepCoderGame(deduped, grader, reward="fraction").step(copier)[0] == 0.0
+    assert DeepCoderGame(deduped, grader).step("print(sum(map(int, input().split())))")[0] == 1.0
+    # a problem whose every hidden test is a shown one is dropped (nothing left to grade)
+    assert dedupe_hidden_tests([CodingProblem("Echo.", (example,), (example,))]) == []
+    fn = CodingProblem("Add.", (TestCase([1, 2], 3),), (TestCase([1, 2], 3), TestCase([2, 2], 4)), fn_name="add")
+    assert drop_shown_tests(fn)[1] == 1
+
+
+def test_env_drops_repeated_examples_on_load(tmp_path, caplog):
+    from ragen_torchrl.envs.deepcoder import DeepCoderEnv
+
+    rec = {"prompt": "Print 3.", "public_tests": [{"input": "x", "output": "3"}]}
+    rec["hidden_tests"] = [{"input": "x", "output": "3"}, {"input": "y", "output": "4"}]
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "prompt": "Print 4."}) + "\n")
+    with caplog.at_level("WARNING"):
+        env = DeepCoderEnv(num_envs=1, data_path=str(path), val_fraction=0.0)
+    assert all(len(p.hidden_tests) == 1 for p in env.problems["train"])
+    assert "2 hidden tests repeat a shown example" in caplog.text
