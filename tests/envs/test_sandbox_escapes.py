@@ -119,7 +119,9 @@ def _modes():
     elif os.environ.get("RAGEN_REQUIRE_BWRAP") == "1":
         out.append(pytest.param("bwrap", id="bwrap"))  # fails in the fixture, naming the reason
     else:
-        out.append(pytest.param("bwrap", id="bwrap", marks=pytest.mark.skip(reason=f"no kernel sandbox: {WHY_NO_BWRAP}")))
+        out.append(
+            pytest.param("bwrap", id="bwrap", marks=pytest.mark.skip(reason=f"no kernel sandbox: {WHY_NO_BWRAP}"))
+        )
     return out
 
 
