@@ -9,6 +9,19 @@ environments): the answer is split on ``||`` (empty pieces dropped), only the fi
 turn is penalised when any kept piece is invalid. An invalid piece therefore uses up a
 slot: ``"Fly || Up || Left"`` with ``max_actions=2`` executes ``Up`` only, with the penalty.
 
+Reply formats (:data:`REPLY_FORMATS`, ``env.reply_format``):
+
+- ``strict`` (default, the RAGEN reference): the reply, read as if generation was primed with
+  ``<think>`` (the tag is put in front unless the reply starts with it), must contain
+  ``<think>…</think>`` followed by **only whitespace** and then ``<answer>…</answer>``; it is
+  the reference's ``re.search(r"<think>(.*?)</think>\\s*<answer>(.*?)</answer>", …)``. Text
+  before the think block or after ``</answer>`` is allowed. The reference's special tokens
+  (``<think>``, ``</think>``, ``<answer>``, ``</answer>``, ``<|im_start|>``, ``<|im_end|>``)
+  are removed from the think and answer texts, so ``<answer><answer>Up</answer>`` reads ``Up``.
+- ``lenient``: any ``<answer>…</answer>`` after the first ``</think>`` counts, whatever text lies
+  between them (``<think>go</think> I go left. <answer>Left</answer>`` runs ``Left``); tags
+  inside the answer are kept (and make the action invalid).
+
 Example:
     >>> r = parse_response("<think>go right</think><answer>Right || up</answer>",
     ...                    action_names=("Left", "Down", "Right", "Up"), max_actions=2)
@@ -18,6 +31,9 @@ Example:
     ...                    action_names=("Left", "Down", "Right", "Up"), max_actions=2)
     >>> r.actions, r.num_invalid, r.penalised
     (['Up'], 1, True)
+    >>> text = "<think>go</think> I will go left. <answer>Left</answer>"
+    >>> parse_response(text, ("Left",)).is_valid, parse_response(text, ("Left",), reply_format="lenient").actions
+    (False, ['Left'])
 """
 
 from __future__ import annotations
@@ -39,6 +55,15 @@ INT_CLAMP = 10**MAX_INT_DIGITS
 #: the reasoning block of a reply; the one pattern every parser and diagnostic uses
 THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+#: the reference's join of the two blocks: ``</think>``, whitespace only, ``<answer>``
+_THINK_ANSWER_JOIN_RE = re.compile(r"</think>\s*<answer>")
+
+#: ``strict``: the RAGEN reference's reply format (only whitespace between ``</think>`` and
+#: ``<answer>``); ``lenient``: any answer block after the think block
+REPLY_FORMATS = ("strict", "lenient")
+
+#: removed from the think and answer texts in the strict format (RAGEN reference's list)
+SPECIAL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
 
 
 @dataclass
@@ -49,7 +74,8 @@ class ParsedResponse:
         actions: the valid actions among the first ``max_actions`` action tokens, in
             order and canonical spelling, or the single free-form answer when
             ``action_names`` is ``None``.
-        format_ok: the reply had an ``<answer>`` block (and, when required, a think block).
+        format_ok: the reply had an ``<answer>`` block (and, when required, a think block before
+            it; in the strict format, joined to it by whitespace only).
         think: the reasoning text (stripped), ``""`` when absent.
         answer: the raw text inside ``<answer>``, ``""`` when absent.
         num_invalid: invalid tokens among the first ``max_actions`` (tokens after those
@@ -86,6 +112,7 @@ def parse_response(
     *,
     require_think: bool = True,
     separator: str = "||",
+    reply_format: str = "strict",
 ) -> ParsedResponse:
     """Parse one reply.
 
@@ -98,6 +125,8 @@ def parse_response(
             separators); later tokens are dropped unread.
         require_think: a reply without ``</think>`` is a format error.
         separator: action separator inside ``<answer>``.
+        reply_format: ``"strict"`` (the reference: only whitespace between ``</think>`` and
+            ``<answer>``) or ``"lenient"``; see the module docstring.
 
     Returns:
         :class:`ParsedResponse`; never raises on any string input.
@@ -112,19 +141,61 @@ def parse_response(
         return ParsedResponse()
     if max_actions < 1:
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
+    if reply_format not in REPLY_FORMATS:
+        raise ValueError(f"reply_format must be one of {', '.join(REPLY_FORMATS)}, got {reply_format!r}")
     text = text[:MAX_REPLY_CHARS]
-    if "<think>" not in text and "</think>" in text:
-        text = "<think>" + text  # generation was primed with the opening tag
-    think_m = THINK_RE.search(text)
-    answer_m = _ANSWER_RE.search(text, think_m.end() if think_m else 0)
-    think = think_m.group(1).strip() if think_m else ""
-    if answer_m is None or (require_think and think_m is None):
-        return ParsedResponse(think=think)
-    answer = answer_m.group(1).strip()
+    if reply_format == "strict":
+        blocks = _strict_blocks(text, require_think)
+        if blocks is None:  # still report the reasoning of a malformed reply
+            think_m = THINK_RE.search(text if text.startswith("<think>") or not require_think else "<think>" + text)
+            return ParsedResponse(think=_drop_special_tokens(think_m.group(1)) if think_m else "")
+        think, answer = (_drop_special_tokens(b) for b in blocks)
+    else:
+        if "<think>" not in text and "</think>" in text:
+            text = "<think>" + text  # generation was primed with the opening tag
+        think_m = THINK_RE.search(text)
+        answer_m = _ANSWER_RE.search(text, think_m.end() if think_m else 0)
+        think = think_m.group(1).strip() if think_m else ""
+        if answer_m is None or (require_think and think_m is None):
+            return ParsedResponse(think=think)
+        answer = answer_m.group(1).strip()
     if action_names is None:
         return ParsedResponse(actions=[answer] if answer else [], format_ok=True, think=think, answer=answer)
     actions, invalid = select_actions(answer, action_names, max_actions, separator=separator)
     return ParsedResponse(actions=actions, format_ok=True, think=think, answer=answer, num_invalid=invalid)
+
+
+def _strict_blocks(text: str, require_think: bool) -> tuple[str, str] | None:
+    """``(think, answer)`` raw texts as the reference's ``re.search(r"<think>(.*?)</think>\\s*<answer>(.*?)</answer>",
+    "<think>" + reply, re.DOTALL)`` finds them, or ``None`` when it finds nothing.
+
+    Computed without that regex, whose backtracking is cubic on replies full of tags: the leftmost
+    ``<think>`` and the first ``</think>\\s*<answer>`` after it give the only candidate (a later
+    one leaves less text for ``</answer>``), so the reply is valid iff a ``</answer>`` follows.
+    Without ``require_think`` the answer is the first ``<answer>…</answer>`` anywhere.
+    """
+    if not require_think:
+        answer_m = _ANSWER_RE.search(text)
+        if answer_m is None:
+            return None
+        think_m = THINK_RE.search(text, 0, answer_m.start())
+        return (think_m.group(1) if think_m else ""), answer_m.group(1)
+    if not text.startswith("<think>"):
+        text = "<think>" + text  # the reference primes every generation with the opening tag
+    join = _THINK_ANSWER_JOIN_RE.search(text, len("<think>"))
+    if join is None:
+        return None
+    close = text.find("</answer>", join.end())
+    if close < 0:
+        return None
+    return text[len("<think>") : join.start()], text[join.end() : close]
+
+
+def _drop_special_tokens(block: str) -> str:
+    """Remove the reference's special tokens (and surrounding whitespace) from a block."""
+    for token in SPECIAL_TOKENS:
+        block = block.replace(token, "").strip()
+    return block.strip()
 
 
 def safe_int(text: str) -> int | None:

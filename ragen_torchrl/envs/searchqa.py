@@ -216,7 +216,7 @@ class SearchQAEnv(TextGameEnv):
     def _apply_reply(self, idx: int, game: TextGame, reply: str) -> tuple[float, bool, dict[str, Any], str]:
         """One action per reply: ``search[...]`` or ``finish[...]`` inside ``<answer>``; anything else
         gets the format penalty and leaves the game unchanged."""
-        parsed = parse_response(reply, None, 1)
+        parsed = parse_response(reply, None, 1, reply_format=self.reply_format)
         budget = self.max_actions_per_traj - self._actions_used[idx]
         if not parsed.format_ok or parse_action(parsed.answer) is None or budget <= 0:
             return self.format_penalty, False, {}, INVALID_REPLY

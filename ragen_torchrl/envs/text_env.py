@@ -80,7 +80,7 @@ from ..keys import (
 )
 from .games.base import TextGame
 from .messages import history_messages, messages_history
-from .parsing import MAX_REPLY_CHARS, parse_response
+from .parsing import MAX_REPLY_CHARS, REPLY_FORMATS, parse_response
 from .specs import declare_text_env_specs
 from .splits import VAL_SEED_OFFSET
 
@@ -113,6 +113,9 @@ class TextGameEnv(ChatEnv):
         format_penalty: added once to a turn's reward when the reply is malformed, has no
             valid action (state unchanged) or has any invalid action among the tokens read
             (the valid ones still run): ``"Fly || Up || Left"`` moves Up and adds it.
+        reply_format: ``"strict"`` (default, the RAGEN reference: only whitespace between
+            ``</think>`` and ``<answer>``) or ``"lenient"`` (any answer block after the think
+            block); see :mod:`ragen_torchrl.envs.parsing`.
         system_prompt: overrides the default (game instructions + format rules).
         device: device of the reward/done tensors.
 
@@ -140,9 +143,12 @@ class TextGameEnv(ChatEnv):
         max_actions_per_turn: int = 2,
         max_actions_per_traj: int = 10,
         format_penalty: float = -0.1,
+        reply_format: str = "strict",
         system_prompt: str | None = None,
         device: torch.device | str | None = None,
     ) -> None:
+        if reply_format not in REPLY_FORMATS:
+            raise ValueError(f"reply_format must be one of {', '.join(REPLY_FORMATS)}, got {reply_format!r}")
         for name, value in (
             ("num_envs", num_envs),
             ("max_turn", max_turn),
@@ -156,6 +162,7 @@ class TextGameEnv(ChatEnv):
         self.max_actions_per_turn = max_actions_per_turn
         self.max_actions_per_traj = max_actions_per_traj
         self.format_penalty = float(format_penalty)
+        self.reply_format = reply_format
         probe = game_factory(0, 0)
         if system_prompt is None:
             system_prompt = probe.instructions + " " + FORMAT_INSTRUCTIONS.format(max_actions=max_actions_per_turn)
@@ -321,7 +328,7 @@ class TextGameEnv(ChatEnv):
         ``fields`` fills :attr:`STEP_FIELDS`; ``prefix`` goes before the next observation.
         Subclasses with another reply format override this (and :meth:`_out_of_budget`).
         """
-        parsed = parse_response(reply, game.action_names, self.max_actions_per_turn)
+        parsed = parse_response(reply, game.action_names, self.max_actions_per_turn, reply_format=self.reply_format)
         budget = self.max_actions_per_traj - self._actions_used[idx]
         actions = parsed.actions[: max(budget, 0)]
         if not actions:

@@ -235,7 +235,7 @@ class WebShopEnv(TextGameEnv):
         """Run the reply's actions (the first ``max_actions_per_turn`` split by ``||``); an action the
         page does not offer takes its slot, changes nothing and costs the format penalty once per turn."""
         assert isinstance(game, WebShopGame)
-        parsed = parse_response(reply, None, 1)
+        parsed = parse_response(reply, None, 1, reply_format=self.reply_format)
         tokens = [t.strip() for t in parsed.answer.split("||") if t.strip()][: self.max_actions_per_turn]
         if not parsed.format_ok or not tokens:
             return self.format_penalty, False, {}, "Invalid reply.\n"

@@ -211,6 +211,9 @@ def check_env(cfg: DictConfig) -> None:
     if _has(cfg, "env.format_penalty"):
         # a penalty: a positive value would reward malformed replies
         check_float_range(cfg, "env.format_penalty", -100.0, 0.0, why=" (a penalty: <= 0)")
+    from ..envs.parsing import REPLY_FORMATS
+
+    check_choice(cfg, "env.reply_format", REPLY_FORMATS)
     check_float_range(cfg, "env.threshold", -1.0, 1.0, why=" (a cosine similarity)")
     val_fraction = _get(cfg, "env.val_fraction")
     if val_fraction is not None and (not _is_number(val_fraction) or not 0.0 <= val_fraction < 1.0):

@@ -350,6 +350,15 @@ def test_bm25_search_ranks_matching_products_first_and_is_deterministic():
     assert BM25Index(["a b", "c d"]).search("ab cd", k=0) == []
 
 
+def test_search_words_keep_non_ascii_letters():
+    # Lucene (WebShop's search) keeps "crème" and "x_large" one word; "crème" used to be split into
+    # "cr" + "me" (a stopword), so it found any text with the word "cr"
+    assert tokenize("Crème Brûlée x_large __ _") == ["crème", "brûlée", "x_large"]
+    index = BM25Index(["creme cr hand cream", "crème brûlée candle", "blue mug"])
+    assert index.search("crème", k=5) == [1] and index.search("brûlée", k=5) == [1]
+    assert index.search("creme", k=5) == [0]  # accents are not folded (as in Lucene's English analyzer)
+
+
 def test_missing_bm25s_says_which_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "bm25s", None)
     with pytest.raises(ImportError, match=r"pip install ragen_torchrl\[search\]"):

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, ParsedResponse, parse_response, select_actions
+from ragen_torchrl.envs.parsing import (
+    MAX_REPLY_CHARS,
+    REPLY_FORMATS,
+    ParsedResponse,
+    parse_response,
+    select_actions,
+)
 
 NAMES = ("Left", "Down", "Right", "Up")
 
@@ -147,33 +154,139 @@ def test_empty_string_gives_defaults():
 
 # --------------------------------------------------------------------------- nested / duplicated tags
 def test_nested_think_tags():
-    # the first </think> closes the (outer) think; the answer after it is used
-    r = parse_response("<think>a<think>b</think><answer>Up</answer>", NAMES)
+    # the first </think> closes the (outer) think; the answer after it is used; the strict
+    # (reference) format removes the tags from the think text, the lenient one keeps them
+    text = "<think>a<think>b</think><answer>Up</answer>"
+    r = parse_response(text, NAMES)
+    assert r.think == "ab" and r.actions == ["Up"]
+    r = parse_response(text, NAMES, reply_format="lenient")
     assert r.think == "a<think>b" and r.actions == ["Up"]
 
 
 def test_duplicated_answer_uses_the_first():
-    r = parse_response("<think>x</think><answer>Up</answer><answer>Down</answer>", NAMES)
-    assert r.actions == ["Up"] and r.answer == "Up"
+    for fmt in REPLY_FORMATS:
+        r = parse_response("<think>x</think><answer>Up</answer><answer>Down</answer>", NAMES, reply_format=fmt)
+        assert r.actions == ["Up"] and r.answer == "Up"
 
 
 def test_answer_inside_think_is_ignored():
     # an <answer> inside the reasoning is not the answer: only one after </think> counts
-    r = parse_response("<think>maybe <answer>Left</answer></think><answer>Right</answer>", NAMES)
-    assert r.actions == ["Right"]
-    r = parse_response("<think>maybe <answer>Left</answer></think>no answer", NAMES)
-    assert not r.is_valid
+    for fmt in REPLY_FORMATS:
+        text = "<think>maybe <answer>Left</answer></think><answer>Right</answer>"
+        assert parse_response(text, NAMES, reply_format=fmt).actions == ["Right"]
+        r = parse_response("<think>maybe <answer>Left</answer></think>no answer", NAMES, reply_format=fmt)
+        assert not r.is_valid
 
 
-def test_nested_answer_tags_are_not_actions():
-    # the lazy match stops at the first </answer>: the answer text is "<answer>Up"
-    r = parse_response("<think>x</think><answer><answer>Up</answer></answer>", NAMES)
+def test_nested_answer_tags():
+    # the lazy match stops at the first </answer>: the answer text is "<answer>Up"; the reference
+    # removes its special tokens from it (-> "Up", valid); the lenient format keeps the tag
+    text = "<think>x</think><answer><answer>Up</answer></answer>"
+    r = parse_response(text, NAMES)
+    assert r.answer == "Up" and r.actions == ["Up"] and not r.penalised
+    r = parse_response(text, NAMES, reply_format="lenient")
     assert r.answer == "<answer>Up" and r.actions == [] and r.num_invalid == 1
 
 
 def test_duplicated_think_blocks():
-    r = parse_response("<think>a</think><think>b</think><answer>Left</answer>", NAMES)
+    # reference: the lazy think group runs on to the </think> that is followed by <answer>
+    text = "<think>a</think><think>b</think><answer>Left</answer>"
+    r = parse_response(text, NAMES)
+    assert r.think == "ab" and r.actions == ["Left"]
+    r = parse_response(text, NAMES, reply_format="lenient")
     assert r.think == "a" and r.actions == ["Left"]
+
+
+# --------------------------------------------------------------------------- strict (reference) vs lenient
+def reference_parse(text: str) -> tuple[str, str] | None:
+    """The RAGEN reference's parse (``ctx_manager._parse_response``, think enabled) of ``text``, the
+    primed generation ``"<think>" + generated``: ``(think, answer)`` after its special-token removal,
+    or ``None`` (no actions, the format penalty)."""
+    m = re.search(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", text, re.DOTALL)
+    if m is None:
+        return None
+    think, answer = m.group(1), m.group(2)
+    for token in ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>"):
+        answer = answer.replace(token, "").strip()
+        think = think.replace(token, "").strip()
+    return think, answer
+
+
+# (reply, strict actions, lenient actions); [] = invalid (no action, the format penalty). The strict
+# column is the reference's verdict on the primed text ("<think>" + reply unless it starts with it).
+BOUNDARY_CASES = [
+    ("<think>go</think> I will go left. <answer>Left</answer>", [], ["Left"]),  # text between the blocks
+    ("<think>go</think>I<answer>Left</answer>", [], ["Left"]),
+    ("<think>go</think><answer>Left</answer>", ["Left"], ["Left"]),
+    ("<think>go</think>  \n\t <answer>Left</answer>", ["Left"], ["Left"]),  # whitespace only: valid
+    ("<think>go</think>\u00a0\u2003<answer>Left</answer>", ["Left"], ["Left"]),  # Unicode spaces are \s
+    ("Sure. <think>go</think><answer>Left</answer>", ["Left"], ["Left"]),  # text before <think>
+    ("<think>go</think><answer>Left</answer> Done, I moved left.", ["Left"], ["Left"]),  # after </answer>
+    ("<answer>Left</answer>", [], []),  # missing think
+    ("I will go left. <answer>Left</answer>", [], []),
+    ("go</think><answer>Left</answer>", ["Left"], ["Left"]),  # primed: the opening tag is implied
+    ("<think>go</think><answer>Left", [], []),  # unclosed answer
+    ("<think>go<answer>Left</answer>", [], []),  # unclosed think
+    ("<think>a</think> b <think>c</think><answer>Left</answer>", ["Left"], ["Left"]),
+    # the reference's lazy think group runs on to the first </think> directly followed by <answer>
+    ("<think>go</think> so: <answer>Left</answer><think>no</think><answer>Up</answer>", ["Up"], ["Left"]),
+    ("<think>x</think><answer><answer>Up</answer></answer>", ["Up"], []),  # tags removed from the answer
+    ("<think>x</think><answer>Up<|im_end|></answer>", ["Up"], []),
+]
+
+
+@pytest.mark.parametrize("text, strict, lenient", BOUNDARY_CASES)
+def test_reply_format_boundaries(text, strict, lenient):
+    r = parse_response(text, NAMES)
+    assert r.actions == strict and r.is_valid == bool(strict) and r.penalised == (not strict)
+    r = parse_response(text, NAMES, reply_format="lenient")
+    assert r.actions == lenient and r.is_valid == bool(lenient)
+    # the strict verdict is the reference's, on the primed generation as on the unprimed reply
+    primed = text if text.startswith("<think>") else "<think>" + text
+    ref = reference_parse(primed)
+    assert (ref is not None and ref[1] in NAMES) == bool(strict)
+    assert parse_response(primed, NAMES).actions == strict
+
+
+def test_text_between_think_and_answer_is_a_format_error_by_default():
+    # the issue's example: the reference gives no action and the format penalty
+    r = parse_response("<think>go</think> I will go left. <answer>Left</answer>", NAMES)
+    assert not r.format_ok and r.actions == [] and r.penalised and r.think == "go"
+
+
+def test_unknown_reply_format_raises():
+    with pytest.raises(ValueError, match="reply_format"):
+        parse_response(reply("Up"), NAMES, reply_format="loose")
+
+
+_tag_pieces = st.sampled_from(
+    ["<think>", "</think>", "<answer>", "</answer>", "<|im_end|>", " ", "\n", "x", "Up", "||", "<", ">"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_tag_pieces | st.text(max_size=3), max_size=25))
+def test_strict_matches_the_reference_regex(parts):
+    # the strict parse equals the reference's regex on the primed generation, think and answer included
+    generated = "".join(parts)
+    ref = reference_parse("<think>" + generated)
+    for text in ("<think>" + generated, generated):
+        r = parse_response(text, None)
+        if ref is None:
+            assert not r.format_ok and r.actions == []
+        else:
+            assert r.format_ok and (r.think, r.answer) == ref and r.actions == ([ref[1]] if ref[1] else [])
+
+
+@pytest.mark.parametrize(
+    "unit", ["<think></think><answer>", "</think> <answer>", "<think></think>\n", "</think>" + " " * 50]
+)
+def test_strict_parse_is_fast_on_tag_floods(unit):
+    # the reference regex backtracks cubically on such replies; the strict parse is linear
+    text = unit * (MAX_REPLY_CHARS // len(unit) + 1)
+    t0 = time.perf_counter()
+    assert not parse_response(text, NAMES).is_valid
+    assert time.perf_counter() - t0 < 1.0
 
 
 # --------------------------------------------------------------------------- odd input

@@ -102,6 +102,7 @@ def test_register_env(monkeypatch):
         {"success_rate": 1.5},
         {"success_rate": -0.1},
         {"p_frozen": 0.0},
+        {"reply_format": "loose"},
     ],
 )
 def test_invalid_config_raises(kwargs):
@@ -288,6 +289,21 @@ def test_primed_reply_without_opening_think_is_valid():
     td = reset(env, [0])
     nxt = step(env, td, ["go down</think><answer>down</answer>"])
     assert nxt["action_is_valid"].item() and env.games[0].player == (1, 0)
+
+
+def test_text_between_think_and_answer_is_penalised_unless_lenient():
+    # RAGEN reference: only whitespace may join </think> and <answer>; the default follows it
+    gap = "<think>go</think> I will go right. <answer>Right</answer>"
+    env = FrozenLakeEnv(num_envs=1, desc=OPEN4)
+    nxt = step(env, reset(env, [0]), [gap])
+    assert nxt["reward"].item() == pytest.approx(-0.1) and not nxt["action_is_valid"].item()
+    assert env.games[0].player == (0, 0) and last_user(nxt, 0).startswith(INVALID_PREFIX)
+    # whitespace only between the blocks is valid
+    nxt = step(env, nxt, ["<think>go</think>\n <answer>Right</answer>"])
+    assert nxt["action_is_valid"].item() and env.games[0].player == (0, 1)
+    lenient = FrozenLakeEnv(num_envs=1, desc=OPEN4, reply_format="lenient")
+    nxt = step(lenient, reset(lenient, [0]), [gap])
+    assert nxt["action_is_valid"].item() and nxt["reward"].item() == 0.0 and lenient.games[0].player == (0, 1)
 
 
 def test_last_message_not_from_assistant_is_penalised():

@@ -61,6 +61,7 @@ BAD = [
     (("sft.noise=nan",), "sft.noise", "finite"),
     (("algo.clip_epsilon=[0.2,nan]",), "algo.clip_epsilon[1]", "finite"),
     (("env.format_penalty=0.5",), "env.format_penalty", "<= 0"),
+    (("env.reply_format=loose",), "env.reply_format", "strict, lenient"),
     (("algo.weight_decay=-0.1",), "algo.weight_decay", "[0.0, 1.0]"),
     (("algo=ppo", "algo.gamma=1.5"), "algo.gamma", "[0.0, 1.0]"),
     (("sft.seed=abc",), "sft.seed", "integer"),

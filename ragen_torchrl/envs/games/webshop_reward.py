@@ -1,36 +1,50 @@
 """WebShop's purchase score: attribute, option, price and product-type matching (pure Python).
 
 The score of buying ``product`` with the chosen ``options`` for a :class:`Goal` follows WebShop's
-``get_reward`` (Yao et al., 2022, arXiv 2207.01206, section 3 and ``web_agent_site/engine/goal.py``),
-re-implemented from its description:
+``get_reward`` (Yao et al., 2022, arXiv 2207.01206, section 3 and ``web_agent_site/engine/goal.py``):
 
 ``score = r_type * (attribute matches + option matches + price ok) / (#goal attributes + #goal options + 1)``
 
 * **attributes**: a goal attribute matches when a product attribute is a fuzzy match
-  (:func:`token_set_ratio` > 85), or else when it occurs verbatim in the title, the features or the
-  description (lowercased);
+  (:func:`token_set_ratio` > 85), or else when it occurs verbatim in the lowercased title, features
+  (joined by spaces) or description;
 * **options**: a goal option value matches when a chosen option value is a fuzzy match after
   :func:`normalize_color` (both sides reduced to the first colour word they contain);
 * **price**: 1 when the product's price is ``<= price_upper``;
 * **type** ``r_type``: 1.0 when the product's search query equals the goal's, or at least two levels of
-  their category paths agree, or the title overlap is above 0.2; else 0.5; then 0.1 when the title
-  overlap is below 0.1 and 0.0 when it is 0. The title overlap is the share of the goal title's nouns
-  that the bought title also has. WebShop tags nouns with spaCy; this package has no spaCy, so the
-  *content words* of a title (lowercased alphanumeric words, stopwords removed) stand in for its nouns.
+  their category paths agree (compared as written, case included), or the title overlap is above 0.2;
+  else 0.5; then 0.1 when the title overlap is below 0.1 and 0.0 when it is 0. The title overlap is the
+  share of the goal title's nouns that the bought title also has. WebShop tags nouns with spaCy; this
+  package has no spaCy, so the *content words* of a title (lowercased words of letters and digits in
+  any script, stopwords removed) stand in for its nouns.
 
-:func:`token_set_ratio` is the fuzzywuzzy/thefuzz "token set ratio" (0-100) over the longest-common-
-subsequence similarity of the token strings, written here so that the package needs no fuzzy-matching
-dependency.
+:func:`token_set_ratio` is ``fuzz.token_set_ratio`` of ``thefuzz`` 0.19.0, the version WebShop pins,
+without ``python-Levenshtein`` (not in WebShop's requirements), so over :class:`difflib.SequenceMatcher`:
+each string is reduced by thefuzz's ``full_process`` (characters U+0080-U+00FF deleted, so ``crème``
+reads ``crme``; every other non-word character a space; lowercased), and the ratio is
+``round(100 * SequenceMatcher(None, a, b).ratio())``. Written here so that the package needs no
+fuzzy-matching dependency.
+
+Where this module departs from ``get_reward`` on purpose (each only reachable off WebShop's data):
+an attribute is lowercased before the verbatim search (the original lowercases only the text, so an
+attribute with a capital letter never matches there); an empty search query matches no query (the
+original counts two products without a query as the same type); empty levels of a category path
+(``"A ›  › B"``) are not category levels; a budget ``<= 0`` means "no price limit" and counts as
+met (the original adds ``None`` to a number and raises); strings are cut to :data:`MAX_FUZZY_CHARS`
+before fuzzy matching.
 
 Example:
     >>> token_set_ratio("Machine Wash", "wash machine"), token_set_ratio("long sleeve", "short sleeve")
     (100, 71)
+    >>> token_set_ratio("crème", "creme")  # thefuzz deletes the è: "crme" vs "creme"
+    89
     >>> normalize_color("dark navy blue"), normalize_color("m")
     ('blue', 'm')
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Iterable, Sequence
@@ -71,8 +85,14 @@ _STOPWORDS = frozenset(
     "a an and are as at be but by for from if in into is it its no not of on or s such that the their then "
     "there these they this to was will with w x".split()
 )
-_NON_ALNUM = re.compile(r"[^0-9a-z]+")
-#: strings longer than this are cut before fuzzy matching (the LCS table is quadratic)
+#: a word of a title: letters and digits, any script (spaCy's tokens keep "crème" whole)
+_TITLE_WORD = re.compile(r"[^\W_]+")
+#: thefuzz's "non letters and non numbers": any Unicode non-word character (``_`` is a word character)
+_NON_WORD = re.compile(r"(?ui)\W")
+#: thefuzz's ``asciidammit``: the characters U+0080-U+00FF are deleted (not transliterated); others stay
+_LATIN1_DROP = dict.fromkeys(range(128, 256))
+#: strings longer than this are cut before fuzzy matching (the matcher is quadratic; WebShop's
+#: attributes and option values are far shorter)
 MAX_FUZZY_CHARS = 200
 
 
@@ -136,49 +156,44 @@ class Goal:
 
 
 def _process(text: str) -> str:
-    # thefuzz's default processing: lowercase, non-alphanumerics to spaces, trimmed
-    return " ".join(_NON_ALNUM.sub(" ", str(text).lower()[:MAX_FUZZY_CHARS]).split())
+    # thefuzz 0.19 full_process(force_ascii=True): drop U+0080-U+00FF, non-word characters to spaces,
+    # lowercase, strip
+    text = str(text)[:MAX_FUZZY_CHARS].translate(_LATIN1_DROP)
+    return _NON_WORD.sub(" ", text).lower().strip()
 
 
 def fuzzy_ratio(a: str, b: str) -> int:
-    """``round(100 * 2 * LCS(a, b) / (len(a) + len(b)))``: the indel similarity of two strings.
+    """thefuzz's ``fuzz.ratio`` without processing: ``round(100 * SequenceMatcher(None, a, b).ratio())``,
+    100 for equal strings, 0 when one is empty.
 
     Example:
-        >>> fuzzy_ratio("large x", "large xx")
-        93
+        >>> fuzzy_ratio("large x", "large xx"), fuzzy_ratio("", "")
+        (93, 100)
     """
-    if not a and not b:
+    if a == b:
         return 100
     if not a or not b:
         return 0
-    prev = [0] * (len(b) + 1)
-    for ca in a:
-        cur = [0]
-        for j, cb in enumerate(b):
-            cur.append(prev[j] + 1 if ca == cb else max(prev[j + 1], cur[j]))
-        prev = cur
-    return round(200.0 * prev[-1] / (len(a) + len(b)))
+    return int(round(100 * difflib.SequenceMatcher(None, a, b).ratio()))
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def token_set_ratio(a: str, b: str) -> int:
-    """The token set ratio (0-100) of two strings: 100 when one's token set contains the other's,
-    else the best :func:`fuzzy_ratio` among the shared tokens and each side's sorted tokens.
+    """thefuzz 0.19's ``fuzz.token_set_ratio`` (0-100) of two strings: the best :func:`fuzzy_ratio`
+    among the sorted shared tokens and each side's sorted tokens (shared ones first); 100 when one's
+    token set contains the other's.
 
     Example:
-        >>> token_set_ratio("small", "x-small"), token_set_ratio("", "red")
-        (100, 0)
+        >>> token_set_ratio("small", "x-small"), token_set_ratio("", "red"), token_set_ratio("crème", "crème")
+        (100, 0, 100)
     """
-    ta, tb = set(_process(a).split()), set(_process(b).split())
-    if not ta or not tb:
+    pa, pb = _process(a), _process(b)
+    if not pa or not pb:
         return 0
-    common = sorted(ta & tb)
-    only_a, only_b = sorted(ta - tb), sorted(tb - ta)
-    if common and (not only_a or not only_b):
-        return 100
-    sect = " ".join(common)
-    with_a = " ".join(common + only_a)
-    with_b = " ".join(common + only_b)
+    ta, tb = set(pa.split()), set(pb.split())
+    sect = " ".join(sorted(ta & tb))
+    with_a = (sect + " " + " ".join(sorted(ta - tb))).strip()
+    with_b = (sect + " " + " ".join(sorted(tb - ta))).strip()
     return max(fuzzy_ratio(sect, with_a), fuzzy_ratio(sect, with_b), fuzzy_ratio(with_a, with_b))
 
 
@@ -195,17 +210,17 @@ def title_words(title: str) -> set[str]:
     """The content words of a title: the stand-in for spaCy's nouns in the type reward.
 
     Example:
-        >>> sorted(title_words("Nordley Cotton T-Shirt for Men"))
-        ['cotton', 'men', 'nordley', 'shirt']
+        >>> sorted(title_words("Nordley Cotton T-Shirt for Men")), sorted(title_words("Crème Brûlée"))
+        (['cotton', 'men', 'nordley', 'shirt'], ['brûlée', 'crème'])
     """
-    return {w for w in _process(title).split() if len(w) > 1 and w not in _STOPWORDS}
+    return {w for w in _TITLE_WORD.findall(str(title).lower()) if len(w) > 1 and w not in _STOPWORDS}
 
 
 def type_reward(product: Product, goal: Goal) -> dict[str, Any]:
     """WebShop's product-type term ``r_type`` and what it was computed from."""
     query_match = bool(goal.query) and product.query == goal.query
-    cats_p = {c.strip().lower() for c in product.product_category.split("›") if c.strip()}
-    cats_g = {c.strip().lower() for c in goal.product_category.split("›") if c.strip()}
+    cats_p = {c.strip() for c in product.product_category.split("›")} - {""}
+    cats_g = {c.strip() for c in goal.product_category.split("›")} - {""}
     category_match = len(cats_p & cats_g) >= 2
     desired = title_words(goal.name)
     title_score = 0.2 if not desired else len(title_words(product.title) & desired) / len(desired)
@@ -218,13 +233,20 @@ def type_reward(product: Product, goal: Goal) -> dict[str, Any]:
 
 
 def attribute_matches(product: Product, attributes: Iterable[str]) -> int:
-    """How many goal ``attributes`` the product has (fuzzy attribute match, else verbatim in its text)."""
-    text = " || ".join([product.title, " ".join(product.bullets), product.description]).lower()
+    """How many goal ``attributes`` the product has (fuzzy attribute match, else verbatim in its
+    lowercased title, features or description, each searched on its own).
+
+    Example:
+        >>> p = Product("B0TEST0001", "Crème Brûlée Candle", 9.0, attributes=("soy wax",), bullets=("Hand poured",))
+        >>> attribute_matches(p, ["soy", "crème brûlée", "Hand Poured", "candle hand"])
+        3
+    """
+    texts = (product.title.lower(), " ".join(product.bullets).lower(), product.description.lower())
     count = 0
     for wanted in attributes:
         if any(token_set_ratio(have, wanted) > FUZZY_THRESHOLD for have in product.attributes):
             count += 1
-        elif str(wanted).lower() in text:
+        elif any(str(wanted).lower() in text for text in texts):
             count += 1
     return count
 

@@ -1,7 +1,7 @@
 """A small BM25 index over texts, on top of the optional ``bm25s`` package.
 
-:class:`BM25Index` tokenises with a fixed rule (lowercase alphanumeric words, English stopwords
-removed, a light plural stemmer), indexes with ``bm25s`` (Okapi BM25, k1=1.5, b=0.75) and returns the
+:class:`BM25Index` tokenises with a fixed rule (lowercase words of letters, digits and ``_`` in any
+script, English stopwords removed, a light plural stemmer), indexes with ``bm25s`` (Okapi BM25, k1=1.5, b=0.75) and returns the
 ids of the best-scoring documents, ties broken by document order, documents sharing no word with the
 query left out (as a Lucene search returns only matches). A query never raises: words the corpus does
 not have are ignored, and a query without known words returns nothing.
@@ -29,7 +29,9 @@ __all__ = ["BM25Index", "tokenize", "require_bm25s", "INSTALL_HINT"]
 INSTALL_HINT = "pip install ragen_torchrl[search]"
 #: queries are cut to this many characters before tokenising (a model can write megabytes)
 MAX_QUERY_CHARS = 2000
-_WORD = re.compile(r"[0-9a-z]+")
+#: a word: letters, digits and ``_`` of any script, as Lucene's tokenizer (WebShop's search) keeps
+#: ``crème`` and ``x_large`` whole and does not fold accents; a run of ``_`` alone is no word
+_WORD = re.compile(r"\w+")
 _STOP = frozenset(
     "a an and are as at be but by for from i if in into is it me my need no not of on or s such that the "
     "their then there these they this to want was will with looking find".split()
@@ -52,11 +54,11 @@ def tokenize(text: str) -> list[str]:
     """The index's words of ``text``.
 
     Example:
-        >>> tokenize("I need 2 Pillow-Covers, and a glass!")
-        ['2', 'pillow', 'cover', 'glass']
+        >>> tokenize("I need 2 Pillow-Covers, and a glass!"), tokenize("Crème brûlée candles")
+        (['2', 'pillow', 'cover', 'glass'], ['crème', 'brûlée', 'candle'])
     """
     text = str(text)[:MAX_QUERY_CHARS].lower()
-    return [_stem(w) for w in _WORD.findall(text) if w not in _STOP]
+    return [_stem(w) for w in _WORD.findall(text) if w not in _STOP and w.strip("_")]
 
 
 class BM25Index:
