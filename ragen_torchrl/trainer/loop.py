@@ -146,8 +146,15 @@ class Trainer:
         rcfg = cfg.rollout
         backend = str(rcfg.get("backend") or "hf")
         # hf: generate with the training model itself; vllm: an engine fed the weights after each update
+        # the full distribution unless configured (the config check refuses truncation for training)
+        sampling = {k: rcfg.get(k, d) for k, d in (("top_k", None), ("top_p", 1.0), ("min_p", None))}
         self.policy, self.weight_sync = make_rollout_policy(
-            backend, self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=rcfg.temperature
+            backend,
+            self.model,
+            self.tokenizer,
+            max_new_tokens=rcfg.max_new_tokens,
+            temperature=rcfg.temperature,
+            **sampling,
         )
         self.val_policy, _ = make_rollout_policy(  # the same engine (vllm), another temperature
             backend,
@@ -155,6 +162,7 @@ class Trainer:
             self.tokenizer,
             max_new_tokens=rcfg.max_new_tokens,
             temperature=t.val_temperature,
+            **sampling,
             **({"engine": self.policy.model} if self.weight_sync is not None else {}),
         )
         if self.fsdp:
