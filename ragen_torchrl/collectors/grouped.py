@@ -86,6 +86,7 @@ from ..keys import (
 from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
+from ..models.priming import primed_chat_template
 from ..models.sampling import check_sampling, sampling_truncation
 
 __all__ = [
@@ -233,6 +234,7 @@ def make_generation_policy(
     top_k: int | None = None,
     top_p: float = 1.0,
     min_p: float | None = None,
+    reply_prime: str = "",
 ) -> HistoryTransformersWrapper:
     """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
@@ -241,7 +243,9 @@ def make_generation_policy(
     :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper`: torchrl's
     wrapper with the same outputs and less Python work per turn. It samples the full
     distribution unless ``top_k``/``top_p``/``min_p`` truncate it (:func:`hf_generate_kwargs`;
-    a truncating policy logs a warning when built).
+    a truncating policy logs a warning when built). ``reply_prime`` (``"<think>"`` for
+    ``rollout.prime_think``) is appended to every prompt: generation starts after it, and the
+    assistant message the env parses starts with it (:mod:`~ragen_torchrl.models.priming`).
 
     Example:
         >>> make_generation_policy(None, None, max_new_tokens=0)
@@ -253,7 +257,7 @@ def make_generation_policy(
     policy = HistoryTransformersWrapper(
         model,
         tokenizer=tokenizer,
-        chat_template=wrapper_chat_template(tokenizer),
+        chat_template=primed_chat_template(wrapper_chat_template(tokenizer), reply_prime),
         input_mode="history",
         generate=True,
         return_log_probs=False,
@@ -263,6 +267,7 @@ def make_generation_policy(
     # torchrl's constructor keeps only the settings it knows (min_p, typical_p, ... are dropped):
     # set them all on the built wrapper
     policy.generate_kwargs.update(kwargs)
+    policy.reply_prime = reply_prime
     truncation = sampling_truncation(top_k, top_p, min_p) if temperature > 0 else None
     if truncation is not None:
         log.warning(

@@ -69,6 +69,7 @@ from tensordict import TensorDictBase
 from torchrl.modules.llm import vLLMWrapper
 
 from ..models.loading import wrapper_chat_template
+from ..models.priming import primed_chat_template
 from .grouped import hf_generate_kwargs, make_generation_policy, sampling_truncation, wrapper_generate_kwargs
 
 __all__ = [
@@ -282,6 +283,7 @@ def make_vllm_generation_policy(
     top_k: int | None = None,
     top_p: float = 1.0,
     min_p: float | None = None,
+    reply_prime: str = "",
     gpu_memory_utilization: float = 0.3,
     dtype: str | torch.dtype = "auto",
     seed: int = 0,
@@ -297,7 +299,7 @@ def make_vllm_generation_policy(
     Args:
         model, tokenizer: the training model (on a CUDA device) and its tokenizer.
         max_new_tokens, temperature, top_k, top_p, min_p: as for the hf policy (``temperature`` 0 = greedy;
-            the full distribution by default).
+            the full distribution by default); ``reply_prime``: appended to every prompt, as there.
         gpu_memory_utilization, dtype, seed, **engine_kwargs: of the engine (:func:`vllm_engine_kwargs`;
             e.g. ``max_model_len``, ``enforce_eager``).
         engine: an existing ``vllm.LLM`` to sample from (e.g. the training policy's ``policy.model``
@@ -337,13 +339,14 @@ def make_vllm_generation_policy(
     policy = _RolloutvLLMWrapper(
         engine,
         tokenizer=tokenizer,
-        chat_template=wrapper_chat_template(tokenizer),
+        chat_template=primed_chat_template(wrapper_chat_template(tokenizer), reply_prime),
         input_mode="history",
         generate=True,
         return_log_probs=False,
         pad_output=False,
         generate_kwargs=wrapper_generate_kwargs(sampling),
     )
+    policy.reply_prime = reply_prime
     # torchrl's constructor drops the SamplingParams fields it does not know (min_p): set them all
     for key, value in sampling.items():
         if hasattr(policy.sampling_params, key):
@@ -470,6 +473,7 @@ def make_rollout_policy(
     top_k: int | None = None,
     top_p: float = 1.0,
     min_p: float | None = None,
+    reply_prime: str = "",
     engine=None,
     **vllm_kwargs,
 ):
@@ -492,7 +496,7 @@ def make_rollout_policy(
         ...
         ValueError: unknown rollout backend 'sglang'; choose one of: hf, vllm
     """
-    sampling = {"top_k": top_k, "top_p": top_p, "min_p": min_p}
+    sampling = {"top_k": top_k, "top_p": top_p, "min_p": min_p, "reply_prime": reply_prime}
     if backend not in ROLLOUT_BACKENDS:
         raise ValueError(f"unknown rollout backend {backend!r}; choose one of: {', '.join(ROLLOUT_BACKENDS)}")
     if backend == "hf":
