@@ -27,9 +27,14 @@ from tensordict import TensorDict, lazy_stack
 from torchrl.data.llm import History
 from torchrl.modules.llm.policies import ChatHistory
 
-from ragen_torchrl.collectors import check_policy_output, collect_rollouts, hf_generate_kwargs, make_generation_policy
+from ragen_torchrl.collectors import (
+    check_policy_output,
+    collect_rollouts,
+    hf_generate_kwargs,
+    make_generation_policy,
+    wrapper_generate_kwargs,
+)
 from ragen_torchrl.collectors.vllm_backend import (
-    HF_DEFAULT_TOP_K,
     VLLMUnavailableError,
     VLLMWeightSync,
     _RolloutvLLMWrapper,
@@ -118,27 +123,39 @@ def test_vllm_sampling_matches_the_hf_generate_kwargs(temperature):
         assert not hf["do_sample"] and vl == {"max_tokens": 32, "temperature": 0.0}
     else:
         assert hf["do_sample"] and vl["temperature"] == hf["temperature"] and vl["top_p"] == hf["top_p"] == 1.0
-        # hf leaves transformers' default top-k on; vLLM gets it explicitly
-        assert "top_k" not in hf and vl["top_k"] == HF_DEFAULT_TOP_K
+        # the full distribution on both paths: no top-k (hf: 0, vLLM: -1), no min-p, no penalties
+        assert hf["top_k"] == 0 and vl["top_k"] == -1
+        assert hf["min_p"] is None and vl["min_p"] == 0.0
+        assert hf["repetition_penalty"] == vl["repetition_penalty"] == 1.0
+        assert vl["presence_penalty"] == vl["frequency_penalty"] == 0.0
     # torchrl's vLLMWrapper accepts them as they are (its own parameter checks)
     from torchrl.modules.llm import vLLMWrapper
 
-    vLLMWrapper._standardize_generate_kwargs(vl)
+    vLLMWrapper._standardize_generate_kwargs(wrapper_generate_kwargs(vl))
 
 
-def test_the_top_k_default_is_the_one_transformers_applies(tiny_model):
-    from transformers import GenerationConfig
+def test_vllm_sampling_passes_the_configured_truncation():
+    vl = vllm_sampling_kwargs(8, 1.0, top_k=20, top_p=0.9, min_p=0.05)
+    assert (vl["top_k"], vl["top_p"], vl["min_p"]) == (20, 0.9, 0.05)
+    with pytest.raises(ValueError, match="rollout.top_p"):
+        vllm_sampling_kwargs(8, 1.0, top_p=0.0)
 
+
+def test_a_checkpoint_generation_config_does_not_reach_the_sampler(tiny_model):
+    """Instruct checkpoints ship top_k / repetition_penalty in generation_config.json: generate fills
+    every setting it is not given from there, so the hf path gives them all."""
     model, _ = tiny_model
-    assert GenerationConfig._get_default_generation_params()["top_k"] == HF_DEFAULT_TOP_K
-    # what generate would use for this model with the hf path's kwargs
-    config, _ = model._prepare_generation_config(None, **hf_generate_kwargs(8, 1.0))
-    assert config.top_k == vllm_sampling_kwargs(8, 1.0, model.generation_config)["top_k"]
-    # a checkpoint's own generation config (instruct models ship one) wins on both paths
     model.generation_config.top_k, model.generation_config.repetition_penalty = 20, 1.05
-    config, _ = model._prepare_generation_config(None, **hf_generate_kwargs(8, 1.0))
-    vl = vllm_sampling_kwargs(8, 1.0, model.generation_config)
-    assert (vl["top_k"], vl["repetition_penalty"]) == (config.top_k, config.repetition_penalty) == (20, 1.05)
+    model.generation_config.min_p, model.generation_config.typical_p = 0.1, 0.9
+    try:
+        config, _ = model._prepare_generation_config(None, **hf_generate_kwargs(8, 1.0))
+    finally:
+        model.generation_config.top_k, model.generation_config.repetition_penalty = None, None
+        model.generation_config.min_p, model.generation_config.typical_p = None, None
+    assert config.top_k == 0 and config.repetition_penalty == 1.0
+    assert config.min_p is None and config.typical_p == 1.0
+    # and the vLLM engine ignores the checkpoint's generation config
+    assert vllm_engine_kwargs(torch.nn.Linear(2, 2), world_size=1)["generation_config"] == "vllm"
 
 
 def test_engine_kwargs():
@@ -149,6 +166,7 @@ def test_engine_kwargs():
         "gpu_memory_utilization": 0.3,
         "seed": 5,
         "tensor_parallel_size": 1,
+        "generation_config": "vllm",
         "max_model_len": 2048,
     }
     assert vllm_engine_kwargs(model, dtype=torch.float32, world_size=1)["dtype"] == "float32"

@@ -52,6 +52,7 @@ Example (a scripted policy that always answers "Right"):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -85,15 +86,22 @@ from ..keys import (
 from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
+from ..models.priming import primed_chat_template
+from ..models.sampling import check_sampling, sampling_truncation
 
 __all__ = [
     "POLICY_OUTPUT_KEYS",
     "PolicyContractError",
     "check_policy_output",
+    "check_sampling",
     "collect_rollouts",
     "hf_generate_kwargs",
     "make_generation_policy",
+    "sampling_truncation",
+    "wrapper_generate_kwargs",
 ]
+
+log = logging.getLogger(__name__)
 
 #: keys a policy must write (see the module's policy contract)
 POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (HISTORY_FULL, TOKENS_RESPONSE)
@@ -140,39 +148,104 @@ def check_policy_output(out, num_rows: int) -> None:
         raise PolicyContractError(f"policy returned {rows} rows for {num_rows} input rows; it must keep the batch")
 
 
-def hf_generate_kwargs(max_new_tokens: int, temperature: float) -> dict:
-    """``generate_kwargs`` of :func:`make_generation_policy`: sample at ``temperature`` with
-    ``top_p=1.0`` (0 = greedy); everything else is transformers' default (``top_k=50``).
+#: generation settings that leave the policy's distribution as it is (``None`` = off). transformers'
+#: ``generate`` fills every setting not passed from the checkpoint's ``generation_config`` and then
+#: from its global defaults (``top_k=50``), so each one is passed explicitly
+NEUTRAL_GENERATE_KWARGS = {
+    "num_beams": 1,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "bad_words_ids": None,
+    "sequence_bias": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "exponential_decay_length_penalty": None,
+    "guidance_scale": None,
+    "watermarking_config": None,
+}
+#: the sampling warpers besides temperature, top-k, top-p and min-p, switched off
+NEUTRAL_SAMPLING_KWARGS = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None}
 
-    The vLLM backend mirrors these (:func:`ragen_torchrl.collectors.vllm_backend.vllm_sampling_kwargs`).
+
+def hf_generate_kwargs(
+    max_new_tokens: int, temperature: float, *, top_k: int | None = None, top_p: float = 1.0, min_p=None
+) -> dict:
+    """``generate_kwargs`` of :func:`make_generation_policy`: sample at ``temperature`` (0 = greedy)
+    from the **full** distribution by default, every sampling setting explicit.
+
+    ``top_k`` (``None``/0: off), ``top_p`` (1.0: off) and ``min_p`` (``None``: off) truncate it when
+    set. Nothing comes from transformers' defaults (``top_k=50``) or from the checkpoint's own
+    ``generation_config`` (instruct checkpoints ship ``top_k``, ``repetition_penalty``, ...): the
+    behaviour log-probs and the losses score tokens with the policy's full softmax, so the sampler
+    must draw from that same distribution (RAGEN-2, arXiv 2604.06268, samples at temperature 1,
+    top-p 1, no top-k). The vLLM backend mirrors these
+    (:func:`ragen_torchrl.collectors.vllm_backend.vllm_sampling_kwargs`).
 
     Example:
-        >>> hf_generate_kwargs(64, 1.0)
-        {'max_new_tokens': 64, 'do_sample': True, 'temperature': 1.0, 'top_p': 1.0}
-        >>> hf_generate_kwargs(64, 0)
-        {'max_new_tokens': 64, 'do_sample': False}
+        >>> kw = hf_generate_kwargs(64, 1.0)
+        >>> {k: kw[k] for k in ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
+        {'do_sample': True, 'temperature': 1.0, 'top_k': 0, 'top_p': 1.0, 'min_p': None, 'repetition_penalty': 1.0}
+        >>> hf_generate_kwargs(64, 0)["do_sample"], "top_k" in hf_generate_kwargs(64, 0)
+        (False, False)
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    kwargs = {"max_new_tokens": int(max_new_tokens)}
+    check_sampling(top_k, top_p, min_p)
+    kwargs = {"max_new_tokens": int(max_new_tokens), **NEUTRAL_GENERATE_KWARGS}
     if temperature > 0:
-        kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0)
+        kwargs.update(
+            do_sample=True,
+            temperature=float(temperature),
+            top_k=int(top_k or 0),  # 0: transformers adds no top-k warper
+            top_p=float(top_p),
+            min_p=None if min_p is None else float(min_p),
+            **NEUTRAL_SAMPLING_KWARGS,
+        )
     else:
         kwargs.update(do_sample=False)
     return kwargs
 
 
+def wrapper_generate_kwargs(kwargs: dict) -> dict:
+    """``kwargs`` without a ``top_k`` that switches top-k off (0 or -1): torchrl's LLM wrappers refuse
+    ``top_k <= 0`` in their constructor; the full settings are set on the built wrapper.
+
+    Example:
+        >>> wrapper_generate_kwargs({"top_k": 0, "top_p": 1.0}), wrapper_generate_kwargs({"top_k": 5})
+        ({'top_p': 1.0}, {'top_k': 5})
+    """
+    return {k: v for k, v in kwargs.items() if not (k == "top_k" and (v is None or v <= 0))}
+
+
 def make_generation_policy(
-    model, tokenizer, *, max_new_tokens: int = 64, temperature: float = 1.0
+    model,
+    tokenizer,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float = 1.0,
+    min_p: float | None = None,
+    reply_prime: str = "",
 ) -> HistoryTransformersWrapper:
     """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
     entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
     :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper`: torchrl's
-    wrapper with the same outputs and less Python work per turn.
+    wrapper with the same outputs and less Python work per turn. It samples the full
+    distribution unless ``top_k``/``top_p``/``min_p`` truncate it (:func:`hf_generate_kwargs`;
+    a truncating policy logs a warning when built). ``reply_prime`` (``"<think>"`` for
+    ``rollout.prime_think``) is appended to every prompt: generation starts after it, and the
+    assistant message the env parses starts with it (:mod:`~ragen_torchrl.models.priming`).
 
     Example:
         >>> make_generation_policy(None, None, max_new_tokens=0)
@@ -180,17 +253,28 @@ def make_generation_policy(
         ...
         ValueError: max_new_tokens must be >= 1, got 0
     """
-    kwargs = hf_generate_kwargs(max_new_tokens, temperature)
+    kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     policy = HistoryTransformersWrapper(
         model,
         tokenizer=tokenizer,
-        chat_template=wrapper_chat_template(tokenizer),
+        chat_template=primed_chat_template(wrapper_chat_template(tokenizer), reply_prime),
         input_mode="history",
         generate=True,
         return_log_probs=False,
         pad_output=False,
-        generate_kwargs=kwargs,
+        generate_kwargs=wrapper_generate_kwargs(kwargs),
     )
+    # torchrl's constructor keeps only the settings it knows (min_p, typical_p, ... are dropped):
+    # set them all on the built wrapper
+    policy.generate_kwargs.update(kwargs)
+    policy.reply_prime = reply_prime
+    truncation = sampling_truncation(top_k, top_p, min_p) if temperature > 0 else None
+    if truncation is not None:
+        log.warning(
+            "rollouts sample a truncated distribution (%s): the behaviour log-probs and the losses use the "
+            "policy's full softmax, so the samples are not drawn from the policy that is trained",
+            truncation,
+        )
     # per-trajectory token entropy for the SNR filter's entropy ablations, read off the
     # logits generate computes anyway (no extra forward pass)
     policy.entropy_recorder = attach_entropy_recorder(policy)

@@ -29,12 +29,11 @@ Design:
   The engine therefore runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; under ``torchrun``
   vLLM's ``external_launcher`` executor: one engine per rank, each on its rank's GPU) and the push is
   a GPU-to-GPU copy with no serialisation.
-* **Same sampling as the hf path** (:func:`vllm_sampling_kwargs`): ``temperature``, ``top_p=1.0``,
-  greedy at temperature 0, the same chat template (``wrapper_chat_template``), and ``top_k=50``:
-  the hf path leaves transformers' default ``top_k=50`` on (it only sets temperature and top_p), and
-  vLLM's default is no top-k at all, so without it the two backends would sample from different
-  distributions. A ``top_k`` or ``repetition_penalty`` in the model's ``generation_config`` (as
-  instruct checkpoints ship) overrides the default on both paths.
+* **Same sampling as the hf path** (:func:`vllm_sampling_kwargs`): ``temperature`` (greedy at 0), the
+  full distribution by default (``top_k=-1``, ``top_p=1.0``, ``min_p=0.0``, no repetition, presence or
+  frequency penalty, all passed explicitly, and the engine is built with ``generation_config="vllm"``
+  so a checkpoint's ``generation_config.json`` does not set defaults), the same ``rollout.top_k`` /
+  ``top_p`` / ``min_p`` truncation when asked, and the same chat template (``wrapper_chat_template``).
 * **Same assistant message as the hf path** (:func:`reparse_replies`): torchrl's vLLM wrapper puts
   the raw reply text, end-of-turn token included, into the assistant message, while the
   transformers wrapper parses the decoded conversation back into messages (no end-of-turn token,
@@ -46,8 +45,8 @@ imported only when an engine is built, so this module imports without it.
 
 Example (the backends' sampling agree; without vLLM, asking for it says what to install):
     >>> from ragen_torchrl.collectors.vllm_backend import require_vllm, vllm_sampling_kwargs
-    >>> vllm_sampling_kwargs(max_new_tokens=32, temperature=0.7)
-    {'max_tokens': 32, 'temperature': 0.7, 'top_p': 1.0, 'top_k': 50}
+    >>> vllm_sampling_kwargs(max_new_tokens=32, temperature=0.7)["top_k"]  # -1: no top-k
+    -1
     >>> try:
     ...     require_vllm()  # on a machine without vLLM (or without a CUDA GPU)
     ... except ImportError as e:
@@ -70,7 +69,8 @@ from tensordict import TensorDictBase
 from torchrl.modules.llm import vLLMWrapper
 
 from ..models.loading import wrapper_chat_template
-from .grouped import hf_generate_kwargs, make_generation_policy
+from ..models.priming import primed_chat_template
+from .grouped import hf_generate_kwargs, make_generation_policy, sampling_truncation, wrapper_generate_kwargs
 
 __all__ = [
     "ROLLOUT_BACKENDS",
@@ -91,8 +91,6 @@ log = logging.getLogger(__name__)
 ROLLOUT_BACKENDS = ("hf", "vllm")
 
 _INSTALL_HINT = "pip install 'ragen_torchrl[vllm]' (on a machine with a CUDA GPU)"
-#: transformers' default top-k, on for every sampled hf rollout (see the module docstring)
-HF_DEFAULT_TOP_K = 50
 
 
 class VLLMUnavailableError(ImportError):
@@ -127,30 +125,37 @@ def require_vllm():
 
 
 # ----------------------------------------------------------------------------- sampling
-def vllm_sampling_kwargs(max_new_tokens: int, temperature: float, generation_config=None) -> dict:
+def vllm_sampling_kwargs(
+    max_new_tokens: int, temperature: float, *, top_k: int | None = None, top_p: float = 1.0, min_p=None
+) -> dict:
     """vLLM ``SamplingParams`` keywords that sample as :func:`~ragen_torchrl.collectors.hf_generate_kwargs`.
 
-    Greedy at ``temperature`` 0; otherwise ``temperature``, ``top_p=1.0`` and the ``top_k`` that
-    transformers applies unasked (``generation_config.top_k`` when the model sets one, else 50; see
-    the module docstring), plus the model's ``repetition_penalty`` when it sets one.
+    Greedy at ``temperature`` 0; otherwise ``temperature`` over the full distribution unless
+    ``top_k`` / ``top_p`` / ``min_p`` truncate it, every setting explicit (``top_k=-1`` and
+    ``min_p=0.0`` are vLLM's "off"; no repetition, presence or frequency penalty).
 
     Example:
         >>> vllm_sampling_kwargs(64, 1.0)
-        {'max_tokens': 64, 'temperature': 1.0, 'top_p': 1.0, 'top_k': 50}
+        {'max_tokens': 64, 'temperature': 1.0, 'top_k': -1, 'top_p': 1.0, 'min_p': 0.0, 'repetition_penalty': 1.0, \
+'presence_penalty': 0.0, 'frequency_penalty': 0.0}
         >>> vllm_sampling_kwargs(64, 0.0)
         {'max_tokens': 64, 'temperature': 0.0}
     """
-    hf = hf_generate_kwargs(max_new_tokens, temperature)  # same validation, same meaning
+    hf = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)  # same checks
     kwargs = {"max_tokens": hf["max_new_tokens"]}
     if not hf["do_sample"]:
         # greedy: vLLM ignores top-k/top-p at temperature 0, as generate does with do_sample=False
         kwargs["temperature"] = 0.0
         return kwargs
-    top_k = getattr(generation_config, "top_k", None)
-    kwargs.update(temperature=hf["temperature"], top_p=hf["top_p"], top_k=int(top_k or HF_DEFAULT_TOP_K))
-    penalty = getattr(generation_config, "repetition_penalty", None)
-    if penalty is not None and float(penalty) != 1.0:
-        kwargs["repetition_penalty"] = float(penalty)
+    kwargs.update(
+        temperature=hf["temperature"],
+        top_k=hf["top_k"] or -1,
+        top_p=hf["top_p"],
+        min_p=hf["min_p"] or 0.0,
+        repetition_penalty=1.0,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+    )
     return kwargs
 
 
@@ -216,6 +221,8 @@ def vllm_engine_kwargs(
         # different samples on each rank: the ranks play different levels' groups
         "seed": int(seed) + rank,
         "tensor_parallel_size": 1,
+        # vLLM's own sampling defaults, not the checkpoint's generation_config.json (top_k, ...)
+        "generation_config": "vllm",
     }
     if world > 1:
         # one in-process engine per torchrun rank (TRL's "colocate" layout); vLLM takes the rank's
@@ -273,6 +280,10 @@ def make_vllm_generation_policy(
     *,
     max_new_tokens: int = 64,
     temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float = 1.0,
+    min_p: float | None = None,
+    reply_prime: str = "",
     gpu_memory_utilization: float = 0.3,
     dtype: str | torch.dtype = "auto",
     seed: int = 0,
@@ -287,7 +298,8 @@ def make_vllm_generation_policy(
 
     Args:
         model, tokenizer: the training model (on a CUDA device) and its tokenizer.
-        max_new_tokens, temperature: as for the hf policy (``temperature`` 0 = greedy).
+        max_new_tokens, temperature, top_k, top_p, min_p: as for the hf policy (``temperature`` 0 = greedy;
+            the full distribution by default); ``reply_prime``: appended to every prompt, as there.
         gpu_memory_utilization, dtype, seed, **engine_kwargs: of the engine (:func:`vllm_engine_kwargs`;
             e.g. ``max_model_len``, ``enforce_eager``).
         engine: an existing ``vllm.LLM`` to sample from (e.g. the training policy's ``policy.model``
@@ -305,9 +317,10 @@ def make_vllm_generation_policy(
         ...
         ValueError: max_new_tokens must be >= 1, got 0
     """
-    sampling = vllm_sampling_kwargs(
-        max_new_tokens, temperature, getattr(_unwrap(model), "generation_config", None) if model is not None else None
-    )
+    sampling = vllm_sampling_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    truncation = sampling_truncation(top_k, top_p, min_p) if temperature > 0 else None
+    if truncation is not None:
+        log.warning("vLLM rollouts sample a truncated distribution (%s), the losses the full softmax", truncation)
     if engine is None:
         vllm = require_vllm()
         # the engine must live in this process for VLLMWeightSync to reach its model (vLLM V1 runs
@@ -326,13 +339,18 @@ def make_vllm_generation_policy(
     policy = _RolloutvLLMWrapper(
         engine,
         tokenizer=tokenizer,
-        chat_template=wrapper_chat_template(tokenizer),
+        chat_template=primed_chat_template(wrapper_chat_template(tokenizer), reply_prime),
         input_mode="history",
         generate=True,
         return_log_probs=False,
         pad_output=False,
-        generate_kwargs=sampling,
+        generate_kwargs=wrapper_generate_kwargs(sampling),
     )
+    policy.reply_prime = reply_prime
+    # torchrl's constructor drops the SamplingParams fields it does not know (min_p): set them all
+    for key, value in sampling.items():
+        if hasattr(policy.sampling_params, key):
+            setattr(policy.sampling_params, key, value)
     # collect_rollouts reads it: no per-token entropy from vLLM (the records' entropy stays 0)
     policy.entropy_recorder = None
     # the exported checkpoint lives as long as the policy: vLLM may read its config files after start-up
@@ -452,6 +470,10 @@ def make_rollout_policy(
     *,
     max_new_tokens: int,
     temperature: float,
+    top_k: int | None = None,
+    top_p: float = 1.0,
+    min_p: float | None = None,
+    reply_prime: str = "",
     engine=None,
     **vllm_kwargs,
 ):
@@ -474,13 +496,23 @@ def make_rollout_policy(
         ...
         ValueError: unknown rollout backend 'sglang'; choose one of: hf, vllm
     """
+    sampling = {"top_k": top_k, "top_p": top_p, "min_p": min_p, "reply_prime": reply_prime}
     if backend not in ROLLOUT_BACKENDS:
         raise ValueError(f"unknown rollout backend {backend!r}; choose one of: {', '.join(ROLLOUT_BACKENDS)}")
     if backend == "hf":
         if engine is not None or vllm_kwargs:
             raise ValueError(f"rollout backend 'hf' takes no vLLM options, got {sorted(vllm_kwargs) or ['engine']}")
-        return make_generation_policy(model, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature), None
+        policy = make_generation_policy(
+            model, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, **sampling
+        )
+        return policy, None
     policy = make_vllm_generation_policy(
-        model, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, engine=engine, **vllm_kwargs
+        model,
+        tokenizer,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        engine=engine,
+        **sampling,
+        **vllm_kwargs,
     )
     return policy, (None if engine is not None else VLLMWeightSync(model, policy))

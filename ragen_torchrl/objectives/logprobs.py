@@ -46,6 +46,7 @@ from ..keys import (
     TOKENS_LAST_RESPONSE,
 )
 from ..models.loading import resolved_chat_template, wrapper_chat_template
+from ..models.priming import reply_prime, unmask_primed
 from ..validation import check_choice
 from .shared_prefix import shared_prefix_logits, shared_prefix_supported
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
@@ -68,9 +69,13 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1)
 
 
-def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
-    """History-mode ``TransformersWrapper`` that scores (does not generate) conversations."""
-    return TransformersWrapper(
+def make_logprob_policy(model, tokenizer, *, reply_prime: str = "") -> TransformersWrapper:
+    """History-mode ``TransformersWrapper`` that scores (does not generate) conversations.
+
+    ``reply_prime``: the text the rollout policy appended to every prompt (``"<think>"`` under
+    ``rollout.prime_think``); the training rows leave it out of the assistant mask.
+    """
+    actor = TransformersWrapper(
         model,
         tokenizer=tokenizer,
         chat_template=wrapper_chat_template(tokenizer),
@@ -79,6 +84,8 @@ def make_logprob_policy(model, tokenizer) -> TransformersWrapper:
         return_log_probs=True,
         pad_output=True,
     )
+    actor.reply_prime = reply_prime
+    return actor
 
 
 def training_view(records: TensorDictBase) -> TensorDictBase:
@@ -130,6 +137,10 @@ def tokenize_conversations(
     ``train_on="retokenized"`` (and records without those ids): the whole conversation is
     rendered by the wrapper's chat template and tokenised (RAGEN's reference trains the decoded
     text this way); tokens and masks equal the log-prob wrapper's.
+
+    With an ``actor.reply_prime`` (``"<think>"`` under ``rollout.prime_think``) the tag that opens
+    each reply was part of the prompt the policy read: it is left out of the assistant mask in
+    both modes (:func:`~ragen_torchrl.models.priming.unmask_primed`).
 
     ``("log_probs", "full")`` is NaN (not computed: a loss run inside
     :meth:`~ragen_torchrl.objectives.metrics.TokenStatsMixin.current_as_behaviour` does not
@@ -191,10 +202,21 @@ def _prompt_assistant_masks(
         tokenize=True,
         chat_template=resolved_chat_template(actor),
     )
+    prime = reply_prime(actor)
     for k, ids, amask in zip(usable, enc["input_ids"], enc["assistant_masks"]):
-        ids = torch.as_tensor(ids, dtype=torch.long)
-        if torch.equal(ids, prompts[rows[k]]):
-            out[k] = torch.as_tensor(amask, dtype=torch.bool)
+        ids, amask = torch.as_tensor(ids, dtype=torch.long), torch.as_tensor(amask, dtype=torch.bool)
+        prompt, n = prompts[rows[k]], len(ids)
+        if torch.equal(ids, prompt):
+            out[k] = amask
+        elif (  # a primed prompt: the template's prompt, then the prime's ids (prompt tokens, not trained)
+            prime
+            and n < len(prompt)
+            and torch.equal(prompt[:n], ids)
+            and actor.tokenizer.decode(prompt[n:].tolist()) == prime
+        ):
+            out[k] = torch.cat([amask, torch.zeros(len(prompt) - n, dtype=torch.bool)])
+        if out[k] is not None and prime:  # earlier replies start with the prime too: never sampled
+            out[k] = unmask_primed(prompt, out[k], actor.tokenizer, prime)
     return out
 
 
@@ -207,6 +229,7 @@ def _retokenized(actor: TransformersWrapper, records: TensorDictBase) -> TensorD
     if getattr(actor, "chat_template", None) is not None:
         kwargs["chat_template"] = actor.chat_template
     enc = history.apply_chat_template(tokenizer=actor.tokenizer, padding=False, return_dict=True, **kwargs)
+    prime = reply_prime(actor)
     rows = []
     for ids, attn, amask in zip(
         enc.get("input_ids", as_list=True),
@@ -214,7 +237,10 @@ def _retokenized(actor: TransformersWrapper, records: TensorDictBase) -> TensorD
         enc.get("assistant_masks", as_list=True),
     ):
         keep = attn.bool()
-        rows.append(_row(ids[keep], amask.bool()[keep]))
+        ids, amask = ids[keep], amask.bool()[keep]
+        if prime:  # the primed tag opening each reply was a prompt token: not trained
+            amask = unmask_primed(ids, amask, actor.tokenizer, prime)
+        rows.append(_row(ids, amask))
     return lazy_stack(rows)
 
 

@@ -72,6 +72,10 @@ PROTECTED = (
     "trainer.val_temperature",  # the validation metric (and its stop rule)
     "rollout.max_new_tokens",
     "rollout.temperature",
+    "rollout.top_k",  # the sampling distribution
+    "rollout.top_p",
+    "rollout.min_p",
+    "rollout.prime_think",  # the prompt format
 )
 #: keys under a protected one that only say where/how fast a run executes
 HARMLESS = ("model.device", "model.threads", "model.cache_dir", "filter.grad_snr")  # the last: a diagnostic (moved)

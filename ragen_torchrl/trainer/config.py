@@ -81,6 +81,7 @@ _BOOL_KEYS = (
     "algo.dynamic_sampling.enabled",
     "trainer.resume_allow_changes",
     "t3.outside_trigger",
+    "rollout.prime_think",
 )
 
 
@@ -371,6 +372,38 @@ def check_t3(cfg: DictConfig) -> None:
 
 
 # ----------------------------------------------------------------------------- entry point
+def check_rollout_sampling(cfg: DictConfig) -> None:
+    """``rollout.top_k`` / ``top_p`` / ``min_p``: valid values, and no truncation of the sampling distribution.
+
+    The behaviour log-probs and the losses score the policy's full softmax; a truncated sampler
+    would draw from another distribution than the one whose importance ratio is computed, so it is
+    refused rather than silently biasing the update.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> try:
+        ...     check_rollout_sampling(OmegaConf.create({"rollout": {"top_k": 50}}))
+        ... except ConfigError as e:
+        ...     print(str(e)[:55])
+        rollout.top_k=50 truncates the sampling distribution, b
+    """
+    from ..models.sampling import check_sampling, sampling_truncation
+
+    top_k, top_p, min_p = (_get(cfg, f"rollout.{k}") for k in ("top_k", "top_p", "min_p"))
+    top_p = 1.0 if top_p is None else top_p
+    try:
+        check_sampling(top_k, top_p, min_p)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    truncation = sampling_truncation(top_k, top_p, min_p)
+    if truncation is not None:
+        raise ConfigError(
+            f"rollout.{truncation} truncates the sampling distribution, but the behaviour log-probs and the "
+            "losses use the policy's full softmax: the samples would not come from the policy that is trained. "
+            "Keep rollout.top_k=null, rollout.top_p=1.0, rollout.min_p=null"
+        )
+
+
 #: generation backends of ``rollout.backend``
 ROLLOUT_BACKENDS = ("hf", "vllm")
 
@@ -459,6 +492,7 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     check_positive_float(cfg, "sft.lr", maximum=1.0)
     for key in ("rollout.temperature", "trainer.val_temperature"):
         check_positive_float(cfg, key, allow_zero=True)
+    check_rollout_sampling(cfg)
     # cheap checks first (no torch import): most mistakes are reported within a second
     check_algo(cfg)
     check_group_size(cfg)

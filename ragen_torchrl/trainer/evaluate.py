@@ -386,6 +386,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """
     from ..envs import make_env
     from ..models.loading import ModelSourceError, load_pretrained
+    from ..models.priming import prime_text
     from .rollout import make_generation_policy
     from .setup import env_kwargs
 
@@ -437,7 +438,12 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         where = tgt["policy"] if tgt["policy"] is not None else tgt["checkpoint"][1]
         raise EvalError(f"cannot load the model {where}: {type(e).__name__}: {_one_line(e)}") from None
     policy = make_generation_policy(
-        model, tokenizer, max_new_tokens=int(cfg.rollout.max_new_tokens), temperature=temperature
+        model,
+        tokenizer,
+        max_new_tokens=int(cfg.rollout.max_new_tokens),
+        temperature=temperature,
+        # as the run was trained; a run's config from before the switch has none: no priming
+        reply_prime=prime_text(bool(cfg.rollout.get("prime_think", False))),
     )
     chunk = int(cfg.rollout.get("chunk_size", 128))
     stats, _ = evaluate_policy(

@@ -41,6 +41,7 @@ from ..keys import (
     MASKS_ASSISTANT,
 )
 from ..models.loading import load_pretrained
+from ..models.priming import prime_text
 from ..objectives import build_objective
 from ..objectives.grpo import make_logprob_policy
 from ..transforms.snr import build_filter, validate_filter_config
@@ -146,8 +147,18 @@ class Trainer:
         rcfg = cfg.rollout
         backend = str(rcfg.get("backend") or "hf")
         # hf: generate with the training model itself; vllm: an engine fed the weights after each update
+        # the full distribution unless configured (the config check refuses truncation for training)
+        sampling = {k: rcfg.get(k, d) for k, d in (("top_k", None), ("top_p", 1.0), ("min_p", None))}
+        # the reference primes every reply with <think> (a prompt token, never trained)
+        self.reply_prime = prime_text(bool(rcfg.get("prime_think", True)))
+        sampling["reply_prime"] = self.reply_prime
         self.policy, self.weight_sync = make_rollout_policy(
-            backend, self.model, self.tokenizer, max_new_tokens=rcfg.max_new_tokens, temperature=rcfg.temperature
+            backend,
+            self.model,
+            self.tokenizer,
+            max_new_tokens=rcfg.max_new_tokens,
+            temperature=rcfg.temperature,
+            **sampling,
         )
         self.val_policy, _ = make_rollout_policy(  # the same engine (vllm), another temperature
             backend,
@@ -155,6 +166,7 @@ class Trainer:
             self.tokenizer,
             max_new_tokens=rcfg.max_new_tokens,
             temperature=t.val_temperature,
+            **sampling,
             **({"engine": self.policy.model} if self.weight_sync is not None else {}),
         )
         if self.fsdp:
@@ -162,7 +174,7 @@ class Trainer:
             # weights are gathered for generation, and ranks generate different lengths
             for p in (self.policy, self.val_policy):
                 p.generate_kwargs["synced_gpus"] = False
-        self.actor = make_logprob_policy(self.model, self.tokenizer)
+        self.actor = make_logprob_policy(self.model, self.tokenizer, reply_prime=self.reply_prime)
         a = cfg.algo
         try:
             self.objective = build_objective(a, self.actor, self.model, self.tokenizer)
@@ -172,7 +184,7 @@ class Trainer:
         self.ref_actor = None
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-            self.ref_actor = make_logprob_policy(ref_model, self.tokenizer)
+            self.ref_actor = make_logprob_policy(ref_model, self.tokenizer, reply_prime=self.reply_prime)
         if self.fsdp:
             shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
             # the shared-prefix pass backpropagates through KV-cache tensors, which are no module

@@ -57,6 +57,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
         )
         base = build_tiny_model(tokenizer_corpus(env), tiny, m.cache_dir)
     if cfg.sft.enabled and cfg.sft.steps > 0:
+        from ..models.priming import prime_text
         from .sft import warm_start
 
         sft_cfg = OmegaConf.to_container(cfg.sft, resolve=True)
@@ -64,7 +65,14 @@ def prepare_model(cfg: DictConfig, env) -> str:
         t0 = time.time()
         # demonstrations come from the untransformed env (T3 only shapes RL rollouts)
         base = warm_start(
-            base, env, sft_cfg, cfg.model.cache_dir, cfg.model.device, cfg.model.dtype, env_kwargs(cfg.env)
+            base,
+            env,
+            sft_cfg,
+            cfg.model.cache_dir,
+            cfg.model.device,
+            cfg.model.dtype,
+            env_kwargs(cfg.env),
+            reply_prime=prime_text(bool(cfg.rollout.get("prime_think", True))),
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base

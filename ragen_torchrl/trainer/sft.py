@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from ..models.priming import unmask_primed
+
 log = logging.getLogger(__name__)
 
 
@@ -33,14 +35,24 @@ def sft_fingerprint(sft_cfg: dict, base_path: str, env_desc: str = "") -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def tokenize_conversations(tokenizer, conversations: list[list[dict]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Token ids and assistant masks of each conversation (via the chat template)."""
+def tokenize_conversations(
+    tokenizer, conversations: list[list[dict]], *, reply_prime: str = ""
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Token ids and assistant masks of each conversation (via the chat template).
+
+    ``reply_prime`` (``"<think>"`` under ``rollout.prime_think``): the rollouts put it in the prompt,
+    so the targets leave it out, as the RL update does
+    (:func:`~ragen_torchrl.models.priming.unmask_primed`).
+    """
     out = tokenizer.apply_chat_template(
         conversations, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
     )
     pairs = []
     for ids, mask in zip(out["input_ids"], out["assistant_masks"]):
-        pairs.append((torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)))
+        ids, mask = torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)
+        if reply_prime:
+            mask = unmask_primed(ids, mask, tokenizer, reply_prime)
+        pairs.append((ids, mask))
     return pairs
 
 
@@ -77,18 +89,20 @@ def supervised_finetune(
     seed: int = 0,
     log_every: int = 50,
     progress: bool = True,
+    reply_prime: str = "",
 ) -> list[float]:
     """Fine-tune ``model`` in place on the assistant tokens of ``conversations``.
 
     Returns the loss history. Observation and system tokens are never trained. ``progress``
-    shows a progress bar (steps/s, ETA, current loss) on stderr.
+    shows a progress bar (steps/s, ETA, current loss) on stderr. ``reply_prime``: the text the
+    rollouts prime every reply with; it is not a target (:func:`tokenize_conversations`).
     """
     from tqdm.auto import tqdm
 
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"invalid SFT settings: steps={steps}, batch_size={batch_size}, lr={lr}")
     device = next(model.parameters()).device
-    data = tokenize_conversations(tokenizer, conversations)
+    data = tokenize_conversations(tokenizer, conversations, reply_prime=reply_prime)
     # length-sorted buckets: a batch of similar lengths wastes little compute on padding
     data.sort(key=lambda pair: len(pair[0]))
     rng = random.Random(seed)
@@ -125,13 +139,15 @@ def warm_start(
     device: str = "auto",
     dtype: str = "auto",
     env_config: dict | None = None,
+    reply_prime: str = "",
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
     ``sft_cfg`` keys: ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``,
     ``reasoning`` (``grounded``, the default, or ``shuffled``; see :mod:`.demonstrations`).
     ``env_config`` (the env's constructor arguments) is part of the cache key: two sizes of one
-    game must not share a warm start.
+    game must not share a warm start. ``reply_prime`` (``rollout.prime_think``) is left out of the
+    targets, and is part of the cache key.
     """
     from ..models.loading import load_pretrained
     from .demonstrations import make_demonstrations
@@ -144,6 +160,8 @@ def warm_start(
     if reasoning == "grounded":
         # the default leaves the key as it was before the switch existed: cached warm starts stay valid
         key_cfg.pop("reasoning", None)
+    if reply_prime:
+        key_cfg["reply_prime"] = reply_prime
     target = Path(cache_dir).expanduser() / f"sft-{sft_fingerprint(key_cfg, base_path, env_desc)}"
     if (target / "config.json").exists():
         log.info("warm start: using cached model %s", target)
@@ -169,6 +187,7 @@ def warm_start(
             batch_size=int(sft_cfg["batch_size"]),
             lr=float(sft_cfg["lr"]),
             seed=int(sft_cfg["seed"]),
+            reply_prime=reply_prime,
         )
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)

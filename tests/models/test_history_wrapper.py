@@ -17,7 +17,12 @@ from torchrl.data.llm import History
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.modules.llm.policies.common import _extract_responses_from_full_histories
 
-from ragen_torchrl.collectors import collect_rollouts, make_generation_policy
+from ragen_torchrl.collectors import (
+    collect_rollouts,
+    hf_generate_kwargs,
+    make_generation_policy,
+    wrapper_generate_kwargs,
+)
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.text_env import sample_seed
 from ragen_torchrl.models.entropy_recorder import attach_entropy_recorder
@@ -40,8 +45,10 @@ def _torchrl_policy(model, tok, max_new_tokens):
         generate=True,
         return_log_probs=False,
         pad_output=False,
-        generate_kwargs={"max_new_tokens": max_new_tokens, "do_sample": True, "temperature": 1.0, "top_p": 1.0},
+        generate_kwargs=wrapper_generate_kwargs(hf_generate_kwargs(max_new_tokens, 1.0)),
     )
+    # the same sampling settings (full distribution) as make_generation_policy sets on its wrapper
+    policy.generate_kwargs.update(hf_generate_kwargs(max_new_tokens, 1.0))
     policy.entropy_recorder = attach_entropy_recorder(policy)
     return policy
 

@@ -1,0 +1,52 @@
+"""Sampling settings of the rollout policies: checks and their meaning, without importing torch.
+
+The rollouts sample the full distribution by default (RAGEN-2, arXiv 2604.06268: temperature 1,
+top-p 1, no top-k); ``top_k`` / ``top_p`` / ``min_p`` truncate it. The trainer's config check
+(:func:`ragen_torchrl.trainer.config.check_rollout_sampling`) uses these before anything heavy is
+imported; :func:`ragen_torchrl.collectors.hf_generate_kwargs` and
+:func:`ragen_torchrl.collectors.vllm_sampling_kwargs` turn them into each backend's keywords.
+
+Example:
+    >>> sampling_truncation(top_k=None, top_p=1.0, min_p=None) is None
+    True
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_sampling", "sampling_truncation"]
+
+
+def check_sampling(top_k=None, top_p: float = 1.0, min_p=None, *, prefix: str = "rollout.") -> None:
+    """Raise ``ValueError`` naming the key unless ``top_k`` is ``None``/0 (off) or a positive integer,
+    ``top_p`` is in (0, 1] and ``min_p`` is ``None`` or in [0, 1).
+
+    Example:
+        >>> check_sampling(top_k=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.top_k must be null/0 (no top-k) or a positive integer, got -1
+    """
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ValueError(f"{prefix}top_k must be null/0 (no top-k) or a positive integer, got {top_k!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"{prefix}top_p must be in (0, 1] (1.0 = no nucleus truncation), got {top_p!r}")
+    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not 0 <= min_p < 1):
+        raise ValueError(f"{prefix}min_p must be null (off) or in [0, 1), got {min_p!r}")
+
+
+def sampling_truncation(top_k=None, top_p: float = 1.0, min_p=None) -> str | None:
+    """What of the policy's distribution a sampler with these settings cuts off, in words;
+    ``None`` when it samples the full distribution.
+
+    Example:
+        >>> sampling_truncation(), sampling_truncation(top_k=50, top_p=0.9)
+        (None, 'top_k=50, top_p=0.9')
+    """
+    parts = []
+    if top_k:
+        parts.append(f"top_k={top_k}")
+    if top_p < 1:
+        parts.append(f"top_p={top_p:g}")
+    if min_p:
+        parts.append(f"min_p={min_p:g}")
+    return ", ".join(parts) or None
