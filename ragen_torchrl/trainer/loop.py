@@ -78,7 +78,7 @@ from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives 
 )
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
-from .stops import FilterGuard, ValidationStop, loss_scale, unfiltered_stats
+from .stops import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .summary import SUMMARY_FILE, write_summary
 from .update import minibatch_plan, optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
 
@@ -481,6 +481,8 @@ class Trainer:
 
         # every reason to skip the update ends here, in one place (the iteration line says which)
         skip = None
+        # the stop rules read the batch as sampled: dynamic sampling keeps only groups with signal
+        sampled = (records.get(EPISODE_RETURN), records.get(GROUP_ID))
         if self.objective.dynamic_sampling is not None:
             records, ds_stats = self.objective.dynamic_sampling(records, self._collect_more)
             stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
@@ -491,23 +493,21 @@ class Trainer:
         if skip is None and self.snr is None:
             fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
             stats.update({f"filter/{k}": float(v) for k, v in fstats.items()})
-            self.stop_reason = self.stop_reason or self.guard.update(fstats)
-            stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
         elif skip is None:
             t_f = time.time()
             batch = self.snr(records)
             stats.update({f"filter/{k}": float(v) for k, v in self.snr.last_stats.items()})
             stats["timing/filter"] = time.time() - t_f
-            self.stop_reason = self.stop_reason or self.guard.update(self.snr.last_stats)
-            stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
             if batch is None:
                 # nothing carries signal: skip the update rather than train on noise
-                self.empty_iterations += 1
                 skip = "filter/skipped_update"
             else:
                 scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
+        self.stop_reason = self.stop_reason or self.guard.update(stop_stats(*sampled, skipped=skip is not None))
+        stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
         if skip is not None:
             stats[skip] = 1.0
+            self.empty_iterations += 1
             return stats, None
 
         t1 = time.time()

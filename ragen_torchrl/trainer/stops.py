@@ -4,11 +4,14 @@
   (base = mean in-group std of the first non-empty iterations; stop when the last ones are all
   below a fraction of it). Runs in both arms: :func:`unfiltered_stats` feeds it when no filter is
   configured, so ``filter=none`` stops under the same rule as ``filter=snr_top_p``.
+* :func:`stop_stats` -- what :class:`FilterGuard` reads each iteration: the rollout batch as
+  sampled (before DAPO's dynamic sampling or the filter drop groups) and whether the update ran.
 * :class:`ValidationStop` -- stop on sustained low validation success.
 * :func:`loss_scale` -- the optional kept-ratio scale of the task term.
 
 They read the statistics that :class:`~ragen_torchrl.transforms.snr.SNRFilter` logs
-(``last_stats``) and are configured by the same ``filter`` config node.
+(``last_stats``) or, in the trainer, :func:`stop_stats`, and are configured by the same ``filter``
+config node.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ..transforms.group_selection import (
 from ..transforms.snr import LOSS_SCALE_MODES, validate_filter_config
 from ..validation import check_bool, check_int
 
-__all__ = ["FilterGuard", "ValidationStop", "loss_scale", "unfiltered_stats"]
+__all__ = ["FilterGuard", "ValidationStop", "loss_scale", "stop_stats", "unfiltered_stats"]
 
 
 def loss_scale(kept_ratio: float, mode: str = "none") -> float:
@@ -84,11 +87,33 @@ def unfiltered_stats(returns, group_ids) -> dict[str, float]:
     return filter_stats(reward_var, kept_group, torch.ones(codes.numel(), dtype=torch.bool))
 
 
+def stop_stats(returns, group_ids, *, skipped: bool) -> dict[str, float]:
+    """The input of :meth:`FilterGuard.update` for one iteration.
+
+    ``in_group_std_mean`` is read from the rollout batch **as sampled**: ``returns`` and
+    ``group_ids`` must be taken before DAPO's dynamic sampling (arXiv 2503.14476) drops the
+    constant groups and refills the batch with informative ones, which would keep the statistic
+    up however far the reward variance collapses. ``empty_after_filter`` is 1 when the iteration's
+    update was skipped for lack of signal, whichever step found none (dynamic sampling or the SNR
+    filter), so those iterations count toward ``max_consecutive_empty``.
+
+    Examples:
+        >>> import torch
+        >>> s = stop_stats(torch.tensor([1.0, 1.0, 0.5, 0.0]), torch.tensor([0, 0, 1, 1]), skipped=True)
+        >>> round(s["in_group_std_mean"], 4), s["empty_after_filter"]  # (0 + std{0.5, 0}) / 2
+        (0.1768, 1.0)
+    """
+    stats = unfiltered_stats(returns, group_ids)
+    return {"in_group_std_mean": stats["in_group_std_mean"], "empty_after_filter": 1.0 if skipped else 0.0}
+
+
 class FilterGuard:
     """Stop rules of SNR-aware filtering, fed with :attr:`SNRFilter.last_stats` every iteration.
 
     RAGEN-2 (arXiv 2604.06268) applies these stops to every arm, the unfiltered baseline
-    included: without a filter, feed :func:`unfiltered_stats` instead of ``last_stats``.
+    included: without a filter, feed :func:`unfiltered_stats` instead of ``last_stats``. The
+    trainer feeds :func:`stop_stats`: the rollout batch before DAPO's dynamic sampling, and
+    whether the update was skipped (by dynamic sampling or the filter).
 
     * **Empty selection**: an iteration that keeps no group is skipped by the trainer; after
       ``max_consecutive_empty`` consecutive empty iterations training stops (0 disables).

@@ -54,10 +54,11 @@ METRICS = (
 #: Metrics read from the per-trajectory entropy column (``entropy_key``, default ``"entropy"``).
 ENTROPY_METRICS = ("entropy", "entropy_std", "entropy_variance")
 
-# A group whose score is within this of 0 counts as "zero" (no signal). Matches the reference
-# implementation, and is far below any reward scale we use, so float round-off of a constant
-# group's std (~1e-17) is classed as zero while a genuine 1e-6 std is not.
-_ZERO_TOL = 1e-10
+# Relative slack of the top_p linear threshold and of the min_p bound: float rounding only, so that
+# a prefix that reaches p of the mass mathematically is never missed, and the selection does not
+# change when every reward is multiplied by a constant (a tolerance relative to the scores scales
+# with them; an absolute one does not).
+_MASS_RTOL = 1e-9
 # int(0.29 * 100) == 28 in floating point; this nudge makes top_k keep the 29 groups the user means.
 _FLOOR_TOL = 1e-9
 
@@ -135,7 +136,7 @@ class GroupSelection:
     What a configured filter or sampler holds: ``value`` must lie in its strategy's range
     (:func:`check_filter_value`, stricter than :func:`select_groups` itself), ``eps`` is a
     non-negative number and the flags are booleans. The defaults are the paper's rule
-    (RAGEN-2 §3.3: top_p 0.9, linear, zero-score groups excluded).
+    (RAGEN-2 §3.3: top_p 0.9, linear, no absolute slack, zero-score groups excluded).
 
     Examples:
         >>> import torch
@@ -152,7 +153,7 @@ class GroupSelection:
     value: float = 0.9
     mode: str = "linear"
     include_zero: bool = False
-    eps: float = 0.01
+    eps: float = 0.0
     largest: bool = True
 
     def __post_init__(self) -> None:
@@ -176,19 +177,24 @@ def select_groups(
     value: float = 0.9,
     mode: str = "linear",
     include_zero: bool = False,
-    eps: float = 0.01,
+    eps: float = 0.0,
     largest: bool = True,
 ) -> torch.Tensor:
     """Return the indices of the groups to keep, given one score per group.
 
-    Candidates are all groups, minus the zero-score groups (``|score| <= 1e-10``) when
-    ``include_zero`` is False. They are ranked by score -- descending when ``largest`` (the method),
+    Candidates are all groups, minus the zero-score groups (score exactly 0: :func:`group_scores`
+    gives exactly 0 to a group whose values are all equal) when ``include_zero`` is False. They are ranked by score -- descending when ``largest`` (the method),
     ascending when not (the "smallest" ablation) -- with a stable sort, so tied groups keep their
     index order (lower index first). The strategy then keeps a prefix (or subset) of that ranking:
 
     * ``top_p`` / ``mode="linear"`` (recommended): keep the smallest prefix whose cumulative score
-      reaches ``value * sum(candidate scores) - eps``; the prefix stops at the first score ``<= 0``;
-      if the threshold is never reached (e.g. every score is 0) nothing is kept.
+      reaches ``value * sum(candidate scores)`` (less a float-rounding slack of ``1e-9`` of the sum,
+      and less ``eps``); the prefix stops at the first score ``<= 0``; if the threshold is never
+      reached (e.g. every score is 0) nothing is kept. With ``eps = 0`` (the paper's rule) the
+      selection is invariant to multiplying the scores by a positive constant, and a positive sum
+      keeps at least one group. The reference code subtracts an absolute ``eps = 0.01``, tuned for
+      std scores: on variance scores (squares, far smaller) it keeps nothing once
+      ``value * sum <= eps`` and well under ``value`` of the mass otherwise.
     * ``top_p`` / ``mode="softmax"`` (the paper's main-table runs): ``probs = softmax(scores)``
       (``softmax(-scores)`` when not ``largest``) in ranking order; keep
       ``searchsorted(cumsum(probs), value) + 1`` groups, at most the number of candidates.
@@ -198,8 +204,12 @@ def select_groups(
       groups (zero-score ones included), at most the number of candidates.
     * ``top_k_abs``: keep ``max(1, int(value))`` groups, at most the number of candidates.
     * ``min_p`` (``value`` in [0, 1]): when ``largest``, keep groups with
-      ``score >= value * max``; when not, keep ``score <= min / value``. Meant for non-negative
-      scores (std, variance, entropy, length).
+      ``score >= value * max``; when not, keep ``score <= min / value`` (both with a relative
+      float-rounding slack). Meant for non-negative scores (std, variance, entropy, length).
+
+    Scale: every rule except ``top_p`` softmax and ``eps > 0`` gives the same selection when all
+    scores are multiplied by a positive constant (reward std and mean scale with the rewards,
+    variance with their square).
 
     For ``largest=False`` every rule is applied unchanged to the ascending ranking (top_p linear
     accumulates the smallest positive scores until they reach ``value`` of the total; with
@@ -214,8 +224,8 @@ def select_groups(
             min_p. Must be ``>= 0``.
         mode: ``linear`` or ``softmax`` (used by top_p only, always validated).
         include_zero: whether zero-score groups are candidates at all.
-        eps: slack subtracted from the top_p linear threshold, so that round-off cannot make a
-            full prefix miss a threshold it mathematically reaches.
+        eps: absolute slack subtracted from the top_p linear threshold: the reference code's
+            ``0.01`` (a switch; scale-dependent). ``0`` (default) is the paper's rule.
         largest: rank descending (keep high scores) or ascending (keep low scores).
 
     Returns:
@@ -228,8 +238,10 @@ def select_groups(
 
     Examples:
         >>> import torch
-        >>> select_groups(torch.tensor([0.5, 0.0, 2.0, 1.0]))  # 0.9 * 3.5 - 0.01 = 3.14
+        >>> select_groups(torch.tensor([0.5, 0.0, 2.0, 1.0]))  # 0.9 * 3.5 = 3.15: 2 + 1 < 3.15
         tensor([2, 3, 0])
+        >>> select_groups(torch.tensor([0.0025, 0.0025]), eps=0.01)  # reference slack: 0.0045 - 0.01 < 0
+        tensor([], dtype=torch.int64)
         >>> select_groups(torch.tensor([0.5, 0.0, 2.0, 1.0]), strategy="top_k", value=0.5)
         tensor([2, 3])
         >>> select_groups(torch.zeros(3))  # no group carries signal
@@ -254,7 +266,7 @@ def select_groups(
     num_groups = scores.numel()
     candidates = torch.arange(num_groups, device=device)
     if not include_zero:
-        nonzero = scores.abs() > _ZERO_TOL
+        nonzero = scores != 0
         scores, candidates = scores[nonzero], candidates[nonzero]
     num_candidates = scores.numel()
     if num_candidates == 0:
@@ -271,7 +283,8 @@ def select_groups(
             # searchsorted (left) = first position whose cumulative mass is >= p.
             cutoff = int(torch.searchsorted(torch.cumsum(probs, 0), value).item())
             return ranked[: min(cutoff + 1, num_candidates)]
-        threshold = value * float(scores.sum()) - eps
+        total = float(scores.sum())
+        threshold = value * total - _MASS_RTOL * abs(total) - eps
         cumulative, count = 0.0, 0
         for score in ranked_scores.tolist():
             if cumulative >= threshold or score <= 0:
@@ -285,12 +298,13 @@ def select_groups(
         k = max(1, min(int(raw + _FLOOR_TOL), num_candidates))
         return ranked[:k]
 
-    # min_p: the small tolerance keeps the max (or min) itself when value == 1.
+    # min_p: the relative slack keeps the max (or min) itself when value == 1, at any scale.
     if largest:
-        keep = ranked_scores >= value * float(ranked_scores.max()) - _ZERO_TOL
+        bound = value * float(ranked_scores.max())
+        keep = ranked_scores >= bound - _MASS_RTOL * abs(bound)
     else:
         bound = float(ranked_scores.min()) / value if value > 0 else math.inf
-        keep = ranked_scores <= bound + _ZERO_TOL
+        keep = ranked_scores <= bound + _MASS_RTOL * abs(bound)
     return ranked[keep]
 
 
@@ -312,7 +326,12 @@ def _per_row(name: str, values, num_rows: int) -> torch.Tensor:
 
 
 def _segment_moments(values: torch.Tensor, inverse: torch.Tensor, num_groups: int):
-    """Per-group count, mean and unbiased variance (0 for a group of one)."""
+    """Per-group count, mean and unbiased variance (exactly 0 for a group of one or of equal values)."""
+    # Each group's values are summed in ascending order, so two groups holding the same values in
+    # another order get bit-identical statistics (ties stay ties at every reward scale).
+    by_value = torch.argsort(values, stable=True)
+    order = by_value[torch.argsort(inverse[by_value], stable=True)]
+    values, inverse = values[order], inverse[order]
     count = torch.zeros(num_groups, dtype=torch.float64, device=values.device)
     count.index_add_(0, inverse, torch.ones_like(values))
     total = torch.zeros_like(count).index_add_(0, inverse, values)
@@ -322,6 +341,11 @@ def _segment_moments(values: torch.Tensor, inverse: torch.Tensor, num_groups: in
     deviation = values - mean[inverse]
     squares = torch.zeros_like(count).index_add_(0, inverse, deviation * deviation)
     variance = torch.where(count > 1, squares / (count - 1).clamp_min(1), torch.zeros_like(count))
+    # a group of equal values has no signal at any scale: exactly 0, not the round-off of its
+    # mean (so a zero-score test needs no absolute tolerance, which would depend on the scale)
+    low = torch.full_like(count, math.inf).scatter_reduce(0, inverse, values, "amin")
+    high = torch.full_like(count, -math.inf).scatter_reduce(0, inverse, values, "amax")
+    variance = torch.where(low == high, torch.zeros_like(variance), variance)
     return count, mean, variance
 
 
@@ -430,7 +454,7 @@ def filter_stats(reward_var: torch.Tensor, kept_group: torch.Tensor, mask: torch
         "kept_ratio": kept_groups / num_groups if num_groups else 0.0,
         "num_trajectories": float(mask.numel()),
         "kept_trajectories": float(mask.sum()),
-        "zero_variance_groups": float((std <= _ZERO_TOL).sum()),
+        "zero_variance_groups": float((std == 0).sum()),
         "in_group_std_mean": float(std.mean()) if num_groups else 0.0,
         "in_group_std_max": float(std.max()) if num_groups else 0.0,
         "kept_in_group_std_mean": float(kept_std.mean()) if kept_groups else 0.0,

@@ -24,7 +24,10 @@ by within-group reward *variance* and keeps the smallest prefix reaching ``p`` o
 (top-p linear, zero-variance groups excluded): that is the default here and the ``snr_top_p``
 preset. The reference code scores by the unbiased reward *std* and keeps
 ``searchsorted(cumsum(softmax(std)), p) + 1`` groups, zero-std groups included: the
-``snr_reference`` preset (``metric=reward_std, mode=softmax, include_zero=True``).
+``snr_reference`` preset (``metric=reward_std, mode=softmax, include_zero=True``). Its linear
+top-p subtracts an absolute ``eps = 0.01`` from the threshold (``eps``, 0 by default and 0.01 in
+that preset). Every rule except softmax top-p and ``eps > 0`` selects the same groups when all
+rewards are multiplied by a positive constant; softmax(std) is kept as the reference computes it.
 
 The sampler counterpart (draw mini-batches only from the top groups of a persistent buffer) is
 :class:`ragen_torchrl.data.group_sampler.TopVarianceGroupSampler`.
@@ -111,7 +114,7 @@ class SNRFilter(Transform):
 
     ``last_stats`` (floats) after each filtering call: ``num_groups``, ``kept_groups``,
     ``kept_ratio`` (kept / groups), ``num_trajectories``, ``kept_trajectories``,
-    ``zero_variance_groups`` (reward std <= 1e-10), ``in_group_std_mean``/``_max`` (reward std over
+    ``zero_variance_groups`` (reward std exactly 0: all returns of the group equal), ``in_group_std_mean``/``_max`` (reward std over
     all groups), ``kept_in_group_std_mean``/``_max`` (over kept groups, 0 when none),
     ``empty_after_filter`` (0/1) and ``heterogeneity`` = Std(RV)/Mean(RV), RV the unbiased
     within-group reward variance, Std the population std over groups (0 when Mean(RV) is 0).
@@ -145,7 +148,7 @@ class SNRFilter(Transform):
         ...     batch_size=[6],
         ... )
         >>> filt = SNRFilter()  # variance: group 0 -> 0.5, group 1 -> 0, group 2 -> 2.0
-        >>> filt(td)["group_id"]  # threshold 0.9 * 2.5 - 0.01 = 2.24: groups 2 then 0
+        >>> filt(td)["group_id"]  # threshold 0.9 * 2.5 = 2.25: groups 2 then 0
         tensor([0, 0, 2, 2])
         >>> filt.last_stats["kept_groups"], filt.last_stats["zero_variance_groups"]
         (2.0, 1.0)
@@ -158,7 +161,7 @@ class SNRFilter(Transform):
         value: float = 0.9,
         mode: str = "linear",
         include_zero: bool = False,
-        eps: float = 0.01,
+        eps: float = 0.0,
         largest: bool = True,
         *,
         group_key=GROUP_ID,
@@ -305,7 +308,7 @@ FILTER_CONFIG_DEFAULTS: dict[str, Any] = {
     "mode": "linear",
     "include_zero": False,
     "largest": True,
-    "eps": 0.01,
+    "eps": 0.0,
     "loss_scale": "none",
     "max_consecutive_empty": 5,
     "collapse_stop": {"enabled": True, "warmup": 10, "patience": 10, "ratio": 0.1},

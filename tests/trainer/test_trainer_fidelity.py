@@ -139,3 +139,82 @@ def test_an_env_bug_does_not_stop_training_and_is_counted(ragen_cache_dir, tmp_p
     assert stats["rollout/env_errors_total"] == 4.0
     assert stats["rollout/reward_mean"] == pytest.approx(-0.1)
     assert stats["rollout/turns"] == 1.0
+
+
+def _dapo_run(cache_dir, tmp_path, monkeypatch, first, later, refill, *extra):
+    """A 2 x 2 DAPO run (dynamic sampling on shaped returns, no filter) whose rollouts return
+    ``first`` in iteration 1, ``later`` afterwards, and ``refill`` for every refill group."""
+    import ragen_torchrl.trainer.loop as loop_mod
+
+    real = loop_mod.collect_rollouts
+    calls = {"n": 0}
+
+    def scripted(*args, **kwargs):
+        records = real(*args, **kwargs)
+        n = records.batch_size[0]
+        if n == 4:  # a training rollout of P = 2 groups
+            calls["n"] += 1
+            records.set("episode_return", torch.tensor(first if calls["n"] == 1 else later))
+        elif n == 2 and calls["n"]:  # a refill of one group
+            records.set("episode_return", torch.tensor(refill))
+        return records
+
+    monkeypatch.setattr(loop_mod, "collect_rollouts", scripted)
+    trainer = _tiny_run(
+        cache_dir,
+        tmp_path,
+        "algo=dapo",
+        "algo.dynamic_sampling.criterion=return",
+        "filter=none",
+        "trainer.val_every=0",
+        "filter.collapse_stop.warmup=1",
+        "filter.collapse_stop.patience=2",
+        *extra,
+    )
+    trainer.fit()
+    return trainer
+
+
+def test_dapo_collapse_stop_reads_the_batch_before_dynamic_sampling(ragen_cache_dir, tmp_path, monkeypatch):
+    # iteration 1: {3, 0} twice, std 3 / sqrt 2 = 2.1213 each -> base 2.1213, limit .21213.
+    # Later: {0.5, 0} (std .35355) and the constant {1, 1} (std 0): mean .17678 < .21213 as sampled.
+    # Dynamic sampling drops {1, 1} and refills with {0.5, 0}: its batch has mean .35355, which
+    # would never trip the rule. The window is [2.1213, .17678] after iteration 2, both below after 3.
+    trainer = _dapo_run(
+        ragen_cache_dir,
+        tmp_path,
+        monkeypatch,
+        [3.0, 0.0, 3.0, 0.0],
+        [0.5, 0.0, 1.0, 1.0],
+        [0.5, 0.0],
+        "trainer.total_iterations=6",
+    )
+    assert trainer.guard.base_std == pytest.approx(3 / 2**0.5)
+    assert list(trainer.guard._window) == pytest.approx([0.5 / 2**0.5 / 2] * 2)
+    assert trainer.stop_reason is not None and trainer.stop_reason.startswith("reward_variance_collapse")
+    assert [h["iteration"] for h in trainer.history] == [1, 2, 3]
+    # the update still trains on the refilled batch: 2 informative groups, one of them a refill
+    assert trainer.history[1]["filter/in_group_std_mean"] == pytest.approx(0.5 / 2**0.5)
+    assert trainer.history[1]["dynamic_sampling/extra_groups"] == 1.0
+
+
+def test_dapo_skipped_update_counts_as_empty(ragen_cache_dir, tmp_path, monkeypatch):
+    # every group constant, every refill too: dynamic sampling finds no signal after its 3 refills
+    # and the update is skipped; 2 such iterations in a row stop the run (max_consecutive_empty=2).
+    # Empty iterations enter neither the collapse warm-up nor its window.
+    trainer = _dapo_run(
+        ragen_cache_dir,
+        tmp_path,
+        monkeypatch,
+        [1.0, 1.0, 0.0, 0.0],
+        [1.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0],
+        "trainer.total_iterations=4",
+        "filter.max_consecutive_empty=2",
+    )
+    assert [h["iteration"] for h in trainer.history] == [1, 2]
+    assert all(h["dapo/skipped_update"] == 1.0 for h in trainer.history)
+    assert [h["stop/consecutive_empty"] for h in trainer.history] == [1.0, 2.0]
+    assert trainer.stop_reason == "empty_selection: 2 consecutive iterations kept no group"
+    assert trainer.guard.base_std is None and not trainer.guard._window
+    assert trainer.empty_iterations == 2

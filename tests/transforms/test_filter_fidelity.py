@@ -44,6 +44,24 @@ def records(returns=RETURNS, groups=GROUPS, **extra):
 
 
 # ---------------------------------------------------------------------- stops without a filter
+def test_stop_stats_read_the_batch_before_dynamic_sampling():
+    from ragen_torchrl.trainer.stops import stop_stats
+
+    # a DAPO batch where every group is constant: dynamic sampling keeps nothing and the update
+    # is skipped; the collapse statistic is that of the batch as sampled (std 0 everywhere) and
+    # the iteration is empty
+    s = stop_stats(torch.tensor([1.0, 1.0, 0.0, 0.0, -0.1, -0.1]), torch.tensor([0, 0, 1, 1, 2, 2]), skipped=True)
+    assert s == {"in_group_std_mean": 0.0, "empty_after_filter": 1.0}
+    # one informative group among constant ones: (std{1, 0} + 0 + 0) / 3 = .70711 / 3 = .23570,
+    # not the .70711 of the one group dynamic sampling keeps
+    s = stop_stats(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]), torch.tensor(GROUPS), skipped=False)
+    assert s["in_group_std_mean"] == pytest.approx(math.sqrt(0.5) / 3) and s["empty_after_filter"] == 0.0
+    guard = FilterGuard(max_consecutive_empty=2)
+    empty = stop_stats(torch.ones(4), torch.tensor([0, 0, 1, 1]), skipped=True)
+    assert guard.update(empty) is None
+    assert guard.update(empty) == "empty_selection: 2 consecutive iterations kept no group"
+
+
 def test_unfiltered_stats_by_hand():
     # RAGEN-2 §4: "early stopping triggered by reward-variance collapse" applies to the no-filter arm too
     s = unfiltered_stats(torch.tensor(RETURNS), torch.tensor(GROUPS))
