@@ -135,7 +135,7 @@ from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviou
 from ragen_torchrl.trainer.reporting import summarize  # noqa: E402
 from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
 from ragen_torchrl.trainer.stops import unfiltered_stats  # noqa: E402
-from ragen_torchrl.trainer.update import minibatch_plan, scores_shared_prefixes  # noqa: E402
+from ragen_torchrl.trainer.update import clip_grad_norms, minibatch_plan, scores_shared_prefixes  # noqa: E402
 
 #: the breakdown's rows, in print order; "bookkeeping" is the rest of the step
 PIECES = ("generation", "env", "behaviour log-probs", "loss forward", "backward", "optimizer", "bookkeeping")
@@ -311,7 +311,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     batch = attach_training_data(batch, behaviour)
     batch = tr.objective.prepare(batch)
     # optimize
-    max_norm = float(algo.max_grad_norm) or float("inf")
+    clip_groups = tr.objective.grad_clip_groups(float(algo.max_grad_norm))
     steps = 0
     for epoch, batches in enumerate(plan):
         for k, idx in enumerate(batches):
@@ -326,8 +326,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
             with sec("backward"):
                 loss.backward()
             with sec("optimizer"):
-                grad_norm = torch.nn.utils.clip_grad_norm_(tr.objective.trainable_parameters(), max_norm)
-                if not torch.isfinite(grad_norm):
+                if not all(torch.isfinite(n) for n in clip_grad_norms(clip_groups).values()):
                     tr.optimizer.zero_grad(set_to_none=True)
                     continue
                 tr.optimizer.step()

@@ -15,7 +15,9 @@ cross-scores every Z against every sampled X with the model (:func:`cross_score`
 encodes each context once and reuses its KV cache), and turns the matrix into the proxy
 family of :func:`mi_proxies`. Both sampling schemes of the paper are computed:
 ``first_turn`` (columns = prompt groups) and ``trajectory`` (uniform trajectory, then
-uniform turn; each pair its own column).
+uniform turn; each draw its own column, ``N = num_pairs``). Columns with identical prompts
+are equivalent (a hit on any counts; chance rises accordingly) and are scored once;
+``distinct_columns`` logs how many distinct prompts were scored.
 
 Example (outside any trainer)::
 
@@ -121,12 +123,19 @@ class CollapseMonitor:
         # every sampled pair has non-empty reasoning: empty ones were dropped before sampling
         zs = [z_ids[t][k] for t, k in zip(sample.traj_idx.tolist(), sample.turn_idx.tolist())]
         out = {"reasoning_length": float(sum(len(z) for z in zs) / len(zs))}
-        own = sample.true_cols if name == "trajectory" else None
+        # identical prompts (e.g. one trajectory-uniform draw repeated) are equivalent columns:
+        # each distinct one is scored once and its scores copied into all of its columns
+        equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
+        first = {}
+        for j, c in enumerate(equiv.tolist()):
+            first.setdefault(c, j)
+        distinct = [contexts[j] for j in first.values()]  # class c is distinct[c]
+        out["distinct_columns"] = float(len(distinct))
+        own = equiv[sample.true_cols] if name == "trajectory" else None
         # the trajectory scheme also yields each reasoning's entropy under its own prompt,
         # read off the same cross-scoring passes (no extra forward)
-        scored = cross_score(self.model, contexts, zs, entropy_cols=own, method=self.method, dtype=self.dtype)
-        mean_lp, sum_lp = scored[0], scored[1]
-        equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
+        scored = cross_score(self.model, distinct, zs, entropy_cols=own, method=self.method, dtype=self.dtype)
+        mean_lp, sum_lp = scored[0][:, equiv], scored[1][:, equiv]
         metrics = self.trackers[name](mean_lp, sample.true_cols, seq_log_probs=sum_lp, col_equivalence=equiv)
         out.update(metrics)
         if own is not None:
@@ -141,7 +150,8 @@ class CollapseMonitor:
         ``reasoning_length`` (mean tokens of the scored reasoning; 0 when none is valid) and,
         when at least one reasoning is non-empty, the :func:`mi_proxies` family (with
         ``num_pairs`` = ``min(num_pairs, #valid)`` for first-turn and ``num_pairs`` for the
-        trajectory scheme, and ``num_columns``).
+        trajectory scheme, ``num_columns`` (``num_pairs`` for the trajectory scheme) and
+        ``distinct_columns``, the distinct prompts among them).
         """
         t0 = time.time()
         histories = records.get(HISTORY_FULL)

@@ -43,6 +43,8 @@ class PairSample(NamedTuple):
     true column is ``true_cols[i]``. Column ``j``'s prompt ``x_j`` is the context of turn
     ``col_turn_idx[j]`` of trajectory ``col_traj_idx[j]`` (any representative will do for
     first-turn sampling, where every trajectory of a group shares the same first prompt).
+    Several columns may name the same (trajectory, turn) (trajectory-uniform sampling keeps
+    one column per draw); they are equivalent columns.
     """
 
     traj_idx: torch.Tensor  #: [M] long
@@ -206,12 +208,17 @@ def sample_trajectory_uniform_pairs(
     """Trajectory-uniform sampling: a trajectory uniformly, then one of its turns uniformly.
 
     Draws are i.i.d. (with replacement), so short trajectories are not under-represented
-    the way uniform-over-turns sampling would make them. Each pair is its own column (its
-    own context ``x``), except that repeated draws of the same (trajectory, turn) are merged
-    into one column, so the matrix never holds two copies of one prompt *by construction*
-    and every column holds at least one pair. (Different turns can still render identical
-    contexts; mark those with :func:`equivalence_from_keys`.) Trajectories with 0 turns are
-    never drawn.
+    the way uniform-over-turns sampling would make them. **Each draw is its own column**
+    (``N = num_pairs``, ``true_cols = arange(num_pairs)``), also when two draws hit the same
+    (trajectory, turn): as RAGEN-2's reference, identical prompts are *equivalent* columns
+    (mark them with :func:`equivalence_from_keys`: retrieving any of them is a hit and the
+    chance level is the mean share of columns equivalent to a row's own), while ``log N`` and
+    the marginal ``logsumexp_j l[i, j] - log N`` run over all ``num_pairs`` columns, i.e. over
+    the prompts as drawn. Merging repeated draws would make ``N`` random (about 40 for 64
+    draws over 64 one-turn trajectories) and weigh a prompt drawn twice like one drawn once.
+    Identical prompts need scoring only once (the columns are copies; the
+    :class:`~ragen_torchrl.diagnostics.collapse.CollapseMonitor` scores each distinct one
+    once). Trajectories with 0 turns are never drawn.
 
     **Empty reasoning is dropped before sampling** (RAGEN-2 App. D): with ``valid_turns``
     given, the pool is the (trajectory, turn) pairs with non-empty reasoning; a trajectory is
@@ -234,11 +241,11 @@ def sample_trajectory_uniform_pairs(
     Example:
         >>> import torch
         >>> s = sample_trajectory_uniform_pairs(torch.tensor([1, 1]), 4, torch.Generator().manual_seed(0))
-        >>> len(s.traj_idx), len(s.col_traj_idx) <= 2   # 4 draws over 2 distinct pairs
-        (4, True)
+        >>> s.true_cols.tolist(), torch.equal(s.col_traj_idx, s.traj_idx)   # 4 draws, 4 columns
+        ([0, 1, 2, 3], True)
         >>> s = sample_trajectory_uniform_pairs(torch.tensor([2, 1]), 4, valid_turns=[[False, True], [False]])
-        >>> s.turn_idx.tolist(), s.col_traj_idx.tolist(), s.col_turn_idx.tolist()   # one valid pair
-        ([1, 1, 1, 1], [0], [1])
+        >>> s.turn_idx.tolist(), s.col_traj_idx.tolist(), s.col_turn_idx.tolist()   # one valid pair, 4 copies
+        ([1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1])
     """
     turns = torch.as_tensor(turns_per_traj)
     if turns.dim() != 1 or turns.numel() == 0:
@@ -261,15 +268,12 @@ def sample_trajectory_uniform_pairs(
     k = torch.minimum((u * n_valid[traj]).long(), n_valid[traj] - 1)
     rows = mask[traj]  # [M, T_max]
     turn = ((rows.cumsum(1) == (k + 1).unsqueeze(1)) & rows).long().argmax(1)
-    width = int(turns.max()) + 1
-    key = traj * width + turn  # unique id per (trajectory, turn)
-    uniq, inverse = torch.unique(key, return_inverse=True)
     return PairSample(
         traj_idx=traj,
         turn_idx=turn,
-        true_cols=inverse,
-        col_traj_idx=uniq // width,
-        col_turn_idx=uniq % width,
+        true_cols=torch.arange(num_pairs),
+        col_traj_idx=traj.clone(),
+        col_turn_idx=turn.clone(),
     )
 
 

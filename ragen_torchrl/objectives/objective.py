@@ -17,6 +17,8 @@ bundles everything the training loop needs for one algorithm:
   fraction averaged over assistant tokens only (as the loss output's own fields).
 * ``optimizer_param_groups(lr)`` / ``trainable_parameters()``: the policy's parameters at
   ``lr`` plus extra trainable ones (PPO's critic at ``algo.critic_lr``).
+* ``grad_clip_groups(max_norm)``: the parameter sets whose gradient norms are clipped
+  separately (PPO: the actor at ``algo.max_grad_norm``, the critic at ``algo.critic_grad_clip``).
 
 Algorithms are looked up by ``algo.name`` in a registry, like the env registry
 (:func:`ragen_torchrl.envs.make_env`): the built-in ones (:data:`ALGORITHMS`) are registered
@@ -149,6 +151,20 @@ class Objective:
         params = [p for p in self.model.parameters() if p.requires_grad] if self.model is not None else []
         return [{"params": params, "lr": float(lr), "name": "policy"}]
 
+    def grad_clip_groups(self, max_norm: float) -> list[tuple[str, list[nn.Parameter], float]]:
+        """``(name, parameters, max norm)`` of each set whose gradient norm is clipped on its own.
+
+        One set here: every trainable parameter, clipped at ``max_norm`` (``algo.max_grad_norm``;
+        0 = no clipping). Together the sets hold :meth:`trainable_parameters` exactly once.
+
+        Example:
+            >>> from torch import nn
+            >>> obj = Objective("grpo", None, nn.Linear(2, 1))
+            >>> [(name, len(params), norm) for name, params, norm in obj.grad_clip_groups(1.0)]
+            [('policy', 2, 1.0)]
+        """
+        return [("policy", self.trainable_parameters(), float(max_norm))]
+
     def state_dict(self) -> dict[str, Any]:
         """State of the extra trainable modules (empty here); the policy is checkpointed by the loop."""
         return {}
@@ -186,7 +202,19 @@ class Objective:
 
 
 class PPOObjective(Objective):
-    """PPO: GAE in :meth:`prepare`, critic parameters in their own optimizer group."""
+    """PPO: GAE in :meth:`prepare`; the critic has its own optimizer group, lr and gradient clipping.
+
+    As verl (actor and critic each with their own optimizer, lr and ``grad_clip``), the actor's
+    and the critic's gradient norms are clipped separately, so a large value-loss gradient does
+    not shrink the policy's step. With a value head on the policy trunk (``algo.critic=head``)
+    the critic set is the head alone: the trunk is the policy's, so the value loss's gradient on
+    it is clipped with the policy's, at ``algo.max_grad_norm``.
+
+    Args:
+        critic_lr: the critic group's learning rate (``algo.critic_lr``).
+        critic_grad_clip: the critic's max gradient norm (``algo.critic_grad_clip``; 0 = no
+            clipping); ``None``: the actor's ``max_norm`` given to :meth:`grad_clip_groups`.
+    """
 
     def __init__(
         self,
@@ -197,11 +225,13 @@ class PPOObjective(Objective):
         critic_lr: float,
         gae: dict[str, Any],
         chunk_size: int = 32,
+        critic_grad_clip: float | None = None,
         **kwargs,
     ) -> None:
         super().__init__(name, loss_module, model, **kwargs)
         self.critic: Critic = loss_module.critic
         self.critic_lr = float(critic_lr)
+        self.critic_grad_clip = None if critic_grad_clip is None else float(critic_grad_clip)
         self.gae = dict(gae)
         self.chunk_size = int(chunk_size)
 
@@ -229,6 +259,13 @@ class PPOObjective(Objective):
     def optimizer_param_groups(self, lr: float) -> list[dict[str, Any]]:
         critic = [p for p in self.critic.parameters() if p.requires_grad]
         return super().optimizer_param_groups(lr) + [{"params": critic, "lr": self.critic_lr, "name": "critic"}]
+
+    def grad_clip_groups(self, max_norm: float) -> list[tuple[str, list[nn.Parameter], float]]:
+        """The policy's parameters at ``max_norm``, the critic's at ``critic_grad_clip``."""
+        policy = [p for p in self.model.parameters() if p.requires_grad]
+        critic = [p for p in self.critic.parameters() if p.requires_grad]
+        critic_norm = float(max_norm) if self.critic_grad_clip is None else self.critic_grad_clip
+        return [("policy", policy, float(max_norm)), ("critic", critic, critic_norm)]
 
     def state_dict(self) -> dict[str, Any]:
         return {"critic": self.critic.state_dict()}
@@ -401,6 +438,7 @@ def _ppo(cfg, actor, model, tokenizer=None) -> Objective:
         loss,
         model,
         critic_lr=float(cfg.get("critic_lr", cfg.get("lr", 1e-5))),
+        critic_grad_clip=cfg.get("critic_grad_clip"),
         gae=gae,
         chunk_size=int(cfg.get("critic_chunk_size", 32)),
         reward_transform=reward_transform,
@@ -487,7 +525,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     token-level losses only, not GSPO). DAPO: ``dynamic_sampling`` (``enabled``,
     ``criterion`` ``success`` | ``return``, ``max_extra_rollouts``, ``oversample``, ``tol``).
     PPO: ``critic`` (``separate``, the default: its own trunk; ``head``: a head on the
-    policy trunk), ``critic_path``, ``critic_lr``, ``value_clip``, ``value_coeff``, GAE keys,
+    policy trunk), ``critic_path``, ``critic_lr``, ``critic_grad_clip``, ``value_clip``, ``value_coeff``, GAE keys,
     ``whiten_advantages``.
 
     Example:

@@ -23,8 +23,10 @@ re-padded on the left) and adds a value loss:
 * **Dual-clip** (optional, ``dual_clip=c``): see
   :class:`~ragen_torchrl.objectives.metrics.TokenStatsMixin`.
 * **Value clipping**: ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``.
-* The critic has its own learning rate (see ``Objective.optimizer_param_groups``);
-  explained variance is logged.
+* The critic has its own learning rate and gradient-norm clipping, as verl's separate critic
+  optimizer (see ``PPOObjective.grad_clip_groups``): a large value-loss gradient does not
+  shrink the actor's step. With ``critic="head"`` only the head is the critic's; the shared
+  trunk is clipped with the actor. Explained variance is logged.
 
 GAE runs once per batch in :func:`prepare_ppo_batch` (after the behaviour log-probs are
 attached, before the update); it writes per row, unpadded and aligned with

@@ -130,6 +130,8 @@ def check_algo(cfg: DictConfig) -> None:
     check_positive_float(cfg, "algo.lr", maximum=1.0)
     if _has(cfg, "algo.critic_lr"):
         check_positive_float(cfg, "algo.critic_lr", maximum=1.0)
+    if _has(cfg, "algo.critic_grad_clip"):  # null: the actor's max_grad_norm
+        check_positive_float(cfg, "algo.critic_grad_clip", allow_zero=True, optional=True)
     for key in ("algo.entropy_coeff", "algo.kl_coeff", "algo.max_grad_norm"):
         if _has(cfg, key):
             check_positive_float(cfg, key, allow_zero=True)

@@ -27,8 +27,10 @@ from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs
 from .distributed import Distributed, local_rows, loss_unit, share_weight, unit_count
 
 __all__ = [
+    "clip_grad_norms",
     "micro_batches",
     "minibatch_plan",
+    "norms_as_metrics",
     "optimize",
     "scale_advantages",
     "scores_shared_prefixes",
@@ -171,8 +173,13 @@ def optimize(
     loss is weighted by its share of the mini-batch's aggregation unit (rows, or assistant tokens
     for ``token_mean``), so the sum is the gradient of the whole mini-batch's loss.
 
+    Gradient norms are clipped per set of :meth:`~ragen_torchrl.objectives.Objective.grad_clip_groups`
+    (PPO: actor at ``algo.max_grad_norm``, critic at ``algo.critic_grad_clip``), see
+    :func:`clip_grad_norms`; a non-finite norm in any set skips the step.
+
     Returns:
-        The objective's metrics, ``loss`` and ``grad_norm`` averaged over the steps taken, plus
+        The objective's metrics, ``loss`` and ``grad_norm`` (the policy's, before clipping; PPO
+        adds ``critic_grad_norm``) averaged over the steps taken, plus
         ``optimizer_steps`` and ``skipped_nonfinite``. Metrics of a split mini-batch are the
         share-weighted sums of its passes' values.
     """
@@ -186,7 +193,7 @@ def optimize(
     sharded = any(_is_dtensor(p) for p in params)  # FSDP2: every rank must run as many forwards
     sums: dict[str, float] = {}
     steps = skipped = 0
-    max_norm = float(algo.max_grad_norm) or float("inf")
+    clip_groups = objective.grad_clip_groups(float(algo.max_grad_norm))
     for epoch, batches in enumerate(plan):
         for k, idx in enumerate(batches):
             on_policy = on_policy_first and epoch == 0 and k == 0 and hasattr(loss_module, "current_as_behaviour")
@@ -211,21 +218,50 @@ def optimize(
             if dist.enabled:
                 # FSDP2-sharded parameters (DTensors) were reduce-scattered by FSDP itself
                 dist.average_gradients(p for p in params if not _is_dtensor(p))
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-            grad_norm = grad_norm.full_tensor() if _is_dtensor(grad_norm) else grad_norm
-            if not torch.isfinite(grad_norm):
+            norms = clip_grad_norms(clip_groups)
+            if not all(torch.isfinite(n) for n in norms.values()):
                 skipped += 1
                 optimizer.zero_grad(set_to_none=True)
                 continue
             optimizer.step()
             steps += 1
-            vals["grad_norm"] = grad_norm.item()
+            vals.update(norms_as_metrics(norms))
             for key, v in vals.items():
                 sums[key] = sums.get(key, 0.0) + v
     metrics = {key: v / max(steps, 1) for key, v in sums.items()}
     metrics["optimizer_steps"] = float(steps)
     metrics["skipped_nonfinite"] = float(skipped)
     return metrics
+
+
+def clip_grad_norms(groups: list[tuple[str, list[torch.Tensor], float]]) -> dict[str, torch.Tensor]:
+    """Clip each ``(name, parameters, max_norm)`` set's gradient norm on its own; ``{name: norm before}``.
+
+    ``max_norm = 0`` leaves a set unclipped. Separate sets, as separate optimizers would
+    (verl's actor and critic): a large gradient in one set does not shrink the others' steps.
+
+    Example:
+        >>> a, b = torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)
+        >>> a.grad, b.grad = torch.tensor([3.0, 4.0]), torch.tensor([100.0])
+        >>> norms = clip_grad_norms([("policy", [a], 10.0), ("critic", [b], 1.0)])
+        >>> {k: round(v.item(), 3) for k, v in norms.items()}, a.grad.tolist(), b.grad.tolist()
+        ({'policy': 5.0, 'critic': 100.0}, [3.0, 4.0], [1.0])
+    """
+    norms = {}
+    for name, params, max_norm in groups:
+        norm = torch.nn.utils.clip_grad_norm_(params, float(max_norm) or float("inf"))
+        norms[name] = norm.full_tensor() if _is_dtensor(norm) else norm
+    return norms
+
+
+def norms_as_metrics(norms: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """``grad_norm`` for the policy's set, ``<name>_grad_norm`` for the others (e.g. ``critic_grad_norm``).
+
+    Example:
+        >>> norms_as_metrics({"policy": torch.tensor(2.0), "critic": torch.tensor(30.0)})
+        {'grad_norm': 2.0, 'critic_grad_norm': 30.0}
+    """
+    return {("grad_norm" if name == "policy" else f"{name}_grad_norm"): float(n) for name, n in norms.items()}
 
 
 def _accumulate(

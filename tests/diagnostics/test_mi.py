@@ -406,15 +406,16 @@ def test_trajectory_uniform_sampler():
     assert len(s.traj_idx) == 64
     assert (s.traj_idx != 2).all()  # no turns -> never drawn
     assert (s.turn_idx >= 0).all() and (s.turn_idx < turns[s.traj_idx]).all()
-    # column j is the (trajectory, turn) of its pairs; duplicates merged into one column
+    # one column per draw (N = 64), holding that draw's (trajectory, turn); repeats are equivalent columns
+    assert s.true_cols.tolist() == list(range(64))
     assert (s.col_traj_idx[s.true_cols] == s.traj_idx).all()
     assert (s.col_turn_idx[s.true_cols] == s.turn_idx).all()
     col_keys = list(zip(s.col_traj_idx.tolist(), s.col_turn_idx.tolist()))
-    assert len(col_keys) == len(set(col_keys)) <= 1 + 4 + 2
-    assert set(s.true_cols.tolist()) == set(range(len(col_keys)))
-    # 400 draws over the 7 (trajectory, turn) pairs (rarest 1/12): all seen, 7 columns
+    assert len(col_keys) == 64 and len(set(col_keys)) <= 1 + 4 + 2
+    # 400 draws over the 7 (trajectory, turn) pairs (rarest 1/12): all seen, 400 columns of 7 prompts
     s = sample_trajectory_uniform_pairs(turns, 400, torch.Generator().manual_seed(1))
-    assert s.col_traj_idx.numel() == 7
+    assert s.col_traj_idx.numel() == 400
+    assert len(set(zip(s.col_traj_idx.tolist(), s.col_turn_idx.tolist()))) == 7
     assert (s.col_traj_idx[s.true_cols] == s.traj_idx).all()
 
 

@@ -1,10 +1,16 @@
-"""MI pair sampling drops empty reasoning *before* sampling (RAGEN-2, arXiv 2604.06268, App. D).
+"""MI pair sampling (RAGEN-2, arXiv 2604.06268, App. D).
 
-Dropping after sampling (the old behaviour) scored fewer than ``num_pairs`` pairs and kept
-columns no pair came from: with 8 one-turn trajectories of which half have empty reasoning, 64
-trajectory-uniform draws gave about 32 scored pairs over 8 columns (4 of them empty), which
-shifted N, log N, chance and the marginal exactly when format failures rose. Every expected
-number below is worked out by hand in the comment next to it.
+* Empty reasoning is dropped *before* sampling. Dropping after sampling scored fewer than
+  ``num_pairs`` pairs and kept columns no pair came from: with 8 one-turn trajectories of which
+  half have empty reasoning, 64 trajectory-uniform draws gave about 32 scored pairs over 8
+  columns (4 of them empty), which shifted N, log N, chance and the marginal exactly when format
+  failures rose.
+* Trajectory-uniform sampling keeps one column per draw (N = num_pairs), identical prompts being
+  equivalent columns, as the reference does. Merging repeated draws into one column made N
+  random (about 40 for 64 draws over 64 one-turn trajectories) and shifted log N, chance and the
+  marginal.
+
+Every expected number below is worked out by hand in the comment next to it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from torchrl.data.llm import History
 
 from ragen_torchrl.diagnostics.collapse import CollapseMonitor
 from ragen_torchrl.diagnostics.mi import (
+    equivalence_from_keys,
     mi_proxies,
     reasoning_valid_rate,
     sample_first_turn_pairs,
@@ -25,10 +32,14 @@ from ragen_torchrl.diagnostics.mi import (
 )
 
 
-def perfect_matrix(sample) -> torch.Tensor:
-    """l[i, j] = 0 on the true column, -1e4 elsewhere: every reasoning identifies its prompt."""
-    m, n = sample.traj_idx.numel(), sample.col_traj_idx.numel()
-    return torch.full((m, n), -1e4, dtype=torch.float64).scatter_(1, sample.true_cols.unsqueeze(1), 0.0)
+def perfect_matrix(sample) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(l, equivalence)``: l[i, j] = 0 on every column holding pair i's own prompt, -1e4 elsewhere.
+
+    Columns naming the same (trajectory, turn) hold the same prompt: they are equivalent.
+    """
+    equiv = equivalence_from_keys(list(zip(sample.col_traj_idx.tolist(), sample.col_turn_idx.tolist())))
+    own = equiv[sample.true_cols].unsqueeze(1) == equiv.unsqueeze(0)
+    return torch.where(own, 0.0, -1e4).double(), equiv
 
 
 # ---------------------------------------------------------------------- trajectory-uniform
@@ -39,18 +50,48 @@ def test_trajectory_uniform_half_empty_scores_every_pair():
     s = sample_trajectory_uniform_pairs(turns, 64, torch.Generator().manual_seed(0), valid_turns=valid)
     assert s.traj_idx.numel() == 64  # all 64 pairs scored (old: ~32 after dropping)
     assert set(s.traj_idx.tolist()) <= {0, 2, 4, 6}
-    # 4 valid (trajectory, turn) pairs; 64 draws miss one with prob 4 * (3/4)^64 ~ 4e-8 -> N = 4
-    assert sorted(s.col_traj_idx.tolist()) == [0, 2, 4, 6]
-    assert set(s.true_cols.tolist()) == {0, 1, 2, 3}  # no column without a pair
-    out = mi_proxies(perfect_matrix(s), s.true_cols)
-    assert (out["num_pairs"], out["num_columns"]) == (64, 4)
-    assert out["mi_upper_bound"] == pytest.approx(math.log(4))  # old: log 8
-    assert out["retrieval_chance"] == pytest.approx(1 / 4)  # old: 1/8
-    # matched 0, marginal logsumexp(0, -1e4 x 3) - log 4 = -log 4 -> gap log 4
-    assert out["mi_estimate"] == pytest.approx(math.log(4))
-    assert out["reasoning_entropy"] == pytest.approx(math.log(4))
+    # one column per draw, each holding its own draw's prompt
+    assert s.true_cols.tolist() == list(range(64))
+    assert torch.equal(s.col_traj_idx, s.traj_idx) and torch.equal(s.col_turn_idx, s.turn_idx)
+    counts = torch.bincount(s.traj_idx, minlength=8).double()  # draws of each valid prompt
+    n_own = counts[s.traj_idx]  # n_i: columns equivalent to row i's own (itself included)
+    mat, equiv = perfect_matrix(s)
+    out = mi_proxies(mat, s.true_cols, col_equivalence=equiv)
+    assert (out["num_pairs"], out["num_columns"]) == (64, 64)
+    assert out["mi_upper_bound"] == pytest.approx(math.log(64))
+    # chance = mean_i n_i / N = sum_k c_k^2 / 64^2 (about 1/4 for 4 prompts)
+    assert out["retrieval_chance"] == pytest.approx(float((counts**2).sum()) / 64**2)
+    assert out["retrieval_accuracy"] == 1.0  # any equivalent column is a hit
+    # matched 0, marginal log(n_i e^0 / 64) -> gap log(64 / n_i)
+    assert out["mi_estimate"] == pytest.approx(float(torch.log(64 / n_own).mean()))
+    assert out["reasoning_entropy"] == pytest.approx(float(torch.log(64 / n_own).mean()))
     # valid rate: mean over trajectories of valid / turns = 4 / 8
     assert reasoning_valid_rate(turns, valid) == 0.5
+
+
+def test_trajectory_uniform_keeps_one_column_per_draw_by_hand():
+    # 3 one-turn trajectories with prompts A, B, C; 5 draws: A B A A B (seed 8; C never drawn)
+    s = sample_trajectory_uniform_pairs(torch.tensor([1, 1, 1]), 5, torch.Generator().manual_seed(8))
+    assert s.traj_idx.tolist() == [0, 1, 0, 0, 1]
+    # N = num_pairs = 5 columns A B A A B (merging repeats gave 2 columns: A B)
+    assert s.true_cols.tolist() == [0, 1, 2, 3, 4] and s.col_traj_idx.tolist() == [0, 1, 0, 0, 1]
+    equiv = equivalence_from_keys(s.col_traj_idx.tolist())
+    assert equiv.tolist() == [0, 1, 0, 0, 1]
+    # mean log p(z | x): z_A under A -1, under B -3; z_B under A -2, under B -1
+    table = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]], dtype=torch.float64)
+    mat = table[s.traj_idx][:, s.col_traj_idx]
+    out = mi_proxies(mat, s.true_cols, col_equivalence=equiv)
+    assert out["num_columns"] == 5 and out["mi_upper_bound"] == pytest.approx(math.log(5))  # merged: log 2
+    # chance = mean over rows of n_i / N = (3 + 2 + 3 + 3 + 2) / 5 / 5 = 13/25 (merged: 1/2)
+    assert out["retrieval_chance"] == pytest.approx(13 / 25)
+    assert out["retrieval_accuracy"] == 1.0  # every row's best columns are its own prompt's
+    assert out["retrieval_above_chance"] == pytest.approx(12 / 25)
+    # marginal of z_A: log((3 e^-1 + 2 e^-3) / 5); of z_B: log((3 e^-2 + 2 e^-1) / 5)
+    marg_a = math.log((3 * math.exp(-1) + 2 * math.exp(-3)) / 5)
+    marg_b = math.log((3 * math.exp(-2) + 2 * math.exp(-1)) / 5)
+    assert out["reasoning_entropy"] == pytest.approx(-(3 * marg_a + 2 * marg_b) / 5)
+    assert out["conditional_entropy"] == pytest.approx(1.0)  # matched = -1 for every row
+    assert out["mi_estimate"] == pytest.approx((3 * (-1 - marg_a) + 2 * (-1 - marg_b)) / 5)
 
 
 def test_trajectory_uniform_multi_turn_pool_by_hand():
@@ -60,7 +101,8 @@ def test_trajectory_uniform_multi_turn_pool_by_hand():
     s = sample_trajectory_uniform_pairs(turns, 400, torch.Generator().manual_seed(3), valid_turns=valid)
     pairs = set(zip(s.traj_idx.tolist(), s.turn_idx.tolist()))
     assert pairs == {(0, 0), (1, 2)}
-    assert list(zip(s.col_traj_idx.tolist(), s.col_turn_idx.tolist())) == [(0, 0), (1, 2)]  # N = 2
+    assert s.col_traj_idx.numel() == 400  # one column per draw, of 2 distinct prompts
+    assert set(zip(s.col_traj_idx.tolist(), s.col_turn_idx.tolist())) == {(0, 0), (1, 2)}
     assert abs((s.traj_idx == 0).double().mean().item() - 0.5) < 0.08  # uniform over the 2 trajectories
     assert (s.col_traj_idx[s.true_cols] == s.traj_idx).all() and (s.col_turn_idx[s.true_cols] == s.turn_idx).all()
     # trajectory valid rate: (1/2 + 1/3 + 0/1) / 3 trajectories with turns = 5/18
@@ -102,7 +144,8 @@ def test_first_turn_columns_are_groups_with_a_valid_first_turn():
     assert s.col_traj_idx.tolist() == [0, 3, 6]  # groups 0, 1, 3, each by its first valid trajectory
     assert s.traj_idx.tolist() == [0, 3, 6, 7]  # min(64, 4 valid) pairs, every one scored
     assert s.true_cols.tolist() == [0, 1, 2, 2]
-    out = mi_proxies(perfect_matrix(s), s.true_cols)
+    mat, equiv = perfect_matrix(s)
+    out = mi_proxies(mat, s.true_cols, col_equivalence=equiv)
     assert (out["num_pairs"], out["num_columns"]) == (4, 3)
     assert out["retrieval_chance"] == pytest.approx(1 / 3)  # old: 1/4 (group 2 kept as a column)
     assert out["mi_upper_bound"] == pytest.approx(math.log(3))
@@ -132,8 +175,10 @@ SYSTEM = {"role": "system", "content": "You play FrozenLake."}
 OBS = ["Player (0,0) Goal (3,3)", "Player (2,1) Goal (0,0)", "Player (3,3) Goal (3,0)", "Player (1,2) Goal (2,2)"]
 
 
-def test_monitor_with_half_empty_reasoning(tiny_model):
+def test_monitor_with_half_empty_reasoning(tiny_model, monkeypatch):
     # 4 groups x 2 one-turn trajectories; the second of each group answers without reasoning
+    import ragen_torchrl.diagnostics.collapse as collapse_mod
+
     model, tok = tiny_model
     chats, groups = [], []
     for g, obs in enumerate(OBS):
@@ -145,12 +190,34 @@ def test_monitor_with_half_empty_reasoning(tiny_model):
             groups.append(g)
     td = TensorDict(group_id=torch.tensor(groups), episode_return=torch.zeros(8), batch_size=[8]).to_lazystack(0)
     td.set(("history", "full"), History.from_chats(chats))
+    scored_columns = []
+    real_cross_score = collapse_mod.cross_score
+
+    def counting_cross_score(model, contexts, reasonings, **kw):
+        scored_columns.append(len(contexts))
+        return real_cross_score(model, contexts, reasonings, **kw)
+
+    monkeypatch.setattr(collapse_mod, "cross_score", counting_cross_score)
     m = CollapseMonitor(model, tok, num_pairs=64, every=1, seed=0)(td)
     for scheme in ("first_turn", "trajectory"):
         assert m[f"collapse/{scheme}/valid_rate"] == 0.5  # 4 of 8 reasonings non-empty
-        assert m[f"collapse/{scheme}/num_columns"] == 4.0  # only valid prompts: log N = log 4, chance 1/4
-        assert m[f"collapse/{scheme}/mi_upper_bound"] == pytest.approx(math.log(4))
-        assert m[f"collapse/{scheme}/retrieval_chance"] == pytest.approx(1 / 4)
+        assert m[f"collapse/{scheme}/distinct_columns"] == 4.0  # only valid prompts
+    # first-turn: columns = the 4 groups with a valid first turn: log N = log 4, chance 1/4
+    assert m["collapse/first_turn/num_columns"] == 4.0
+    assert m["collapse/first_turn/mi_upper_bound"] == pytest.approx(math.log(4))
+    assert m["collapse/first_turn/retrieval_chance"] == pytest.approx(1 / 4)
+    # trajectory-uniform: one column per draw (N = 64) over the 4 valid prompts; the monitor's
+    # generator drew the first-turn sample first, then these 64 draws
+    g = torch.Generator().manual_seed(0)
+    valid = torch.tensor([i % 2 == 0 for i in range(8)])
+    sample_first_turn_pairs(torch.tensor(groups), 64, g, valid=valid)
+    draws = sample_trajectory_uniform_pairs(torch.ones(8, dtype=torch.long), 64, g, valid_turns=valid.unsqueeze(1))
+    counts = torch.bincount(draws.traj_idx, minlength=8).double()
+    assert m["collapse/trajectory/num_columns"] == 64.0
+    assert m["collapse/trajectory/mi_upper_bound"] == pytest.approx(math.log(64))
+    assert m["collapse/trajectory/retrieval_chance"] == pytest.approx(float((counts**2).sum()) / 64**2)
+    # each distinct prompt scored once: 4 contexts per cross-scoring pass, not 64
+    assert scored_columns == [4, 4]
     # first-turn: min(64, 4 valid trajectories) pairs; trajectory-uniform: all 64 draws scored
     assert m["collapse/first_turn/num_pairs"] == 4.0
     assert m["collapse/trajectory/num_pairs"] == 64.0

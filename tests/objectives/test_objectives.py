@@ -732,6 +732,27 @@ def test_ppo_critic_defaults_to_a_separate_trunk(tiny_model):
     assert head.critic.backbone is None  # still available
 
 
+def test_ppo_clips_the_critic_on_its_own_and_a_head_with_the_critic(tiny_model):
+    # verl: actor and critic have separate optimizers and grad clips; with critic=head the shared
+    # trunk is the policy's (clipped at max_grad_norm), only the Linear head is the critic's
+    from ragen_torchrl.objectives.logprobs import make_logprob_policy
+
+    model, tok = tiny_model
+    policy_ids = {id(p) for p in model.parameters() if p.requires_grad}
+    for mode in ("separate", "head"):
+        cfg = {"name": "ppo", "critic": mode, "critic_grad_clip": 7.0}
+        obj = build_objective(cfg, make_logprob_policy(model, tok), model, tok)
+        groups = obj.grad_clip_groups(0.5)
+        assert [(name, norm) for name, _, norm in groups] == [("policy", 0.5), ("critic", 7.0)]
+        assert {id(p) for p in groups[0][1]} == policy_ids
+        assert {id(p) for p in groups[1][1]} == {id(p) for p in obj.critic.parameters()}
+        if mode == "head":
+            assert {id(p) for p in groups[1][1]} == {id(p) for p in obj.critic.head.parameters()}
+    # unset: the critic takes the actor's clip
+    obj = build_objective({"name": "ppo"}, make_logprob_policy(model, tok), model, tok)
+    assert [norm for _, _, norm in obj.grad_clip_groups(0.5)] == [0.5, 0.5]
+
+
 @pytest.mark.parametrize("critic", ["head", "separate", "separate_from_path"])
 def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
     from ragen_torchrl.objectives.logprobs import make_logprob_policy

@@ -157,6 +157,34 @@ def test_resume_restores_weights_optimizer_and_continues(ragen_cache_dir, tmp_pa
     assert sorted(s for s, _ in logged["train/loss"]) == [1, 2]
 
 
+def test_ppo_resume_restores_actor_and_critic_optimizer_states(ragen_cache_dir, tmp_path):
+    # actor and critic: separate parameter groups (own lr and grad clip), both saved and restored
+    run_dir = tmp_path / "ppo"
+    overrides = ("algo=ppo", "trainer.val_every=0", "algo.critic_grad_clip=0.5")
+    first = Trainer(make_cfg(ragen_cache_dir, *overrides, "trainer.total_iterations=1"), run_dir=run_dir)
+    first.fit()
+    stats = first.history[-1]
+    assert stats["train/optimizer_steps"] > 0 and stats["train/critic_grad_norm"] > 0
+    saved = first.optimizer.state_dict()
+    assert [g["name"] for g in saved["param_groups"]] == ["policy", "critic"]
+    critic_ids = saved["param_groups"][1]["params"]
+    assert critic_ids and all(i in saved["state"] for i in critic_ids)  # the critic stepped too
+    resumed = Trainer(
+        make_cfg(ragen_cache_dir, *overrides, "trainer.total_iterations=2", f"trainer.resume={run_dir}"),
+        run_dir=tmp_path / "ignored",
+    )
+    opt = resumed.optimizer.state_dict()
+    assert [(g["name"], g["lr"], g["params"]) for g in opt["param_groups"]] == [
+        (g["name"], g["lr"], g["params"]) for g in saved["param_groups"]
+    ]
+    assert opt["state"].keys() == saved["state"].keys()
+    for idx, st in saved["state"].items():
+        for k, v in st.items():
+            assert torch.equal(torch.as_tensor(opt["state"][idx][k]), torch.as_tensor(v)), (idx, k)
+    assert state_equal(resumed.objective.critic.state_dict(), first.objective.critic.state_dict())
+    assert resumed.objective.critic_grad_clip == 0.5
+
+
 def test_resume_without_checkpoint_fails(ragen_cache_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         Trainer(make_cfg(ragen_cache_dir, f"trainer.resume={tmp_path / 'nothing'}"), run_dir=tmp_path / "run")
@@ -307,6 +335,7 @@ def test_every_algorithm_trains_end_to_end(ragen_cache_dir, tmp_path, algo, env)
         assert math.isfinite(stats["train/loss"])
     if algo == "ppo":
         assert "train/explained_variance" in stats or stats.get("train/optimizer_steps", 0) == 0
+        assert "train/critic_grad_norm" in stats or stats.get("train/optimizer_steps", 0) == 0
     if algo == "dapo":
         assert any(k.startswith("dapo/") for k in stats)
 
