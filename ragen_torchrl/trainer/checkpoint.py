@@ -46,6 +46,7 @@ import logging
 import os
 import pickle
 import random
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -166,10 +167,18 @@ def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> dict[str,
 
 
 def _refusal(e: BaseException) -> str:
-    """The line of torch's weights-only error that says what was refused (its message is a page)."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    named = [line for line in lines if "unsupported" in line.lower() or "global" in line.lower()]
-    return (named or lines or ["not loadable with weights_only=True"])[0].rstrip(".")
+    """What torch's weights-only error refused, in a few words (its message is a page of advice).
+
+    Example:
+        >>> _refusal(pickle.UnpicklingError("Weights only load failed.\\n\\nUnsupported global: GLOBAL posix.system was not ..."))
+        'it holds posix.system (a global that would run on load)'
+    """
+    text = str(e)
+    match = re.search(r"GLOBAL ([\w.]+)", text)
+    if match:
+        return f"it holds {match.group(1)} (a global that would run on load)"
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "Weights only load failed" not in line]
+    return (lines or ["not loadable with weights_only=True"])[0].split(". ")[0].rstrip(".")
 
 
 def verify_checkpoint(path: str | os.PathLike) -> int:
