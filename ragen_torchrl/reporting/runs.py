@@ -218,10 +218,12 @@ def load_run(path: str | Path) -> Run:
     if summary_file.is_file():
         try:
             summary = json.loads(summary_file.read_text())
-        except (OSError, ValueError) as e:
-            raise RunError(f"{summary_file}: unreadable summary ({e})") from e
+        except (OSError, ValueError, RecursionError) as e:
+            raise RunError(f"{summary_file}: unreadable summary ({' '.join(str(e).split())[:200]})") from None
         if not isinstance(summary, Mapping):
             raise RunError(f"{summary_file}: not a run summary (a JSON object is expected)")
+        if not isinstance(summary.get("config") or {}, Mapping):
+            raise RunError(f"{summary_file}: its config is a {type(summary['config']).__name__}, not a mapping")
         config = dict(summary.get("config") or {})
         history = [dict(h) for h in summary.get("history") or [] if isinstance(h, Mapping) and "iteration" in h]
         planned = _iterations(config) or summary.get("iterations")  # the summary's count is what ran

@@ -194,3 +194,20 @@ def test_resume_with_a_list_as_stored_config_is_a_config_error(tmp_path):
         Trainer(cfg, run_dir=tmp_path / "ignored")
     with pytest.raises(ConfigError, match=r"x.yaml: a.b\[1\] holds an interpolation"):
         check_stored_config({"a": {"b": ["ok", "${oc.env:HOME}"]}}, "x.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"config": [1, 2], "history": []}', "its config is a list, not a mapping"),  # main: TypeError traceback
+        ('{"config": ' + "[" * 100_000 + "]" * 100_000 + "}", "unreadable summary"),  # main: RecursionError
+    ],
+    ids=["config_list", "deep_nesting"],
+)
+def test_ragen_report_malformed_summary_exits_2_naming_the_file(tmp_path, capsys, text, message):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(text)
+    assert report_main([str(run), "--out", str(tmp_path / "report")]) == 2
+    line = one_error_line(capsys.readouterr().err, "ragen-report: error: ")
+    assert f"{run / 'summary.json'}: {message}" in line, line
