@@ -112,6 +112,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def plain(obj: Any) -> Any:
+    """``obj`` with NumPy scalars as Python numbers and NumPy arrays as tensors, so that
+    ``torch.load(weights_only=True)`` reads it back; containers without such values are returned
+    as they are (a model's ``state_dict`` keeps its ``_metadata``).
+
+    Example:
+        >>> plain({"a": np.float64(0.5), "b": [np.int64(2), "x"], "c": (1, None)})
+        {'a': 0.5, 'b': [2, 'x'], 'c': (1, None)}
+    """
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, dict):
+        items = {k: plain(v) for k, v in obj.items()}
+        return obj if all(items[k] is v for k, v in obj.items()) else items
+    if isinstance(obj, (list, tuple)):
+        items = [plain(v) for v in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        return tuple(items) if isinstance(obj, tuple) else items
+    return obj
+
+
 def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """``torch.save`` ``state`` to ``path``, then flush and ``os.fsync`` it before returning.
 
@@ -125,7 +149,7 @@ def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     with open(path, "wb") as f:
-        torch.save(state, f)
+        torch.save(plain(state), f)
         f.flush()
         os.fsync(f.fileno())
     return path

@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_cli import run_cli
@@ -73,9 +74,11 @@ def one_error_line(err: str, prefix: str) -> str:
 
 def test_our_checkpoints_hold_only_plain_types_and_load_weights_only(tmp_path):
     state = {"iteration": 3, "model": {"w": torch.ones(2)}, "optimizer": {}, "rng": rng_state(), "config": CONFIG}
+    state["history"] = [{"rollout/success": np.float64(0.5)}]  # a NumPy scalar from a metric
     path = save_rotating(state, tmp_path)
     assert torch.serialization.get_unsafe_globals_in_checkpoint(path) == []  # main: numpy's _reconstruct etc.
     loaded = read_checkpoint(path)
+    assert loaded["history"] == [{"rollout/success": 0.5}] and type(loaded["history"][0]["rollout/success"]) is float
     restore_rng_state(loaded["rng"])
 
 
