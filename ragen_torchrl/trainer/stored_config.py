@@ -72,6 +72,16 @@ def load_yaml_config(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises:
         ConfigError: unreadable YAML, not a mapping, an interpolation (names the file and key).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        ...     _ = f.write("seed: 1\\nmodel:\\n  cache_dir: ${oc.env:HOME}\\n")
+        >>> try:
+        ...     load_yaml_config(f.name)
+        ... except ConfigError as e:
+        ...     print(str(e).replace(f.name, "FILE").split(";")[0])
+        FILE: model.cache_dir holds an interpolation ('${')
     """
     import yaml
 

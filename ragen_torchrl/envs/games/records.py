@@ -192,6 +192,16 @@ def read_json_document(path: str | os.PathLike, expected: str) -> Any:
 
     Raises:
         RecordError: a missing or oversized file, invalid UTF-8 or JSON, a refused value.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        ...     _ = f.write('{"B01": {"price": 1e999}}')
+        >>> try:
+        ...     read_json_document(f.name, "an object")
+        ... except RecordError as e:
+        ...     print(str(e).replace(f.name, "FILE"))
+        FILE: field 'B01.price': 1e999 overflows a float; expected an object
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -281,7 +291,15 @@ def iter_records(path: str | os.PathLike, expected: str, limit: int | None = Non
 
 
 def read_records(path: str | os.PathLike, expected: str, limit: int | None = None) -> list[tuple[int, dict]]:
-    """:func:`iter_records` as a list (every record up to ``limit``)."""
+    """:func:`iter_records` as a list (every record up to ``limit``).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        ...     _ = f.write('[{"q": 1}, {"q": 2}]')
+        >>> read_records(f.name, "field 'q'", limit=1)
+        [(1, {'q': 1})]
+    """
     return list(iter_records(path, expected, limit))
 
 
