@@ -165,3 +165,17 @@ def test_ragen_train_on_a_bad_data_file_exits_2_with_one_line(tmp_path):
     assert len(errors) == 1, proc.stderr[-2000:]
     assert errors[0].startswith(f"config error: env=countdown: {path}, line 2: field 'target': NaN is not a number")
     assert "Traceback" not in proc.stderr
+
+
+def test_movie_catalog_reads_through_the_strict_reader(tmp_path):
+    from ragen_torchrl.envs.games.movie_recommendation import load_catalog
+
+    # main: NaN became a float attribute... then refused only as "malformed"; a deeply nested
+    # attributes string raised RecursionError
+    path = write(tmp_path, '{"title": "A", "attributes": [1, NaN]}\n', "c.jsonl")
+    with pytest.raises(RecordError, match=r"c.jsonl, line 1: field 'attributes\[1\]': NaN is not a number here"):
+        load_catalog(path)
+    deep = "[" * 100_000 + "]" * 100_000
+    path = write(tmp_path, json.dumps({"title": "A", "attributes": deep}) + "\n", "d.jsonl")
+    with pytest.raises(ValueError, match=r"d.jsonl.*entry 1 is malformed"):
+        load_catalog(path)
