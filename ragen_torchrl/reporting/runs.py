@@ -8,8 +8,11 @@ A run dir is what ``ragen-train`` writes (Hydra's ``outputs/<date>/<time>/``): `
   are the ``val/*`` scalars of its history entries (else read from ``tb/`` when it exists);
 * else the **TensorBoard events**: the per-iteration scalars under their history names
   (``rollout/success``, ``timing/update``, ``collapse/...``), the validation scalars ``val/<stat>``;
-  the config then comes from ``checkpoints/last.pt`` (its ``"config"`` entry), else
-  ``.hydra/config.yaml``, else is empty.
+  the config then comes from ``.hydra/config.yaml`` (interpolations such as ``${oc.env:...}``
+  kept as their text, never resolved), else is empty.
+
+Only JSON, YAML (``yaml.safe_load``) and TensorBoard event files are read: a report never
+unpickles a checkpoint, so a run dir from elsewhere cannot run code in it.
 
 Example:
     >>> import json, tempfile
@@ -182,26 +185,22 @@ def _val_points(scalars: dict[str, dict[int, float]]) -> dict[int, dict[str, flo
 
 
 def _config_without_summary(run_dir: Path) -> dict[str, Any]:
-    ckpt = run_dir / "checkpoints" / "last.pt"
-    if ckpt.is_file():
-        import torch
-
-        try:  # memory-mapped: only the pickled structure is read, not the weights
-            state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
-        except Exception:  # a damaged checkpoint: fall back to Hydra's copy of the config
-            state = None
-        if isinstance(state, Mapping) and isinstance(state.get("config"), Mapping):
-            return dict(state["config"])
+    """Hydra's copy of the config, as written (never resolved: ``${oc.env:...}`` would read this
+    machine's environment); a file that is not a YAML mapping is a :class:`RunError`."""
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
-    if hydra_cfg.is_file():
-        from omegaconf import OmegaConf
+    if not hydra_cfg.is_file():
+        return {}
+    import yaml
 
-        cfg = OmegaConf.load(hydra_cfg)
-        try:
-            return OmegaConf.to_container(cfg, resolve=True)
-        except Exception:  # an interpolation that only resolves inside the run (${now:...}, env vars)
-            return OmegaConf.to_container(cfg, resolve=False)
-    return {}
+    try:
+        cfg = yaml.safe_load(hydra_cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise RunError(f"{hydra_cfg}: unreadable config ({' '.join(str(e).split())})") from None
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, Mapping):
+        raise RunError(f"{hydra_cfg}: not a config (a YAML mapping is expected, got {type(cfg).__name__})")
+    return dict(cfg)
 
 
 def _iterations(config: Mapping[str, Any]) -> int | None:
@@ -219,10 +218,12 @@ def load_run(path: str | Path) -> Run:
     if summary_file.is_file():
         try:
             summary = json.loads(summary_file.read_text())
-        except (OSError, ValueError) as e:
-            raise RunError(f"{summary_file}: unreadable summary ({e})") from e
+        except (OSError, ValueError, RecursionError) as e:
+            raise RunError(f"{summary_file}: unreadable summary ({' '.join(str(e).split())[:200]})") from None
         if not isinstance(summary, Mapping):
             raise RunError(f"{summary_file}: not a run summary (a JSON object is expected)")
+        if not isinstance(summary.get("config") or {}, Mapping):
+            raise RunError(f"{summary_file}: its config is a {type(summary['config']).__name__}, not a mapping")
         config = dict(summary.get("config") or {})
         history = [dict(h) for h in summary.get("history") or [] if isinstance(h, Mapping) and "iteration" in h]
         planned = _iterations(config) or summary.get("iterations")  # the summary's count is what ran

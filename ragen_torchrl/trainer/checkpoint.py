@@ -17,6 +17,11 @@ and the one before it, ``prev.pt``, so a damaged newest file never loses the run
   with the one given on resume. Changes that alter what the run means (:data:`PROTECTED`:
   seed, algorithm, env, batch shape P x G, filter, model, warm start, T3, validation set)
   are refused unless ``trainer.resume_allow_changes=true``; every change is logged.
+* **safety**: a checkpoint holds only tensors, numbers, strings, ``None`` and containers of
+  them (the NumPy RNG state is stored as a tensor), and every read uses
+  ``torch.load(weights_only=True)``, which refuses any other object instead of running its
+  code. A file that holds one raises :class:`UnsafeCheckpointError` (never a fallback to
+  ``prev.pt``: the run dir has been tampered with); through the CLIs it exits 2.
 
 Example:
     >>> import tempfile, torch
@@ -39,7 +44,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,6 +93,11 @@ class DamagedCheckpointError(RuntimeError):
     """A checkpoint file does not load (truncated, corrupted, or not a checkpoint); names the file."""
 
 
+class UnsafeCheckpointError(DamagedCheckpointError):
+    """A checkpoint holds objects other than tensors, numbers, strings and containers (code to
+    run on load); it is refused without running anything. Names the file and the first object."""
+
+
 class NoCheckpointError(ConfigError, FileNotFoundError):
     """``trainer.resume`` names a dir without any loadable checkpoint (a config error: the CLI exits 2)."""
 
@@ -104,6 +116,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def plain(obj: Any) -> Any:
+    """``obj`` with NumPy scalars as Python numbers and NumPy arrays as tensors, so that
+    ``torch.load(weights_only=True)`` reads it back; containers without such values are returned
+    as they are (a model's ``state_dict`` keeps its ``_metadata``).
+
+    Example:
+        >>> plain({"a": np.float64(0.5), "b": [np.int64(2), "x"], "c": (1, None)})
+        {'a': 0.5, 'b': [2, 'x'], 'c': (1, None)}
+    """
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, dict):
+        items = {k: plain(v) for k, v in obj.items()}
+        return obj if all(items[k] is v for k, v in obj.items()) else items
+    if isinstance(obj, (list, tuple)):
+        items = [plain(v) for v in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        return tuple(items) if isinstance(obj, tuple) else items
+    return obj
+
+
 def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """``torch.save`` ``state`` to ``path``, then flush and ``os.fsync`` it before returning.
 
@@ -112,12 +148,12 @@ def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
     Example:
         >>> import tempfile
         >>> p = write_synced({"x": 1}, Path(tempfile.mkdtemp()) / "a.pt")
-        >>> torch.load(p, weights_only=False)
+        >>> torch.load(p, weights_only=True)
         {'x': 1}
     """
     path = Path(path)
     with open(path, "wb") as f:
-        torch.save(state, f)
+        torch.save(plain(state), f)
         f.flush()
         os.fsync(f.fileno())
     return path
@@ -126,6 +162,8 @@ def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
 def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> dict[str, Any]:
     """Load a checkpoint on CPU, or raise :class:`DamagedCheckpointError` naming the file.
 
+    Only tensors, numbers, strings and containers load (``weights_only=True``): a file with any
+    other object raises :class:`UnsafeCheckpointError` and nothing in it runs.
     ``mmap=True`` reads the archive's index and pickled structure but maps tensor data
     lazily: a cheap check that a file is complete (a truncated archive loses its index).
 
@@ -141,13 +179,34 @@ def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> dict[str,
     """
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except Exception as e:  # torch/zipfile/pickle raise many types for a damaged file
-        raise DamagedCheckpointError(f"damaged checkpoint {path}: {type(e).__name__}: {e}") from e
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        raise UnsafeCheckpointError(
+            f"refused checkpoint {path}: {_refusal(e)}; a checkpoint holds only tensors, numbers, strings and "
+            "containers (it is loaded with torch.load(weights_only=True), which runs no code)"
+        ) from None
+    except Exception as e:  # torch/zipfile raise many types for a damaged file
+        text = " ".join(str(e).split())
+        raise DamagedCheckpointError(f"damaged checkpoint {path}: {type(e).__name__}: {text}") from e
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, Mapping) or k not in state]
     if missing:
         raise DamagedCheckpointError(f"damaged checkpoint {path}: not a training checkpoint (missing {missing})")
     return state
+
+
+def _refusal(e: BaseException) -> str:
+    """What torch's weights-only error refused, in a few words (its message is a page of advice).
+
+    Example:
+        >>> _refusal(pickle.UnpicklingError("Weights only load failed.\\n\\nUnsupported global: GLOBAL posix.system was not ..."))
+        'it holds posix.system (a global that would run on load)'
+    """
+    text = str(e)
+    match = re.search(r"GLOBAL ([\w.]+)", text)
+    if match:
+        return f"it holds {match.group(1)} (a global that would run on load)"
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "Weights only load failed" not in line]
+    return (lines or ["not loadable with weights_only=True"])[0].split(". ")[0].rstrip(".")
 
 
 def verify_checkpoint(path: str | os.PathLike) -> int:
@@ -237,6 +296,8 @@ def load_latest(ckpt_dir: str | os.PathLike, *, what: str = "resume") -> tuple[d
     for path in files:
         try:
             state = read_checkpoint(path)
+        except UnsafeCheckpointError as e:
+            raise NoCheckpointError(f"{what}: {e}") from None
         except DamagedCheckpointError as e:
             errors.append(str(e))
             log.error("%s", e)
@@ -348,10 +409,21 @@ def check_resume_config(
 
 
 def rng_state() -> dict[str, Any]:
-    """The Python, NumPy, torch (and CUDA) RNG states, for a checkpoint."""
+    """The Python, NumPy, torch (and CUDA) RNG states, for a checkpoint.
+
+    Only tensors, numbers and strings, so ``torch.load(weights_only=True)`` reads them: the NumPy
+    state's key array is stored as an int64 tensor.
+    """
+    name, key, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "bit_generator": str(name),
+            "key": torch.from_numpy(key.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -361,14 +433,18 @@ def restore_rng_state(rng: Mapping[str, Any]) -> None:
     """Restore what :func:`rng_state` captured (the CUDA part only where CUDA is present).
 
     Example:
+        >>> import io
         >>> state = rng_state()
-        >>> a = torch.rand(2)
-        >>> restore_rng_state(state)
-        >>> torch.equal(a, torch.rand(2))
-        True
+        >>> a, b = torch.rand(2), np.random.rand(2)
+        >>> buf = io.BytesIO(); torch.save(state, buf); _ = buf.seek(0)
+        >>> restore_rng_state(torch.load(buf, weights_only=True))   # plain types only
+        >>> torch.equal(a, torch.rand(2)), bool((b == np.random.rand(2)).all())
+        (True, True)
     """
     random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    nps = rng["numpy"]
+    key = nps["key"].numpy().astype(np.uint32)
+    np.random.set_state((nps["bit_generator"], key, nps["pos"], nps["has_gauss"], nps["cached_gaussian"]))
     torch.set_rng_state(rng["torch"])
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])

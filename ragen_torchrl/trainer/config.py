@@ -239,6 +239,9 @@ def check_env(cfg: DictConfig) -> None:
         "env.num_candidates",
         "env.max_number",
         "env.max_target",
+        "env.memory_mb",
+        "env.max_output_bytes",
+        "env.workers",
     ):
         if _has(cfg, key):
             check_positive_int(cfg, key)

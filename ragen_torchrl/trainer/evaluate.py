@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -212,23 +213,30 @@ def _is_run_dir(path: Path) -> bool:
     return (path / "summary.json").is_file() or (path / "checkpoints").is_dir() or (path / POLICY_DIR).is_dir()
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
-    """The run's config: summary.json, else its checkpoint, else Hydra's ``.hydra/config.yaml``."""
+def _run_config(run_dir: Path) -> tuple[dict[str, Any], tuple | None]:
+    """The run's config (summary.json, else its checkpoint, else Hydra's ``.hydra/config.yaml``,
+    each checked by :func:`~ragen_torchrl.trainer.stored_config.check_stored_config`, never
+    resolved) and the checkpoint read for it (``None`` when none was read)."""
+    from .config import ConfigError
+    from .stored_config import check_stored_config, load_yaml_config
     from .summary import read_summary
 
-    if (run_dir / "summary.json").is_file():
-        try:
-            return read_summary(run_dir)["config"]
-        except ValueError as e:
-            raise EvalError(str(e)) from None
-    ckpt = _latest_checkpoint(run_dir, required=False)
-    if ckpt is not None and ckpt[0].get("config"):
-        return ckpt[0]["config"]
-    hydra_cfg = run_dir / ".hydra" / "config.yaml"
-    if hydra_cfg.is_file():
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(OmegaConf.load(hydra_cfg), resolve=True)
+    try:
+        if (run_dir / "summary.json").is_file():
+            try:
+                return check_stored_config(read_summary(run_dir)["config"], run_dir / "summary.json"), None
+            except (ValueError, RecursionError) as e:
+                if isinstance(e, ConfigError):
+                    raise
+                raise EvalError(_one_line(e)) from None
+        ckpt = _latest_checkpoint(run_dir, required=False)
+        if ckpt is not None and ckpt[0].get("config"):
+            return check_stored_config(ckpt[0]["config"], ckpt[1]), ckpt
+        hydra_cfg = run_dir / ".hydra" / "config.yaml"
+        if hydra_cfg.is_file():
+            return load_yaml_config(hydra_cfg), ckpt
+    except ConfigError as e:
+        raise EvalError(str(e)) from None
     raise EvalError(f"{run_dir}: no config found (no summary.json, checkpoint or .hydra/config.yaml)")
 
 
@@ -289,24 +297,35 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
     if not path.exists():
         raise EvalError(f"{target}: no such file or directory")
     if path.is_file():
-        from .checkpoint import DamagedCheckpointError, read_checkpoint
+        from .checkpoint import DamagedCheckpointError, UnsafeCheckpointError, read_checkpoint
+        from .config import ConfigError
+        from .stored_config import check_stored_config
 
         try:
             state = read_checkpoint(path)
+        except UnsafeCheckpointError as e:
+            raise EvalError(str(e)) from None
         except DamagedCheckpointError as e:
             raise EvalError(f"{target}: not a training checkpoint ({str(e).split(': ', 1)[-1]})") from None
         if not state.get("config"):
             raise EvalError(f"{target}: the checkpoint holds no config")
-        cfg = OmegaConf.create(state["config"])
+        try:
+            cfg = OmegaConf.create(check_stored_config(state["config"], path))
+        except ConfigError as e:
+            raise EvalError(str(e)) from None
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
         out = {"kind": "checkpoint", "policy": None, "run_dir": run_dir, "checkpoint": (state, path)}
     elif _is_run_dir(path):
-        cfg = OmegaConf.create(_run_config(path))
+        config, ckpt = _run_config(path)
+        cfg = OmegaConf.create(config)
         policy, last = path / POLICY_DIR, path / "checkpoints" / "last.pt"
         fresh = (policy / "config.json").is_file() and (
             not last.is_file() or policy.stat().st_mtime >= last.stat().st_mtime
         )
-        ckpt = None if fresh else _latest_checkpoint(path)
+        if fresh:
+            ckpt = None
+        elif ckpt is None:  # each checkpoint file is read once
+            ckpt = _latest_checkpoint(path)
         out = {"kind": "run", "policy": policy if fresh else None, "run_dir": path, "checkpoint": ckpt}
     elif (path / "config.json").is_file():
         cfg = _compose([f"model.name_or_path={path}", "sft.enabled=false"])
@@ -378,6 +397,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _bounded_int(value: Any, key: str) -> int:
+    """An int in ``[1, LIMITS[key]]`` (a stored config may say ``val_levels: 1e12``), else :class:`EvalError`.
+
+    Example:
+        >>> _bounded_int(8, "trainer.val_levels")
+        8
+        >>> _bounded_int(1e12, "trainer.val_levels")
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.evaluate.EvalError: trainer.val_levels must be an integer in [1, 65536], got 1000000000000.0
+    """
+    from .config_checks import LIMITS
+
+    limit = LIMITS[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+        or not 1 <= value <= limit
+    ):
+        raise EvalError(f"{key} must be an integer in [1, {limit}], got {value!r}")
+    return int(value)
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Run ``ragen-eval`` for parsed ``args``; returns the result written as JSON.
 
@@ -398,21 +442,28 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             raise EvalError(f"-o {item}: expected KEY=VALUE")
         _set(cfg, key.strip(), _parse_value(value))
     if args.levels is not None:
+        if int(args.levels) < 1:
+            raise EvalError(f"--levels must be >= 1, got {args.levels}")
         _set(cfg, "trainer.val_levels", int(args.levels))
     if args.temperature is not None:
         _set(cfg, "trainer.val_temperature", float(args.temperature))
     if args.seed is not None:
         _set(cfg, "seed", int(args.seed))
     try:
-        levels = int(cfg.trainer.val_levels)
+        levels = _bounded_int(cfg.trainer.val_levels, "trainer.val_levels")
         temperature = float(cfg.trainer.val_temperature)
         seed = int(cfg.seed)
         env_name = str(cfg.env.name)
+        max_new_tokens = _bounded_int(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
+        chunk = _bounded_int(cfg.rollout.get("chunk_size", 128), "rollout.chunk_size")
+    except EvalError:
+        raise
     except Exception as e:  # a config without the keys, or values of the wrong type
-        raise EvalError(f"the config lacks a usable trainer.val_levels/val_temperature/seed/env.name: {e}") from None
-    if levels < 1:
-        raise EvalError(f"--levels must be >= 1, got {levels}")
-    if temperature < 0:
+        raise EvalError(
+            f"the config lacks a usable trainer.val_levels/val_temperature/seed/env.name/rollout.max_new_tokens: "
+            f"{_one_line(e)}"
+        ) from None
+    if not math.isfinite(temperature) or temperature < 0:
         raise EvalError(f"--temperature must be >= 0, got {temperature}")
 
     try:
@@ -440,12 +491,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     policy = make_generation_policy(
         model,
         tokenizer,
-        max_new_tokens=int(cfg.rollout.max_new_tokens),
+        max_new_tokens=max_new_tokens,
         temperature=temperature,
         # as the run was trained; a run's config from before the switch has none: no priming
         reply_prime=prime_text(bool(cfg.rollout.get("prime_think", False))),
     )
-    chunk = int(cfg.rollout.get("chunk_size", 128))
     stats, _ = evaluate_policy(
         env, policy, levels, seed=seed, chunk_size=chunk, progress=not args.no_progress, desc="evaluation"
     )
@@ -457,7 +507,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "levels": levels,
         "temperature": temperature,
         "seed": seed,
-        "max_new_tokens": int(cfg.rollout.max_new_tokens),
+        "max_new_tokens": max_new_tokens,
         "stats": stats,
     }
     if args.export:

@@ -79,6 +79,7 @@ from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives 
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
 from .stops import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
+from .stored_config import check_stored_config
 from .summary import SUMMARY_FILE, write_summary
 from .update import minibatch_plan, optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
 
@@ -118,7 +119,7 @@ class Trainer:
             # change is a config error (exit 2), not a traceback after the warm start
             resume_state, self.resumed_from = load_latest(self.ckpt_dir, what=f"trainer.resume={resume}")
             check_resume_config(
-                resume_state.get("config") or {},
+                check_stored_config(resume_state.get("config") or {}, self.resumed_from),
                 OmegaConf.to_container(cfg, resolve=True),
                 allow_changes=bool(cfg.trainer.get("resume_allow_changes", False)),
             )

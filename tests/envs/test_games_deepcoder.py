@@ -276,7 +276,9 @@ def test_missing_file_and_bad_json_line(tmp_path):
     with pytest.raises(ValueError, match="file not found"):
         load_coding_problems(tmp_path / "nope.jsonl")
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"prompt": "x", "tests": []}\n{oops\n')
+    # records are read as a stream: line 1 must be a good record for line 2's error to be reached
+    good = {"prompt": "x", "tests": [{"input": "1\n", "output": "1\n"}] * 2}
+    path.write_text(json.dumps(good) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"bad.jsonl, line 2: invalid JSON"):
         load_coding_problems(path)
 

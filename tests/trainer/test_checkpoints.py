@@ -348,7 +348,7 @@ def test_tensorboard_shows_a_re_run_iteration_once(ragen_cache_dir, tmp_path, mo
     # killed after logging iteration 2, before its checkpoint: only the iteration-1 checkpoint exists
     monkeypatch.setattr(first, "save_checkpoint", lambda: saves.append(1) or (real_save() if len(saves) == 1 else None))
     first.fit()
-    assert torch.load(run_dir / "checkpoints/last.pt", weights_only=False)["iteration"] == 0
+    assert torch.load(run_dir / "checkpoints/last.pt", weights_only=True)["iteration"] == 0
     logged = scalars(run_dir)
     assert [s for s, _ in logged["train/loss"]] == [1, 2]
 
@@ -372,7 +372,7 @@ def test_damaged_last_resumes_from_prev_with_its_weights(ragen_cache_dir, tmp_pa
     run_dir = tmp_path / "run"
     first = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=2", "trainer.save_every=1"), run_dir=run_dir)
     first.fit()
-    prev = torch.load(run_dir / "checkpoints/prev.pt", weights_only=False)
+    prev = torch.load(run_dir / "checkpoints/prev.pt", weights_only=True)
     assert prev["iteration"] == 0
     assert sorted(s for s, _ in scalars(run_dir)["train/loss"]) == [1, 2]
     truncate(run_dir / "checkpoints/last.pt")

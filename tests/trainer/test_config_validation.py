@@ -397,3 +397,17 @@ def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
     assert_rejected(
         tmp_path, ("rollout.backend=vllm", "filter=snr_entropy"), "filter.metric=entropy", "rollout.backend=hf"
     )
+
+
+@pytest.mark.parametrize(
+    "override, text",
+    [
+        ("env.memory_mb=10000000", "env.memory_mb=10000000 exceeds the limit 65536"),
+        ("env.max_output_bytes=1099511627776", "env.max_output_bytes=1099511627776 exceeds the limit 67108864"),
+        ("env.workers=100000", "env.workers=100000 exceeds the limit 256"),
+        ("env.workers=0", "env.workers must be a positive integer, got 0"),
+    ],
+)
+def test_deepcoder_sandbox_sizes_are_bounded(override, text, tmp_path):
+    # issue 28 part 4: env.memory_mb, env.max_output_bytes, env.workers had no upper bound (main: accepted)
+    assert_rejected(tmp_path, ("env=deepcoder", override), text)

@@ -200,7 +200,7 @@ def _launch(cache_dir, run_dir, *extra, ranks: int = 1) -> subprocess.CompletedP
 
 
 def _state(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _same_run(a: dict, b: dict, iteration: int) -> None:

@@ -105,7 +105,7 @@ def test_fit_logs_scalars_and_writes_a_checkpoint(ragen_cache_dir, tmp_path):
     ckpt_path = run_dir / "checkpoints" / "last.pt"
     assert ckpt_path.exists()
     assert not ckpt_path.with_suffix(".tmp").exists()
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     assert ckpt["iteration"] == 1
     assert state_equal(ckpt["model"], trainer.model.state_dict())
     assert ckpt["config"]["trainer"]["total_iterations"] == 2
@@ -118,7 +118,7 @@ def test_resume_restores_weights_optimizer_and_continues(ragen_cache_dir, tmp_pa
     run_dir = tmp_path / "first"
     first = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=1", "trainer.save_every=1"), run_dir=run_dir)
     first.fit()
-    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     assert ckpt["iteration"] == 0
     saved_opt = first.optimizer.state_dict()
     assert saved_opt["state"], "the first run took no optimizer step"
@@ -149,7 +149,7 @@ def test_resume_restores_weights_optimizer_and_continues(ragen_cache_dir, tmp_pa
     assert resumed.iteration == 2
     assert summary["val_start"] is None  # no second "iteration 0" validation
     assert [h["iteration"] for h in resumed.history] == [1, 2]
-    ckpt2 = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt2 = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     assert ckpt2["iteration"] == 1
     assert not state_equal(ckpt2["model"], ckpt["model"])  # it trained on
     assert not (tmp_path / "ignored").exists()

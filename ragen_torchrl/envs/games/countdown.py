@@ -38,7 +38,7 @@ from ragen_torchrl.envs.games.countdown_expressions import (  # noqa: F401 (the 
     ExpressionError,
     evaluate_expression,
 )
-from ragen_torchrl.envs.games.records import read_records
+from ragen_torchrl.envs.games.records import iter_records, read_records
 
 __all__ = [
     "CountdownGame",
@@ -330,7 +330,7 @@ def load_countdown_file(path: str | os.PathLike) -> list[CountdownProblem]:
     """
     expected = "fields 'target' (int) and 'nums' or 'numbers' (list of ints)"
     problems = []
-    for line, rec in read_records(path, expected):
+    for line, rec in iter_records(path, expected):
         nums = rec.get("nums", rec.get("numbers"))
         target = rec.get("target")
         try:

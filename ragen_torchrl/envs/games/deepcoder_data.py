@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragen_torchrl.envs.games.records import read_records
+from ragen_torchrl.envs.games.records import RecordError, iter_records, parse_json
 
 __all__ = ["CodingProblem", "TestCase", "load_coding_problems", "shipped_problems", "SHIPPED_PATH"]
 
@@ -108,20 +107,20 @@ def _maybe_json(value: Any, where: str, field: str) -> Any:
         if not text:
             return []
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{where}: field {field!r} is not JSON ({exc.msg}); LiveCodeBench's compressed private "
-                f"tests (base64 zlib pickle) must be decompressed to JSON first (pickle is never loaded)"
+            return parse_json(text, f"{where}: field {field!r} is not JSON")
+        except RecordError as exc:
+            raise RecordError(
+                f"{exc}; LiveCodeBench's compressed private tests (base64 zlib pickle) must be "
+                f"decompressed to JSON first (pickle is never loaded)"
             ) from None
     return value
 
 
-def _func_arg_lines(text: Any) -> list:
-    # LiveCodeBench functional input: one JSON value per line
+def _func_arg_lines(text: Any, where: str) -> list:
+    # LiveCodeBench functional input: one JSON value per line (split on "\n" only, as JSON lines are)
     if isinstance(text, list):
         return text
-    return [json.loads(line) for line in str(text).splitlines() if line.strip()]
+    return [parse_json(line, where) for line in str(text).split("\n") if line.strip()]
 
 
 def _tests(raw: Any, where: str, field: str, fn_name: str | None) -> list[TestCase]:
@@ -141,8 +140,9 @@ def _tests(raw: Any, where: str, field: str, fn_name: str | None) -> list[TestCa
         try:
             if fn_name is not None:
                 if t.get("testtype") == "functional" or isinstance(inp, str):
-                    inp = _func_arg_lines(inp)
-                    out = json.loads(out) if isinstance(out, str) and t.get("testtype") == "functional" else out
+                    inp = _func_arg_lines(inp, f"{where}, test {k} of {field!r}, input")
+                    if isinstance(out, str) and t.get("testtype") == "functional":
+                        out = parse_json(out, f"{where}, test {k} of {field!r}, output")
                 if not isinstance(inp, list):
                     raise ValueError("function-call input must be a list of arguments")
             else:
@@ -152,6 +152,8 @@ def _tests(raw: Any, where: str, field: str, fn_name: str | None) -> list[TestCa
                     out = "\n".join(map(str, out)) + "\n"
                 if not isinstance(inp, str) or not isinstance(out, str):
                     raise ValueError("stdin tests need text 'input' and 'output'")
+        except RecordError:
+            raise  # already names the file, line and field
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{where}: test {k} of {field!r}: {exc}") from None
         tests.append(TestCase(inp, out))
@@ -238,10 +240,8 @@ def load_coding_problems(path: str | os.PathLike, num_public: int = 1, limit: in
     """
     src = os.path.expanduser(os.fspath(path))
     problems = []
-    for line, rec in read_records(src, _EXPECTED):
+    for line, rec in iter_records(src, _EXPECTED, limit):
         problems.append(problem_from_record(rec, f"{src}, line {line}", num_public))
-        if limit is not None and len(problems) >= limit:
-            break
     if not problems:
         raise ValueError(f"{src}: no records; expected {_EXPECTED}")
     return problems

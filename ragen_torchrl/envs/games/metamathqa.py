@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, Sequence
 
 from ragen_torchrl.envs.games.base import TextGame
-from ragen_torchrl.envs.games.records import read_records
+from ragen_torchrl.envs.games.records import iter_records
 
 __all__ = [
     "MetaMathQAGame",
@@ -330,10 +330,8 @@ def load_metamathqa(
     looks_local = os.path.exists(src) or src.lower().endswith(_LOCAL_SUFFIXES) or src.startswith((".", "~", os.sep))
     if looks_local:
         src = os.path.expanduser(src)
-        for line, rec in read_records(src, _EXPECTED):
+        for line, rec in iter_records(src, _EXPECTED, limit):
             problems.append(_record_to_problem(rec, f"{src}, line {line}"))
-            if limit is not None and len(problems) >= limit:
-                break
     else:
         try:
             import datasets  # type: ignore[import-not-found]

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import random
 import re
@@ -47,6 +46,7 @@ from typing import Any, Sequence
 from ragen_torchrl.envs.games.preference_belief import dot, norm, random_unit
 from ragen_torchrl.envs.games.preference_game import PreferenceQuestionGame
 from ragen_torchrl.envs.games.preference_questions import ask_pair, format_vector, parse_pair, split_estimate
+from ragen_torchrl.envs.games.records import RecordError, iter_records, parse_json
 from ragen_torchrl.envs.parsing import safe_int
 
 __all__ = [
@@ -125,8 +125,8 @@ def _coerce_attributes(value: Any) -> list[float] | None:
         text = value.strip()
         if text.startswith("["):
             try:
-                value = json.loads(text)
-            except json.JSONDecodeError:
+                value = parse_json(text, "attributes")
+            except RecordError:  # also nesting past MAX_DEPTH (RecursionError in json.loads)
                 return None
         else:
             parts = [p for p in re.split(r"[;|\s,]+", text) if p]
@@ -155,31 +155,17 @@ def load_catalog(path: str | os.PathLike) -> Catalog:
     ``title`` and ``attributes``; attributes as a JSON list or numbers separated by ``;``, ``|`` or
     spaces). Raises ``ValueError`` naming the file and the expected fields when malformed."""
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
     where = f"catalog file {path!r}"
     rows: list[tuple[int, Any]] = []
     if path.lower().endswith(".csv"):
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
         reader = csv.DictReader(io.StringIO(text))
         if not reader.fieldnames or not {"title", "attributes"} <= set(reader.fieldnames):
             raise ValueError(f"{where}: header {reader.fieldnames}; {_FIELDS_HINT}")
         rows = [(i + 2, row) for i, row in enumerate(reader)]
-    else:
-        stripped = text.strip()
-        if stripped.startswith("["):
-            try:
-                data = json.loads(stripped)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: invalid JSON ({err}); {_FIELDS_HINT}") from None
-            rows = [(i + 1, row) for i, row in enumerate(data)]
-        else:
-            for i, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append((i, json.loads(line)))
-                except json.JSONDecodeError:
-                    raise ValueError(f"{where}: line {i} is not JSON; {_FIELDS_HINT}") from None
+    else:  # the shared strict reader (NaN, depth, UTF-8 and size limits; see records.py)
+        rows = list(iter_records(path, _FIELDS_HINT))
     catalog: Catalog = []
     seen_titles: set[str] = set()
     for line, row in rows:

@@ -8,7 +8,7 @@
   ``text``; a record with ``contents`` instead of ``text`` (the FlashRAG / Search-R1 wiki dump:
   ``"\\"Title\\"\\nbody"``) is read as title = first line without its quotes, text = the rest.
 
-Errors name the file, the line and the field (:func:`~.records.read_records` reads the files).
+Errors name the file, the line and the field (:func:`~.records.iter_records` reads the files).
 
 Example:
     >>> import json, tempfile
@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .records import read_records
+from .records import iter_records
 from .retrieval import Passage
 from .searchqa_scoring import normalize_answer
 from .searchqa_world import QAItem
@@ -61,7 +61,7 @@ def load_questions(path: str | os.PathLike, limit: int | None = None) -> list[QA
     """
     path = os.path.expanduser(os.fspath(path))
     items: list[QAItem] = []
-    for line, rec in read_records(path, QUESTIONS_EXPECTED):
+    for line, rec in iter_records(path, QUESTIONS_EXPECTED, limit):
         where = f"{path}, line {line}"
         question = rec.get("question")
         if not isinstance(question, str) or not question.strip():
@@ -78,8 +78,6 @@ def load_questions(path: str | os.PathLike, limit: int | None = None) -> list[QA
                 f"expected {QUESTIONS_EXPECTED}"
             )
         items.append(QAItem(question.strip(), tuple(answers)))
-        if limit is not None and len(items) >= limit:
-            break
     if not items:
         raise ValueError(f"{path}: no records; expected {QUESTIONS_EXPECTED}")
     return items
@@ -95,7 +93,7 @@ def load_corpus(path: str | os.PathLike, limit: int | None = None) -> list[Passa
     path = os.path.expanduser(os.fspath(path))
     passages: list[Passage] = []
     seen: dict[str, int] = {}
-    for line, rec in read_records(path, CORPUS_EXPECTED):
+    for line, rec in iter_records(path, CORPUS_EXPECTED, limit):
         where = f"{path}, line {line}"
         pid = rec.get("id")
         if isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
@@ -117,8 +115,6 @@ def load_corpus(path: str | os.PathLike, limit: int | None = None) -> list[Passa
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{where}: field 'text' must be a non-empty string; expected {CORPUS_EXPECTED}")
         passages.append(Passage(pid, title.strip(), text.strip()))
-        if limit is not None and len(passages) >= limit:
-            break
     if not passages:
         raise ValueError(f"{path}: no records; expected {CORPUS_EXPECTED}")
     return passages

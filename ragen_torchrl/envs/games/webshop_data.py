@@ -38,14 +38,14 @@ Example:
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .records import read_records
+from .records import RecordError, iter_records, read_json_document
 from .webshop_catalog import budget_for
 from .webshop_reward import Goal, Product
 
@@ -57,23 +57,34 @@ GOAL_FIELDS = (
     "or WebShop's items_human_ins.json mapping of asin -> list of such records"
 )
 _PRICE_RE = re.compile(r"\d+(?:\.\d+)?")
+#: the largest price or budget (dollars) a file may give; larger ones (``1e400``) are refused
+MAX_PRICE = 1e9
 
 
 def _read_json(path: str, expected: str) -> Any:
+    """A JSON object (read whole), or the ``(line, record)`` pairs of a JSON array / JSON lines (streamed)."""
     if not os.path.isfile(path):
-        raise ValueError(f"{path}: file not found (expected {expected})")
-    with open(path, encoding="utf-8") as f:
+        raise RecordError(f"{path}: file not found (expected {expected})")
+    with open(path, "rb") as f:
         head = f.read(4096).lstrip()
-    if head.startswith("{") and not path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as exc:
-                if exc.msg != "Extra data":  # else: JSON lines of objects, read below
-                    raise ValueError(f"{path}: invalid JSON ({exc}); expected {expected}") from None
-            else:
-                return data
-    return read_records(path, expected)
+    if head.startswith(b"{") and not path.endswith(".jsonl"):
+        try:
+            return read_json_document(path, expected)
+        except RecordError as exc:
+            if "(Extra data at" not in str(exc):  # else: JSON lines of objects, read below
+                raise
+    return iter_records(path, expected)
+
+
+def _price(value: Any, where: str, field: str) -> float:
+    """A finite price in [0, MAX_PRICE] (a 400-digit price overflows a float)."""
+    try:
+        price = float(value)
+    except OverflowError:
+        price = math.inf
+    if not 0.0 <= price <= MAX_PRICE:  # also false for NaN
+        raise RecordError(f"{where}: field {field!r}: price {str(value)[:40]} is not in [0, {MAX_PRICE:g}]")
+    return price
 
 
 def _pricing(value: Any, where: str) -> list[float]:
@@ -82,12 +93,12 @@ def _pricing(value: Any, where: str) -> list[float]:
     if isinstance(value, bool):
         raise ValueError(f"{where}: 'pricing' must be a price text, a number or a list of numbers, got {value!r}")
     if isinstance(value, (int, float)):
-        return [float(value)]
+        return [_price(value, where, "pricing")]
     if isinstance(value, str):
-        prices = [float(x) for x in _PRICE_RE.findall(value.replace(",", ""))]
+        prices = [_price(x, where, "pricing") for x in _PRICE_RE.findall(value.replace(",", ""))]
         return prices[:2] or [100.0]
     if isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
-        return [float(x) for x in value[:2]] or [100.0]
+        return [_price(x, where, "pricing") for x in value[:2]] or [100.0]
     raise ValueError(f"{where}: 'pricing' must be a price text, a number or a list of numbers, got {value!r}")
 
 
@@ -209,7 +220,7 @@ def _goal(product: Product, text: str, attrs: Sequence[str], options: Any, price
         instruction=text,
         attributes=tuple(attrs),
         options=tuple(v.lower() for v in values),
-        price_upper=float(price_upper),
+        price_upper=_price(price_upper, where, "price_upper"),
         name=product.title,
         query=product.query,
         product_category=product.product_category,
