@@ -82,7 +82,7 @@ LIMITS: dict[str, int] = {
     "env.max_target": 1_000_000_000,
     "env.limit": 100_000_000,
     "env.memory_mb": 65536,  # DeepCoder: RLIMIT_AS of one sandboxed run (64 GiB, = sandbox.MAX_MEMORY_MB)
-    "env.max_output_bytes": 1 << 26,  # DeepCoder: output held in memory per run, times env.workers (= sandbox.MAX_OUTPUT_BYTES)
+    "env.max_output_bytes": 1 << 26,  # DeepCoder: output held per run, times env.workers (= sandbox.MAX_OUTPUT_BYTES)
     "env.workers": 256,  # DeepCoder: grading threads, each with a sandboxed process
 }
 #: rows of one iteration (P x G)
