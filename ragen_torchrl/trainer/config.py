@@ -81,6 +81,7 @@ _BOOL_KEYS = (
     "algo.dynamic_sampling.enabled",
     "trainer.resume_allow_changes",
     "t3.outside_trigger",
+    "trainer.dry_run",
 )
 
 
@@ -442,6 +443,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
                 f"rollout.shards={shards} exceeds trainer.prompts_per_iter={_get(cfg, 'trainer.prompts_per_iter')}: "
                 "every part collects at least one prompt group"
             )
+    if _has(cfg, "trainer.val_every_levels"):
+        check_positive_int(cfg, "trainer.val_every_levels", optional=True, maximum=LIMITS.get("trainer.val_levels"))
     if _has(cfg, "trainer.log_text_samples"):
         check_positive_int(cfg, "trainer.log_text_samples", allow_zero=True)
     if _has(cfg, "sft.batch_size"):
