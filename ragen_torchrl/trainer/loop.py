@@ -136,7 +136,8 @@ class Trainer:
             self.env = self._train_env(-(-self.P // self.shards))  # one collection part's groups
             self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **env_kwargs(cfg.env))
             self._val_envs = {int(t.val_levels): self.val_env}
-            self._val_env(self.periodic_val_levels())  # a bad periodic size fails here, not mid-run
+            if int(t.val_every) > 0:  # an env that refuses the periodic size fails here, not mid-run
+                self._val_env(self.periodic_val_levels())
         except (TypeError, ValueError) as e:
             raise ConfigError(f"env={cfg.env.name}: {e}") from e
 
