@@ -393,7 +393,8 @@ class Trainer:
         stats = self.dist.broadcast_object(stats)
         logged = {f"val/{k}": v for k, v in stats.items()}
         self.val_peak.update(step, stats)
-        logged["val/peak_success"] = self.val_peak.success
+        if self.val_peak.success is not None:
+            logged["val/peak_success"] = self.val_peak.success
         if stop_rule:
             reason = self.val_stop.update(stats["success"])
             logged.update({f"stop/{k}": float(v) for k, v in self.val_stop.metrics().items()})
