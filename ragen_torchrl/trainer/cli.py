@@ -6,6 +6,7 @@ TensorBoard logs and checkpoints under Hydra's run dir ``outputs/<date>/<time>/`
     ragen-train
     ragen-train env=frozenlake trainer.total_iterations=20 algo.lr=1e-4
     ragen-train trainer.resume=outputs/2026-11-29/21-00-00
+    ragen-train trainer=paper model=qwen2.5-3b trainer.dry_run=true   # the memory it needs; nothing loaded
 
 ``ragen-sft`` only builds the warm-started policy (cached for later runs).
 
@@ -168,6 +169,14 @@ def _train(cfg) -> None:
     from .config import ConfigError
     from .loop import Trainer
 
+    if cfg.trainer.get("dry_run"):
+        from .setup import dry_run_report
+
+        try:
+            print(dry_run_report(cfg), flush=True)
+        except ConfigError as e:
+            raise _config_error(e) from None
+        return
     try:
         trainer = Trainer(cfg, _run_dir())
     except (ConfigError, ModelSourceError) as e:

@@ -82,6 +82,7 @@ _BOOL_KEYS = (
     "trainer.resume_allow_changes",
     "t3.outside_trigger",
     "rollout.prime_think",
+    "trainer.dry_run",
 )
 
 
@@ -483,6 +484,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
                 f"rollout.shards={shards} exceeds trainer.prompts_per_iter={_get(cfg, 'trainer.prompts_per_iter')}: "
                 "every part collects at least one prompt group"
             )
+    if _has(cfg, "trainer.val_every_levels"):
+        check_positive_int(cfg, "trainer.val_every_levels", optional=True, maximum=LIMITS.get("trainer.val_levels"))
     if _has(cfg, "trainer.log_text_samples"):
         check_positive_int(cfg, "trainer.log_text_samples", allow_zero=True)
     if _has(cfg, "sft.batch_size"):

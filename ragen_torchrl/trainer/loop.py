@@ -69,6 +69,7 @@ from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
     NullLogger,
     ResumableTensorboardLogger,
+    ValidationPeak,
     conversation_text,
     final_validation_line,
     iteration_line,
@@ -136,6 +137,9 @@ class Trainer:
         try:
             self.env = self._train_env(-(-self.P // self.shards))  # one collection part's groups
             self.val_env = make_env(cfg.env.name, num_envs=int(t.val_levels), **env_kwargs(cfg.env))
+            self._val_envs = {int(t.val_levels): self.val_env}
+            if int(t.val_every) > 0:  # an env that refuses the periodic size fails here, not mid-run
+                self._val_env(self.periodic_val_levels())
         except (TypeError, ValueError) as e:
             raise ConfigError(f"env={cfg.env.name}: {e}") from e
 
@@ -207,6 +211,7 @@ class Trainer:
         # success) apply to the unfiltered baseline too, so both arms stop under the same rules
         self.guard = FilterGuard.from_config(self.filter_cfg)
         self.val_stop = ValidationStop.from_config(self.filter_cfg)
+        self.val_peak = ValidationPeak()  # RAGEN-2's table metric: the best validation of the run
         self.empty_iterations = 0
         self.stop_reason: str | None = None
 
@@ -359,8 +364,21 @@ class Trainer:
         return path
 
     # -- evaluation ----------------------------------------------------------------------
+    def periodic_val_levels(self) -> int:
+        """Levels of the validations every ``trainer.val_every`` iterations: the first
+        ``trainer.val_every_levels`` of the fixed set (all ``trainer.val_levels`` when null or larger)."""
+        t = self.cfg.trainer
+        n = t.get("val_every_levels")
+        return int(t.val_levels) if n is None else min(int(n), int(t.val_levels))
+
+    def _val_env(self, levels: int):
+        """The validation env with ``levels`` rows (its levels are the first ``levels`` of the fixed set)."""
+        if levels not in self._val_envs:
+            self._val_envs[levels] = make_env(self.cfg.env.name, num_envs=levels, **env_kwargs(self.cfg.env))
+        return self._val_envs[levels]
+
     @torch.no_grad()
-    def validate(self, step: int, *, stop_rule: bool = True) -> dict[str, float]:
+    def validate(self, step: int, *, stop_rule: bool = True, levels: int | None = None) -> dict[str, float]:
         """Greedy-ish (temperature ``val_temperature``) rollouts on the fixed held-out levels.
 
         Runs :func:`~ragen_torchrl.trainer.evaluate.evaluate_policy` (the code path of
@@ -368,22 +386,28 @@ class Trainer:
         of a run plays the same levels with the same sampling noise, and training's RNG stream
         is untouched, so ``ragen-eval RUN_DIR`` reproduces the final validation exactly.
         With ``stop_rule`` the success rate feeds the sustained-low-validation stop
-        (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`. The scalars logged
-        (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
+        (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`. Every validation
+        updates the run's peak (:attr:`val_peak`, logged as ``val/peak_success``). ``levels``: the
+        first ``levels`` levels of the fixed set (default all ``trainer.val_levels``). The scalars
+        logged (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
         """
+        levels = int(self.cfg.trainer.val_levels) if levels is None else int(levels)
         stats = records = None
         with self._gathered():
             if self.dist.is_main:  # rank 0 validates; every rank gets its numbers for the stop rules
                 stats, records = evaluate_policy(
-                    self.val_env,
+                    self._val_env(levels),
                     self.val_policy,
-                    int(self.cfg.trainer.val_levels),
+                    levels,
                     seed=int(self.cfg.seed),
                     chunk_size=int(self.cfg.rollout.chunk_size),
                     desc=f"validation (iteration {step})",
                 )
         stats = self.dist.broadcast_object(stats)
         logged = {f"val/{k}": v for k, v in stats.items()}
+        self.val_peak.update(step, stats)
+        if self.val_peak.success is not None:
+            logged["val/peak_success"] = self.val_peak.success
         if stop_rule:
             reason = self.val_stop.update(stats["success"])
             logged.update({f"stop/{k}": float(v) for k, v in self.val_stop.metrics().items()})
@@ -569,6 +593,7 @@ class Trainer:
             "history": self.history,
             "guard": self.guard.state_dict(),
             "val_stop": self.val_stop.state_dict(),
+            "val_peak": self.val_peak.state_dict(),
             "objective": self.objective.state_dict(),
             "collapse": self.collapse.state_dict() if self.collapse is not None else None,
             # DAPO's refill counter seeds the refill levels: without it a resumed run draws others
@@ -615,6 +640,7 @@ class Trainer:
             self.guard.load_state_dict(state["guard"])
         if state.get("val_stop"):
             self.val_stop.load_state_dict(state["val_stop"])
+        self.val_peak.load_state_dict(state.get("val_peak"))
         if self.collapse is not None and state.get("collapse"):
             self.collapse.load_state_dict(state["collapse"])
         self._refills = int(state.get("refills", 0))
@@ -629,8 +655,8 @@ class Trainer:
         At the end (also after an early stop) the final validation runs, the trained policy is
         written as a Hugging Face model dir ``<run_dir>/policy`` (loadable with ``from_pretrained``
         and as ``model.name_or_path``), then ``<run_dir>/summary.json``
-        (:func:`~ragen_torchrl.trainer.summary.write_summary`: config, start/end validation,
-        every scalar logged per iteration, seconds, ``trainer.total_iterations``, stop reason, policy dir).
+        (:func:`~ragen_torchrl.trainer.summary.write_summary`: config, start/end validation, the
+        peak validation (``val_peak``), every scalar logged per iteration, seconds, ``trainer.total_iterations``, stop reason, policy dir).
         """
         t = self.cfg.trainer
         total = int(t.total_iterations)
@@ -654,10 +680,12 @@ class Trainer:
             self._print(iteration_line(step, total, stats), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
-                v = self.validate(step=step)
+                v = self.validate(step=step, levels=self.periodic_val_levels())
                 self.history[-1].update(self.last_validation_scalars)
                 self._print(
-                    f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f}", flush=True
+                    f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f} "
+                    f"({v['num_trajectories']:.0f} levels), peak {self.val_peak.success:.3f}",
+                    flush=True,
                 )
             if self.stop_reason:
                 self._print(f"[stop] {self.stop_reason}", flush=True)
@@ -691,6 +719,7 @@ class Trainer:
             "config": OmegaConf.to_container(self.cfg, resolve=True),
             "val_start": val_start,
             "val_end": val_end,
+            "val_peak": self.val_peak.as_dict(),
             "history": self.history,
             "seconds": time.time() - t_start,
             "iterations": total,  # as configured; an early stop shows in stop_reason and the history
@@ -702,7 +731,7 @@ class Trainer:
             write_summary(self.run_dir / SUMMARY_FILE, **summary)
         self.dist.barrier()  # the run's files are written before any rank returns
         if val_end is not None:
-            self._print(final_validation_line(val_start, val_end, summary["seconds"]), flush=True)
+            self._print(final_validation_line(val_start, val_end, summary["seconds"], summary["val_peak"]), flush=True)
         return summary
 
     def _print(self, *args: Any, **kwargs: Any) -> None:

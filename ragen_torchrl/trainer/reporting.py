@@ -19,6 +19,7 @@ from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_T
 __all__ = [
     "NullLogger",
     "ResumableTensorboardLogger",
+    "ValidationPeak",
     "conversation_text",
     "iteration_line",
     "make_tensorboard_logger",
@@ -125,8 +126,10 @@ def conversation_text(records: TensorDictBase, index: int) -> str:
     return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"
 
 
-def final_validation_line(val_start: dict | None, val_end: dict, seconds: float) -> str:
-    """The line a run prints at its end: validation success at the start and at the end.
+def final_validation_line(val_start: dict | None, val_end: dict, seconds: float, peak: dict | None = None) -> str:
+    """The line a run prints at its end: validation success at the start and at the end, and the peak.
+
+    ``peak`` is :meth:`ValidationPeak.as_dict` (the paper's table metric: the best validation of the run).
 
     Example:
         >>> start = {"success": 0.25, "success_stderr": 0.02}
@@ -135,14 +138,73 @@ def final_validation_line(val_start: dict | None, val_end: dict, seconds: float)
         'validation success: start 0.250 ± 0.020 -> end 0.500 ± 0.030 (256 levels, 61s)'
         >>> final_validation_line(None, end, 61.0)
         'validation success at the end: 0.500 ± 0.030'
+        >>> peak = {"success": 0.625, "stderr": 0.061, "iteration": 40, "levels": 64}
+        >>> final_validation_line(start, end, 61.0, peak)[-52:]
+        '256 levels, 61s), peak 0.625 ± 0.061 at iteration 40'
     """
     if val_start is None:
-        return f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}"
-    return (
-        f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
-        f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
-        f"({val_end.get('num_trajectories', 0):.0f} levels, {seconds:.0f}s)"
-    )
+        line = f"validation success at the end: {val_end['success']:.3f} ± {val_end['success_stderr']:.3f}"
+    else:
+        line = (
+            f"validation success: start {val_start['success']:.3f} ± {val_start['success_stderr']:.3f} -> "
+            f"end {val_end['success']:.3f} ± {val_end['success_stderr']:.3f} "
+            f"({val_end.get('num_trajectories', 0):.0f} levels, {seconds:.0f}s)"
+        )
+    if peak:
+        line += f", peak {peak['success']:.3f} ± {peak['stderr']:.3f} at iteration {peak['iteration']}"
+    return line
+
+
+class ValidationPeak:
+    """The best validation success of a run and when it happened (RAGEN-2's table metric).
+
+    RAGEN-2 (arXiv 2604.06268) reports the **peak** validation success over training; the trainer
+    feeds every validation (at the start, every ``trainer.val_every`` iterations, at the end) to
+    :meth:`update`. The first validation reaching the maximum keeps it (a tie does not move the
+    peak to a later iteration). ``levels`` says how many levels that validation played (the
+    periodic validations may use fewer, ``trainer.val_every_levels``).
+
+    Example:
+        >>> peak = ValidationPeak()
+        >>> [peak.update(it, {"success": s, "success_stderr": 0.1, "num_trajectories": 8})
+        ...  for it, s in [(0, 0.25), (10, 0.5), (20, 0.5), (30, 0.375)]]
+        [True, True, False, False]
+        >>> peak.as_dict()
+        {'success': 0.5, 'stderr': 0.1, 'iteration': 10, 'levels': 8}
+    """
+
+    def __init__(self) -> None:
+        self.success: float | None = None
+        self.stderr: float | None = None
+        self.iteration: int | None = None
+        self.levels: int | None = None
+
+    def update(self, iteration: int, stats: dict) -> bool:
+        """Record one validation's stats (``success``, ``success_stderr``, ``num_trajectories``); True on a new peak."""
+        success = float(stats["success"])
+        if not math.isfinite(success) or (self.success is not None and success <= self.success):
+            return False
+        self.success, self.iteration = success, int(iteration)
+        self.stderr = float(stats.get("success_stderr", math.nan))
+        self.levels = int(stats.get("num_trajectories", 0))
+        return True
+
+    def as_dict(self) -> dict | None:
+        """``{"success", "stderr", "iteration", "levels"}``, or ``None`` before the first validation."""
+        if self.success is None:
+            return None
+        return {"success": self.success, "stderr": self.stderr, "iteration": self.iteration, "levels": self.levels}
+
+    def state_dict(self) -> dict | None:
+        """What a checkpoint keeps (a resumed run continues the same peak)."""
+        return self.as_dict()
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore :meth:`state_dict` (``None``: no validation yet)."""
+        self.__init__()
+        if state:
+            self.success, self.stderr = float(state["success"]), float(state["stderr"])
+            self.iteration, self.levels = int(state["iteration"]), int(state["levels"])
 
 
 class NullLogger:

@@ -3,17 +3,21 @@
 :func:`prepare_model` builds (or finds) the policy a :class:`~ragen_torchrl.trainer.loop.Trainer`
 starts from -- any Hugging Face model by path, or the tiny offline model warm-started on the
 env's oracle demonstrations -- so benchmarks can start from exactly the trainer's policy.
+:func:`training_memory` / :func:`dry_run_report` size it without loading a weight
+(``ragen-train ... trainer.dry_run=true``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["ENV_META_KEYS", "env_kwargs", "prepare_model"]
+__all__ = ["ENV_META_KEYS", "dry_run_report", "env_kwargs", "model_architecture", "prepare_model", "training_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +80,163 @@ def prepare_model(cfg: DictConfig, env) -> str:
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base
+
+
+_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+
+
+def model_architecture(model_cfg) -> tuple[Any, str]:
+    """The transformers config of the policy ``model_cfg`` describes, and where it came from; nothing downloaded.
+
+    In order: ``config.json`` of a local model dir; of a hub model already in the Hugging Face cache;
+    ``model.architecture`` (config.json's numbers shipped in a preset, e.g. ``model=qwen2.5-3b``);
+    the tiny model's sizes (``model=tiny``). A hub name with none of these is a config error.
+
+    Example:
+        >>> config, source = model_architecture({"name": "tiny", "name_or_path": None, "vocab_size": 300,
+        ...     "hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2})
+        >>> config.model_type, config.num_hidden_layers, source
+        ('qwen2', 1, 'model=tiny sizes')
+    """
+    from transformers import AutoConfig
+
+    from .config_checks import ConfigError
+
+    m = dict(model_cfg)
+    name = m.get("name_or_path")
+    if not name:
+        return (
+            AutoConfig.for_model(
+                "qwen2",
+                vocab_size=int(m["vocab_size"]),
+                hidden_size=int(m["hidden_size"]),
+                intermediate_size=int(m["intermediate_size"]),
+                num_hidden_layers=int(m["num_layers"]),
+                num_attention_heads=int(m["num_heads"]),
+                num_key_value_heads=int(m["num_kv_heads"]),
+                tie_word_embeddings=True,
+            ),
+            "model=tiny sizes",
+        )
+    path = Path(os.path.expanduser(str(name)))
+    if (path / "config.json").is_file():
+        return AutoConfig.from_pretrained(str(path)), str(path / "config.json")
+    if not path.exists():
+        try:  # the Hugging Face cache only: a dry run never downloads
+            return AutoConfig.from_pretrained(str(name), local_files_only=True), f"{name} (Hugging Face cache)"
+        except (OSError, ValueError):
+            pass
+    arch = m.get("architecture")
+    if arch:
+        arch = dict(arch)
+        model_type = str(arch.pop("model_type", "qwen2"))
+        try:
+            return AutoConfig.for_model(model_type, **arch), "model.architecture"
+        except (TypeError, ValueError, KeyError) as e:
+            raise ConfigError(f"model.architecture: not a transformers config ({e})") from None
+    raise ConfigError(
+        f"model.name_or_path={name}: trainer.dry_run needs the model's config.json: a local model dir, the "
+        "model in the Hugging Face cache, or model.architecture (its numbers, as model=qwen2.5-3b ships them)"
+    )
+
+
+def _dtype_name(model_cfg) -> str:
+    """``model.dtype`` as the run would resolve it (``auto``: bfloat16 on CUDA, else float32)."""
+    import torch
+
+    dtype = str(model_cfg.get("dtype") or "auto")
+    if dtype == "auto":
+        device = str(model_cfg.get("device") or "auto")
+        cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        return "bfloat16" if cuda else "float32"
+    if dtype not in _DTYPE_BYTES:
+        from .config_checks import ConfigError
+
+        raise ConfigError(f"model.dtype={dtype}: unknown dtype; valid: auto, {', '.join(_DTYPE_BYTES)}")
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
+
+
+def training_memory(cfg: DictConfig) -> dict[str, Any]:
+    """Bytes the policy's training state needs, from a model built on the meta device (no weight allocated).
+
+    The parameters are counted on ``AutoModelForCausalLM.from_config`` built under
+    ``torch.device("meta")`` (tied embeddings once). Gradients and torch's AdamW states
+    (``exp_avg``, ``exp_avg_sq``) have the parameters' dtype (``model.dtype``). A KL term
+    (``algo.kl_coeff > 0``) adds a frozen reference copy; PPO's separate critic
+    (``algo.critic=separate``) is counted as a second trunk with its own gradients and AdamW states.
+    Activations, the KV cache and a vLLM engine come on top.
+
+    Returns ``parameters``, ``dtype``, ``bytes_per_param``, ``source`` (see :func:`model_architecture`) and
+    the bytes of ``weights``, ``gradients``, ``optimizer``, ``reference``, ``critic`` and ``total``.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> cfg = OmegaConf.create({"model": {"name": "tiny", "name_or_path": None, "vocab_size": 300,
+        ...     "hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2,
+        ...     "device": "cpu", "dtype": "auto"}, "algo": {"name": "grpo", "kl_coeff": 0.0}})
+        >>> mem = training_memory(cfg)
+        >>> # embedding 300*32 + layer (q, k, v with bias: 1056 + 528 + 528; o 1024; mlp 3*32*64; 2 norms) + norm
+        >>> mem["parameters"], mem["dtype"], mem["total"] == 4 * 4 * mem["parameters"]  # weights, grads, 2 states
+        (18976, 'float32', True)
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config, source = model_architecture(cfg.model)
+    dtype = _dtype_name(cfg.model)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    n = sum(p.numel() for p in model.parameters())
+    size = _DTYPE_BYTES[dtype]
+    algo = cfg.get("algo") or {}
+    weights = n * size
+    reference = weights if float(algo.get("kl_coeff") or 0.0) > 0 else 0
+    critic = 4 * weights if algo.get("name") == "ppo" and str(algo.get("critic") or "separate") == "separate" else 0
+    out = {
+        "parameters": n,
+        "dtype": dtype,
+        "bytes_per_param": size,
+        "source": source,
+        "weights": weights,
+        "gradients": weights,
+        "optimizer": 2 * weights,
+        "reference": reference,
+        "critic": critic,
+    }
+    out["total"] = 4 * weights + reference + critic
+    return out
+
+
+def dry_run_report(cfg: DictConfig) -> str:
+    """What ``trainer.dry_run=true`` prints: the policy's size and the memory its training state needs.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> cfg = OmegaConf.create({"model": {"name": "tiny", "name_or_path": None, "vocab_size": 300,
+        ...     "hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2,
+        ...     "device": "cpu", "dtype": "auto"}, "algo": {"name": "grpo", "kl_coeff": 0.0},
+        ...     "trainer": {"prompts_per_iter": 2, "group_size": 2}})
+        >>> print(dry_run_report(cfg).splitlines()[1])
+        parameters: 18,976 (0.00 B), float32 (4 bytes each)
+    """
+    mem = training_memory(cfg)
+    gib = 2.0**30
+    name = cfg.model.get("name_or_path") or "the tiny model"
+    t = cfg.get("trainer") or {}
+    lines = [
+        f"dry run: {name} ({mem['source']}), built on the meta device; nothing loaded, nothing trained",
+        f"parameters: {mem['parameters']:,} ({mem['parameters'] / 1e9:.2f} B), {mem['dtype']} "
+        f"({mem['bytes_per_param']} bytes each)",
+        f"  weights         {mem['weights'] / gib:8.2f} GiB",
+        f"  gradients       {mem['gradients'] / gib:8.2f} GiB",
+        f"  AdamW states    {mem['optimizer'] / gib:8.2f} GiB (exp_avg + exp_avg_sq, {mem['dtype']})",
+    ]
+    if mem["reference"]:
+        lines.append(f"  reference copy  {mem['reference'] / gib:8.2f} GiB (algo.kl_coeff > 0)")
+    if mem["critic"]:
+        lines.append(f"  critic          {mem['critic'] / gib:8.2f} GiB (separate trunk: weights, grads, AdamW)")
+    lines.append(
+        f"  total           {mem['total'] / gib:8.2f} GiB per process without FSDP, plus activations, the KV "
+        f"cache of {t.get('prompts_per_iter', '?')} x {t.get('group_size', '?')} rollouts and any vLLM engine"
+    )
+    return "\n".join(lines)

@@ -6,6 +6,7 @@ Other tools (``ragen-eval``, reports over a sweep) read it, so its top-level key
     {"config": {...},                      # the resolved run config
      "val_start": {...} | null,            # validation stats before training (null on a resumed run)
      "val_end": {...} | null,              # validation stats at the end
+     "val_peak": {"success", "stderr", "iteration", "levels"} | null,  # the best validation (RAGEN-2's metric)
      "history": [{"iteration": 1, "<tag>": float, ...}, ...],  # every scalar logged per iteration
      "seconds": float,                     # wall time of this fit() call
      "iterations": int,                    # trainer.total_iterations (an early stop: stop_reason, history)
@@ -44,6 +45,7 @@ SUMMARY_KEYS = (
     "config",
     "val_start",
     "val_end",
+    "val_peak",
     "history",
     "seconds",
     "iterations",
@@ -117,6 +119,7 @@ def write_summary(
     stop_reason: str | None,
     run_dir: str | os.PathLike,
     final_policy: str | os.PathLike | None,
+    val_peak: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a run summary (schema in the module docstring) to ``path`` atomically; returns the path.
 
@@ -132,6 +135,7 @@ def write_summary(
         "config": dict(config),
         "val_start": None if val_start is None else dict(val_start),
         "val_end": None if val_end is None else dict(val_end),
+        "val_peak": None if val_peak is None else dict(val_peak),
         "history": [dict(h) for h in history],
         "seconds": float(seconds),
         "iterations": int(iterations),
@@ -157,7 +161,7 @@ def read_summary(path: str | os.PathLike) -> dict[str, Any]:
         ...     read_summary(d)
         ... except ValueError as e:
         ...     print(str(e).split(": ", 1)[1])
-        not a run summary (missing ['val_start', 'val_end', 'history', 'seconds', 'iterations', 'stop_reason', 'run_dir', 'final_policy'])
+        not a run summary (missing ['val_start', 'val_end', 'val_peak', 'history', 'seconds', 'iterations', 'stop_reason', 'run_dir', 'final_policy'])
     """
     path = Path(path)
     if path.is_dir():

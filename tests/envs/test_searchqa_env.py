@@ -292,10 +292,14 @@ def test_searchqa_trains_end_to_end_on_smoke(ragen_cache_dir, tmp_path, monkeypa
 
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "bm25_cache"))
     monkeypatch.setattr(retrieval, "_MEMO", OrderedDict())  # as in a fresh process
+    # trainer=smoke's own warm start (issue 27: it used to be the default 500 x 16 steps, an hour on
+    # SearchQA's conversations); only the model is shrunk
+    tiny_model = [o for o in TINY_RUN if not o.startswith("sft.")]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
-            "config", overrides=["env=searchqa", "trainer=smoke", *TINY_RUN, f"model.cache_dir={ragen_cache_dir}"]
+            "config", overrides=["env=searchqa", "trainer=smoke", *tiny_model, f"model.cache_dir={ragen_cache_dir}"]
         )
+    assert (cfg.sft.steps, cfg.sft.batch_size, cfg.sft.episodes) == (20, 4, 100)
     torch.manual_seed(0)
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
     summary = trainer.fit()
