@@ -212,6 +212,10 @@ def check_env(cfg: DictConfig) -> None:
         # a penalty: a positive value would reward malformed replies
         check_float_range(cfg, "env.format_penalty", -100.0, 0.0, why=" (a penalty: <= 0)")
     check_float_range(cfg, "env.threshold", -1.0, 1.0, why=" (a cosine similarity)")
+    if _has(cfg, "env.malformed"):
+        from ..envs.active_env import MALFORMED_MODES
+
+        check_choice(cfg, "env.malformed", MALFORMED_MODES)
     val_fraction = _get(cfg, "env.val_fraction")
     if val_fraction is not None and (not _is_number(val_fraction) or not 0.0 <= val_fraction < 1.0):
         raise ConfigError(f"env.val_fraction must be in [0, 1), got {val_fraction!r}")

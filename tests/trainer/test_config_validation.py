@@ -84,6 +84,7 @@ BAD = [
     (("t3.enabled=true",), "t3.enabled=true", "env.name=frozenlake has none"),
     (("env=sokoban", "t3.enabled=true"), "t3.enabled=true", "guess_numbers"),
     (("env=guess_numbers", "t3.enabled=true", "t3.k=0"), "t3.k", "positive"),
+    (("env=guess_numbers", "env.malformed=ignore"), "env.malformed", "auto, end, retry, penalty"),
     (("+foo=1",), "foo", "unknown config key"),
     (("+algo.lrr=0.1",), "algo.lrr (did you mean algo.lr?)", "unknown config key"),
     (("+env.sizee=5",), "env.sizee", "unknown config key"),
