@@ -342,6 +342,10 @@ def check_t3(cfg: DictConfig) -> None:
     check_positive_int(cfg, "t3.k", optional=True, maximum=1000)
     if _get(cfg, "t3.cumulative") is not None:
         check_bool(cfg, "t3.cumulative")
+    if _get(cfg, "t3.rule") is not None:
+        from ..transforms.t3_rules import PREFERENCE_RULES
+
+        check_choice(cfg, "t3.rule", PREFERENCE_RULES["MovieRecommendation"])
     if not _get(cfg, "t3.enabled"):
         return
     from .. import envs
@@ -366,6 +370,7 @@ def check_t3(cfg: DictConfig) -> None:
             k=_get(cfg, "t3.k"),
             cumulative=_get(cfg, "t3.cumulative"),
             outside_trigger=bool(_get(cfg, "t3.outside_trigger") or False),
+            rule=_get(cfg, "t3.rule"),
         )
     except ValueError as e:
         raise ConfigError(f"t3: {e}") from None

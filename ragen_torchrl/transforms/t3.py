@@ -135,8 +135,10 @@ class T3Truncation(Transform):
             and the default).
         outside_trigger: GuessNumbers only: also fire after ``k`` guesses outside ``H_{t-1}``
             (not in the paper; default False). Config key ``t3.outside_trigger``.
-        unsupervised: MovieRecommendation only: the estimate-drift rule (needs ``estimate``
-            in the env's ``last_infos``).
+        rule: PreferenceEstimation / MovieRecommendation only: which stall rule
+            (:data:`~ragen_torchrl.transforms.t3_rules.PREFERENCE_RULES`; ``None`` = ``"improve"``,
+            the paper text; ``"decrease"``, ``"reference"``, and ``"drift"``, the reference's
+            unsupervised MovieRecommendation rule). Config key ``t3.rule``.
         enabled: False makes the transform a no-op (validation).
         prompt: text appended to the next user message when the rule fires.
 
@@ -158,7 +160,7 @@ class T3Truncation(Transform):
         *,
         k: int | None = None,
         cumulative: bool | None = None,
-        unsupervised: bool = False,
+        rule: str | None = None,
         outside_trigger: bool = False,
         enabled: bool = True,
         prompt: str = DEFAULT_PROMPT,
@@ -167,7 +169,7 @@ class T3Truncation(Transform):
         self.task = None if task is None else _task_name(task)
         self.k = None if k is None else int(k)
         self.cumulative = cumulative
-        self.unsupervised = bool(unsupervised)
+        self.rule = rule
         self.outside_trigger = bool(outside_trigger)
         self.enabled = bool(enabled)
         self.prompt = str(prompt)
@@ -213,7 +215,7 @@ class T3Truncation(Transform):
         return rule
 
     def _make(self) -> StallRule:
-        return make_rule(self.task, self.k, self.cumulative, self.unsupervised, self.outside_trigger)
+        return make_rule(self.task, self.k, self.cumulative, self.outside_trigger, self.rule)
 
     # -- specs -----------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
