@@ -216,6 +216,10 @@ def check_env(cfg: DictConfig) -> None:
         from ..envs.active_env import MALFORMED_MODES
 
         check_choice(cfg, "env.malformed", MALFORMED_MODES)
+    if _has(cfg, "env.presentation"):
+        from ..envs.games.circuit_decoding import CircuitDecodingGame
+
+        check_choice(cfg, "env.presentation", CircuitDecodingGame.PRESENTATIONS)
     val_fraction = _get(cfg, "env.val_fraction")
     if val_fraction is not None and (not _is_number(val_fraction) or not 0.0 <= val_fraction < 1.0):
         raise ConfigError(f"env.val_fraction must be in [0, 1), got {val_fraction!r}")
