@@ -7,8 +7,8 @@ top of the next user message and writes the per-turn T3 keys; the rules are desc
 :mod:`.active_tasks`.
 
 Example:
-    >>> "penalty" in MALFORMED_MODES
-    True
+    >>> MALFORMED_MODES
+    ('auto', 'end', 'retry', 'penalty')
 """
 
 from __future__ import annotations
@@ -33,16 +33,25 @@ from ..keys import (
     SUCCESS,
 )
 from ..validation import check_choice
-from .active_reply import ACTIVE_FORMAT_INSTRUCTIONS, INVALID_REPLY, LAST_TURN_PROMPT, parse_active_reply
+from .active_reply import (
+    ACTIVE_FORMAT_INSTRUCTIONS,
+    INVALID_REPLY,
+    INVALID_REPLY_END,
+    LAST_TURN_PROMPT,
+    parse_active_reply,
+)
 from .games.interactive import InteractiveGame
 from .text_env import TextGameEnv
 
 __all__ = ["ActiveReasoningEnv", "MALFORMED_MODES"]
 
 
-#: what a malformed reply does: ``"end"`` the episode with reward 0 (reference code, default) or
-#: ``"penalty"``: ``format_penalty`` and the episode continues
-MALFORMED_MODES = ("end", "penalty")
+#: what a malformed reply (no ``<interact>``/``<answer>`` block) does: ``"auto"`` (default, the
+#: reference code): ``"end"`` while a T3 truncation transform is active (T3 on, training), else
+#: ``"retry"``; ``"end"``: the episode ends with reward 0; ``"retry"``: :data:`INVALID_REPLY`
+#: ("... Try again.") and the episode goes on, no penalty; ``"penalty"``: ``format_penalty`` and
+#: the episode goes on
+MALFORMED_MODES = ("auto", "end", "retry", "penalty")
 
 
 class ActiveReasoningEnv(TextGameEnv):
@@ -54,12 +63,19 @@ class ActiveReasoningEnv(TextGameEnv):
             demonstrator's decision to answer). The subclasses pass it through.
         num_envs: batch size B.
         max_turn: turns per episode (queries + answer + malformed replies).
-        malformed: ``"end"`` (default, reference code): a reply without valid tags ends the
-            episode with reward 0; ``"penalty"``: it gets ``format_penalty`` and the episode goes on.
-        format_penalty: reward of a reply without valid tags with ``malformed="penalty"`` (−0.1),
-            and, in both modes, of a row whose step raised (the env ends that row; see
+        malformed: what a reply without an ``<interact>``/``<answer>`` block does
+            (:data:`MALFORMED_MODES`). ``"auto"`` (default, the T3 reference code): with a T3
+            truncation transform active (T3 on, training; it sets :attr:`t3_active`) the episode
+            ends with reward 0; otherwise (no T3, and always in validation) the next message is
+            :data:`~ragen_torchrl.envs.active_reply.INVALID_REPLY` ("... Try again.") and the
+            episode goes on with no penalty. ``"end"`` / ``"retry"`` force one behaviour;
+            ``"penalty"``: ``format_penalty`` and the episode goes on. A malformed reply that
+            does not end the episode still uses a turn.
+        format_penalty: reward of a malformed reply with ``malformed="penalty"`` (−0.1), and, in
+            every mode, of a row whose step raised (the env ends that row; see
             :class:`~ragen_torchrl.envs.text_env.TextGameEnv`).
-        require_think: a reply without ``</think>`` is a format error (default True).
+        require_think: a reply without ``</think>`` is a format error (default False: the
+            reference looks only for the action block).
         noise_repeat: in demonstrations, share of noisy queries that repeat an earlier query
             (a belief-trap action); the rest are random queries (:meth:`random_query`).
         system_prompt: overrides :data:`ACTIVE_FORMAT_INSTRUCTIONS`.
@@ -80,6 +96,9 @@ class ActiveReasoningEnv(TextGameEnv):
 
     #: T3 task name of the game (``t3_rules.make_rule``); set by the subclasses
     task_name: str = ""
+    #: a T3 truncation transform is active on this env (set by
+    #: :class:`~ragen_torchrl.transforms.t3.T3Truncation`); decides ``malformed="auto"``
+    t3_active: bool = False
 
     def __init__(
         self,
@@ -87,9 +106,9 @@ class ActiveReasoningEnv(TextGameEnv):
         *,
         num_envs: int = 1,
         max_turn: int = 10,
-        malformed: str = "end",
+        malformed: str = "auto",
         format_penalty: float = -0.1,
-        require_think: bool = True,
+        require_think: bool = False,
         noise_repeat: float = 0.5,
         system_prompt: str | None = None,
         device: torch.device | str | None = None,
@@ -217,18 +236,37 @@ class ActiveReasoningEnv(TextGameEnv):
         IS_ANSWER: (torch.bool, False),
     }
 
+    def malformed_mode(self) -> str:
+        """What a malformed reply does now: ``malformed``, with ``"auto"`` resolved by
+        :attr:`t3_active` (``"end"`` with T3 truncation active, else ``"retry"``).
+
+        Example:
+            >>> from ragen_torchrl.envs.games.guess_numbers import GuessNumbersGame
+            >>> env = ActiveReasoningEnv(lambda seed, sample: GuessNumbersGame.generate(seed), num_envs=1)
+            >>> env.malformed_mode()
+            'retry'
+            >>> env.t3_active = True
+            >>> env.malformed_mode()
+            'end'
+        """
+        if self.malformed == "auto":
+            return "end" if self.t3_active else "retry"
+        return self.malformed
+
     def _apply_reply(self, idx: int, game: InteractiveGame, reply: str):
         parsed = parse_active_reply(reply, require_think=self.require_think)
         if parsed.kind is None:
             # the game's own invalid action: uses the turn, changes nothing else
             _, finished, info = game.step("")
-            if self.malformed == "end":
-                # reference code: a malformed reply ends the episode, unrewarded
+            mode = self.malformed_mode()
+            if mode == "end":
+                # reference code with T3 on, in training: the episode ends, unrewarded
                 game.done = True
                 reward, finished, fields = 0.0, True, {SUCCESS: False}
-                prefix = INVALID_REPLY + " The episode is over.\n"
+                prefix = INVALID_REPLY_END + "\n"
             else:
-                reward, prefix, fields = self.format_penalty, INVALID_REPLY + "\n", {}
+                reward = self.format_penalty if mode == "penalty" else 0.0
+                prefix, fields = INVALID_REPLY + "\n", {}
         else:
             reward, finished, info = game.step(parsed.as_action())
             prefix = self.feedback_prefix(game)

@@ -13,11 +13,15 @@ Rules (on top of :class:`~ragen_torchrl.envs.text_env.TextGameEnv`'s TensorDict 
 * rewards are terminal only: a query returns reward 0; the answer ends the episode
   (``terminated``) with the game's terminal reward (exact match, fraction of circuits, binary
   similarity, word F1 ...);
-* a reply without a well-formed ``<think>`` block followed by a non-empty ``<interact>`` or
-  ``<answer>`` block is *malformed*. ``malformed="end"`` (default, the reference code) ends the
-  episode there (``terminated``, reward 0, no success); ``malformed="penalty"`` gives
-  ``format_penalty`` (−0.1) and continues with the game state unchanged except that the turn is
-  used (so a model cannot stall forever with malformed replies);
+* a reply without a non-empty ``<interact>`` or ``<answer>`` block (after the ``<think>`` block
+  when there is one; ``require_think=True`` also requires it) is *malformed*. With
+  ``malformed="auto"`` (default, the T3 reference code) it ends the episode (``terminated``,
+  reward 0, no success) while T3 truncation is active (T3 on, in training), and otherwise (no T3,
+  and always in validation) the next user message is :data:`INVALID_REPLY` ("The previous action
+  is invalid. ... Try again.") and the episode goes on with reward 0 for the turn;
+  ``malformed="end"`` / ``"retry"`` force one of the two, ``malformed="penalty"`` gives
+  ``format_penalty`` (−0.1) and goes on. A malformed reply that does not end the episode leaves
+  the game state unchanged except that the turn is used (so a model cannot stall forever);
 * ``max_turn`` (queries, answers and malformed replies together; paper defaults: GuessNumbers 10,
   CircuitDecoding 10, SituationPuzzles 15, PreferenceEstimation 10, MovieRecommendation 5) ends the
   episode as ``truncated`` with reward 0 for that turn when no answer was given. The user message
@@ -68,7 +72,14 @@ Example:
 from __future__ import annotations
 
 from .active_env import MALFORMED_MODES, ActiveReasoningEnv
-from .active_reply import ACTIVE_FORMAT_INSTRUCTIONS, INVALID_REPLY, LAST_TURN_PROMPT, ActiveReply, parse_active_reply
+from .active_reply import (
+    ACTIVE_FORMAT_INSTRUCTIONS,
+    INVALID_REPLY,
+    INVALID_REPLY_END,
+    LAST_TURN_PROMPT,
+    ActiveReply,
+    parse_active_reply,
+)
 from .active_tasks import (
     CircuitDecodingEnv,
     GuessNumbersEnv,
@@ -87,6 +98,7 @@ __all__ = [
     "SituationPuzzlesEnv",
     "ACTIVE_FORMAT_INSTRUCTIONS",
     "INVALID_REPLY",
+    "INVALID_REPLY_END",
     "LAST_TURN_PROMPT",
     "MALFORMED_MODES",
     "parse_active_reply",

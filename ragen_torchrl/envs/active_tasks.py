@@ -167,6 +167,9 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
             (:meth:`CircuitDecodingGame.generate`).
         terse: shorter demonstrator reasoning that carries each circuit's known truth-table cells
             (:meth:`CircuitDecodingGame.known_table`).
+        presentation: ``"indexed"`` (default, the reference: the candidate formulas are listed
+            with indices and the answer gives an index per circuit) or ``"formula"`` (the family
+            described in words, formula-text answers); same rules and rewards.
 
     Example:
         >>> CircuitDecodingEnv(num_envs=1, num_circuits=1).max_turn
@@ -185,11 +188,13 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
         family: str = "default",
         terse: bool = False,
         split_by: str = "circuits",
+        presentation: str = "indexed",
         **kwargs: Any,
     ) -> None:
         self.num_circuits, self.n_inputs, self.family = int(num_circuits), int(n_inputs), family
         self.terse = bool(terse)
         check_choice("split_by", split_by, CircuitDecodingGame.SPLIT_BY)
+        self.presentation = check_choice("presentation", presentation, CircuitDecodingGame.PRESENTATIONS)
 
         factory = split_level_factory(
             CircuitDecodingGame.generate,
@@ -199,6 +204,7 @@ class CircuitDecodingEnv(ActiveReasoningEnv):
             split_by=split_by,
             max_turns=max_turn,
             terse=self.terse,
+            presentation=self.presentation,
         )
         super().__init__(factory, num_envs=num_envs, max_turn=max_turn, **kwargs)
 

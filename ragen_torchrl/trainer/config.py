@@ -219,6 +219,14 @@ def check_env(cfg: DictConfig) -> None:
 
     check_choice(cfg, "env.reply_format", REPLY_FORMATS)
     check_float_range(cfg, "env.threshold", -1.0, 1.0, why=" (a cosine similarity)")
+    if _has(cfg, "env.malformed"):
+        from ..envs.active_env import MALFORMED_MODES
+
+        check_choice(cfg, "env.malformed", MALFORMED_MODES)
+    if _has(cfg, "env.presentation"):
+        from ..envs.games.circuit_decoding import CircuitDecodingGame
+
+        check_choice(cfg, "env.presentation", CircuitDecodingGame.PRESENTATIONS)
     val_fraction = _get(cfg, "env.val_fraction")
     if val_fraction is not None and (not _is_number(val_fraction) or not 0.0 <= val_fraction < 1.0):
         raise ConfigError(f"env.val_fraction must be in [0, 1), got {val_fraction!r}")
@@ -348,6 +356,10 @@ def check_t3(cfg: DictConfig) -> None:
     check_positive_int(cfg, "t3.k", optional=True, maximum=1000)
     if _get(cfg, "t3.cumulative") is not None:
         check_bool(cfg, "t3.cumulative")
+    if _get(cfg, "t3.rule") is not None:
+        from ..transforms.t3_rules import PREFERENCE_RULES
+
+        check_choice(cfg, "t3.rule", PREFERENCE_RULES["MovieRecommendation"])
     if not _get(cfg, "t3.enabled"):
         return
     from .. import envs
@@ -372,6 +384,7 @@ def check_t3(cfg: DictConfig) -> None:
             k=_get(cfg, "t3.k"),
             cumulative=_get(cfg, "t3.cumulative"),
             outside_trigger=bool(_get(cfg, "t3.outside_trigger") or False),
+            rule=_get(cfg, "t3.rule"),
         )
     except ValueError as e:
         raise ConfigError(f"t3: {e}") from None

@@ -274,6 +274,7 @@ class Trainer:
                         k=t3.get("k"),
                         cumulative=t3.get("cumulative"),
                         outside_trigger=bool(t3.get("outside_trigger") or False),
+                        rule=t3.get("rule"),
                     )
                 )
             except ValueError as e:

@@ -17,10 +17,14 @@ simply shorter):
 
 The rule is fed by every turn the env does not end itself: well-formed queries (``is_query``)
 and malformed replies (neither query nor answer), which make no epistemic progress and count
-toward the stall window (REFERENCE §3; only reachable with the env's ``malformed="penalty"``,
-since ``"end"`` ends the episode). Turns on which the env ends the episode itself (answer,
-malformed reply, ``max_turn``) never fire. T3 never extends the turn budget: a rule firing on
-the last turn changes nothing.
+toward the stall window (only reachable with the env's ``malformed="retry"`` or ``"penalty"``:
+under the default ``"auto"`` the env ends the episode on a malformed reply while this transform
+is active, as the reference does with T3 on in training). Turns on which the env ends the episode
+itself (answer, malformed reply, ``max_turn``) never fire. T3 never extends the turn budget: a
+rule firing on the last turn changes nothing.
+
+The transform tells the base env whether it is active (``env.t3_active``, at every reset and on
+:meth:`T3Truncation.set_enabled`), which decides the env's ``malformed="auto"``.
 
 Output keys (bool, ``(B,)``), kept apart so that metrics can tell "the rule fired" from "the
 episode ended truncated" (``any`` over an episode's steps marks the episode):
@@ -131,8 +135,10 @@ class T3Truncation(Transform):
             and the default).
         outside_trigger: GuessNumbers only: also fire after ``k`` guesses outside ``H_{t-1}``
             (not in the paper; default False). Config key ``t3.outside_trigger``.
-        unsupervised: MovieRecommendation only: the estimate-drift rule (needs ``estimate``
-            in the env's ``last_infos``).
+        rule: PreferenceEstimation / MovieRecommendation only: which stall rule
+            (:data:`~ragen_torchrl.transforms.t3_rules.PREFERENCE_RULES`; ``None`` = ``"improve"``,
+            the paper text; ``"decrease"``, ``"reference"``, and ``"drift"``, the reference's
+            unsupervised MovieRecommendation rule). Config key ``t3.rule``.
         enabled: False makes the transform a no-op (validation).
         prompt: text appended to the next user message when the rule fires.
 
@@ -154,7 +160,7 @@ class T3Truncation(Transform):
         *,
         k: int | None = None,
         cumulative: bool | None = None,
-        unsupervised: bool = False,
+        rule: str | None = None,
         outside_trigger: bool = False,
         enabled: bool = True,
         prompt: str = DEFAULT_PROMPT,
@@ -163,7 +169,7 @@ class T3Truncation(Transform):
         self.task = None if task is None else _task_name(task)
         self.k = None if k is None else int(k)
         self.cumulative = cumulative
-        self.unsupervised = bool(unsupervised)
+        self.rule = rule
         self.outside_trigger = bool(outside_trigger)
         self.enabled = bool(enabled)
         self.prompt = str(prompt)
@@ -181,7 +187,14 @@ class T3Truncation(Transform):
     def set_enabled(self, enabled: bool = True) -> "T3Truncation":
         """Switch truncation on (training) or off (validation); returns ``self``."""
         self.enabled = bool(enabled)
+        self._tell_env()
         return self
+
+    def _tell_env(self) -> None:
+        # the env's malformed="auto" ends the episode only while T3 truncation is active
+        base = self._base_env()
+        if base is not None and hasattr(base, "t3_active"):
+            base.t3_active = self.active
 
     def _base_env(self) -> EnvBase | None:
         try:
@@ -202,7 +215,7 @@ class T3Truncation(Transform):
         return rule
 
     def _make(self) -> StallRule:
-        return make_rule(self.task, self.k, self.cumulative, self.unsupervised, self.outside_trigger)
+        return make_rule(self.task, self.k, self.cumulative, self.outside_trigger, self.rule)
 
     # -- specs -----------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
@@ -214,6 +227,7 @@ class T3Truncation(Transform):
 
     # -- reset/step --------------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        self._tell_env()
         n = tensordict_reset.batch_size[0]
         index = tensordict_reset.get(ENV_INDEX).reshape(-1).tolist()
         progress = tensordict_reset.get(PROGRESS).reshape(-1).tolist()

@@ -24,11 +24,20 @@ Rules and the paper defaults (:func:`make_rule`):
   the paper's "for all tau in [t-k, t)"; ``cumulative=True`` is the reference code (stalled turns
   counted over the episode, never reset).
 * SituationPuzzles: :class:`ConsecutiveUnknownRule`, k = 5.
-* PreferenceEstimation: :class:`SimilarityDecreaseRule`, k = 2: k consecutive turns without an
-  improvement of ``cos(v̂_t, v*)`` (not increasing, or no new estimate), counted once a first
-  estimate exists.
-* MovieRecommendation: :class:`SimilarityDecreaseRule`, k = 2; with ``unsupervised=True``
-  :class:`EstimateDriftRule` (mean of the last 4 raw estimate steps below 0.28).
+* PreferenceEstimation and MovieRecommendation: :class:`SimilarityDecreaseRule`, k = 2: k
+  consecutive turns without an improvement of ``cos(v̂_t, v*)`` (not increasing, or no new
+  estimate), counted once a first estimate exists (``rule="improve"``, the default). The other
+  :data:`PREFERENCE_RULES` (config key ``t3.rule``): ``"decrease"`` (only strict decreases are
+  stalls), ``"reference"`` (the reference code's supervised counting, see below) and, for
+  MovieRecommendation only, ``"drift"``: :class:`EstimateDriftRule` (the reference code's
+  unsupervised rule: mean of the last 4 raw estimate steps below 0.28).
+
+Invalid turns of PE/MR. Under ``"improve"`` / ``"decrease"`` a query the game rejects as a whole
+(an unknown item, an estimate of the wrong length) carries no estimate: the game ignores it. The
+reference code reads the estimate of every query on its own, whatever the question part, so under
+the reference switches (``"reference"``, ``"drift"``) the estimate of a query about an unknown item
+counts (``info["query_estimate"]``), and a missing or wrong-length estimate is "no estimate": a
+stall for ``"reference"`` (its similarity change is taken as −1), a zero step for ``"drift"``.
 
 Example:
     >>> rule = make_rule("GuessNumbers")
@@ -51,6 +60,7 @@ __all__ = [
     "EstimateDriftRule",
     "OutsideHypothesisRule",
     "PAPER_DEFAULTS",
+    "PREFERENCE_RULES",
     "ShrinkStallRule",
     "SimilarityDecreaseRule",
     "StallRule",
@@ -201,6 +211,13 @@ class SimilarityDecreaseRule(StallRule):
     estimate, or with an equal cosine, then resets the count) -- the literal "similarity
     decreases" reading of the paper's summary; off by default.
 
+    ``reference_counting=True`` is the reference code's (supervised) counting: the estimate of a
+    turn is ``info["query_estimate_similarity"]`` (the cosine of the estimate written in the query,
+    even in a query the game rejects, e.g. about an unknown item; ``None``, i.e. no estimate, when
+    it is missing, of the wrong length, or the turn was malformed); the baseline is the rule's own
+    last estimate; after the first estimate a turn without one is a stall, and so is one whose
+    cosine did not increase by more than ``min_delta``.
+
     Example:
         >>> rule = SimilarityDecreaseRule(k=2)
         >>> [rule.update(c, {"estimate_updated": True}) for c in (-0.3, 0.5, 0.5)]
@@ -209,13 +226,18 @@ class SimilarityDecreaseRule(StallRule):
         True
     """
 
-    def __init__(self, k: int = 2, min_delta: float = 0.0, require_decrease: bool = False) -> None:
+    def __init__(
+        self, k: int = 2, min_delta: float = 0.0, require_decrease: bool = False, reference_counting: bool = False
+    ) -> None:
         super().__init__()
         if int(k) < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if require_decrease and reference_counting:
+            raise ValueError("require_decrease and reference_counting are two different rules; pick one")
         self.k = int(k)
         self.min_delta = float(min_delta)
         self.require_decrease = bool(require_decrease)
+        self.reference_counting = bool(reference_counting)
         self.decreases = 0
         self.started = False
         self._last_cos: float | None = None
@@ -233,7 +255,22 @@ class SimilarityDecreaseRule(StallRule):
             return bool(info["estimate_reported"])
         return True
 
+    def _update_reference(self, info: Mapping[str, Any]) -> bool:
+        cos = None if info.get("malformed", False) else info.get("query_estimate_similarity")
+        if not self.started:
+            if cos is not None:
+                self.started = True
+                self._last_cos = float(cos)
+            return False
+        stall = cos is None or float(cos) <= self._last_cos + self.min_delta
+        if cos is not None:
+            self._last_cos = float(cos)
+        self.decreases = self.decreases + 1 if stall else 0
+        return self.decreases >= self.k
+
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
+        if self.reference_counting:
+            return self._update_reference(info)
         malformed = bool(info.get("malformed", False))
         updated = not malformed and self._estimate_updated(info)
         if not self.started:
@@ -257,19 +294,21 @@ class SimilarityDecreaseRule(StallRule):
 class EstimateDriftRule(StallRule):
     """Unsupervised MovieRecommendation variant (reference code): the agent's estimate stopped
     moving -- the mean of the last ``window`` step sizes ``||v̂_t - v̂_{t-1}||`` over the *raw*,
-    unnormalised estimates (``info["estimate"]`` when ``info["estimate_updated"]``, or
-    ``info["estimate_reported"]``, is True) is below ``threshold``. Once a first estimate exists, a
-    turn without a new estimate (or a malformed turn) is a step of size 0 (zero movement).
+    unnormalised estimates is below ``threshold``. As the reference, the estimate of a turn is the
+    one written in the query whatever its question part (``info["query_estimate"]``, even in a
+    query the game rejects, e.g. about an unknown item); once a first estimate exists, a turn
+    without one (missing, of the wrong length, or a malformed turn) is a step of size 0 (zero
+    movement).
 
     Example:
         >>> rule = EstimateDriftRule(window=2, threshold=0.28)
-        >>> rule.update(0, {"estimate": [1.0, 0.0], "estimate_reported": True})
+        >>> rule.update(0, {"query_estimate": [1.0, 0.0]})
         False
-        >>> rule.update(0, {"estimate": [2.0, 0.0], "estimate_reported": True})  # step 1.0
+        >>> rule.update(0, {"query_estimate": [2.0, 0.0]})  # step 1.0
         False
-        >>> rule.update(0, {"estimate_reported": False})  # steps [1.0, 0.0]: mean 0.5
+        >>> rule.update(0, {"query_estimate": None})  # steps [1.0, 0.0]: mean 0.5
         False
-        >>> rule.update(0, {"estimate_reported": False})  # steps [0.0, 0.0]
+        >>> rule.update(0, {"query_estimate": None})  # steps [0.0, 0.0]
         True
     """
 
@@ -287,11 +326,8 @@ class EstimateDriftRule(StallRule):
         self.steps = []
 
     def _update(self, progress: float, before: float | None, info: Mapping[str, Any]) -> bool:
-        est = info.get("estimate")
-        updated = not info.get("malformed", False) and est is not None
-        if updated and ("estimate_updated" in info or "estimate_reported" in info):
-            updated = bool(info.get("estimate_updated", info.get("estimate_reported")))
-        if updated:
+        est = None if info.get("malformed", False) else info.get("query_estimate")
+        if est is not None:
             cur = [float(x) for x in est]
             if self._last is not None:
                 if len(self._last) == len(cur):
@@ -344,6 +380,15 @@ PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 TASK_NAMES: tuple[str, ...] = tuple(PAPER_DEFAULTS)
 
+#: ``t3.rule`` values per task (the first is the default): ``improve`` (paper text: no increase of
+#: cos(v̂, v*), or no new estimate), ``decrease`` (only strict decreases), ``reference`` (the
+#: reference code's supervised counting), ``drift`` (the reference code's unsupervised
+#: MovieRecommendation rule)
+PREFERENCE_RULES: dict[str, tuple[str, ...]] = {
+    "PreferenceEstimation": ("improve", "decrease", "reference"),
+    "MovieRecommendation": ("improve", "decrease", "reference", "drift"),
+}
+
 
 def _canonical(name: str) -> str | None:
     key = str(name).replace("_", "").replace("-", "").replace(" ", "").lower()
@@ -357,22 +402,27 @@ def make_rule(
     task_name: str,
     k: int | None = None,
     cumulative: bool | None = None,
-    unsupervised: bool = False,
     outside_trigger: bool = False,
+    rule: str | None = None,
 ) -> StallRule:
     """The T3 rule of a task with the paper defaults (``k``/``cumulative`` override them).
 
     Task names are matched ignoring case, ``_``, ``-`` and spaces (``"guess_numbers"`` works).
     ``cumulative`` applies to the hypothesis-shrink tasks only (GuessNumbers, CircuitDecoding).
-    ``unsupervised=True`` (MovieRecommendation only) gives :class:`EstimateDriftRule`.
     ``outside_trigger=True`` (GuessNumbers only) adds :class:`OutsideHypothesisRule` with the same
     ``k`` and ``cumulative`` (a guess outside ``H_{t-1}``; not in the paper, off by default).
+    ``rule`` (PreferenceEstimation / MovieRecommendation only, :data:`PREFERENCE_RULES`; ``None``
+    = ``"improve"``): ``"improve"`` / ``"decrease"`` / ``"reference"`` give
+    :class:`SimilarityDecreaseRule` (default / ``require_decrease`` / ``reference_counting``),
+    ``"drift"`` (MovieRecommendation) :class:`EstimateDriftRule` (``k`` does not apply to it).
 
     Example:
         >>> make_rule("circuit_decoding").cumulative  # the paper: consecutive stalls
         False
         >>> type(make_rule("GuessNumbers", outside_trigger=True)).__name__
         'AnyRule'
+        >>> type(make_rule("movie_recommendation", rule="drift")).__name__
+        'EstimateDriftRule'
 
     Raises:
         ValueError: unknown task (the message lists the valid names), or an option that does not
@@ -385,24 +435,32 @@ def make_rule(
     kk = defaults["k"] if k is None else int(k)
     if cumulative is not None and task not in ("GuessNumbers", "CircuitDecoding"):
         raise ValueError(f"cumulative applies to GuessNumbers and CircuitDecoding only, not {task}")
-    if unsupervised and task != "MovieRecommendation":
-        raise ValueError(f"unsupervised applies to MovieRecommendation only, not {task}")
+    if rule is not None:
+        valid = PREFERENCE_RULES.get(task)
+        if valid is None:
+            raise ValueError(
+                f"t3.rule applies to PreferenceEstimation ({', '.join(PREFERENCE_RULES['PreferenceEstimation'])}) "
+                f"and MovieRecommendation ({', '.join(PREFERENCE_RULES['MovieRecommendation'])}) only; "
+                f"{task} has one rule: leave t3.rule null, got {rule!r}"
+            )
+        if rule not in valid:
+            raise ValueError(f"t3.rule for {task} must be one of {', '.join(valid)} (or null), got {rule!r}")
     if outside_trigger and task != "GuessNumbers":
         raise ValueError(f"outside_trigger applies to GuessNumbers only, not {task}")
     if kk < 1:
         raise ValueError(f"t3.k must be >= 1, got {k}")
     cum = defaults["cumulative"] if cumulative is None else bool(cumulative)
     if task == "GuessNumbers":
-        rule: StallRule = ShrinkStallRule(kk, cumulative=cum)
+        out: StallRule = ShrinkStallRule(kk, cumulative=cum)
         if outside_trigger:
-            rule = AnyRule(OutsideHypothesisRule(kk, cumulative=cum), rule)
+            out = AnyRule(OutsideHypothesisRule(kk, cumulative=cum), out)
     elif task == "CircuitDecoding":
-        rule = ShrinkStallRule(kk, cumulative=cum)
+        out = ShrinkStallRule(kk, cumulative=cum)
     elif task == "SituationPuzzles":
-        rule = ConsecutiveUnknownRule(kk)
-    elif task == "MovieRecommendation" and unsupervised:
-        rule = EstimateDriftRule()
+        out = ConsecutiveUnknownRule(kk)
+    elif rule == "drift":
+        out = EstimateDriftRule()
     else:
-        rule = SimilarityDecreaseRule(kk)
-    rule.reset()
-    return rule
+        out = SimilarityDecreaseRule(kk, require_decrease=rule == "decrease", reference_counting=rule == "reference")
+    out.reset()
+    return out

@@ -624,3 +624,50 @@ def test_puzzle_data_file_loads_and_bad_files_are_clear_errors(tmp_path):
         own.write_text(bad)
         with pytest.raises(ValueError, match="mine.json"):
             load_puzzles(own)
+
+
+# ------------------------------------------------------------------ CircuitDecoding presentation
+def test_circuit_indexed_presentation_lists_candidates_and_scores_indices_like_formulas():
+    # reference presentation: the candidate formulas listed with indices, answers by index
+    from ragen_torchrl.envs.games.circuit_decoding import CircuitDecodingGame
+
+    def game(presentation):
+        return CircuitDecodingGame(["x1 AND x2", "NOT x2"], n_inputs=2, family="basic", presentation=presentation)
+
+    g = game("indexed")
+    # basic family over 2 inputs, family order: x1, x2, NOT x1, NOT x2, then AND/OR/XOR and their negations
+    assert g.candidates[:4] == ["x1", "x2", "NOT x1", "NOT x2"] and len(g.candidates) == 10
+    text = g.render_text()
+    assert "1. x1\n2. x2\n3. NOT x1\n4. NOT x2\n" in text and "A = <index>; B = <index>" in text
+    assert "OP one of" not in text
+    assert "1. x1" not in game("formula").render_text()  # the family in words
+    i_and, i_not2 = g.candidates.index("x1 AND x2") + 1, 4
+    # a query is the same in both presentations (one named circuit)
+    assert game("indexed").interact("A(1,1)")[0] == game("formula").interact("A(1,1)")[0] == "A(1,1) = 1"
+    cases = [
+        (f"A = {i_and}; B = {i_not2}", "A = x1 AND x2; B = NOT x2", 1.0),
+        (f"A = #{i_and}; B = 1", "A = x2 AND x1; B = x1", 0.5),  # index 1 = x1, wrong for B
+        ("A = 99; B = 4", "A = x1 AND x3; B = NOT x2", 0.5),  # out of range / unparsable: 0 for A
+    ]
+    for indexed_answer, formula_answer, reward in cases:
+        r_idx, info_idx = game("indexed").answer(indexed_answer)
+        r_f, info_f = game("formula").answer(formula_answer)
+        assert r_idx == r_f == reward and info_idx["correct"] == info_f["correct"]
+    # formula text is accepted in the indexed presentation too; an index is not a formula there
+    assert game("indexed").answer("A = x1 AND x2; B = NOT x2")[0] == 1.0
+    assert game("formula").answer(f"A = {i_and}; B = {i_not2}")[0] == 0.0
+
+
+def test_circuit_indexed_oracle_answers_with_indices():
+    from ragen_torchrl.envs.active_tasks import CircuitDecodingEnv
+
+    env = CircuitDecodingEnv(num_envs=1, num_circuits=1, n_inputs=2, family="basic")  # default: indexed
+    game = env.game_factory(0, 0)
+    while True:
+        action = game.oracle_action()
+        if action.startswith(game.ANSWER_PREFIX):
+            break
+        game.step(action)
+    payload = game.split_action(action)[1]
+    assert payload.split("=")[1].strip().isdigit()
+    assert game.step(action)[0] == 1.0

@@ -18,6 +18,7 @@ from torchrl.data.llm import History  # noqa: E402
 from ragen_torchrl.envs import available_envs, make_env  # noqa: E402
 from ragen_torchrl.envs.active_reasoning import (  # noqa: E402
     INVALID_REPLY,
+    INVALID_REPLY_END,
     LAST_TURN_PROMPT,
     ActiveReasoningEnv,
     parse_active_reply,
@@ -70,7 +71,7 @@ def oracle_reply(env: ActiveReasoningEnv, index: int) -> str:
         ("a</think><answer>x</answer>", "answer", "x"),  # generation primed with <think>
         ("<think>a</think><interact>q1</interact><answer>x</answer>", "interact", "q1"),  # first block wins
         ("<think>a</think><answer>x</answer><interact>q</interact>", "answer", "x"),
-        ("<answer>x</answer>", None, ""),  # no reasoning
+        ("<answer>x</answer>", "answer", "x"),  # no reasoning: the reference looks only for the block
         ("<think>a</think><answer></answer>", None, ""),
         ("<think>a</think><answer>x", None, ""),  # cut off by max_new_tokens
         ("<think>a</think><interact>x</answer>", None, ""),
@@ -87,8 +88,9 @@ def test_parse_active_reply(text, kind, payload):
     assert r.is_valid == (kind is not None)
 
 
-def test_parse_active_reply_without_required_think():
-    assert parse_active_reply("<answer>x</answer>", require_think=False).kind == "answer"
+def test_parse_active_reply_with_required_think():
+    assert parse_active_reply("<answer>x</answer>", require_think=True).kind is None
+    assert parse_active_reply("<think>a</think><answer>x</answer>", require_think=True).kind == "answer"
 
 
 # ------------------------------------------------------------------------------ registry, configs
@@ -110,7 +112,7 @@ def test_config_file_builds_the_env(name):
     env = make_env(name, num_envs=1, **cfg)
     assert env.max_turn == PAPER_MAX_TURNS[name]
     assert env.format_penalty == pytest.approx(-0.1)
-    assert env.malformed == "end"  # reference: a malformed reply ends the episode
+    assert env.malformed == "auto" and not env.require_think  # the reference's malformed-reply rule
 
 
 def test_invalid_config_raises():
@@ -188,7 +190,7 @@ def test_malformed_reply_gets_penalty_and_leaves_state(name):
     env = make_env(name, num_envs=1, malformed="penalty")
     td = reset(env, [2])
     before = env.games[0].progress()
-    for bad in ["no tags", "<answer>x</answer>", "<think>t</think><interact></interact>"]:
+    for bad in ["no tags", "<think>t</think>only thoughts", "<think>t</think><interact></interact>"]:
         nxt = step(env, td, [bad])
         assert nxt["reward"].item() == pytest.approx(-0.1)
         assert not nxt["action_is_valid"].item() and not nxt["is_query"].item() and not nxt["is_answer"].item()
@@ -199,16 +201,67 @@ def test_malformed_reply_gets_penalty_and_leaves_state(name):
 
 
 @pytest.mark.parametrize("name", ENVS)
-@pytest.mark.parametrize("bad", ["no tags", "<answer>x</answer>", "<think>t</think><interact></interact>"])
-def test_malformed_reply_ends_the_episode_by_default(name, bad):
-    # REFERENCE §3: "in the reference a malformed reply ends the episode with reward 0"
-    env = make_env(name, num_envs=1)
+@pytest.mark.parametrize("bad", ["no tags", "<think>t</think>only thoughts", "<think>t</think><interact></interact>"])
+def test_malformed_reply_with_malformed_end_ends_the_episode(name, bad):
+    env = make_env(name, num_envs=1, malformed="end")
     td = reset(env, [2])
     nxt = step(env, td, [bad])
     assert nxt["reward"].item() == 0.0
     assert nxt["done"].item() and nxt["terminated"].item() and not nxt["truncated"].item()
     assert not nxt["success"].item() and not nxt["action_is_valid"].item()
-    assert env.games[0].done and last_user(nxt, 0).startswith(INVALID_REPLY)
+    assert env.games[0].done and last_user(nxt, 0).startswith(INVALID_REPLY_END)
+
+
+# the reference's wording (T3 reference code), written out by hand
+TRY_AGAIN = (
+    "The previous action is invalid. If you want to make an interaction, you should put it between "
+    "<interact> and </interact>. If you want to give the final answer, you should put the answer "
+    "between <answer> and </answer>. Try again."
+)
+
+
+@pytest.mark.parametrize("case", ["t3_training", "no_t3_training", "t3_validation"])
+def test_malformed_reply_follows_the_reference_by_default(case):
+    # REFERENCE §3: with T3 on, in training, a malformed reply ends the episode with reward 0;
+    # without T3, and always in validation, "The previous action is invalid ... Try again." and
+    # the episode goes on with no penalty (the no-T3 baseline is never cut short)
+    from ragen_torchrl.transforms.t3 import T3Truncation
+
+    env = make_env("guess_numbers", num_envs=1)  # default malformed="auto", max_turn 10
+    if case != "no_t3_training":
+        env = env.append_transform(T3Truncation())
+        if case == "t3_validation":
+            env.transform.set_enabled(False)
+    td = reset(env, [2])
+    nxt = step(env, td, ["<think>I am not sure</think>I guess 0123"])  # no <interact>/<answer> block
+    base = env if case == "no_t3_training" else env.base_env
+    if case == "t3_training":
+        assert (nxt["reward"].item(), nxt["done"].item(), nxt["terminated"].item()) == (0.0, True, True)
+        assert last_user(nxt, 0) == INVALID_REPLY_END + "\n" + "Turns left: 9."
+        assert base.games[0].done
+    else:
+        assert (nxt["reward"].item(), nxt["done"].item(), nxt["terminated"].item()) == (0.0, False, False)
+        assert last_user(nxt, 0) == TRY_AGAIN + "\nTurns left: 9."
+        assert base.games[0].turn == 1 and not base.games[0].done
+        # the episode goes on: a valid query is executed next turn
+        nxt = step(env, nxt, ["<think>t</think><interact>0123</interact>"])
+        assert nxt["is_query"].item() and nxt["action_is_valid"].item() and not nxt["done"].item()
+
+
+@pytest.mark.parametrize("t3", [False, True])
+def test_reply_without_think_is_executed(t3):
+    # the reference looks only for the <interact>/<answer> block, not for <think>
+    from ragen_torchrl.transforms.t3 import T3Truncation
+
+    env = make_env("guess_numbers", num_envs=1)
+    if t3:
+        env = env.append_transform(T3Truncation())
+    td = reset(env, [2])
+    nxt = step(env, td, ["<interact>0123</interact>"])
+    game = env.base_env.games[0] if t3 else env.games[0]
+    assert nxt["is_query"].item() and nxt["action_is_valid"].item() and not nxt["done"].item()
+    assert nxt["reward"].item() == 0.0 and game.turn == 1 and game.transcript[0][0] == "0123"
+    assert last_user(nxt, 0).startswith("Feedback: ")
 
 
 def test_game_invalid_query_is_not_a_format_error():

@@ -164,17 +164,18 @@ def test_similarity_no_improvement_is_a_stall():
 
 def test_estimate_drift():
     moving = [[1, 0], [0, 1], [1, 0], [0, 1], [1, 0], [0, 1]]
-    assert not any(_run(EstimateDriftRule(4, 0.28), [0] * 6, [{"estimate": e} for e in moving]))
+    assert not any(_run(EstimateDriftRule(4, 0.28), [0] * 6, [{"query_estimate": e} for e in moving]))
 
 
 def test_estimate_drift_raw_estimates_and_zero_movement():
     # reference code (MR unsupervised): raw, unnormalised estimates -- steps of 1.0 along one
     # direction are movement (unit-normalised they were 0 and the old rule fired at turn 5)
-    growing = [{"estimate": [float(i), 0.0]} for i in range(1, 7)]
+    growing = [{"query_estimate": [float(i), 0.0]} for i in range(1, 7)]
     assert not any(_run(EstimateDriftRule(4, 0.28), [0] * 6, growing))
     # a turn without a new estimate is zero movement: steps [1, 0, 0, 0] -> mean 0.25 < 0.28 at
     # turn 5 (the old rule skipped those turns and never fired)
-    infos = [{"estimate": [1.0, 0.0]}, {"estimate": [2.0, 0.0]}, {}, {"estimate": None}, {"malformed": True}]
+    infos = [{"query_estimate": [1.0, 0.0]}, {"query_estimate": [2.0, 0.0]}, {}, {"query_estimate": None}]
+    infos.append({"malformed": True})
     assert _run(EstimateDriftRule(4, 0.28), [0] * 5, infos) == [False] * 4 + [True]
 
 
@@ -186,7 +187,9 @@ def test_make_rule_defaults_and_errors():
     assert make_rule("SituationPuzzles").k == 5
     assert make_rule("preference-estimation").k == 2
     assert isinstance(make_rule("MovieRecommendation"), SimilarityDecreaseRule)
-    assert isinstance(make_rule("MovieRecommendation", unsupervised=True), EstimateDriftRule)
+    assert isinstance(make_rule("MovieRecommendation", rule="drift"), EstimateDriftRule)
+    assert make_rule("PreferenceEstimation", rule="decrease").require_decrease
+    assert make_rule("PreferenceEstimation", rule="reference").reference_counting
     gn = make_rule("GuessNumbers", k=2)
     assert isinstance(gn, ShrinkStallRule) and gn.k == 2
     gn = make_rule("GuessNumbers", k=2, outside_trigger=True)
@@ -199,8 +202,10 @@ def test_make_rule_defaults_and_errors():
         assert name in str(err.value)
     with pytest.raises(ValueError):
         make_rule("SituationPuzzles", cumulative=True)
-    with pytest.raises(ValueError):
-        make_rule("GuessNumbers", unsupervised=True)
+    with pytest.raises(ValueError, match="leave t3.rule null"):
+        make_rule("GuessNumbers", rule="drift")
+    with pytest.raises(ValueError, match="improve, decrease, reference"):
+        make_rule("PreferenceEstimation", rule="drift")  # the drift rule is MovieRecommendation's
     with pytest.raises(ValueError):
         ShrinkStallRule(0)
 
@@ -225,3 +230,107 @@ def test_rules_on_real_games():
         out.append((consecutive.update(game.progress(), info), cumulative.update(game.progress(), info)))
     # stalls at turns 2, 4, 5, 6: cumulative fires at 5 (third stall), consecutive at 6
     assert out == [(False, False), (False, False), (False, False), (False, False), (False, True), (True, True)]
+
+
+# --------------------------------------------------------------------------- PE/MR invalid turns
+# v* = (1, 0): cos of the estimates (1, 1) = 0.707, (2, 1) = 0.894, (1, 0) = 1, (0, 1) = 0. Items /
+# seen movies 1..3; ids 7 and 9 are unknown, so the game rejects those queries as a whole (and
+# an estimate of the wrong length too).
+SEQ_A = [
+    "Would you prefer 9 over 1? estimate: 1, 1",  # unknown item, valid estimate
+    "Would you prefer 1 over 2?",  # no estimate
+    "Would you prefer 1 over 2? estimate: 2, 1",  # repeated question, better estimate
+    "Would you prefer 1 over 3? estimate: 2, 1",  # repeated estimate
+    "Would you prefer 7 over 1? estimate: 1, 0",  # unknown item, better estimate
+    "Would you prefer 2 over 3? estimate: 1, 0, 0",  # wrong length
+    "Would you prefer 2 over 3?",  # no estimate
+]
+SEQ_B = [
+    "Would you prefer 9 over 1? estimate: 1, 1",  # unknown item, valid estimate
+    "Would you prefer 1 over 2?",  # no estimate
+    "Would you prefer 1 over 3? estimate: 1",  # wrong length
+    "Would you prefer 2 over 3? estimate: 1, 1",
+    "Would you prefer 1 over 2? estimate: 0, 1",  # worse
+    "Would you prefer 1 over 3? estimate: 0, 1",  # repeated
+]
+
+
+def _preference_game(task: str):
+    from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
+    from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame
+
+    items = [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [0.9, 0.1]]
+    if task == "PreferenceEstimation":
+        return PreferenceEstimationGame(items[:3], [1.0, 0.0])
+    catalog = [{"title": f"Movie {i}", "attributes": x} for i, x in enumerate(items)]
+    return MovieRecommendationGame(catalog, [1.0, 0.0], seen=[0, 1, 2], candidates=[3], max_turns=10)
+
+
+def _play_rule(task: str, rule: str | None, queries: list[str]) -> list[bool]:
+    """Each query's game info fed to the rule as T3Truncation does (progress = the game's)."""
+    game, stall = _preference_game(task), make_rule(task, rule=rule)
+    stall.reset(game.progress())
+    out = []
+    for q in queries:
+        _, info = game.interact(q)
+        out.append(stall.update(info["progress"], info))
+    return out
+
+
+@pytest.mark.parametrize("task", ["PreferenceEstimation", "MovieRecommendation"])
+@pytest.mark.parametrize(
+    "rule, seq, expected",
+    [
+        # paper text (default): a rejected query carries no estimate. A: the first estimate comes at
+        # turn 3; turn 4 repeats it (stall 1), turn 5 is rejected (stall 2): fires at 5
+        (None, SEQ_A, [False, False, False, False, True, True, True]),
+        # reference counting: turn 1's estimate counts (0.707); 2 no estimate (stall 1); 3 up
+        # (reset); 4 equal (stall 1); 5 the rejected query's estimate is up (reset); 6 wrong length
+        # (stall 1); 7 none (stall 2): fires at 7, later than the default
+        ("reference", SEQ_A, [False] * 6 + [True]),
+        # strict decreases only: equal cosines and turns without an estimate reset
+        ("decrease", SEQ_A, [False] * 7),
+        # B, default: turns 1-3 carry no accepted estimate; 4 first estimate; 5 down; 6 equal: fires at 6
+        (None, SEQ_B, [False] * 5 + [True]),
+        # B, reference: 1 first estimate; 2 none (stall 1); 3 wrong length (stall 2): fires at 3, earlier
+        ("reference", SEQ_B, [False, False, True, True, True, True]),
+        ("decrease", SEQ_B, [False] * 6),
+    ],
+)
+def test_preference_rules_count_invalid_turns(task, rule, seq, expected):
+    assert _play_rule(task, rule, seq) == expected
+
+
+@pytest.mark.parametrize(
+    "seq, expected",
+    [
+        # steps (raw, once a first estimate exists): 2: 0.1, 3: 0 (none), 4: 0.5 (the rejected
+        # query's estimate counts), 5: 0 (wrong length) -> mean 0.15 < 0.28 at turn 5 (reading only
+        # accepted estimates, the first comes at turn 2 and the window is full only at turn 6)
+        (
+            [
+                "Would you prefer 9 over 1? estimate: 1, 1",
+                "Would you prefer 1 over 2? estimate: 1, 1.1",
+                "Would you prefer 1 over 2?",
+                "Would you prefer 7 over 1? estimate: 1.5, 1.1",
+                "Would you prefer 2 over 3? estimate: 1",
+            ],
+            [False] * 4 + [True],
+        ),
+        # steps 2: 2.0 (rejected query, estimate counts), 3-5: 0 -> mean 0.5 at 5, 0 at 6: fires at 6
+        # (reading only accepted estimates the step at 2 is 0 and it fired at 5)
+        (
+            [
+                "Would you prefer 1 over 2? estimate: 1, 0",
+                "Would you prefer 9 over 1? estimate: 3, 0",
+                "Would you prefer 1 over 3?",
+                "Would you prefer 1 over 2?",
+                "Would you prefer 2 over 3?",
+                "Would you prefer 1 over 3?",
+            ],
+            [False] * 5 + [True],
+        ),
+    ],
+)
+def test_movie_drift_rule_counts_invalid_turns_as_the_reference(seq, expected):
+    assert _play_rule("MovieRecommendation", "drift", seq) == expected

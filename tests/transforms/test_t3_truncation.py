@@ -134,7 +134,13 @@ def test_gn_outside_trigger_option_fires():
 
 @pytest.mark.parametrize(
     "forced_reply, malformed, reward, env_ended",
-    [(ask("9876"), "end", 0.0, False), ("no tags", "end", 0.0, True), ("no tags", "penalty", -0.1, False)],
+    [
+        (ask("9876"), "end", 0.0, False),
+        ("no tags", "end", 0.0, True),
+        ("no tags", "auto", 0.0, True),  # T3 active: the env ends the episode (reference)
+        ("no tags", "retry", 0.0, False),
+        ("no tags", "penalty", -0.1, False),
+    ],
 )
 def test_gn_anything_but_an_answer_after_truncation_ends_the_episode(forced_reply, malformed, reward, env_ended):
     env = t3_env("guess_numbers", env_kwargs={"malformed": malformed})
@@ -143,7 +149,7 @@ def test_gn_anything_but_an_answer_after_truncation_ends_the_episode(forced_repl
     outs = play(env, td, [ask(g), ask(g), forced_reply, ask("5678")])
     assert len(outs) == 3 and fired_turns(outs) == [2] and cut_turns(outs) == [3]
     last = outs[-1]
-    # a malformed reply with malformed=end is ended by the env itself (terminated, reward 0)
+    # a malformed reply with malformed=end/auto is ended by the env itself (terminated, reward 0)
     assert last["done"].item() and last["truncated"].item() != env_ended and last["terminated"].item() == env_ended
     assert last["reward"].item() == pytest.approx(reward) and not last["success"].item()
 
@@ -163,7 +169,7 @@ def test_malformed_turns_count_toward_the_window():
     # window" (old code: an agent that stops producing valid queries was never truncated)
     env = t3_env("circuit_decoding", env_kwargs={"malformed": "penalty"})  # k = 3 consecutive
     td = reset(env, [4])
-    outs = play(env, td, [ask("A(1,0,1)"), "no tags", "<think>x</think>", "<answer>y</answer>"])
+    outs = play(env, td, [ask("A(1,0,1)"), "no tags", "<think>x</think>", "<think>x</think><answer></answer>"])
     assert outs[0]["progress"].item() < outs[0]["progress_before"].item()
     assert fired_turns(outs) == [4] and DEFAULT_PROMPT in last_user(outs[-1])
 

@@ -20,6 +20,13 @@ the classes consistent with every answer so far. ``progress()`` = total number o
 classes over all circuits (lower is closer; ``num_circuits`` means every circuit is identified).
 ``info["formula_count"]`` also gives the surviving formulas.
 
+**Presentation.** ``presentation="indexed"`` (default, the reference code; the T3 paper text does
+not say how the task is shown): the task lists the family's candidate formulas with 1-based
+indices (:attr:`CircuitDecodingGame.candidates`, family order) and asks for an index per circuit,
+``"A = 3; B = 17"``. ``presentation="formula"``: the family is described in words and the answer
+is formula text. The rules, the hypothesis set and the rewards are the same: an index stands for
+its candidate formula, and formula text is accepted in both presentations.
+
 **Answer.** ``"A = x1 AND x2; B = NOT x3"`` (pieces separated by ``;`` or new lines; ``=`` or ``:``).
 Any formula in ``AND``/``OR``/``XOR``/``NOT`` with parentheses is accepted (also ``& | ^ ~ !``,
 constants 0/1; precedence NOT > AND > XOR > OR), not only the family's templates. A circuit counts
@@ -110,6 +117,8 @@ class CircuitDecodingGame(InteractiveGame):
     task_name = "CircuitDecoding"
     #: how validation instances differ from training ones (``generate(split_by=...)``)
     SPLIT_BY = ("circuits", "level")
+    #: how the task is shown and answered: indexed candidate formulas (reference) or formula text
+    PRESENTATIONS = ("indexed", "formula")
 
     def __init__(
         self,
@@ -119,12 +128,16 @@ class CircuitDecodingGame(InteractiveGame):
         names: Sequence[str] | None = None,
         max_turns: int | None = None,
         terse: bool = False,
+        presentation: str = "indexed",
     ) -> None:
         super().__init__(max_turns)
         self.terse = bool(terse)
+        self.presentation = check_choice("presentation", presentation, self.PRESENTATIONS)
         self.n = int(n_inputs)
         self.family = family
         self.classes = candidate_classes(self.n, family)
+        #: the family's formulas in family order; index i + 1 in the indexed presentation
+        self.candidates: list[str] = [formula_text(f) for f in enumerate_family(self.n, family)]
         if not circuits:
             raise ValueError("at least one circuit is needed")
         names = list(names) if names is not None else [chr(ord("A") + i) for i in range(len(circuits))]
@@ -211,6 +224,17 @@ class CircuitDecodingGame(InteractiveGame):
         names = ", ".join(self.names)
         xs = ", ".join(f"x{i}" for i in range(1, self.n + 1))
         example = ",".join("1" if i % 2 == 0 else "0" for i in range(self.n))
+        if self.presentation == "indexed":
+            listing = "\n".join(f"{i}. {f}" for i, f in enumerate(self.candidates, 1))
+            return (
+                f"Identify {len(self.names)} hidden Boolean circuits ({names}) over inputs {xs}. "
+                f"Each circuit is one of these candidate formulas:\n{listing}\n"
+                f"Ask <interact>{self.names[0]}({example})</interact> to get circuit {self.names[0]}'s "
+                "output on that input (one circuit per query). "
+                "Finish with <answer>"
+                + "; ".join(f"{nm} = <index>" for nm in self.names)
+                + "</answer> (candidate indices); an answer is right when its formula computes the same function."
+            )
         return (
             f"Identify {len(self.names)} hidden Boolean circuits ({names}) over inputs {xs}. "
             f"Each circuit is one formula of the form {self._family_text()}. "
@@ -286,10 +310,18 @@ class CircuitDecodingGame(InteractiveGame):
         for piece in pieces:
             m = _ANSWER_LINE_RE.match(piece)
             if m and m.group(1).upper() in self.names:
-                out[m.group(1).upper()] = parse_formula(_formula_body(m.group(2)), self.n)
+                out[m.group(1).upper()] = self._parse_choice(_formula_body(m.group(2)))
             elif len(self.names) == 1 and len(pieces) == 1:
-                out[self.names[0]] = parse_formula(piece.strip().rstrip("."), self.n)
+                out[self.names[0]] = self._parse_choice(piece.strip().rstrip("."))
         return out
+
+    def _parse_choice(self, text: str) -> Formula | None:
+        """A formula, or (indexed presentation) a candidate index ``3`` / ``#3`` standing for
+        :attr:`candidates` ``[2]``; ``None`` when neither (an index out of range included)."""
+        if self.presentation == "indexed" and re.fullmatch(r"#?\d{1,9}", text.strip()):
+            i = int(text.strip().lstrip("#"))
+            return parse_formula(self.candidates[i - 1], self.n) if 1 <= i <= len(self.candidates) else None
+        return parse_formula(text, self.n)
 
     def _answer(self, text: str) -> tuple[float, dict[str, Any]]:
         parsed = self.parse_answer(text)
@@ -326,7 +358,9 @@ class CircuitDecodingGame(InteractiveGame):
     def _oracle_answer_text(self) -> str:
         parts = []
         for nm, alive in zip(self.names, self.alive):
-            formula = self.classes[alive[0]][0] if alive else "x1"
+            formula = self.classes[alive[0]][0] if alive else self.candidates[0]
+            if self.presentation == "indexed":
+                formula = str(self.candidates.index(formula) + 1)
             parts.append(f"{nm} = {formula}")
         return "; ".join(parts)
 

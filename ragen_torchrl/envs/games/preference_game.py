@@ -70,6 +70,28 @@ class PreferenceQuestionGame(InteractiveGame):
         return float(cosine(self.current_estimate(), self.preference))
 
     # ---- queries -----------------------------------------------------------------------------
+    def interact(self, query: str) -> tuple[str, dict[str, Any]]:
+        """Ask one query (see :meth:`InteractiveGame.interact`). Besides the game's own keys the
+        info carries the estimate written in the query whatever its question part, as the T3
+        reference code reads it: ``query_estimate`` (the ``estimate:`` part when it is ``dim``
+        numbers, even in a query that is invalid as a whole, e.g. about an unknown item; ``None``
+        when missing or of the wrong length) and ``query_estimate_similarity`` (its cosine with
+        ``v*``, or ``None``). The game itself ignores the estimate of an invalid query.
+
+        Example:
+            >>> from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame
+            >>> game = PreferenceEstimationGame([[1.0, 0.0], [0.0, 1.0]], [1.0, 0.0])
+            >>> _, info = game.interact("Would you prefer item 9 over item 1? estimate: 1, 0")
+            >>> info["valid"], info["estimate_reported"], info["query_estimate"], info["query_estimate_similarity"]
+            (False, False, [1.0, 0.0], 1.0)
+        """
+        feedback, info = super().interact(query)
+        _, est_text = split_estimate("" if query is None else str(query))
+        est = parse_vector(est_text, self.dim) if est_text is not None else None
+        info["query_estimate"] = est
+        info["query_estimate_similarity"] = None if est is None else float(cosine(est, self.preference))
+        return feedback, info
+
     def _info(self, valid: bool, **kw: Any) -> dict[str, Any]:
         """The info dict of a query: the defaults of an invalid one, updated with ``kw``."""
         info = {
