@@ -208,6 +208,9 @@ def test_small_preset_trains_end_to_end_with_t3_on_smoke(preset, ragen_cache_dir
         f"env={preset}",
         "trainer=smoke",
         "t3.enabled=true",
+        # the preset pins 256 validation levels (it wins over trainer=smoke); validation plays the
+        # whole turn budget (malformed replies are retried there), so keep the pipeline check small
+        "trainer.val_levels=4",
         *TINY_RUN,
         f"model.cache_dir={ragen_cache_dir}",
     )
