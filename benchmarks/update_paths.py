@@ -1,6 +1,6 @@
-"""The update step along issue 17's changes, side by side on the same batch.
+"""The update step along three scoring paths, side by side on the same batch.
 
-* **history path** (before issue 17): behaviour log-probs from the wrapper's history path for every
+* **history path**: behaviour log-probs from the wrapper's history path for every
   row (chat template, tokenisation and forward inside ``TransformersWrapper``), and every loss
   forward through the same history path;
 * **stored tokens**: each conversation tokenised once (the decoded conversation re-tokenised,

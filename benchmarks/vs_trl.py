@@ -13,7 +13,7 @@ What is compared
 
 Same work on both sides
     * model: the trainer's tiny Qwen2 (:mod:`ragen_torchrl.models.tiny`, the ``model=tiny``
-      defaults: 1.08M parameters; issue 17 said ~2.5M, which is not the shipped size: pass
+      defaults: 1.08M parameters; pass
       ``--override model.hidden_size=...`` for another), tokenizer trained on the Countdown env's
       corpus, saved once and loaded by each side with ``from_pretrained``
       (:func:`~ragen_torchrl.models.loading.load_pretrained`), float32 on CPU. Random
@@ -62,7 +62,7 @@ Usage (TRL is the ``bench`` extra: ``pip install -e ".[bench]"``)::
 The header line prints which ``ragen_torchrl`` was imported: from a checkout other than the
 installed (editable) one, prefix ``PYTHONPATH=$PWD``.
 
-Results on a quiet machine, ``--steps 2`` (2026-12-01), before and after issue 17's update changes
+Results on a quiet machine, ``--steps 2`` (2026-12-01), with the update on the history path and on stored tokens
 (stored tokens scored directly; no behaviour pass over the first, on-policy mini-batch)::
 
     before: ours 4.22 s, TRL 2.11 s, ratio 2.00 (rounds 2.02, 1.99)

@@ -1,4 +1,4 @@
-"""The key contract in the package (issue 16, build item 3): ``ragen_torchrl.keys``.
+"""The key contract in the package: ``ragen_torchrl.keys``.
 
 * ``KEY_TABLE`` names every key an env step (plain and T3), a trajectory record batch and a
   training batch (GRPO and PPO) actually hold, once, and each group's keys are really there;

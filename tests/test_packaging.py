@@ -34,7 +34,7 @@ def _yaml_files(root: Path) -> set[str]:
 
 
 def test_configs_live_inside_the_package():
-    # issue 16: "Configs ship inside the package"
+    # "Configs ship inside the package"
     assert SHIPPED == Path(cli.__file__).resolve().parents[1] / "configs"
     assert (SHIPPED / "config.yaml").is_file()
     for group in GROUPS:
@@ -43,7 +43,7 @@ def test_configs_live_inside_the_package():
 
 
 def test_config_dir_honours_ragen_config_dir(tmp_path):
-    # issue 16: "RAGEN_CONFIG_DIR still overrides"
+    # "RAGEN_CONFIG_DIR still overrides"
     assert cli.config_dir({}) == cli.PACKAGE_CONFIG_DIR
     assert cli.config_dir({"RAGEN_CONFIG_DIR": ""}) == cli.PACKAGE_CONFIG_DIR  # unset-like
     assert cli.config_dir({"RAGEN_CONFIG_DIR": str(tmp_path)}) == str(tmp_path)
@@ -134,7 +134,7 @@ def _build_wheel() -> Path:
 
 
 def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_cache_dir):
-    # issue 16: "a wheel install into a fresh venv runs `ragen-train trainer=smoke` from a temp dir"
+    # "a wheel install into a fresh venv runs `ragen-train trainer=smoke` from a temp dir"
     wheel = _build_wheel()
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)

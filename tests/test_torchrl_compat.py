@@ -1,4 +1,4 @@
-"""The envs inside torchrl's own machinery (issue 16, item 1).
+"""The envs inside torchrl's own machinery.
 
 * ``check_env_specs`` passes for every registered env with no arguments (and with
   ``break_when_any_done=False``, which auto-resets finished rows);
@@ -42,7 +42,7 @@ def _reply(td, texts):
 # ---------------------------------------------------------------------------- specs
 @pytest.mark.parametrize("name", available_envs())
 def test_check_env_specs_every_registered_env(name):
-    # issue 16: "check_env_specs(env) passes for every registered env with no arguments"
+    # "check_env_specs(env) passes for every registered env with no arguments"
     env = make_env(name, num_envs=3)
     check_env_specs(env)
     # torchrl's auto-reset of finished rows (random replies end T3 episodes at once)
@@ -51,7 +51,7 @@ def test_check_env_specs_every_registered_env(name):
 
 @pytest.mark.parametrize("name", available_envs())
 def test_specs_declare_exactly_the_data(name):
-    # issue 16: "specs declare exactly what the data holds" (level_seed written but
+    # "specs declare exactly what the data holds" (level_seed written but
     # undeclared, sample_seed declared but never written, ChatEnv's unused "query" state)
     env = make_env(name, num_envs=2)
     assert set(env.full_state_spec.keys()) == LEVEL_KEYS
@@ -69,7 +69,7 @@ def test_specs_declare_exactly_the_data(name):
 
 
 def test_step_accepts_the_random_history_action():
-    # issue 16: "_step accepts any History the spec can produce" (None role/content, no
+    # "_step accepts any History the spec can produce" (None role/content, no
     # tool fields): an unreadable reply is an empty one (FrozenLake: format penalty -0.1)
     env = make_env("frozenlake", num_envs=2)
     td = env.rand_action(env.reset())
@@ -82,7 +82,7 @@ def test_step_accepts_the_random_history_action():
 
 # ----------------------------------------------------------------------- level draws
 def test_reset_without_levels_draws_them_from_the_seeded_generator():
-    # issue 16: "a reset without level_seed/group_id draws them from an env-owned generator
+    # "a reset without level_seed/group_id draws them from an env-owned generator
     # seeded by env.set_seed" -- deterministic, training split, one new group per row
     env = make_env("frozenlake", num_envs=3)
     env.set_seed(7)
@@ -189,7 +189,7 @@ def generation_policy(tiny_model):
 
 
 def test_env_rollout_multi_turn_with_auto_reset(generation_policy):
-    # issue 16 acceptance: env.rollout(break_when_any_done=False) on a multi-turn env with
+    # env.rollout(break_when_any_done=False) on a multi-turn env with
     # a tiny model: 6 steps of 2 rows, episodes of at most 2 turns -> at least 2 auto-resets
     env = make_env("frozenlake", num_envs=2, max_turn=2)
     env.set_seed(0)
@@ -209,7 +209,7 @@ def test_env_rollout_multi_turn_with_auto_reset(generation_policy):
 
 
 def test_llm_collector_multi_turn(generation_policy):
-    # issue 16 acceptance: torchrl's LLMCollector on a multi-turn env with a tiny model
+    # torchrl's LLMCollector on a multi-turn env with a tiny model
     from torchrl.collectors.llm import LLMCollector
 
     env = make_env("frozenlake", num_envs=2, max_turn=2)
@@ -296,7 +296,7 @@ collector.shutdown()
 
 
 def test_readme_env_pipeline_snippet(tiny_model):
-    # issue 16 item 4: the README's env example runs as written
+    # the README's env example runs as written
     model, tokenizer = tiny_model
     torch.manual_seed(0)
     exec(README_ENV_SNIPPET, {"model": model, "tokenizer": tokenizer})  # noqa: S102 (the README's text)

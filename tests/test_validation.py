@@ -1,4 +1,4 @@
-"""ragen_torchrl.validation: the small type/range checks (issue 16 item 7)."""
+"""ragen_torchrl.validation: the small type/range checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The vLLM rollout backend (issue 19): everything that runs without vLLM or a GPU.
+"""The vLLM rollout backend: everything that runs without vLLM or a GPU.
 
 * without vLLM (or without CUDA) asking for it is a clear error naming the extra and the GPU;
 * ``make_rollout_policy("hf", ...)`` is ``make_generation_policy`` (same replies, no weight sync);

@@ -67,7 +67,7 @@ def test_scripted_policy_numbers_by_hand():
 
 
 def test_a_policy_that_writes_only_history_gets_a_clear_error():
-    # issue 16: "a scripted policy gets TypeError: 'NoneType' object is not iterable" before;
+    # "a scripted policy gets TypeError: 'NoneType' object is not iterable" before;
     # the contract error names the missing key and how to provide it
     env = make_env("frozenlake", num_envs=2)
     with pytest.raises(PolicyContractError, match=r"(?s)lacks \('tokens', 'response'\).*tokenizer\(reply\)\.input_ids"):

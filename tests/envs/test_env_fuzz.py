@@ -145,7 +145,7 @@ def _check_contract(nxt, n: int) -> None:
 
 
 def test_payload_list_covers_every_issue_class():
-    # issue 13: "10,000-digit numbers, 1 MB replies, 10k nested tags, NUL bytes, lone surrogates,
+    # "10,000-digit numbers, 1 MB replies, 10k nested tags, NUL bytes, lone surrogates,
     # right-to-left marks, thousands of actions, `9**9**9**9`, fullwidth digits, unclosed tags"
     assert {
         "10k-digit numbers",
@@ -177,7 +177,7 @@ def test_hostile_payloads_never_crash(name):
     elapsed = time.perf_counter() - start
     _check_contract(nxt, len(replies))
     assert elapsed < STEP_BUDGET_S, f"{name}: {len(replies)} hostile replies took {elapsed:.1f} s"
-    # issue 13: a malformed reply gets the penalty and leaves the state unchanged
+    # a malformed reply gets the penalty and leaves the state unchanged
     reward, malformed = nxt["reward"].flatten().tolist(), 0
     for row, reply in enumerate(replies):
         if isinstance(env, ActiveReasoningEnv):

@@ -25,7 +25,7 @@ from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationG
 from ragen_torchrl.envs.parsing import INT_CLAMP, MAX_REPLY_CHARS, safe_int
 from ragen_torchrl.envs.text_env import ENV_ERROR_MESSAGE
 
-TEN_K = "1" * 10_000  # issue 13: "a number with more than 4,300 digits"
+TEN_K = "1" * 10_000  # "a number with more than 4,300 digits"
 
 
 def _reset(env, seeds):
@@ -42,7 +42,7 @@ def _step(env, td, replies):
 
 # ------------------------------------------------------------------ the issue's exact inputs
 def test_safe_int_never_raises_and_clamps():
-    # issue 13: int() raises ValueError on "a number with more than 4,300 digits"
+    # int() raises ValueError on "a number with more than 4,300 digits"
     assert safe_int(TEN_K) == INT_CLAMP == 10**18
     assert safe_int("-" + TEN_K) == -(10**18)
     assert safe_int("0" * 10_000 + "7") == 7  # leading zeros are not significant
@@ -56,7 +56,7 @@ def test_safe_int_never_raises_and_clamps():
 
 
 def test_movie_recommendation_seen_position_10k_digits():
-    # issue 13: MovieRecommendation `int(ref.lstrip("#"))` raised ValueError on 10,000 digits
+    # MovieRecommendation `int(ref.lstrip("#"))` raised ValueError on 10,000 digits
     env = make_env("movie_recommendation", num_envs=1)
     _reset(env, [0])
     game = env.games[0]
@@ -65,14 +65,14 @@ def test_movie_recommendation_seen_position_10k_digits():
 
 
 def test_preference_parse_compare_10k_digits():
-    # issue 13: PreferenceEstimation `parse_compare` raised ValueError on 10,000 digits
+    # PreferenceEstimation `parse_compare` raised ValueError on 10,000 digits
     assert parse_compare("compare 1 " + TEN_K) == (1, 10**18)
     assert parse_pair("Would you prefer item " + TEN_K + " over item 2?") == (10**18, 2)
     assert parse_compare("compare 3 7") == (3, 7)
 
 
 def test_preference_game_10k_digit_query_is_invalid_and_changes_nothing():
-    # issue 13: "penalty, state unchanged" (a T3 query still uses its turn)
+    # "penalty, state unchanged" (a T3 query still uses its turn)
     game = PreferenceEstimationGame([[1.0, 0.0], [0.0, 1.0]], [0.8, 0.6])
     reward, done, info = game.step("interact:compare 1 " + TEN_K)
     assert (reward, done, info["valid"], game.turn) == (0.0, False, False, 1)
@@ -82,7 +82,7 @@ def test_preference_game_10k_digit_query_is_invalid_and_changes_nothing():
 
 @pytest.mark.parametrize("name", ["movie_recommendation", "preference_estimation"])
 def test_t3_env_step_with_5000_digit_id(name):
-    # issue 13: the rollout died with ValueError; 5,000 digits fit in the 8192-char reply cap
+    # the rollout died with ValueError; 5,000 digits fit in the 8192-char reply cap
     env = make_env(name, num_envs=1)
     td = _reset(env, [0])
     query = "Would you prefer " + "1" * 5_000 + " over 2?"
@@ -94,7 +94,7 @@ def test_t3_env_step_with_5000_digit_id(name):
 
 
 def test_metamathqa_core_10k_digit_fraction():
-    # issue 13: every parser treats any string as a possibly-malformed reply, never raises
+    # every parser treats any string as a possibly-malformed reply, never raises
     assert metamathqa._as_number("1/" + TEN_K) is None
     assert metamathqa._as_number("\\frac{1}{" + TEN_K + "}") is None
     assert metamathqa._as_number("3/4") == metamathqa.Fraction(3, 4)
@@ -110,7 +110,7 @@ def _fast(fn, *args, budget_s=1.0):
 
 
 def test_circuit_answer_with_space_run_is_fast():
-    # issue 13: "no env step hung" must keep holding; (.+?)\s*\.?\s*$ backtracked cubically
+    # "no env step hung" must keep holding; (.+?)\s*\.?\s*$ backtracked cubically
     game = CircuitDecodingGame.generate(0, "train", num_circuits=1, n_inputs=3)
     assert _fast(game.parse_answer, "A = x1" + " " * 2_000 + "x") == {"A": None}
     assert _fast(game.parse_answer, "A = x1 AND x2 .") == {"A": ("AND", ("var", 1), ("var", 2))}
@@ -145,7 +145,7 @@ def _boom(action):
 
 
 def test_env_exception_ends_only_that_row_with_format_penalty(caplog):
-    # issue 13: "an env exception on one row is logged with the row's level seed, the row ends
+    # "an env exception on one row is logged with the row's level seed, the row ends
     # with the format penalty, and training goes on"
     env = make_env("frozenlake", num_envs=2, format_penalty=-0.25)
     td = _reset(env, [3, 7])

@@ -1,4 +1,4 @@
-"""Data loaders refuse bad files clearly (issue 28 part 4).
+"""Data loaders refuse bad files clearly.
 
 Every case is a tiny hand-written file; every error names the file, the line (or record) and,
 where one is at fault, the field. The loaders all read through

@@ -292,7 +292,7 @@ def test_searchqa_trains_end_to_end_on_smoke(ragen_cache_dir, tmp_path, monkeypa
 
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "bm25_cache"))
     monkeypatch.setattr(retrieval, "_MEMO", OrderedDict())  # as in a fresh process
-    # trainer=smoke's own warm start (issue 27: it used to be the default 500 x 16 steps, an hour on
+    # trainer=smoke's own warm start (20 x 4 steps; the global 500 x 16 would take an hour on
     # SearchQA's conversations); only the model is shrunk
     tiny_model = [o for o in TINY_RUN if not o.startswith("sft.")]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

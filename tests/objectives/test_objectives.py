@@ -320,7 +320,7 @@ ALL_CLIPPED = {(b, t): 1.5 for b, t in MASK.nonzero().tolist()}
     "loss_cls, kwargs", [(MaskedStatsGRPOLoss, {}), (DAPOLoss, {}), (GSPOLoss, {}), (DrGRPOLoss, {"max_length": 8})]
 )
 def test_loss_output_stats_are_over_assistant_tokens(loss_cls, kwargs):
-    # issue 16 item 5: "entropy and clip fraction on the loss output are over assistant tokens"
+    # "entropy and clip fraction on the loss output are over assistant tokens"
     ent = torch.full_like(CUR, 2.0)
     ent[~MASK] = 0.0  # torchrl's masked dist: 0 off the mask
     ent[0, 1] = 5.0
@@ -336,7 +336,7 @@ def test_loss_output_stats_are_over_assistant_tokens(loss_cls, kwargs):
 
 
 def test_loss_class_defaults_equal_the_config_defaults():
-    # issue 16 item 5: "class defaults equal the config defaults" (configs/algo/*.yaml: entropy_coeff 0.001)
+    # "class defaults equal the config defaults" (configs/algo/*.yaml: entropy_coeff 0.001)
     from ragen_torchrl.objectives import DEFAULT_ENTROPY_COEFF, REF_LOG_PROBS_KEY
 
     coeffs = {float(OmegaConf.load(f).entropy_coeff) for f in CONFIG_DIR.glob("*.yaml")}
@@ -369,7 +369,7 @@ def test_kl_to_reference_reads_the_default_key_without_set_keys():
 
 
 def test_a_batch_missing_an_input_names_the_key_and_the_contract():
-    # issue 16 item 5: "docstrings state the input contract (what a batch must hold)"
+    # "docstrings state the input contract (what a batch must hold)"
     td = make_batch(CUR, RATIOS, MASK, ADV)
     del td["log_probs"]
     loss = MaskedStatsGRPOLoss(FakeActor(CUR), masking_strategy="rlhf")
@@ -382,7 +382,7 @@ def test_a_batch_missing_an_input_names_the_key_and_the_contract():
 
 @pytest.mark.parametrize("pad_output", [True, False])
 def test_behaviour_log_probs_with_an_unpadded_wrapper(tiny_model, pad_output):
-    # issue 16 item 5: "unpadded wrappers either work or raise an error that says what to set"
+    # "unpadded wrappers either work or raise an error that says what to set"
     from torchrl.data.llm import History
     from torchrl.modules.llm import TransformersWrapper
 

@@ -1,4 +1,4 @@
-"""``ragen-report``: tables and plots from a set of runs (issue 15 item 3).
+"""``ragen-report``: tables and plots from a set of runs.
 
 The fake sweep (two filter arms x 3 / 2 seeds, made-up numbers) is built so that every number
 of the report can be computed by hand; see ``ARMS``.
@@ -232,7 +232,7 @@ def test_a_run_with_only_tensorboard_events_loads(tmp_path):
             )
         run = load_run(run_dir)
         assert run.source == "tensorboard"
-        # a checkpoint is never unpickled by a report (issue 28): its config is not read
+        # a checkpoint is never unpickled by a report: its config is not read
         assert run.config == (config if config_in == "hydra" else {})
         assert run.val_series("success") == [(0, 0.25), (1, 0.5), (2, 0.75)]
         assert run.series("timing/update") == [(1, 0.5), (2, 1.0)]

@@ -1,4 +1,4 @@
-"""Crash-safe checkpoints and exact resume (issue 13, items 6-8).
+"""Crash-safe checkpoints and exact resume.
 
 * the file logic of :mod:`ragen_torchrl.trainer.checkpoint` (keep two, fsync before the
   rename, verify before deleting, fall back on a damaged ``last.pt``, remove a stale ``.tmp``,
@@ -53,7 +53,7 @@ def truncate(path: Path) -> None:
 
 # --------------------------------------------------------------------------- item 6: the file logic
 def test_keeps_the_last_two_checkpoints(tmp_path):
-    # issue 13 item 6: "keep the last two checkpoints (the previous one survives a damaged newest one)"
+    # "keep the last two checkpoints (the previous one survives a damaged newest one)"
     for it in range(4):
         assert save_rotating(fake_state(it), tmp_path) == tmp_path / "last.pt"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"]
@@ -63,7 +63,7 @@ def test_keeps_the_last_two_checkpoints(tmp_path):
 
 
 def test_write_is_fsynced_before_the_rename(tmp_path, monkeypatch):
-    # issue 13 item 6: "write with fsync before the rename"
+    # "write with fsync before the rename"
     events = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", fd)), real_fsync(fd))[1])
@@ -79,7 +79,7 @@ def test_write_is_fsynced_before_the_rename(tmp_path, monkeypatch):
 
 
 def test_a_new_checkpoint_that_does_not_load_deletes_nothing(tmp_path, monkeypatch):
-    # issue 13 item 6: "verify a checkpoint loads before deleting the older one"
+    # "verify a checkpoint loads before deleting the older one"
     save_rotating(fake_state(0), tmp_path)
     save_rotating(fake_state(1), tmp_path)
 
@@ -96,7 +96,7 @@ def test_a_new_checkpoint_that_does_not_load_deletes_nothing(tmp_path, monkeypat
 
 
 def test_a_damaged_last_never_replaces_a_good_prev(tmp_path, caplog):
-    # issue 13 item 6: the previous checkpoint survives a damaged newest one (also across the next save)
+    # the previous checkpoint survives a damaged newest one (also across the next save)
     save_rotating(fake_state(0), tmp_path)
     save_rotating(fake_state(1), tmp_path)
     truncate(tmp_path / "last.pt")
@@ -108,7 +108,7 @@ def test_a_damaged_last_never_replaces_a_good_prev(tmp_path, caplog):
 
 
 def test_a_damaged_last_is_named_and_prev_is_used(tmp_path, caplog):
-    # issue 13 item 6: "a damaged last.pt gives an error naming the file and falls back to the previous checkpoint"
+    # "a damaged last.pt gives an error naming the file and falls back to the previous checkpoint"
     save_rotating(fake_state(4), tmp_path)
     save_rotating(fake_state(5), tmp_path)
     truncate(tmp_path / "last.pt")
@@ -121,7 +121,7 @@ def test_a_damaged_last_is_named_and_prev_is_used(tmp_path, caplog):
 
 
 def test_a_stale_tmp_from_a_kill_is_removed(tmp_path):
-    # issue 13 item 6: "remove the stale .tmp left by a kill"
+    # "remove the stale .tmp left by a kill"
     save_rotating(fake_state(0), tmp_path)
     (tmp_path / "last.tmp").write_bytes(b"PK\x03\x04 half written")
     state, path = load_latest(tmp_path)
@@ -131,7 +131,7 @@ def test_a_stale_tmp_from_a_kill_is_removed(tmp_path):
 
 
 def test_no_loadable_checkpoint_is_a_config_error_naming_every_file(tmp_path):
-    # issue 13 item 5/6: a resume dir without a usable checkpoint is a config error (exit 2), naming the files
+    # a resume dir without a usable checkpoint is a config error (exit 2), naming the files
     with pytest.raises(NoCheckpointError, match="no checkpoint in"):
         load_latest(tmp_path / "nothing", what="trainer.resume=x")
     save_rotating(fake_state(0), tmp_path)
@@ -182,7 +182,7 @@ def with_change(key: str, value):
     ],
 )
 def test_resume_refuses_a_change_that_alters_the_run(key, value, caplog):
-    # issue 13 item 6: "refuse a change that alters the run's meaning (algo, env, batch shape) unless ... explicit flag"
+    # "refuse a change that alters the run's meaning (algo, env, batch shape) unless ... explicit flag"
     given = with_change(key, value)
     with pytest.raises(ConfigError, match=re.escape(f"{key}: {stored_value(key)} -> {value}")) as err:
         check_resume_config(STORED, given)
@@ -203,7 +203,7 @@ def stored_value(key: str):
     "key,value", [("trainer.total_iterations", 20), ("trainer.save_every", 1), ("model.device", "cuda")]
 )
 def test_resume_accepts_and_logs_harmless_changes(key, value, caplog):
-    # issue 13 item 6: "log what changed" (harmless: more iterations, another save period, another device)
+    # "log what changed" (harmless: more iterations, another save period, another device)
     with caplog.at_level(logging.INFO, logger=ckpt_mod.__name__):
         assert check_resume_config(STORED, with_change(key, value)) == [(key, stored_value(key), value)]
     assert f"{key}: {stored_value(key)!r} -> {value!r}" in caplog.text
@@ -245,7 +245,7 @@ STATS = {"rollout/reward_mean": -0.5, "rollout/success": 0.0, "rollout/tokens": 
     ],
 )
 def test_iteration_line_says_why_an_update_was_skipped(extra, expected):
-    # issue 13 item 8: "when the filter keeps no group the iteration line prints `loss +nan`: print that the update
+    # "when the filter keeps no group the iteration line prints `loss +nan`: print that the update
     # was skipped and why"
     line = iteration_line(2, 5, {**STATS, **extra})
     assert line == "[iter    2/5] reward -0.500 success 0.000 tokens 38 " + expected
@@ -255,7 +255,7 @@ def test_iteration_line_says_why_an_update_was_skipped(extra, expected):
 # --------------------------------------------------------------------------- the trainer
 @pytest.mark.slow
 def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path, capsys):
-    # issue 13 item 8: the printed line of a real run whose filter keeps no group
+    # the printed line of a real run whose filter keeps no group
     trainer = Trainer(
         make_cfg(ragen_cache_dir, "filter=snr_top_p", "trainer.total_iterations=1", "trainer.val_every=0"),
         run_dir=tmp_path / "run",
@@ -278,7 +278,7 @@ def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path,
 
 @pytest.mark.slow
 def test_resumed_dapo_run_draws_the_same_refill_levels(ragen_cache_dir, tmp_path, monkeypatch):
-    # issue 13 item 6: "Store what resume needs to be exact, including DAPO's refill counter (today a resumed DAPO
+    # "Store what resume needs to be exact, including DAPO's refill counter (today a resumed DAPO
     # run draws other refill levels)"; refill k of a run draws levels from seed + 7919 * k (loop._collect_more)
     calls = []
     real = loop_mod.train_level_seeds
@@ -311,7 +311,7 @@ def test_resumed_dapo_run_draws_the_same_refill_levels(ragen_cache_dir, tmp_path
 
 @pytest.mark.slow
 def test_resume_refuses_another_algorithm_before_building_a_model(ragen_cache_dir, tmp_path, monkeypatch):
-    # issue 13 item 6: "refuse a change that alters the run's meaning (algo, env, batch shape) unless ... flag"
+    # "refuse a change that alters the run's meaning (algo, env, batch shape) unless ... flag"
     run_dir = tmp_path / "run"
     Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=1", "trainer.val_every=0"), run_dir=run_dir).fit()
 
@@ -339,7 +339,7 @@ def test_resume_refuses_another_algorithm_before_building_a_model(ragen_cache_di
 
 @pytest.mark.slow
 def test_tensorboard_shows_a_re_run_iteration_once(ragen_cache_dir, tmp_path, monkeypatch):
-    # issue 13 item 7: "the re-run iteration is logged twice (21 duplicate points at step 2): open the writer with
+    # "the re-run iteration is logged twice (21 duplicate points at step 2): open the writer with
     # purge_step at the resumed iteration"
     run_dir = tmp_path / "run"
     first = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=2", "trainer.save_every=1"), run_dir=run_dir)
@@ -368,7 +368,7 @@ def test_tensorboard_shows_a_re_run_iteration_once(ragen_cache_dir, tmp_path, mo
 
 @pytest.mark.slow
 def test_damaged_last_resumes_from_prev_with_its_weights(ragen_cache_dir, tmp_path, caplog):
-    # issue 13 item 6: "a damaged last.pt gives an error naming the file and falls back to the previous checkpoint"
+    # "a damaged last.pt gives an error naming the file and falls back to the previous checkpoint"
     run_dir = tmp_path / "run"
     first = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=2", "trainer.save_every=1"), run_dir=run_dir)
     first.fit()
@@ -421,7 +421,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_kill_during_checkpoint_write_then_damaged_last_resumes_from_prev(ragen_cache_dir, tmp_path, caplog):
-    # issue 13 acceptance: "A test kills a training subprocess while it writes a checkpoint and after a damaged newest
+    # "A test kills a training subprocess while it writes a checkpoint and after a damaged newest
     # checkpoint, then resumes: the run continues from the previous good checkpoint with identical weights"
     run_dir, marker = tmp_path / "killed", tmp_path / "writing"
     overrides = [

@@ -68,7 +68,7 @@ def _bad_cases(tmp: Path) -> list[tuple[list[str], str]]:
 
 
 def test_ragen_train_config_errors_exit_2_naming_the_key_before_anything_is_built(tmp_path):
-    # issue 13 acceptance: "config errors all exit 2 with a message naming the key ... before any model is built"
+    # "config errors all exit 2 with a message naming the key ... before any model is built"
     cache = tmp_path / "cache"
     for i, (overrides, message) in enumerate(_bad_cases(tmp_path)):
         run_dir = tmp_path / f"run{i}"

@@ -1,4 +1,4 @@
-"""Config validation (issue 13, items 2-5): every bad input named in the issue is a
+"""Config validation: every bad input is a
 :class:`ConfigError` naming the key, raised by ``validate_config`` before any env or model is
 built and before anything is written. The CLI side (exit status 2, nothing left on disk) is
 in ``test_cli.py``.
@@ -137,7 +137,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides, key, text", BAD, ids=[" ".join(o) for o, _, _ in BAD])
 def test_bad_input_is_a_config_error_naming_the_key(overrides, key, text, tmp_path):
-    # issue 13: "every bad input gets a clear error before any work"
+    # "every bad input gets a clear error before any work"
     assert_rejected(tmp_path, overrides, key, text)
 
 
@@ -185,7 +185,7 @@ def test_every_shipped_preset_validates(tmp_path):
     ],
 )
 def test_trainer_rejects_before_any_env_or_model_is_built(overrides, key, tmp_path, monkeypatch):
-    # issue 13 acceptance: config errors come "before any model is built"
+    # config errors come "before any model is built"
     def must_not_run(*args, **kwargs):
         raise AssertionError("reached env/model construction despite a bad config")
 
@@ -200,7 +200,7 @@ def test_trainer_rejects_before_any_env_or_model_is_built(overrides, key, tmp_pa
 
 
 def test_trainer_in_python_rejects_a_run_dir_it_cannot_write(tmp_path, monkeypatch):
-    # issue 13 item 5: an unwritable run dir is named before any model is built (not only in the CLI)
+    # an unwritable run dir is named before any model is built (not only in the CLI)
     def must_not_run(*args, **kwargs):
         raise AssertionError("reached env/model construction despite a bad run dir")
 
@@ -282,7 +282,7 @@ def test_model_source_kinds(tmp_path, monkeypatch):
 
 
 def test_hub_name_on_an_offline_machine_is_a_config_error(tmp_path, monkeypatch):
-    # issue 13 item 5: "for hub names, that this machine may be offline"
+    # "for hub names, that this machine may be offline"
     monkeypatch.setattr(loading, "_hub_cached", lambda repo: False)
     monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -338,7 +338,7 @@ def test_read_only_cache_dir_for_real(tmp_path):
 
 
 def test_resume_without_a_checkpoint_is_a_config_error(tmp_path):
-    # issue 13 item 5: "A run dir given to trainer.resume without a checkpoint ... make it a config error"
+    # "A run dir given to trainer.resume without a checkpoint ... make it a config error"
     run = tmp_path / "old_run"
     (run / "checkpoints").mkdir(parents=True)
     msg = assert_rejected(tmp_path, (f"trainer.resume={run}",), f"trainer.resume={run}", "no checkpoint in")
@@ -416,5 +416,5 @@ def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
     ],
 )
 def test_deepcoder_sandbox_sizes_are_bounded(override, text, tmp_path):
-    # issue 28 part 4: env.memory_mb, env.max_output_bytes, env.workers had no upper bound (main: accepted)
+    # env.memory_mb, env.max_output_bytes, env.workers had no upper bound
     assert_rejected(tmp_path, ("env=deepcoder", override), text)

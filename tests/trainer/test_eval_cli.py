@@ -1,4 +1,4 @@
-"""``ragen-eval``, the run's ``summary.json`` and its final ``policy/`` export (issue 15 items 1, 2, 4)."""
+"""``ragen-eval``, the run's ``summary.json`` and its final ``policy/`` export."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def test_sustained_low_validation_success_stops_training(ragen_cache_dir, tmp_pa
 
 
 def test_an_env_bug_does_not_stop_training_and_is_counted(ragen_cache_dir, tmp_path, monkeypatch):
-    # issue 13: "an env exception on one row is logged ..., the row ends with the format penalty,
+    # "an env exception on one row is logged ..., the row ends with the format penalty,
     # and training goes on"; the trainer logs how many rows hit one
     from ragen_torchrl.envs.text_env import TextGameEnv
 

@@ -41,7 +41,7 @@ def presets(group: str) -> list[str]:
 # ------------------------------------------------------------------------ validation scheduling
 @pytest.mark.parametrize("preset", [f"trainer={t}" for t in presets("trainer")] + [f"env={e}" for e in presets("env")])
 def test_every_preset_validates_periodically(preset):
-    # issue 27 item 5: with val_every 0 the low-validation stop only ever saw the first validation
+    # with val_every 0 the low-validation stop only ever saw the first validation
     assert compose_cfg(preset).trainer.val_every > 0
 
 
@@ -103,7 +103,7 @@ def _scripted_trainer(cache_dir, tmp_path, monkeypatch, successes, *overrides):
 def test_default_schedule_stops_on_sustained_low_validation_success(ragen_cache_dir, tmp_path, monkeypatch):
     # the default preset (val_every 10, filter.val_stop: below 1% for 5 validations): the
     # validations at iterations 0, 10, 20, 30 and 40 all read 0 -> the fifth stops training at
-    # iteration 40 (on main, val_every 0: only iteration 0 is validated, the run goes to 60)
+    # iteration 40
     trainer, calls, _ = _scripted_trainer(
         ragen_cache_dir, tmp_path, monkeypatch, [0.0] * 6, "trainer.val_levels=16", "trainer.val_every_levels=4"
     )

@@ -1,4 +1,4 @@
-"""Files from elsewhere cannot run code or read the environment (issue 28 part 3).
+"""Files from elsewhere cannot run code or read the environment.
 
 A checkpoint whose pickle carries a payload (an object whose ``__reduce__`` writes a marker
 file) is refused by every entry point that reads one, with the payload never run: ``ragen-eval``

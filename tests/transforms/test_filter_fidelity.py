@@ -163,7 +163,7 @@ def test_validation_stop_config_and_errors():
     ],
 )
 def test_out_of_range_value_is_a_config_error(strategy, value, allowed):
-    # issue 12: top_p in (0,1], top_k in (0,1], top_k_abs a positive integer, min_p in [0,1]
+    # top_p in (0,1], top_k in (0,1], top_k_abs a positive integer, min_p in [0,1]
     with pytest.raises(ValueError, match=f"filter.value must be {allowed} for strategy {strategy}, got {value}"):
         validate_filter_config({"strategy": strategy, "value": value})
     with pytest.raises(ValueError, match=f"value must be {allowed}"):
