@@ -499,6 +499,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
             )
     if _has(cfg, "trainer.val_every_levels"):
         check_positive_int(cfg, "trainer.val_every_levels", optional=True, maximum=LIMITS.get("trainer.val_levels"))
+    if _has(cfg, "trainer.max_optimizer_steps"):
+        check_positive_int(cfg, "trainer.max_optimizer_steps", optional=True, maximum=10_000_000)
     if _has(cfg, "trainer.log_text_samples"):
         check_positive_int(cfg, "trainer.log_text_samples", allow_zero=True)
     if _has(cfg, "sft.batch_size"):

@@ -66,16 +66,22 @@ from .distributed import (
     shard_model,
 )
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
+from .provenance import PhaseClock, load_average, run_provenance, run_totals
 from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
+    SCALARS_FILE,
     NullLogger,
     ResumableTensorboardLogger,
     ValidationPeak,
     conversation_text,
     final_validation_line,
+    hparam_metrics,
     iteration_line,
     make_tensorboard_logger,
+    run_hparams,
     skipped_update_reason,
     summarize,
+    write_hparams,
+    write_scalars_csv,
 )
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
 from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
@@ -98,6 +104,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike) -> None:
+        self.clock = PhaseClock(phase="setup")  # wall and CPU seconds per phase, for summary.json
         validate_config(cfg)
         tensordict.set_list_to_stack(True).set()
         self.cfg = cfg
@@ -127,6 +134,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.model.get("threads"):
             torch.set_num_threads(int(cfg.model.threads))
+        self.provenance = run_provenance() if self.dist.is_main else {}  # the code and machine this run starts on
         self._seed_everything(int(cfg.seed))
 
         t = cfg.trainer
@@ -143,7 +151,9 @@ class Trainer:
         except (TypeError, ValueError) as e:
             raise ConfigError(f"env={cfg.env.name}: {e}") from e
 
+        self.clock.enter("warm_start")
         self.model_path = self._prepare_model()
+        self.clock.enter("setup")
         self.model, self.tokenizer = load_pretrained(
             self.model_path, self.dist.device(str(cfg.model.device)), cfg.model.dtype
         )
@@ -392,6 +402,7 @@ class Trainer:
         first ``levels`` levels of the fixed set (default all ``trainer.val_levels``). The scalars
         logged (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
         """
+        outer = self.clock.enter("validation")
         levels = int(self.cfg.trainer.val_levels) if levels is None else int(levels)
         stats = records = None
         with self._gathered():
@@ -420,6 +431,7 @@ class Trainer:
         n_text = int(self.cfg.trainer.get("log_text_samples", 0))
         for i in range(min(n_text, records.batch_size[0]) if records is not None else 0):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
+        self.clock.enter(outer)
         return stats
 
     # -- one iteration -------------------------------------------------------------------
@@ -464,6 +476,7 @@ class Trainer:
             stats["timing/total"] = time.time() - t0
             return stats
         batch, behaviour, scale, plan, on_policy_first, t_prepare = prepared
+        self.clock.enter("update")
         t1 = time.time()
         train = self._update(batch, plan, on_policy_first)
         t_update = t_prepare + time.time() - t1
@@ -474,6 +487,7 @@ class Trainer:
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
         stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
+        stats["train/trajectories"] = float(batch.batch_size[0])  # trained samples, after any filter
         stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
         stats["timing/update"] = t_update
         stats["timing/total"] = time.time() - t0
@@ -485,6 +499,7 @@ class Trainer:
     def _prepare_iteration(self, t0: float) -> tuple[dict[str, float], tuple | None]:
         """Rollout, diagnostics, filter and the training batch; ``(stats, None)`` when the update is skipped."""
         it = self.iteration
+        self.clock.enter("rollout")
         seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
         records = self.objective.shape_rewards(self._collect(seeds))
         t_rollout = time.time() - t0
@@ -502,6 +517,7 @@ class Trainer:
             stats.update(t3_token_stats(records, self.env.max_turn))
 
         # MI proxies on the pre-filter batch, scored by the pre-update policy
+        self.clock.enter("diagnostics")
         if self.collapse is not None and self.collapse.should_run(it):
             stats.update(self.collapse(records))
 
@@ -509,12 +525,14 @@ class Trainer:
         skip = None
         # the stop rules read the batch as sampled: dynamic sampling keeps only groups with signal
         sampled = (records.get(EPISODE_RETURN), records.get(GROUP_ID))
+        self.clock.enter("rollout")  # DAPO's refills are rollouts
         if self.objective.dynamic_sampling is not None:
             records, ds_stats = self.objective.dynamic_sampling(records, self._collect_more)
             stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
             if records is None:
                 skip = "dapo/skipped_update"  # no informative group even after the refills
 
+        self.clock.enter("filter")
         batch, scale = records, 1.0
         if skip is None and self.snr is None:
             fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
@@ -536,6 +554,7 @@ class Trainer:
             self.empty_iterations += 1
             return stats, None
 
+        self.clock.enter("update")
         t1 = time.time()
         probe = self.grad_snr is not None and self.grad_snr.should_run(it)
         a = self.cfg.algo
@@ -561,6 +580,7 @@ class Trainer:
         t_prepare = time.time() - t1
         if probe:
             t_g = time.time()
+            self.clock.enter("diagnostics")
             # the diagnostic needs every RV bucket, so it scores the unfiltered batch (every row of it)
             whole = batch.batch_size[0] == records.batch_size[0] and not self.dist.enabled
             full = batch if whole else self._training_batch(records)[0]
@@ -601,6 +621,8 @@ class Trainer:
             "refills": self._refills,
             "empty_iterations": self.empty_iterations,
             "model_path": self.model_path,
+            "clock": self.clock.state_dict(),
+            "scalars": self.logger.scalars,  # every scalar logged so far: scalars.csv of a resumed run
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
 
@@ -610,9 +632,11 @@ class Trainer:
         fsync-ed, verified to load, then renamed (:func:`~ragen_torchrl.trainer.checkpoint.save_rotating`).
         In a multi-rank run every rank calls this and rank 0 writes.
         """
+        outer = self.clock.enter("checkpoint")
         state = self.checkpoint_state()
         path = save_rotating(state, self.ckpt_dir) if self.dist.is_main else self.ckpt_dir / LAST
         self.dist.barrier()  # no rank runs ahead of a checkpoint it may have to resume from
+        self.clock.enter(outer)
         return path
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
@@ -646,6 +670,8 @@ class Trainer:
             self.collapse.load_state_dict(state["collapse"])
         self._refills = int(state.get("refills", 0))
         self.empty_iterations = int(state.get("empty_iterations", 0))
+        self.clock.load_state_dict(state.get("clock"))
+        self.logger.load_scalars(state.get("scalars"))
         self.iteration = int(state["iteration"]) + 1
         log.info("resumed from %s at iteration %d", path, self.iteration)
 
@@ -657,12 +683,15 @@ class Trainer:
         written as a Hugging Face model dir ``<run_dir>/policy`` (loadable with ``from_pretrained``
         and as ``model.name_or_path``), then ``<run_dir>/summary.json``
         (:func:`~ragen_torchrl.trainer.summary.write_summary`: config, start/end validation, the
-        peak validation (``val_peak``), every scalar logged per iteration, seconds, ``trainer.total_iterations``, stop reason, policy dir).
+        peak validation (``val_peak``), every scalar logged per iteration, seconds, ``trainer.total_iterations``, stop reason, policy dir,
+        provenance, seconds per phase, training totals), ``<run_dir>/scalars.csv`` (every logged scalar per
+        iteration) and the HParams-tab session in TensorBoard (config, provenance, final and peak metrics).
         """
         t = self.cfg.trainer
         total = int(t.total_iterations)
         val_every = int(t.val_every)
         t_start = time.time()
+        self.clock.enter("other")
         val_start = None
         if self.iteration == 0:
             val_start = self.validate(step=0)
@@ -674,10 +703,14 @@ class Trainer:
         val_end = val_start
         while self.iteration < total:
             stats = self.train_iteration()
+            self.clock.enter("other")
             step = self.iteration + 1
             for k, v in stats.items():
                 self.logger.log_scalar(k, v, step=step)
             self.history.append({"iteration": step, **stats})
+            cap = t.get("max_optimizer_steps")
+            if cap and not self.stop_reason and run_totals(self.history)["optimizer_steps"] >= int(cap):
+                self.stop_reason = f"trainer.max_optimizer_steps={int(cap)} reached"
             self._print(iteration_line(step, total, stats), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
@@ -701,6 +734,7 @@ class Trainer:
             if self.history and self.history[-1]["iteration"] == self.iteration:
                 self.history[-1].update(self.last_validation_scalars)
         self.logger.experiment.flush()
+        self.clock.enter("export")
         final_policy = None
         full_state = None
         if self.fsdp:  # the whole model, gathered to CPU (a collective), for rank 0 to export
@@ -727,9 +761,15 @@ class Trainer:
             "stop_reason": self.stop_reason,
             "run_dir": str(self.run_dir),
             "final_policy": final_policy,
+            "provenance": {**self.provenance, "load_start": self.clock.load_start, "load_end": load_average()},
+            "totals": run_totals(self.history),
         }
+        self.clock.enter("other")
+        summary["phases"] = self.clock.phases()
         if self.dist.is_main:
             write_summary(self.run_dir / SUMMARY_FILE, **summary)
+            write_scalars_csv(self.run_dir / SCALARS_FILE, self.logger.scalars)
+            write_hparams(self.logger.experiment, run_hparams(summary), hparam_metrics(summary), step=self.iteration)
         self.dist.barrier()  # the run's files are written before any rank returns
         if val_end is not None:
             self._print(final_validation_line(val_start, val_end, summary["seconds"], summary["val_peak"]), flush=True)

@@ -1,5 +1,9 @@
 """What a training run reports: rollout statistics, the iteration line, TensorBoard logging.
 
+Besides TensorBoard, a run dir gets ``scalars.csv`` (:func:`write_scalars_csv`: every scalar the
+run logged, one row per iteration) and, in TensorBoard's HParams tab, the run's flattened config,
+provenance and final/peak metrics (:func:`write_hparams`), so runs compare side by side there.
+
 Example:
     >>> iteration_line(3, 60, {"rollout/reward_mean": 0.5, "rollout/success": 0.5, "rollout/tokens": 40.0,
     ...                        "train/loss": 0.01, "timing/total": 4.2})
@@ -8,8 +12,13 @@ Example:
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from tensordict import TensorDictBase
 from torchrl.record.loggers import TensorboardLogger
@@ -19,13 +28,22 @@ from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_T
 __all__ = [
     "NullLogger",
     "ResumableTensorboardLogger",
+    "SCALARS_FILE",
     "ValidationPeak",
     "conversation_text",
+    "flatten",
+    "hparam_metrics",
     "iteration_line",
     "make_tensorboard_logger",
+    "read_scalars_csv",
+    "run_hparams",
     "skipped_update_reason",
     "summarize",
+    "write_hparams",
+    "write_scalars_csv",
 ]
+
+SCALARS_FILE = "scalars.csv"
 
 
 def summarize(records: TensorDictBase) -> dict[str, float]:
@@ -90,27 +108,43 @@ def iteration_line(step: int, total: int, stats: dict[str, float]) -> str:
 
 
 class ResumableTensorboardLogger(TensorboardLogger):
-    """torchrl's ``TensorboardLogger`` whose ``SummaryWriter`` is opened with ``purge_step``.
+    """torchrl's ``TensorboardLogger`` whose ``SummaryWriter`` is opened with ``purge_step``, and
+    which keeps every scalar it logs (:attr:`scalars`, what ``scalars.csv`` is written from).
 
     With ``purge_step=s`` TensorBoard hides every event an earlier writer logged at a step
     ``>= s`` (``SummaryWriter(purge_step=...)``), so the iterations a resumed run re-runs are
-    not shown twice. ``purge_step=None`` is the plain logger.
+    not shown twice; :meth:`load_scalars` drops the same steps from the scalars a checkpoint kept.
+    ``purge_step=None`` is the plain logger.
 
     Example:
         >>> import tempfile
         >>> logger = ResumableTensorboardLogger("tb", tempfile.mkdtemp(), purge_step=3)
         >>> logger.purge_step, type(logger.experiment).__name__
         (3, 'SummaryWriter')
+        >>> logger.load_scalars({1: {"a": 1.0}, 3: {"a": 2.0}}); logger.log_scalar("b", 0.5, step=2)
+        >>> logger.scalars
+        {1: {'a': 1.0}, 2: {'b': 0.5}}
     """
 
     def __init__(self, exp_name: str, log_dir: str, purge_step: int | None = None) -> None:
         self.purge_step = purge_step  # read by _create_experiment, which the base __init__ calls
+        #: step -> {tag: value}: every scalar logged through :meth:`log_scalar`
+        self.scalars: dict[int, dict[str, float]] = {}
         super().__init__(exp_name=exp_name, log_dir=log_dir)
 
     def _create_experiment(self):
         from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter(log_dir=str(os.path.join(self.log_dir, self.exp_name)), purge_step=self.purge_step)
+
+    def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
+        super().log_scalar(name, value, step=step)
+        self.scalars.setdefault(int(step or 0), {})[name] = float(value)
+
+    def load_scalars(self, scalars: Mapping[int, Mapping[str, float]] | None) -> None:
+        """Restore the scalars a checkpoint kept, less the steps a resumed run logs again (``>= purge_step``)."""
+        keep = ((int(s), dict(v)) for s, v in (scalars or {}).items())
+        self.scalars = {s: v for s, v in keep if self.purge_step is None or s < self.purge_step}
 
 
 def make_tensorboard_logger(run_dir: str | os.PathLike, purge_step: int | None = None) -> TensorboardLogger:
@@ -220,6 +254,179 @@ class NullLogger:
 
     def __init__(self) -> None:
         self.experiment = self._Writer()
+        self.scalars: dict[int, dict[str, float]] = {}
 
     def log_scalar(self, *args, **kwargs) -> None:
         return None
+
+    def load_scalars(self, scalars) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- scalars.csv
+def write_scalars_csv(path: str | os.PathLike, scalars: Mapping[int, Mapping[str, float]]) -> Path:
+    """Write every logged scalar as CSV: ``iteration,<tag>,...`` (tags sorted), one row per logged step.
+
+    Rows are in step order; a cell is empty where that tag was not logged at that step; values
+    are written with ``repr`` so ``float(cell)`` gives back the exact float (``nan``/``inf``
+    included). The file is replaced atomically. :func:`read_scalars_csv` reads it back.
+
+    Example:
+        >>> import tempfile
+        >>> p = write_scalars_csv(Path(tempfile.mkdtemp()) / "scalars.csv",
+        ...                       {2: {"train/loss": 0.1}, 0: {"val/success": 0.25}})
+        >>> print(p.read_text(), end="")
+        iteration,train/loss,val/success
+        0,,0.25
+        2,0.1,
+    """
+    path = Path(path)
+    tags = sorted({t for row in scalars.values() for t in row})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["iteration", *tags])
+    for step in sorted(scalars):
+        row = scalars[step]
+        w.writerow([int(step), *(repr(float(row[t])) if t in row else "" for t in tags)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(buf.getvalue(), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_scalars_csv(path: str | os.PathLike) -> dict[int, dict[str, float]]:
+    """Read :func:`write_scalars_csv`'s file back: ``{iteration: {tag: value}}`` (empty cells left out).
+
+    Raises:
+        ValueError: the header does not start with ``iteration``, or a cell is not a number
+            (naming the file, the line and the column).
+
+    Example:
+        >>> import tempfile
+        >>> p = write_scalars_csv(Path(tempfile.mkdtemp()) / "s.csv", {1: {"a": 0.1 + 0.2, "b": float("inf")}})
+        >>> read_scalars_csv(p) == {1: {"a": 0.30000000000000004, "b": float("inf")}}
+        True
+    """
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if not header or header[0] != "iteration":
+            raise ValueError(f"{path}: line 1: the header must start with 'iteration' (got {header!r})")
+        out: dict[int, dict[str, float]] = {}
+        for line, row in enumerate(rows, start=2):
+            try:
+                step = int(row[0])
+                out[step] = {t: float(v) for t, v in zip(header[1:], row[1:]) if v != ""}
+            except (ValueError, IndexError) as e:
+                raise ValueError(f"{path}: line {line}: not a row of numbers ({e})") from e
+    return out
+
+
+# --------------------------------------------------------------------------- HParams
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as ``{"dotted.key": value}``; lists and ``None`` become strings (HParams takes scalars).
+
+    Example:
+        >>> flatten({"a": {"b": 1, "c": None}, "d": [1, 2], "e": "x"})
+        {'a.b': 1, 'a.c': 'null', 'd': '[1, 2]', 'e': 'x'}
+    """
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    key = prefix[:-1]
+    if obj is None:
+        return {key: "null"}
+    if isinstance(obj, (bool, int, float, str)):
+        return {key: obj}
+    return {key: str(list(obj)) if isinstance(obj, tuple) else str(obj)}
+
+
+#: scalars whose last logged value is a final metric in the HParams tab (when the run logged them)
+FINAL_TAGS = (
+    "rollout/success",
+    "rollout/reward_mean",
+    "rollout/tokens",
+    "filter/kept_ratio",
+    "collapse/trajectory/mi_zscore",
+    "collapse/trajectory/retrieval_accuracy",
+    "collapse/trajectory/reasoning_token_entropy_mean",
+)
+
+
+def hparam_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
+    """The final and peak metrics of a run summary, as ``hparams/...`` scalars for the HParams tab.
+
+    Validation success at the start, end and peak (and the peak's iteration), the last logged value
+    of each of :data:`FINAL_TAGS`, the run totals (optimizer steps, trained samples and tokens) and
+    the wall and CPU seconds of every phase. Missing values are left out.
+
+    Example:
+        >>> hparam_metrics({"val_start": {"success": 0.25}, "val_end": {"success": 0.5},
+        ...                 "val_peak": {"success": 0.625, "iteration": 10}, "history": [{"rollout/success": 0.4}],
+        ...                 "totals": {"optimizer_steps": 4.0}, "phases": {"total": {"wall": 9.0, "cpu": 8.0}}})
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'hparams/val_success_start': 0.25, 'hparams/val_success_end': 0.5, 'hparams/val_success_peak': 0.625,
+         'hparams/val_peak_iteration': 10.0, 'hparams/final/rollout/success': 0.4, 'hparams/optimizer_steps': 4.0,
+         'hparams/seconds/total_wall': 9.0, 'hparams/seconds/total_cpu': 8.0}
+    """
+    out: dict[str, float] = {}
+    for name, stats in (("start", summary.get("val_start")), ("end", summary.get("val_end"))):
+        if stats and stats.get("success") is not None:
+            out[f"hparams/val_success_{name}"] = float(stats["success"])
+    peak = summary.get("val_peak")
+    if peak and peak.get("success") is not None:
+        out["hparams/val_success_peak"] = float(peak["success"])
+        out["hparams/val_peak_iteration"] = float(peak["iteration"])
+    for tag in FINAL_TAGS:
+        last = [h[tag] for h in summary.get("history") or [] if isinstance(h.get(tag), (int, float))]
+        if last:
+            out[f"hparams/final/{tag}"] = float(last[-1])
+    for k, v in (summary.get("totals") or {}).items():
+        out[f"hparams/{k}"] = float(v)
+    for phase, sec in (summary.get("phases") or {}).items():
+        out[f"hparams/seconds/{phase}_wall"] = float(sec["wall"])
+        out[f"hparams/seconds/{phase}_cpu"] = float(sec["cpu"])
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+def run_hparams(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The HParams-tab columns of a run: its flattened config and provenance (``provenance.*``).
+
+    Example:
+        >>> run_hparams({"config": {"algo": {"lr": 2e-4}}, "provenance": {"git": None, "load_start": [0.5, 1, 1]}})
+        {'algo.lr': 0.0002, 'provenance.git': 'null', 'provenance.load_start': '[0.5, 1, 1]'}
+    """
+    return {**flatten(summary.get("config") or {}), **flatten({"provenance": summary.get("provenance") or {}})}
+
+
+def write_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, float], step: int = 0) -> None:
+    """Write an HParams-tab session (``hparams`` and ``metrics``) into ``writer``'s own event file.
+
+    ``SummaryWriter.add_hparams`` would open a second writer in a timestamped subfolder, a separate
+    run in TensorBoard; here the three plugin summaries and the metric scalars go to ``writer``'s
+    log dir, so the HParams row is the run itself, next to its scalars.
+
+    Example:
+        >>> import tempfile
+        >>> from torch.utils.tensorboard import SummaryWriter
+        >>> w = SummaryWriter(tempfile.mkdtemp())
+        >>> write_hparams(w, {"algo.lr": 2e-4, "filter.name": "none"}, {"hparams/val_success_end": 0.5}, step=3)
+        >>> w.close()
+    """
+    from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
+    plain = {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in hparams.items()}
+    exp, ssi, sei = hparams_summaries(plain, dict(metrics))
+    file_writer = writer._get_file_writer()
+    for summary in (exp, ssi, sei):
+        file_writer.add_summary(summary, global_step=step)
+    for k, v in metrics.items():
+        writer.add_scalar(k, float(v), global_step=step)
+    writer.flush()

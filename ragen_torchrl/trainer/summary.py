@@ -11,7 +11,20 @@ Other tools (``ragen-eval``, reports over a sweep) read it, so its top-level key
      "seconds": float,                     # wall time of this fit() call
      "iterations": int,                    # trainer.total_iterations (an early stop: stop_reason, history)
      "stop_reason": str | null,
-     "run_dir": str, "final_policy": "<run_dir>/policy" | null}
+     "run_dir": str, "final_policy": "<run_dir>/policy" | null,
+     # what produced the run and what it cost (optional: older summaries lack them)
+     "provenance": {"git": {"commit", "dirty", "diff_hash", "root"} | null,
+                    "versions": {"python", "ragen-torchrl", "torch", "torchrl", "tensordict", "transformers"},
+                    "machine": {"torch_threads", "torch_interop_threads", "cpu_count", "affinity_count", ...},
+                    "load_start": [1, 5, 15 min] | null, "load_end": [...] | null},
+     "phases": {"<phase>": {"wall": s, "cpu": s}, ..., "total": {...}},  # warm_start, rollout, diagnostics,
+               # filter, update, validation, checkpoint, export, setup, other (see ``Trainer.clock``)
+     "totals": {"optimizer_steps", "trained_samples", "trained_tokens", "updates"}}
+
+``phases`` cover the whole process from the start of ``Trainer`` (the warm start included) to the
+summary, CPU seconds include exited child processes (sandboxed programs); ``trained_samples`` are
+the trajectories the updates trained on (after any filter), ``trained_tokens`` their assistant
+tokens (:func:`~ragen_torchrl.trainer.provenance.run_totals`).
 
 NaN and infinite values are written as JSON ``null`` (the file is strict JSON), and the file
 is replaced atomically (a reader sees the old summary or the new one, never a partial file).
@@ -37,7 +50,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SUMMARY_FILE", "SUMMARY_KEYS", "json_safe", "read_summary", "write_summary"]
+__all__ = ["OPTIONAL_KEYS", "SUMMARY_FILE", "SUMMARY_KEYS", "json_safe", "read_summary", "write_summary"]
 
 SUMMARY_FILE = "summary.json"
 #: the top-level keys of a summary, in file order
@@ -53,6 +66,8 @@ SUMMARY_KEYS = (
     "run_dir",
     "final_policy",
 )
+#: top-level keys a summary has when it was written with them (after :data:`SUMMARY_KEYS`, in this order)
+OPTIONAL_KEYS = ("provenance", "phases", "totals")
 
 
 def json_safe(obj: Any) -> Any:
@@ -120,6 +135,9 @@ def write_summary(
     run_dir: str | os.PathLike,
     final_policy: str | os.PathLike | None,
     val_peak: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    phases: Mapping[str, Mapping[str, float]] | None = None,
+    totals: Mapping[str, float] | None = None,
 ) -> Path:
     """Write a run summary (schema in the module docstring) to ``path`` atomically; returns the path.
 
@@ -143,6 +161,9 @@ def write_summary(
         "run_dir": str(run_dir),
         "final_policy": None if final_policy is None else str(final_policy),
     }
+    for key, value in (("provenance", provenance), ("phases", phases), ("totals", totals)):
+        if value is not None:
+            summary[key] = dict(value)
     return write_json_atomic(path, summary)
 
 

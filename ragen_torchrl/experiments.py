@@ -1,0 +1,493 @@
+"""``ragen-experiment NAME``: one command per result: the runs of an experiment, then its report.
+
+Every experiment of the repository is registered here (:data:`EXPERIMENTS`) as arms x seeds of
+``ragen-train`` overrides. The command prints the plan and its estimated cost, then runs the arms
+**interleaved by seed** (seed 0: every arm, then seed 1: every arm, ...), one run at a time, each
+in ``<out>/runs/<arm>_seed<k>/``, and finally writes the report (``ragen-report``) into ``<out>``::
+
+    ragen-experiment --list
+    ragen-experiment snr_filter_frozenlake --dry-run            # the plan and the cost, nothing run
+    ragen-experiment snr_filter_frozenlake --out docs/results/snr_filter_frozenlake
+    ragen-experiment t3_cpu --seeds 0 1 -o algo.lr=1e-4          # any ragen-train override, every run
+
+A run whose dir already holds ``summary.json`` is not run again, and one with a checkpoint
+continues from it (``trainer.resume``), so an interrupted experiment picks up where it stopped.
+
+**Cost.** Before starting, the command prints the estimated CPU-hours: per run, its iterations
+times the wall seconds per iteration of that arm, plus its validations (levels played times seconds
+per level), plus each distinct warm start once (cached after the first run that needs it); CPU
+hours are wall hours times the torch threads of a run (``model.threads``, 1 in every experiment).
+The seconds are those of the committed results (:data:`COST_NOTE`), measured at one torch thread
+on a 2-core development machine that other jobs often shared: upper bounds for an idle machine,
+rough for another one. Each finished run's ``summary.json`` then records its measured seconds
+per phase (``phases``), so the table can be refreshed from real runs.
+
+Example:
+    >>> exp = EXPERIMENTS["snr_filter_frozenlake"]
+    >>> [arm.name for arm in exp.arms], exp.seeds
+    (['none', 'top_p', 'top_p_equal_steps'], (0, 1, 2, 3, 4))
+    >>> [name for name, _ in plan(exp, seeds=[0, 1])][:4]
+    ['none_seed0', 'top_p_seed0', 'top_p_equal_steps_seed0', 'none_seed1']
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "EXPERIMENTS",
+    "Arm",
+    "Experiment",
+    "estimate_seconds",
+    "main",
+    "merge_overrides",
+    "plan",
+    "run_experiment",
+]
+
+COST_NOTE = (
+    "seconds per iteration and per validation level from the committed results (docs/results: default run "
+    "9.2 s/iteration, FrozenLake SNR 9.7 s none / 7.7 s top-p, Sokoban 32.5 / 30.0 s, T3 GuessNumbers "
+    "14.8 / 12.6 s, CircuitDecoding 23.2 / 21.9 s; FrozenLake validation ~0.05 s per level), one torch "
+    "thread on a shared 2-core machine: upper bounds on an idle machine of that speed"
+)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: its ``ragen-train`` overrides (on top of the experiment's) and what one run of it costs.
+
+    Args:
+        name: the arm's name (run dirs are ``<name>_seed<k>``).
+        overrides: ``ragen-train`` overrides of this arm.
+        iterations: the iterations a run is expected to take (for an arm that stops at an
+            optimizer-step cap, the expected count, not the cap).
+        seconds_per_iteration: wall seconds per iteration (see :data:`COST_NOTE`).
+        validation_levels: levels played by all of a run's validations together.
+        seconds_per_level: wall seconds per validation level.
+        warm_start: the name of its warm start (runs with the same name share one, built once).
+    """
+
+    name: str
+    overrides: tuple[str, ...]
+    iterations: int
+    seconds_per_iteration: float
+    validation_levels: int
+    seconds_per_level: float = 0.05
+    warm_start: str = "frozenlake"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: the claim it tests, its arms, its default seeds, how its report groups runs."""
+
+    name: str
+    claim: str
+    overrides: tuple[str, ...]
+    arms: tuple[Arm, ...]
+    seeds: tuple[int, ...]
+    #: ``ragen-report --by`` keys (empty: the keys whose values differ)
+    report_by: tuple[str, ...] = ()
+    #: wall seconds of each named warm start
+    warm_starts: dict[str, float] = field(default_factory=lambda: {"frozenlake": 485.0})
+    threads: int = 1
+
+
+def _vals(start: int, end: int, every: int, periodic: int, total: int) -> int:
+    """Validation levels of a run: ``start`` and ``end`` levels plus one periodic validation every ``every``."""
+    return start + end + periodic * max(0, (total - 1) // every) if every else start + end
+
+
+# one seed's unfiltered FrozenLake/Sokoban arm takes 4 optimizer steps per iteration (16 groups x 4
+# samples in mini-batches of 16): the equal-steps arm stops at the same count, iterations x 4
+_FL_STEPS = 60 * 4
+_SOKO_STEPS = 12 * 4
+_FL_VALS = _vals(256, 256, 10, 128, 60)
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+
+def _register(exp: Experiment) -> Experiment:
+    EXPERIMENTS[exp.name] = exp
+    return exp
+
+
+_register(
+    Experiment(
+        name="default_run",
+        claim="`ragen-train` with its defaults (FrozenLake, GRPO, tiny model, 60 iterations of 16 x 4) learns: "
+        "validation success at the end and at the peak above the warm start's.",
+        overrides=("model.threads=1",),
+        arms=(Arm("default", (), 60, 9.2, _vals(512, 512, 10, 128, 60)),),
+        seeds=(0, 1, 2),
+    )
+)
+
+_register(
+    Experiment(
+        name="snr_filter_frozenlake",
+        claim="RAGEN-2 §3.3: SNR-aware filtering (top-p 0.9 on reward variance) raises validation success over "
+        "no filter and cuts update time (paper: -26% to -41%), FrozenLake with a 2% slip. The equal-steps "
+        "arm takes as many optimizer steps as the unfiltered arm (trainer.max_optimizer_steps = 60 x 4) by "
+        "running more iterations, so it trains on about as many trajectories as the unfiltered arm: "
+        "it separates 'less data' from 'better data'.",
+        overrides=("+experiment=snr_filter", "model.threads=1"),
+        arms=(
+            Arm("none", ("filter=none",), 60, 9.7, _FL_VALS),
+            Arm("top_p", ("filter=snr_top_p",), 60, 7.7, _FL_VALS),
+            # the filter kept about a third of the groups (~21 rows: 2 mini-batches per iteration)
+            Arm(
+                "top_p_equal_steps",
+                (
+                    "filter=snr_top_p",
+                    f"trainer.total_iterations={_FL_STEPS}",
+                    f"trainer.max_optimizer_steps={_FL_STEPS}",
+                ),
+                _FL_STEPS // 2,
+                7.7,
+                _vals(256, 256, 10, 128, _FL_STEPS // 2),
+            ),
+        ),
+        seeds=(0, 1, 2, 3, 4),
+        report_by=("filter.name", "trainer.max_optimizer_steps"),
+    )
+)
+
+_register(
+    Experiment(
+        name="snr_filter_sokoban",
+        claim="RAGEN-2 §3.3 on a second task: Sokoban 6x6 with one box, 12 iterations, no filter vs top-p 0.9 "
+        "vs top-p 0.9 at the unfiltered arm's optimizer-step count (12 x 4).",
+        overrides=("+experiment=snr_filter_sokoban",),
+        arms=(
+            Arm("none", ("filter=none",), 12, 32.5, 2 * 128 + 32, 0.5, "sokoban"),
+            Arm("top_p", ("filter=snr_top_p",), 12, 30.0, 2 * 128 + 32, 0.5, "sokoban"),
+            # the filter kept about a sixth of the groups (~11 rows: 1 mini-batch per iteration)
+            Arm(
+                "top_p_equal_steps",
+                (
+                    "filter=snr_top_p",
+                    f"trainer.total_iterations={_SOKO_STEPS}",
+                    f"trainer.max_optimizer_steps={_SOKO_STEPS}",
+                ),
+                _SOKO_STEPS,
+                30.0,
+                2 * 128 + 4 * 32,
+                0.5,
+                "sokoban",
+            ),
+        ),
+        seeds=(0, 1, 2),
+        report_by=("filter.name", "trainer.max_optimizer_steps"),
+        warm_starts={"sokoban": 1260.0},
+    )
+)
+
+_register(
+    Experiment(
+        name="template_collapse",
+        claim="RAGEN-2 §2: reasoning can stay fluent (entropy unchanged) while it stops depending on the input; "
+        "MI proxies see it, entropy does not. grounded vs shuffled warm-start reasoning (same texts, permuted), "
+        "and an attempt to provoke collapse with RL (50% slip, 50x entropy bonus).",
+        overrides=("+experiment=template_collapse", "model.threads=1"),
+        arms=(
+            Arm("grounded", ("sft.reasoning=grounded",), 30, 10.0, _vals(256, 256, 10, 128, 30)),
+            Arm("shuffled", ("sft.reasoning=shuffled",), 30, 10.0, _vals(256, 256, 10, 128, 30), warm_start="shuf"),
+            Arm(
+                "provoke",
+                ("env.success_rate=0.5", "algo.entropy_coeff=0.05"),
+                30,
+                14.0,
+                _vals(256, 256, 10, 128, 30),
+                warm_start="slip50",
+            ),
+        ),
+        seeds=(0, 1, 2),
+        warm_starts={"frozenlake": 485.0, "shuf": 485.0, "slip50": 485.0},
+    )
+)
+
+_register(
+    Experiment(
+        name="mi_vs_entropy",
+        claim="RAGEN-2 §2.3: across runs that vary entropy regularisation, KL and top-p filtering, the early "
+        "trajectory MI z-score predicts final success (paper: Spearman +0.39) better than entropy (-0.11 to "
+        "-0.14). One task (FrozenLake, 2% slip), so the pool does not mix tasks; 30 iterations, MI every 2.",
+        overrides=(
+            "+experiment=snr_filter",
+            "trainer.total_iterations=30",
+            "diagnostics.mi.every=2",
+            "diagnostics.grad_snr.every=0",
+            "model.threads=1",
+        ),
+        arms=tuple(
+            Arm(f"{reg}_{filt}", (f"filter={f}", *o), 30, s, _vals(256, 256, 10, 128, 30))
+            for reg, o in (
+                ("base", ()),
+                ("entropy", ("algo.entropy_coeff=0.01",)),
+                ("kl", ("algo.kl_coeff=0.01",)),
+            )
+            for filt, f, s in (("none", "none", 9.7), ("top_p", "snr_top_p", 7.7))
+        ),
+        seeds=(0, 1, 2),
+        report_by=("filter.name", "algo.entropy_coeff", "algo.kl_coeff"),
+    )
+)
+
+_register(
+    Experiment(
+        name="slip_sweep",
+        claim="RAGEN-2 §4: the filter's gain over no filter shrinks as the environment gets random and closes "
+        "at 80-100% stochasticity. FrozenLake at slip 0, 20, 50, 80% (env.success_rate = 1 - slip).",
+        overrides=("+experiment=slip_sweep", "model.threads=1"),
+        arms=tuple(
+            Arm(
+                f"{filt}_sr{rate}",
+                (f"filter={f}", f"env.success_rate={rate}"),
+                30,
+                s,
+                _vals(256, 256, 10, 128, 30),
+                warm_start=f"sr{rate}",
+            )
+            for rate in ("1.0", "0.8", "0.5", "0.2")
+            for filt, f, s in (("none", "none", 10.0), ("top_p", "snr_top_p", 7.5))
+        ),
+        seeds=(0, 1, 2),
+        report_by=("filter.name", "env.success_rate"),
+        warm_starts={f"sr{r}": 485.0 for r in ("1.0", "0.8", "0.5", "0.2")},
+    )
+)
+
+_register(
+    Experiment(
+        name="t3_cpu",
+        claim="T3 (arXiv 2510.12264): truncating belief-trapped training trajectories gives higher success with "
+        "fewer rollout tokens. GuessNumbers and CircuitDecoding (small presets), without and with T3.",
+        overrides=("+experiment=t3_cpu",),
+        arms=tuple(
+            Arm(f"{short}_{arm}", (f"env={env}", f"t3.enabled={flag}"), 20, s, 2 * 128, 0.3, env)
+            for env, short, costs in (
+                ("guess_numbers_small", "gn", (14.8, 12.6)),
+                ("circuit_decoding_small", "cd", (23.2, 21.9)),
+            )
+            for (arm, flag), s in zip((("no_t3", "false"), ("t3", "true")), costs)
+        ),
+        seeds=(0, 1, 2, 3, 4),
+        report_by=("env.name", "t3.enabled"),
+        warm_starts={"guess_numbers_small": 600.0, "circuit_decoding_small": 600.0},
+    )
+)
+
+_register(
+    Experiment(
+        name="mechanism_rl",
+        claim=(
+            "RAGEN-2 §3's SNR account under RL: where reward variance is low the task gradient is weak and the "
+            "input-agnostic regularisers (KL, entropy) dominate, so without a filter MI should decline while "
+            "entropy stays flat; top-p 0.9 should hold MI and success. Task: FrozenLake with a 2% slip, where "
+            "the warm-started tiny policy solves most maps, so about two thirds of the groups have zero reward "
+            "variance (kept ratio ~0.33 in the committed runs) and the heterogeneity Std(RV)/Mean(RV) ~1.5 leaves "
+            "the filter high-variance groups to keep; the committed 60-iteration runs there already showed the MI "
+            "z-score falling (about 2.8 -> 1.6 without the filter). 200 iterations; KL (0.01) and entropy (0.01) "
+            "terms on, 10x the entropy default so they are not negligible next to the task term (the 50x bonus of "
+            "template_collapse broke the policy); the early stops off in both arms, so neither stops in the "
+            "middle of the decline it should show; MI every 5 iterations, the gradient-SNR probe every 20, "
+            "validation every 10 on 128 levels; checkpoints every 50 (a long run resumes)."
+        ),
+        overrides=(
+            "+experiment=snr_filter",
+            "trainer.total_iterations=200",
+            "algo.kl_coeff=0.01",
+            "algo.entropy_coeff=0.01",
+            "filter.collapse_stop.enabled=false",
+            "filter.val_stop.enabled=false",
+            "filter.max_consecutive_empty=0",
+            "diagnostics.mi.every=5",
+            "diagnostics.grad_snr.every=20",
+            "trainer.save_every=50",
+            "model.threads=1",
+        ),
+        arms=(
+            # the KL term adds a reference forward over the batch: ~15% on top of the snr_filter iterations
+            Arm("none", ("filter=none",), 200, 11.0, _vals(256, 256, 10, 128, 200)),
+            Arm("top_p", ("filter=snr_top_p",), 200, 8.8, _vals(256, 256, 10, 128, 200)),
+        ),
+        seeds=(0, 1, 2, 3, 4),
+        report_by=("filter.name",),
+    )
+)
+
+
+# --------------------------------------------------------------------------------------- planning
+def _key(override: str) -> str:
+    """The config key an override sets (``+a.b=1`` -> ``a.b``; ``~a`` -> ``a``; ``filter=none`` -> ``filter``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(*groups: Sequence[str]) -> list[str]:
+    """Overrides of several sources in order; a later one for the same key replaces an earlier one.
+
+    Hydra refuses two values for one key on a command line, so an arm's or the user's override
+    takes the place of the experiment's instead of being appended.
+
+    Example:
+        >>> merge_overrides(["+experiment=x", "filter=none", "trainer.total_iterations=60"],
+        ...                 ["filter=snr_top_p"], ["trainer.total_iterations=2"])
+        ['+experiment=x', 'filter=snr_top_p', 'trainer.total_iterations=2']
+    """
+    out: dict[str, str] = {}
+    for group in groups:
+        for o in group:
+            out.pop(_key(o), None)  # a replaced override moves to where its replacement was given
+            out[_key(o)] = o
+    return list(out.values())
+
+
+def plan(exp: Experiment, seeds: Sequence[int] | None = None, extra: Sequence[str] = ()) -> list[tuple[str, list[str]]]:
+    """The runs in the order they run: ``[(run name, overrides), ...]``, arms interleaved by seed.
+
+    Example:
+        >>> p = plan(EXPERIMENTS["t3_cpu"], seeds=[3])
+        >>> p[1]
+        ('gn_t3_seed3', ['+experiment=t3_cpu', 'env=guess_numbers_small', 't3.enabled=true', 'seed=3'])
+    """
+    seeds = exp.seeds if seeds is None else tuple(seeds)
+    return [
+        (f"{arm.name}_seed{seed}", merge_overrides(exp.overrides, arm.overrides, [f"seed={seed}"], extra))
+        for seed in seeds
+        for arm in exp.arms
+    ]
+
+
+def estimate_seconds(exp: Experiment, seeds: Sequence[int] | None = None) -> dict[str, float]:
+    """Estimated wall seconds of the experiment: ``{"runs", "warm_starts", "total", "cpu_hours"}``.
+
+    Each run: iterations x seconds per iteration + validation levels x seconds per level; each
+    distinct warm start once; CPU-hours = total / 3600 x threads per run (see the module docstring).
+
+    Example:
+        >>> e = Experiment("x", "", (), (Arm("a", (), 10, 2.0, 100, 0.1),), (0, 1), warm_starts={"frozenlake": 50.0})
+        >>> estimate_seconds(e)
+        {'runs': 60.0, 'warm_starts': 50.0, 'total': 110.0, 'cpu_hours': 0.030555555555555555}
+    """
+    n_seeds = len(exp.seeds if seeds is None else seeds)
+    runs = n_seeds * sum(
+        a.iterations * a.seconds_per_iteration + a.validation_levels * a.seconds_per_level for a in exp.arms
+    )
+    warm = sum(exp.warm_starts.get(w, 0.0) for w in {a.warm_start for a in exp.arms})
+    total = runs + warm
+    return {"runs": runs, "warm_starts": warm, "total": total, "cpu_hours": total / 3600 * exp.threads}
+
+
+def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Sequence[str] = ()) -> str:
+    """The plan as text: the claim, every run's command, and the estimated cost (what ``--dry-run`` prints)."""
+    runs = plan(exp, seeds, extra)
+    cost = estimate_seconds(exp, seeds)
+    lines = [f"experiment {exp.name}: {exp.claim}", f"{len(runs)} runs, one at a time, into {out}/runs/:"]
+    lines += [f"  {name}: ragen-train {shlex.join(o)}" for name, o in runs]
+    lines += [
+        f"report: ragen-report {out}/runs/* --out {out}" + "".join(f" --by {k}" for k in exp.report_by),
+        f"estimated cost: {cost['cpu_hours']:.1f} CPU-hours ({cost['total'] / 3600:.1f} h wall at "
+        f"{exp.threads} torch thread(s) per run: runs {cost['runs'] / 3600:.1f} h, warm starts "
+        f"{cost['warm_starts'] / 3600:.1f} h)",
+        f"  estimated from {COST_NOTE}; overrides given with -o are not costed",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------- running
+def run_experiment(
+    exp: Experiment,
+    out: str | Path,
+    seeds: Sequence[int] | None = None,
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+) -> int:
+    """Run every planned run (skipping finished ones), then write the report; returns an exit status.
+
+    Each run is ``python -m ragen_torchrl.train OVERRIDES hydra.run.dir=<out>/runs/<run>`` in a
+    subprocess (its own process: nothing carries over between runs); a failed run stops the
+    experiment with its exit status.
+    """
+    out = Path(out)
+    run_dirs = []
+    for name, overrides in plan(exp, seeds, extra):
+        run_dir = out / "runs" / name
+        run_dirs.append(run_dir)
+        if (run_dir / "summary.json").exists():
+            print(f"[{name}] finished earlier: {run_dir}/summary.json", flush=True)
+            continue
+        resume = [f"trainer.resume={run_dir}"] if (run_dir / "checkpoints" / "last.pt").exists() else []
+        cmd = [python, "-m", "ragen_torchrl.train", *overrides, *resume, f"hydra.run.dir={run_dir}"]
+        print(f"[{name}] {shlex.join(cmd[1:])}", flush=True)
+        status = subprocess.run(cmd, check=False).returncode
+        if status != 0:
+            print(f"ragen-experiment: error: run {name} failed with exit status {status}", file=sys.stderr)
+            return status
+    from .reporting.cli import main as report_main
+
+    by = [a for k in exp.report_by for a in ("--by", k)]
+    return report_main([*map(str, run_dirs), "--out", str(out), *by])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ragen-experiment",
+        description="Run a registered experiment (arms x seeds of ragen-train, interleaved by seed), then its report.",
+    )
+    p.add_argument("name", nargs="?", help="experiment name (--list shows them)")
+    p.add_argument("--list", action="store_true", help="list the registered experiments and their cost")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the estimated cost, run nothing")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="seeds (default: the experiment's)")
+    p.add_argument("--out", help="output dir (default: outputs/experiments/NAME)")
+    p.add_argument(
+        "-o", "--override", action="append", default=[], metavar="KEY=VALUE", help="ragen-train override for every run"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``ragen-experiment`` console script; returns the exit status (2: bad arguments).
+
+    Example:
+        >>> main(["no_such_experiment"])
+        2
+    """
+    args = _parser().parse_args(argv)
+    if args.list:
+        for exp in EXPERIMENTS.values():
+            cost = estimate_seconds(exp)
+            print(f"{exp.name:24s} {len(exp.arms)} arms x {len(exp.seeds)} seeds, ~{cost['cpu_hours']:.1f} CPU-hours")
+        return 0
+    if args.name not in EXPERIMENTS:
+        known = ", ".join(EXPERIMENTS)
+        print(f"ragen-experiment: error: unknown experiment {args.name!r} (known: {known})", file=sys.stderr)
+        return 2
+    if args.seeds is not None and (not args.seeds or len(set(args.seeds)) != len(args.seeds)):
+        print(f"ragen-experiment: error: --seeds must be distinct integers, got {args.seeds}", file=sys.stderr)
+        return 2
+    bad = [o for o in args.override if "=" not in o and not o.startswith("~")]
+    if bad:
+        print(f"ragen-experiment: error: -o takes KEY=VALUE overrides, got {bad}", file=sys.stderr)
+        return 2
+    exp = EXPERIMENTS[args.name]
+    out = Path(args.out or Path("outputs") / "experiments" / exp.name)
+    print(describe(exp, args.seeds, out, args.override), flush=True)
+    if args.dry_run:
+        return 0
+    return run_experiment(exp, out, args.seeds, args.override)
+
+
+def console_main() -> None:
+    """Entry point of the ``ragen-experiment`` script (exits with :func:`main`'s status)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

@@ -1,0 +1,158 @@
+"""``ragen-experiment``: the registry of experiments, their plans and costs, and a tiny real run.
+
+Every registered run composes and validates as ``ragen-train`` would run it (nothing is trained);
+one tiny experiment (1 seed x 2 arms x 1 iteration, subprocess runs) goes end to end through the
+report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from helpers import TINY_RUN
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ragen_torchrl.experiments import EXPERIMENTS, Arm, Experiment, estimate_seconds, main, plan, run_experiment
+from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config import validate_config
+
+#: the result sets of the repository (docs/results and the README's Results), each with its command
+REPO_EXPERIMENTS = {
+    "default_run",
+    "snr_filter_frozenlake",
+    "snr_filter_sokoban",
+    "template_collapse",
+    "mi_vs_entropy",
+    "slip_sweep",
+    "t3_cpu",
+    "mechanism_rl",
+}
+
+
+def compose_run(overrides: list[str]):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def test_every_result_set_is_registered():
+    assert set(EXPERIMENTS) == REPO_EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", sorted(REPO_EXPERIMENTS))
+def test_dry_run_prints_the_plan_and_cost_and_runs_nothing(name, tmp_path, capsys):
+    exp = EXPERIMENTS[name]
+    out = tmp_path / "out"
+    assert main([name, "--dry-run", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    runs = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith("  ") and "ragen-train" in line]
+    # arms interleaved by seed: every arm of seed s before any run of the next seed
+    assert runs == [f"{a.name}_seed{s}" for s in exp.seeds for a in exp.arms]
+    cost = estimate_seconds(exp)
+    assert f"estimated cost: {cost['cpu_hours']:.1f} CPU-hours" in text
+    assert "estimated from" in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", sorted(REPO_EXPERIMENTS))
+def test_every_planned_run_composes_and_validates(name):
+    exp = EXPERIMENTS[name]
+    runs = plan(exp, seeds=[7])
+    for i, (run, overrides) in enumerate(runs):
+        cfg = compose_run(overrides)  # an unknown key fails here
+        if i in (0, len(runs) - 1):  # validation takes seconds: the first and the last arm
+            validate_config(cfg)  # a bad value would be a ConfigError here, not hours into the sweep
+        assert cfg.seed == 7, run
+        assert int(cfg.model.get("threads") or 0) == exp.threads, run
+
+
+def test_arms_differ_only_in_their_own_overrides():
+    exp = EXPERIMENTS["snr_filter_frozenlake"]
+    cfgs = {run: OmegaConf.to_container(compose_run(o), resolve=True) for run, o in plan(exp, seeds=[0])}
+    none, top_p, equal = cfgs["none_seed0"], cfgs["top_p_seed0"], cfgs["top_p_equal_steps_seed0"]
+    assert none["filter"]["name"] == "none" and top_p["filter"]["name"] == "snr_top_p"
+    assert {k for k in none if none[k] != top_p[k]} == {"filter"}
+    # the equal-steps arm: the unfiltered arm's optimizer steps (60 iterations x 64 rows / 16 per step)
+    steps = none["trainer"]["total_iterations"] * none["trainer"]["prompts_per_iter"] * none["trainer"]["group_size"]
+    assert equal["trainer"]["max_optimizer_steps"] == steps // none["algo"]["mini_batch_size"] == 240
+    assert none["trainer"]["max_optimizer_steps"] is None
+
+
+def test_mechanism_experiment_meets_its_design():
+    exp = EXPERIMENTS["mechanism_rl"]
+    assert len(exp.seeds) >= 5 and [a.name for a in exp.arms] == ["none", "top_p"]
+    for run, overrides in plan(exp, seeds=[0]):
+        cfg = compose_run(overrides)
+        assert cfg.trainer.total_iterations >= 200
+        assert cfg.algo.kl_coeff > 0 and cfg.algo.entropy_coeff > 0
+        assert cfg.diagnostics.mi.enabled and cfg.trainer.val_every > 0
+        assert not cfg.filter.collapse_stop.enabled and not cfg.filter.val_stop.enabled
+    assert compose_run(plan(exp, seeds=[0])[1][1]).filter.value == 0.9
+
+
+def test_cost_of_the_frozenlake_snr_experiment_by_hand():
+    # per seed: none 60 x 9.7 s + (256 + 256 + 5 x 128) levels x 0.05 s; top-p 60 x 7.7 s + the same;
+    # equal steps: ~120 iterations x 7.7 s + (512 + 11 x 128) levels x 0.05 s; one warm start 485 s
+    per_seed = (582.0 + 57.6) + (462.0 + 57.6) + (924.0 + 96.0)
+    cost = estimate_seconds(EXPERIMENTS["snr_filter_frozenlake"])
+    assert cost["runs"] == pytest.approx(5 * per_seed)
+    assert cost["total"] == pytest.approx(5 * per_seed + 485.0)
+    assert cost["cpu_hours"] == pytest.approx((5 * per_seed + 485.0) / 3600)
+    assert estimate_seconds(EXPERIMENTS["snr_filter_frozenlake"], seeds=[0])["runs"] == pytest.approx(per_seed)
+
+
+def test_bad_arguments_are_clear_errors(capsys):
+    assert main(["nope"]) == 2
+    assert "unknown experiment 'nope' (known: default_run" in capsys.readouterr().err
+    assert main(["t3_cpu", "--dry-run", "--seeds", "1", "1"]) == 2
+    assert "--seeds must be distinct integers, got [1, 1]" in capsys.readouterr().err
+    assert main(["t3_cpu", "--dry-run", "-o", "trainer.total_iterations"]) == 2
+    assert "-o takes KEY=VALUE overrides" in capsys.readouterr().err
+
+
+def test_user_overrides_replace_the_experiments(capsys):
+    runs = plan(EXPERIMENTS["t3_cpu"], seeds=[0], extra=["trainer.total_iterations=3", "t3.enabled=true"])
+    assert all(o.count("trainer.total_iterations=3") == 1 and "t3.enabled=true" in o for _, o in runs)
+    assert all(sum(x.startswith("t3.enabled=") for x in o) == 1 for _, o in runs)
+
+
+@pytest.mark.slow
+def test_tiny_experiment_runs_both_arms_then_reports(ragen_cache_dir, tmp_path):
+    exp = replace(EXPERIMENTS["snr_filter_frozenlake"], arms=EXPERIMENTS["snr_filter_frozenlake"].arms[:2])
+    tiny = [
+        "trainer=smoke",
+        "trainer.total_iterations=1",
+        "trainer.prompts_per_iter=2",  # the experiment pins 16 x 4
+        "trainer.group_size=2",
+        "trainer.val_every=0",
+        "trainer.val_levels=4",
+        "trainer.log_text_samples=0",
+        "rollout.max_new_tokens=8",
+        "diagnostics.mi.enabled=false",
+        "diagnostics.grad_snr.every=0",
+        *TINY_RUN,
+        f"model.cache_dir={ragen_cache_dir}",
+    ]
+    out = tmp_path / "exp"
+    assert run_experiment(exp, out, seeds=[0], extra=tiny) in (0, 1)  # 1: no matplotlib, report.md written
+    for arm, filt in (("none", "none"), ("top_p", "snr_top_p")):
+        run = out / "runs" / f"{arm}_seed0"
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["config"]["filter"]["name"] == filt and summary["config"]["seed"] == 0
+        assert summary["provenance"]["versions"]["torch"] and "totals" in summary
+        assert (run / "scalars.csv").read_text().startswith("iteration,")
+    assert (out / "report.md").is_file()
+    # a second call finds both runs finished and only writes the report again
+    mtime = (out / "runs" / "none_seed0" / "summary.json").stat().st_mtime
+    assert run_experiment(exp, out, seeds=[0], extra=tiny) in (0, 1)
+    assert (out / "runs" / "none_seed0" / "summary.json").stat().st_mtime == mtime
+
+
+def test_a_failed_run_stops_the_experiment(tmp_path, capsys):
+    exp = Experiment("x", "claim", (), (Arm("a", ("trainer.total_iterations=-1",), 1, 1.0, 0),), (0,))
+    status = run_experiment(exp, tmp_path / "exp", extra=["trainer=smoke"])
+    assert status == 2  # ragen-train's config error
+    assert "run a_seed0 failed with exit status 2" in capsys.readouterr().err
+    assert not (tmp_path / "exp" / "report.md").exists()
