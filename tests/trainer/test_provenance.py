@@ -106,21 +106,33 @@ def test_hparams_session_lands_in_the_run_event_dir(run):
     assert logged["hparams/optimizer_steps"][0][1] == 2.0
 
 
-def test_resumed_run_keeps_the_earlier_scalars_and_seconds(ragen_cache_dir, tmp_path):
+def test_resumed_run_keeps_the_earlier_scalars_and_seconds(ragen_cache_dir, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=1", "trainer.val_every=0"), run_dir=run_dir).fit()
-    first = read_summary(run_dir)
+    cfg = make_cfg(ragen_cache_dir, "trainer.total_iterations=2", "trainer.save_every=1")
+    first = Trainer(cfg, run_dir=run_dir)
+    real_save = first.save_checkpoint
+    saves = []
+    # killed after logging iteration 2, before its checkpoint: only the iteration-1 checkpoint exists
+    monkeypatch.setattr(first, "save_checkpoint", lambda: saves.append(1) or (real_save() if len(saves) == 1 else None))
+    first.fit()
+    before = read_summary(run_dir)
+    kept = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["clock"]["seconds"]
     resumed = Trainer(
-        make_cfg(ragen_cache_dir, "trainer.total_iterations=2", "trainer.val_every=0", f"trainer.resume={run_dir}"),
+        make_cfg(ragen_cache_dir, "trainer.total_iterations=2", f"trainer.resume={run_dir}"),
         run_dir=tmp_path / "ignored",
     )
     resumed.fit()
     table = read_scalars_csv(run_dir / "scalars.csv")
-    assert sorted(table) == [0, 1, 2]  # step 0 (start validation) came from the first process
-    second = read_summary(run_dir)
-    assert second["totals"]["optimizer_steps"] == 2.0
-    # the first part's rollout seconds are carried over into the resumed run's
-    assert second["phases"]["rollout"]["wall"] > first["phases"]["rollout"]["wall"]
+    assert sorted(table) == [0, 1, 2]  # step 0 (the start validation) came from the first process
+    # iteration 2 as the resumed run logged it, not as the interrupted one did
+    assert table[2]["train/loss"] == resumed.history[-1]["train/loss"]
+    assert table[1]["train/loss"] == before["history"][0]["train/loss"]
+    after = read_summary(run_dir)
+    assert after["totals"]["optimizer_steps"] == 2.0
+    # the checkpointed part's seconds are carried over, and the resumed part's added to them
+    assert after["phases"]["rollout"]["wall"] > kept["rollout"][0] > 0
+    assert after["phases"]["validation"]["wall"] > kept["validation"][0] > 0  # the start validation was in part 1
+    assert set(after["phases"]) >= {"rollout", "update", "validation", "warm_start"}
 
 
 # --------------------------------------------------------------------------- pure parts
