@@ -36,7 +36,7 @@ import argparse
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +45,7 @@ __all__ = [
     "Arm",
     "Experiment",
     "estimate_seconds",
+    "finished_runs",
     "main",
     "merge_overrides",
     "plan",
@@ -365,37 +366,60 @@ def plan(exp: Experiment, seeds: Sequence[int] | None = None, extra: Sequence[st
     ]
 
 
-def estimate_seconds(exp: Experiment, seeds: Sequence[int] | None = None) -> dict[str, float]:
+def _run_seconds(arm: Arm) -> float:
+    return arm.iterations * arm.seconds_per_iteration + arm.validation_levels * arm.seconds_per_level
+
+
+def estimate_seconds(
+    exp: Experiment, seeds: Sequence[int] | None = None, done: Collection[str] = ()
+) -> dict[str, float]:
     """Estimated wall seconds of the experiment: ``{"runs", "warm_starts", "total", "cpu_hours"}``.
 
     Each run: iterations x seconds per iteration + validation levels x seconds per level; each
     distinct warm start once; CPU-hours = total / 3600 x threads per run (see the module docstring).
+    Runs named in ``done`` (finished earlier) cost nothing, nor do the warm starts they built.
 
     Example:
         >>> e = Experiment("x", "", (), (Arm("a", (), 10, 2.0, 100, 0.1),), (0, 1), warm_starts={"frozenlake": 50.0})
         >>> estimate_seconds(e)
         {'runs': 60.0, 'warm_starts': 50.0, 'total': 110.0, 'cpu_hours': 0.030555555555555555}
+        >>> estimate_seconds(e, done={"a_seed0"})["total"]
+        30.0
     """
-    n_seeds = len(exp.seeds if seeds is None else seeds)
-    runs = n_seeds * sum(
-        a.iterations * a.seconds_per_iteration + a.validation_levels * a.seconds_per_level for a in exp.arms
-    )
-    warm = sum(exp.warm_starts.get(w, 0.0) for w in {a.warm_start for a in exp.arms})
-    total = runs + warm
-    return {"runs": runs, "warm_starts": warm, "total": total, "cpu_hours": total / 3600 * exp.threads}
+    runs = [(f"{arm.name}_seed{seed}", arm) for seed in (exp.seeds if seeds is None else seeds) for arm in exp.arms]
+    todo = [arm for name, arm in runs if name not in done]
+    built = {arm.warm_start for name, arm in runs if name in done}
+    run_s = float(sum(_run_seconds(arm) for arm in todo))
+    warm = float(sum(exp.warm_starts.get(w, 0.0) for w in {arm.warm_start for arm in todo} - built))
+    total = run_s + warm
+    return {"runs": run_s, "warm_starts": warm, "total": total, "cpu_hours": total / 3600 * exp.threads}
+
+
+def finished_runs(out: str | Path) -> set[str]:
+    """Names of the runs under ``<out>/runs/`` that finished (their dir holds ``summary.json``)."""
+    root = Path(out) / "runs"
+    return {p.parent.name for p in root.glob("*/summary.json")} if root.is_dir() else set()
 
 
 def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Sequence[str] = ()) -> str:
-    """The plan as text: the claim, every run's command, and the estimated cost (what ``--dry-run`` prints)."""
+    """The plan as text: the claim, every run's command, and the estimated cost (what ``--dry-run`` prints).
+
+    Runs that finished earlier in ``out`` are marked and not costed.
+    """
     runs = plan(exp, seeds, extra)
-    cost = estimate_seconds(exp, seeds)
+    done = finished_runs(out) & {name for name, _ in runs}
+    cost = estimate_seconds(exp, seeds, done)
     lines = [f"experiment {exp.name}: {exp.claim}", f"{len(runs)} runs, one at a time, into {out}/runs/:"]
-    lines += [f"  {name}: ragen-train {shlex.join(o)}" for name, o in runs]
+    lines += [
+        f"  {name}: ragen-train {shlex.join(o)}" + ("  [finished earlier: skipped]" if name in done else "")
+        for name, o in runs
+    ]
     lines += [
         f"report: ragen-report {out}/runs/* --out {out}" + "".join(f" --by {k}" for k in exp.report_by),
         f"estimated cost: {cost['cpu_hours']:.1f} CPU-hours ({cost['total'] / 3600:.1f} h wall at "
         f"{exp.threads} torch thread(s) per run: runs {cost['runs'] / 3600:.1f} h, warm starts "
-        f"{cost['warm_starts'] / 3600:.1f} h)",
+        f"{cost['warm_starts'] / 3600:.1f} h)"
+        + (f" for the {len(runs) - len(done)} runs still to run" if done else ""),
         f"  estimated from {COST_NOTE}; overrides given with -o are not costed",
     ]
     return "\n".join(lines)

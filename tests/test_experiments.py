@@ -156,3 +156,19 @@ def test_a_failed_run_stops_the_experiment(tmp_path, capsys):
     assert status == 2  # ragen-train's config error
     assert "run a_seed0 failed with exit status 2" in capsys.readouterr().err
     assert not (tmp_path / "exp" / "report.md").exists()
+
+
+def test_dry_run_marks_finished_runs_and_costs_only_the_rest(tmp_path, capsys):
+    exp = EXPERIMENTS["t3_cpu"]
+    out = tmp_path / "out"
+    (out / "runs" / "gn_no_t3_seed0").mkdir(parents=True)
+    (out / "runs" / "gn_no_t3_seed0" / "summary.json").write_text("{}")
+    (out / "runs" / "gn_t3_seed0").mkdir()  # started, not finished: still to run
+    assert main(["t3_cpu", "--dry-run", "--seeds", "0", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "  gn_no_t3_seed0: ragen-train" in text and text.count("[finished earlier: skipped]") == 1
+    # by hand: the 3 runs left, and only the warm start no finished run has built yet
+    left = [a for a in exp.arms if a.name != "gn_no_t3"]
+    seconds = sum(a.iterations * a.seconds_per_iteration + a.validation_levels * a.seconds_per_level for a in left)
+    seconds += exp.warm_starts["circuit_decoding_small"]  # guess_numbers_small's warm start exists already
+    assert f"estimated cost: {seconds / 3600:.1f} CPU-hours" in text and "for the 3 runs still to run" in text
