@@ -44,6 +44,7 @@ __all__ = [
     "DiagnosticPoints",
     "Group",
     "diagnostic_points",
+    "differing_keys",
     "early_mean",
     "format_value",
     "group_runs",
@@ -92,6 +93,22 @@ _PATH_KEY = re.compile(r"(^|[._])(dir|dirs|path|paths|file|resume)$|name_or_path
 
 def _hashable(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
+
+
+def differing_keys(runs: Sequence[Run]) -> list[str]:
+    """Every config key whose value differs between runs, without ``seed`` and path/dir keys (sorted).
+
+    Unlike :func:`swept_keys`, a key that splits the runs as another key does is kept: a legend names them all.
+
+    Example:
+        >>> from pathlib import Path
+        >>> cfgs = [{"seed": s, "filter": {"name": f, "value": v}} for s in (0, 1) for f, v in (("a", 1), ("b", 2))]
+        >>> differing_keys([Run(Path(str(i)), c) for i, c in enumerate(cfgs)])
+        ['filter.name', 'filter.value']
+    """
+    flat = [flatten_config(r.config) for r in runs]
+    keys = sorted({k for f in flat for k in f})
+    return [k for k in keys if k != "seed" and not _PATH_KEY.search(k) and len({_hashable(f.get(k)) for f in flat}) > 1]
 
 
 def swept_keys(runs: Sequence[Run]) -> list[str]:
@@ -313,6 +330,25 @@ class DiagnosticPoints:
     keys: list[str]
     points: list[tuple[int, Run, float, float]]
     rho: float
+
+    def pools(self, groups: Sequence[Group]) -> list[tuple[str, CorrelationTest]]:
+        """:func:`correlation_test` over every pool: all runs, then each group's runs (refused below 5).
+
+        Example:
+            >>> from pathlib import Path
+            >>> def run(mi, success):
+            ...     return Run(Path("r"), {}, [{"iteration": 1, "collapse/trajectory/mi_zscore": mi}],
+            ...                [(1, {"success": success})])
+            >>> g = Group({}, [run(0.1 * i, 0.1 * i) for i in range(5)])
+            >>> [(label, t.rho, t.refused) for label, t in diagnostic_points([g])[0].pools([g])]
+            [('all runs', 1.0, '')]
+        """
+        out = [("all runs", correlation_test([p[2] for p in self.points], [p[3] for p in self.points]))]
+        if len(groups) > 1:
+            for gi, group in enumerate(groups):
+                pts = [p for p in self.points if p[0] == gi]
+                out.append((group.label, correlation_test([p[2] for p in pts], [p[3] for p in pts])))
+        return out
 
 
 def diagnostic_points(groups: Sequence[Group], fraction: float = 0.2) -> list[DiagnosticPoints]:
