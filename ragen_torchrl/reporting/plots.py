@@ -33,7 +33,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .runs import Run, flatten_config
-from .stats import DIAGNOSTICS, Diagnostic, DiagnosticPoints, Group, format_value, mean_se, update_times
+from .stats import (
+    DIAGNOSTICS,
+    MIN_CORRELATION_N,
+    Diagnostic,
+    DiagnosticPoints,
+    Group,
+    format_value,
+    mean_se,
+    update_times,
+)
 
 __all__ = [
     "PlotDependencyError",
@@ -343,6 +352,11 @@ def plot_diagnostics(
     return _save(fig, path)
 
 
+def _scatterable(diagnostics: Sequence[DiagnosticPoints]) -> list[DiagnosticPoints]:
+    """The diagnostics with enough runs for a correlation (below that the report says "n too small")."""
+    return [d for d in diagnostics if len(d.points) >= MIN_CORRELATION_N]
+
+
 def plot_names(groups: Sequence[Group], diagnostics: Sequence[DiagnosticPoints]) -> list[str]:
     """The file names :func:`write_plots` writes for these groups, in its order (no matplotlib needed).
 
@@ -353,7 +367,7 @@ def plot_names(groups: Sequence[Group], diagnostics: Sequence[DiagnosticPoints])
     names = ["val_success.png", "update_time.png"]
     if any(r.has("rollout/success") for g in groups for r in g.runs):
         names.append("train_success.png")
-    names += [f"success_vs_{d.diagnostic.slug}.png" for d in diagnostics]
+    names += [f"success_vs_{d.diagnostic.slug}.png" for d in _scatterable(diagnostics)]
     if diagnostics:
         names.append("diagnostics.png")
     return names
@@ -368,7 +382,8 @@ def write_plots(
 ) -> list[Path]:
     """Write every plot the runs allow into ``out_dir`` (:func:`plot_names`); returns their paths.
 
-    ``success_vs_<diagnostic>.png`` and ``diagnostics.png`` only for diagnostics some run logged; ``keys``:
+    ``success_vs_<diagnostic>.png`` only for diagnostics at least :data:`~.stats.MIN_CORRELATION_N` runs
+    logged, ``diagnostics.png`` when some run logged one; ``keys``:
     the config keys the legends name (:func:`~.stats.differing_keys` of the runs).
 
     Example:
@@ -384,7 +399,7 @@ def write_plots(
     ]
     if any(r.has("rollout/success") for g in groups for r in g.runs):
         paths.append(plot_train_success(groups, out / "train_success.png", keys=keys))
-    for d in diagnostics:
+    for d in _scatterable(diagnostics):
         path = out / f"success_vs_{d.diagnostic.slug}.png"
         paths.append(plot_success_vs_diagnostic(groups, d, path, f"{fraction:.0%}", keys))
     logged = [d.diagnostic for d in diagnostics]

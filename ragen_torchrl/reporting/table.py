@@ -117,7 +117,10 @@ def _cell(stat: tuple[float, float, int], runs: int, digits: int = 3) -> str:
     mean, se, n = stat
     if n == 0 or not math.isfinite(mean):
         return "—"
-    text = f"{num(mean, digits)} ± {num(se, digits)}"
+    if n == 1:
+        text = num(mean, digits)  # one run has no standard error
+    else:
+        text = f"{num(mean, digits)} ± {num(se, digits)}"
     return text if n == runs else f"{text} ({n} runs)"
 
 
@@ -244,7 +247,7 @@ def markdown_report(
         "regenerates it from them and compares it byte for byte.",
         "",
         f"{n_runs} runs in {len(groups)} groups, grouped by {by}. Mean ± standard error over the runs of a group "
-        "(sample std / sqrt(n); 0 for one run). Success: the validation success rate (fraction of the fixed "
+        "(sample std / sqrt(n); a single run shows its value alone). Success: the validation success rate (fraction of the fixed "
         "validation levels solved) before training (start), at the last validation (final) and the best "
         "validation after training started (peak; periodic validations may use fewer levels than the start "
         "and end ones). Iterations: the lengths of the group's runs. Update time, kept ratio and "
