@@ -234,7 +234,7 @@ def markdown_report(
         >>> from pathlib import Path
         >>> from ragen_torchrl.reporting.runs import Run
         >>> text = markdown_report([], [Group({}, [Run(Path("r0"), {}, [], [(1, {"success": 1.0})])])], [])
-        >>> text.splitlines()[0], "| all runs | 1 | 1 | 1.000 ± 0.000 |" in text
+        >>> text.splitlines()[0], "| all runs | 1 | 1 | 1.000 | 1.000 | — |" in text
         ('# Run report', True)
     """
     base = Path(base) if base is not None else None
