@@ -1,10 +1,12 @@
 """Compare runs: ``ragen-report`` reads a set of run dirs and writes a markdown table and PNG plots.
 
-* :mod:`.runs`: loading a run (``summary.json``, else its TensorBoard events);
-* :mod:`.stats`: grouping by the swept config keys, mean ± SE, early diagnostics, Spearman's rho;
+* :mod:`.runs`: loading a run (``summary.json`` + ``scalars.csv``, else its TensorBoard events) and result sets;
+* :mod:`.stats`: grouping by the swept config keys, duplicate runs, mean ± SE, peak/final validation,
+  paired differences (t and bootstrap intervals, sign-flip p-value, minimum detectable effect),
+  Spearman's rho with a bootstrap interval and a permutation p-value, early diagnostics;
 * :mod:`.table`: the markdown report;
 * :mod:`.plots`: the plots (matplotlib, the ``plot`` extra, imported only when plotting);
-* :mod:`.cli`: the ``ragen-report`` command.
+* :mod:`.cli`: the ``ragen-report`` command (``--check``: does a committed ``report.md`` regenerate byte for byte).
 
 Example:
     >>> from ragen_torchrl.reporting import mean_se
@@ -14,18 +16,26 @@ Example:
 
 from __future__ import annotations
 
-from .cli import main, write_report
-from .runs import Run, RunError, find_runs, load_run, load_runs
+from .cli import check_result_set, main, write_report
+from .runs import Run, RunError, find_runs, load_run, load_runs, read_scalars_csv, result_set_runs
 from .stats import (
     DIAGNOSTICS,
     Group,
+    bootstrap_interval,
+    correlation_test,
     diagnostic_points,
+    drop_duplicates,
     early_mean,
     group_runs,
     mean_se,
+    min_detectable_effect,
+    paired_comparison,
+    peak_success,
     rank_correlation,
+    sign_flip_pvalue,
     spearman,
     swept_keys,
+    t_interval,
     update_times,
 )
 from .table import markdown_report, summary_table
@@ -35,7 +45,11 @@ __all__ = [
     "Group",
     "Run",
     "RunError",
+    "bootstrap_interval",
+    "check_result_set",
+    "correlation_test",
     "diagnostic_points",
+    "drop_duplicates",
     "early_mean",
     "find_runs",
     "group_runs",
@@ -44,10 +58,17 @@ __all__ = [
     "main",
     "markdown_report",
     "mean_se",
+    "min_detectable_effect",
+    "paired_comparison",
+    "peak_success",
     "rank_correlation",
+    "read_scalars_csv",
+    "result_set_runs",
+    "sign_flip_pvalue",
     "spearman",
     "summary_table",
     "swept_keys",
+    "t_interval",
     "update_times",
     "write_report",
 ]

@@ -1,37 +1,55 @@
 """``ragen-report RUN_DIR... [--out DIR] [--by KEY ...]``: a table and plots from a set of runs.
 
-Reads each run (:mod:`~ragen_torchrl.reporting.runs`), groups the runs by their swept config keys
-(:mod:`~ragen_torchrl.reporting.stats`; ``--by`` picks the keys), writes ``report.md``
-(:mod:`~ragen_torchrl.reporting.table`) and the PNG plots (:mod:`~ragen_torchrl.reporting.plots`)
-into ``--out`` (default ``report/``) and prints where it wrote them::
+Reads each run (:mod:`~ragen_torchrl.reporting.runs`), drops duplicate runs (same config and seed),
+groups the rest by their swept config keys (:mod:`~ragen_torchrl.reporting.stats`; ``--by`` picks the
+keys), writes ``report.md`` (:mod:`~ragen_torchrl.reporting.table`) and the PNG plots
+(:mod:`~ragen_torchrl.reporting.plots`) into ``--out`` (default ``report/``) and prints where it wrote them::
 
     ragen-report outputs/*/* --out report/
     ragen-report multirun/2026-11-30/20-00-00 --by filter.name --by env.name
+    ragen-report docs/results/snr_filter --out docs/results/snr_filter     # a result set: its runs/*
+    ragen-report --check docs/results/snr_filter                           # is report.md up to date?
+
+A **result set** is ``docs/results/<name>/`` with ``report.md``, the plots and the raw data
+``runs/<run>/{summary.json,scalars.csv}`` (a folder that is itself a run dir, with its ``summary.json``
+next to ``report.md``, is a result set of one run). ``report.md`` depends only on the runs: the same
+runs give the same bytes, so ``--check DIR...`` regenerates each result set's report into a temporary
+folder and compares it with the committed one (exit 1 and a diff when they differ).
 
 Exit status: 0 on success, 2 for bad input (no run dirs, a path that is not a run, an unknown
-``--by`` key), 1 when matplotlib is missing (``report.md`` is still written), each with one
-``ragen-report: error: ...`` line.
+``--by`` key), 1 when matplotlib is missing (``report.md`` is still written) or a ``--check`` found a
+difference, each with one ``ragen-report: error: ...`` line.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .runs import RunError, flatten_config, load_runs
-from .stats import diagnostic_points, group_runs
+from .runs import RunError, flatten_config, load_runs, result_set_runs
+from .stats import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .table import markdown_report
 
-__all__ = ["main", "write_report"]
+__all__ = ["check_result_set", "main", "write_report"]
 
 #: a diagnostic is measured early as its mean over this fraction of the iterations
 EARLY_FRACTION = 0.2
 
 
-def write_report(run_dirs: Sequence[str | Path], out: str | Path = "report", by: Sequence[str] = ()) -> list[Path]:
-    """Load the runs, write ``report.md`` and the plots into ``out``; returns the written paths.
+def write_report(
+    run_dirs: Sequence[str | Path],
+    out: str | Path = "report",
+    by: Sequence[str] = (),
+    base: str | Path | None = None,
+    plots: bool = True,
+) -> list[Path]:
+    """Load the runs, write ``report.md`` and (``plots``) the plots into ``out``; returns the written paths.
+
+    Run dirs are shown in the report relative to ``base`` (default ``out``).
 
     Raises :class:`~ragen_torchrl.reporting.runs.RunError` for bad input and
     :class:`~ragen_torchrl.reporting.plots.PlotDependencyError` (after ``report.md``) without matplotlib.
@@ -47,7 +65,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path = "report", by:
         >>> [p.name for p in write_report([root / "none", root / "snr_top_p"], root / "report")]
         ['report.md', 'val_success.png', 'update_time.png']
     """
-    runs = load_runs(list(run_dirs))
+    runs, dropped = drop_duplicates(load_runs(list(run_dirs)))
     if by:
         known = set().union(*(flatten_config(r.config) for r in runs))
         unknown = [k for k in by if k not in known]
@@ -57,13 +75,62 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path = "report", by:
     diagnostics = diagnostic_points(groups, EARLY_FRACTION)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    base = out_dir if base is None else Path(base)
     report = out_dir / "report.md"
-    report.write_text(markdown_report(keys, groups, diagnostics, fraction=EARLY_FRACTION))
-    from .plots import write_plots
 
-    plots = write_plots(groups, diagnostics, out_dir, EARLY_FRACTION)
-    report.write_text(markdown_report(keys, groups, diagnostics, [p.name for p in plots], fraction=EARLY_FRACTION))
-    return [report, *plots]
+    def write(names: Sequence[str]) -> None:
+        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base)
+        report.write_text(text, encoding="utf-8", newline="\n")
+
+    from .plots import plot_names, write_plots
+
+    names = plot_names(groups, diagnostics)
+    write(names)  # the table stands even when matplotlib is missing
+    if not plots:
+        return [report]
+    written = write_plots(groups, diagnostics, out_dir, EARLY_FRACTION, differing_keys(runs))
+    return [report, *written]
+
+
+def check_result_set(folder: str | Path) -> str:
+    """Regenerate ``folder``'s ``report.md`` from its runs into a temporary folder; ``""`` when it is
+    byte-identical to the committed one, else a unified diff (committed -> regenerated).
+
+    Raises :class:`RunError` when ``folder`` is not a result set or has no ``report.md``.
+
+    Example:
+        >>> import json
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / "runs" / "a").mkdir(parents=True)
+        >>> _ = (root / "runs" / "a" / "summary.json").write_text(json.dumps({"config": {"seed": 0},
+        ...     "val_start": {"success": 0.5}, "val_end": {"success": 0.75}, "history": [], "iterations": 4}))
+        >>> _ = write_report([root], root, plots=False)
+        >>> check_result_set(root)
+        ''
+        >>> _ = (root / "report.md").write_text("# edited by hand\\n")
+        >>> [line.endswith(("report.md (committed)", "report.md (regenerated)")) for line in
+        ...  check_result_set(root).splitlines()[:2]]
+        [True, True]
+    """
+    folder = Path(folder)
+    committed = folder / "report.md"
+    if not committed.is_file():
+        raise RunError(f"{folder}: no report.md to check")
+    runs = result_set_runs(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_report(runs, tmp, base=folder, plots=False)
+        fresh = (Path(tmp) / "report.md").read_bytes()
+    old = committed.read_bytes()
+    if fresh == old:
+        return ""
+    diff = difflib.unified_diff(
+        old.decode("utf-8", "replace").splitlines(),
+        fresh.decode("utf-8", "replace").splitlines(),
+        f"{committed} (committed)",
+        f"{committed} (regenerated)",
+        lineterm="",
+    )
+    return "\n".join(diff) or f"{committed}: differs in bytes (line endings or encoding)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,6 +140,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run dirs (summary.json or TensorBoard events)")
     p.add_argument("--out", default="report", help="output folder (default: report/)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="regenerate each RUN_DIR (a result set) report.md in a temporary folder; exit 1 if it differs",
+    )
     p.add_argument(
         "--by",
         action="append",
@@ -93,6 +165,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .plots import PlotDependencyError
 
     args = _parser().parse_args(argv)
+    if args.check:
+        if not args.run_dirs:
+            print("ragen-report: error: --check needs result set folders", file=sys.stderr)
+            return 2
+        failed = []
+        for folder in args.run_dirs:
+            try:
+                diff = check_result_set(folder)
+            except RunError as e:
+                print(f"ragen-report: error: {e}", file=sys.stderr)
+                return 2
+            if diff:
+                print(diff)
+                failed.append(folder)
+            else:
+                print(f"{Path(folder) / 'report.md'}: up to date")
+        if failed:
+            print(f"ragen-report: error: report.md differs from its runs in {', '.join(failed)}", file=sys.stderr)
+            return 1
+        return 0
     try:
         paths = write_report(args.run_dirs, args.out, args.by)
     except RunError as e:

@@ -1,11 +1,14 @@
 """Loading training runs: a run dir's ``summary.json``, else its TensorBoard events.
 
 A run dir is what ``ragen-train`` writes (Hydra's ``outputs/<date>/<time>/``): ``summary.json``
-(config, start/end validation, per-iteration scalars), ``tb/`` (TensorBoard events),
-``checkpoints/last.pt`` and ``.hydra/config.yaml``. :func:`load_run` reads
+(config, start/end validation, per-iteration scalars), ``scalars.csv`` (every logged TensorBoard
+scalar per iteration), ``tb/`` (TensorBoard events), ``checkpoints/last.pt`` and ``.hydra/config.yaml``.
+A **result set** (``docs/results/<name>/``) holds ``report.md``, its plots and the raw data
+``runs/<run>/{summary.json,scalars.csv}``; naming it stands for its runs. :func:`load_run` reads
 
-* the **summary** when there is one; validation points between start and end (``trainer.val_every``)
-  are the ``val/*`` scalars of its history entries (else read from ``tb/`` when it exists);
+* the **summary** when there is one; the per-iteration scalars come from ``scalars.csv`` when the run
+  has one (:func:`read_scalars_csv`), else from the summary's history; validation points between start
+  and end (``trainer.val_every``) are the ``val/*`` scalars (else read from ``tb/`` when it exists);
 * else the **TensorBoard events**: the per-iteration scalars under their history names
   (``rollout/success``, ``timing/update``, ``collapse/...``), the validation scalars ``val/<stat>``;
   the config then comes from ``.hydra/config.yaml`` (interpolations such as ``${oc.env:...}``
@@ -39,7 +42,21 @@ from typing import Any
 
 from ..trainer.checkpoint import flatten_config  # noqa: F401 (one copy: the resume check uses it too)
 
-__all__ = ["Run", "RunError", "find_runs", "flatten_config", "is_run_dir", "load_run", "load_runs"]
+__all__ = [
+    "Run",
+    "RunError",
+    "find_runs",
+    "flatten_config",
+    "is_result_set",
+    "is_run_dir",
+    "load_run",
+    "load_runs",
+    "read_scalars_csv",
+    "result_set_runs",
+]
+
+#: the per-iteration scalars of a run: ``iteration,<tag>,...``, tags sorted, empty cell = not logged
+SCALARS_CSV = "scalars.csv"
 
 
 class RunError(ValueError):
@@ -56,7 +73,8 @@ class Run:
         history: one dict of scalars per training iteration, each with its ``"iteration"`` (1-based).
         val: validation points ``(iteration, stats)``, iteration 0 = before training, sorted.
         iterations: the planned number of iterations (``None`` when unknown).
-        source: ``"summary.json"`` or ``"tensorboard"``.
+        source: ``"summary.json"``, ``"summary.json + scalars.csv"`` or ``"tensorboard"``.
+        summary: the rest of ``summary.json`` (totals, provenance, ...), ``{}`` without one.
 
     Example:
         >>> run = Run(Path("r"), {}, [{"iteration": 1, "x": 1.0}, {"iteration": 2, "x": float("nan")}],
@@ -71,6 +89,7 @@ class Run:
     val: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     iterations: int | None = None
     source: str = "summary.json"
+    summary: dict[str, Any] = field(default_factory=dict)
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """``(iteration, value)`` of a per-iteration scalar, finite values only."""
@@ -108,6 +127,10 @@ class Run:
         return pts[-1][1] if pts else None
 
 
+def _has_train(values: Mapping[str, Any]) -> bool:
+    return any(not k.startswith(("val/", "stop/")) for k in values)
+
+
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -129,8 +152,42 @@ def is_run_dir(path: str | Path) -> bool:
     return p.is_dir() and ((p / "summary.json").is_file() or bool(_event_files(p)))
 
 
+def is_result_set(path: str | Path) -> bool:
+    """Whether ``path`` is a result set: a folder with a ``runs/`` folder of run dirs.
+
+    Example:
+        >>> import tempfile
+        >>> is_result_set(tempfile.mkdtemp())
+        False
+    """
+    runs = Path(path) / "runs"
+    return runs.is_dir() and any(is_run_dir(q) for q in runs.iterdir())
+
+
+def result_set_runs(path: str | Path) -> list[Path]:
+    """The run dirs of a result set sorted by name, or ``[path]`` when ``path`` is itself a run dir.
+
+    Raises :class:`RunError` when it is neither.
+
+    Example:
+        >>> import tempfile
+        >>> try:
+        ...     result_set_runs(tempfile.mkdtemp())
+        ... except RunError as e:
+        ...     print(str(e).endswith("nor a run dir"))
+        True
+    """
+    p = Path(path)
+    if is_result_set(p):
+        return sorted(q for q in (p / "runs").iterdir() if is_run_dir(q))
+    if is_run_dir(p):
+        return [p]
+    raise RunError(f"{p} is not a result set (no run dirs under {p / 'runs'}) nor a run dir")
+
+
 def find_runs(paths: list[str | Path]) -> list[Path]:
-    """The run dirs named by ``paths``; a Hydra sweep dir (with ``multirun.yaml``) stands for its runs.
+    """The run dirs named by ``paths``; a Hydra sweep dir (with ``multirun.yaml``) or a result set
+    (with ``runs/``) stands for its runs.
 
     Raises :class:`RunError` for no path, a missing path, or a dir that is not a run.
 
@@ -150,6 +207,8 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
             continue  # `multirun/<date>/<time>/*` also matches the sweep's own file
         if is_run_dir(p):
             out.append(p)
+        elif is_result_set(p):
+            out.extend(result_set_runs(p))
         elif p.is_dir() and (p / "multirun.yaml").is_file():
             out.extend(sorted((q for q in p.iterdir() if is_run_dir(q)), key=lambda q: (len(q.name), q.name)))
         else:
@@ -172,6 +231,49 @@ def _tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
             series = out.setdefault(tag, {})
             for e in acc.Scalars(tag):
                 series[int(e.step)] = float(e.value)
+    return out
+
+
+def read_scalars_csv(path: str | Path) -> dict[int, dict[str, float]]:
+    """``{iteration: {tag: value}}`` from a ``scalars.csv`` (header ``iteration,<tag>,...``; an empty cell
+    is a tag not logged at that iteration). Raises :class:`RunError` naming the file, line and column.
+
+    Example:
+        >>> import tempfile
+        >>> f = Path(tempfile.mkdtemp()) / "scalars.csv"
+        >>> _ = f.write_text("iteration,train/success,val/success\\n1,0.25,\\n2,0.5,0.75\\n")
+        >>> read_scalars_csv(f)
+        {1: {'train/success': 0.25}, 2: {'train/success': 0.5, 'val/success': 0.75}}
+    """
+    import csv
+
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise RunError(f"{path}: unreadable ({' '.join(str(e).split())[:200]})") from None
+    if not rows or not rows[0] or rows[0][0] != "iteration":
+        raise RunError(f"{path}: line 1: the header must start with 'iteration'")
+    tags = rows[0][1:]
+    out: dict[int, dict[str, float]] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(rows[0]):
+            raise RunError(f"{path}: line {line}: {len(row)} cells, the header has {len(rows[0])}")
+        try:
+            it = int(row[0])
+        except ValueError:
+            raise RunError(f"{path}: line {line}: iteration {row[0]!r} is not an integer") from None
+        values = out.setdefault(it, {})
+        for tag, cell in zip(tags, row[1:]):
+            if cell == "":
+                continue
+            try:
+                values[tag] = float(cell)
+            except ValueError:
+                raise RunError(f"{path}: line {line}: {tag} = {cell!r} is not a number") from None
     return out
 
 
@@ -226,8 +328,14 @@ def load_run(path: str | Path) -> Run:
             raise RunError(f"{summary_file}: its config is a {type(summary['config']).__name__}, not a mapping")
         config = dict(summary.get("config") or {})
         history = [dict(h) for h in summary.get("history") or [] if isinstance(h, Mapping) and "iteration" in h]
+        source = "summary.json"
+        if (run_dir / SCALARS_CSV).is_file():
+            rows = read_scalars_csv(run_dir / SCALARS_CSV)
+            history = [{"iteration": it, **rows[it]} for it in sorted(rows) if it > 0 or _has_train(rows[it])]
+            source = "summary.json + scalars.csv"
         planned = _iterations(config) or summary.get("iterations")  # the summary's count is what ran
-        run = Run(run_dir, config, history, [], planned, "summary.json")
+        rest = {k: v for k, v in summary.items() if k not in ("config", "history")}
+        run = Run(run_dir, config, history, [], planned, source, rest)
         # validation between start and end: the trainer adds its val/* scalars to that iteration's
         # history entry; older summaries lack them, TensorBoard has them
         points = {int(h["iteration"]): {k[4:]: v for k, v in h.items() if k.startswith("val/")} for h in history}

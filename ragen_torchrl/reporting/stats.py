@@ -24,10 +24,27 @@ from .runs import Run, flatten_config
 
 __all__ = [
     "DIAGNOSTICS",
+    "CorrelationTest",
+    "PairedComparison",
+    "bootstrap_interval",
+    "correlation_test",
+    "drop_duplicates",
+    "final_point",
+    "incomplete_beta",
+    "min_detectable_effect",
+    "paired_comparison",
+    "peak_success",
+    "run_identity",
+    "run_totals",
+    "sign_flip_pvalue",
+    "t_cdf",
+    "t_interval",
+    "t_quantile",
     "Diagnostic",
     "DiagnosticPoints",
     "Group",
     "diagnostic_points",
+    "differing_keys",
     "early_mean",
     "format_value",
     "group_runs",
@@ -76,6 +93,22 @@ _PATH_KEY = re.compile(r"(^|[._])(dir|dirs|path|paths|file|resume)$|name_or_path
 
 def _hashable(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
+
+
+def differing_keys(runs: Sequence[Run]) -> list[str]:
+    """Every config key whose value differs between runs, without ``seed`` and path/dir keys (sorted).
+
+    Unlike :func:`swept_keys`, a key that splits the runs as another key does is kept: a legend names them all.
+
+    Example:
+        >>> from pathlib import Path
+        >>> cfgs = [{"seed": s, "filter": {"name": f, "value": v}} for s in (0, 1) for f, v in (("a", 1), ("b", 2))]
+        >>> differing_keys([Run(Path(str(i)), c) for i, c in enumerate(cfgs)])
+        ['filter.name', 'filter.value']
+    """
+    flat = [flatten_config(r.config) for r in runs]
+    keys = sorted({k for f in flat for k in f})
+    return [k for k in keys if k != "seed" and not _PATH_KEY.search(k) and len({_hashable(f.get(k)) for f in flat}) > 1]
 
 
 def swept_keys(runs: Sequence[Run]) -> list[str]:
@@ -298,6 +331,25 @@ class DiagnosticPoints:
     points: list[tuple[int, Run, float, float]]
     rho: float
 
+    def pools(self, groups: Sequence[Group]) -> list[tuple[str, CorrelationTest]]:
+        """:func:`correlation_test` over every pool: all runs, then each group's runs (refused below 5).
+
+        Example:
+            >>> from pathlib import Path
+            >>> def run(mi, success):
+            ...     return Run(Path("r"), {}, [{"iteration": 1, "collapse/trajectory/mi_zscore": mi}],
+            ...                [(1, {"success": success})])
+            >>> g = Group({}, [run(0.1 * i, 0.1 * i) for i in range(5)])
+            >>> [(label, t.rho, t.refused) for label, t in diagnostic_points([g])[0].pools([g])]
+            [('all runs', 1.0, '')]
+        """
+        out = [("all runs", correlation_test([p[2] for p in self.points], [p[3] for p in self.points]))]
+        if len(groups) > 1:
+            for gi, group in enumerate(groups):
+                pts = [p for p in self.points if p[0] == gi]
+                out.append((group.label, correlation_test([p[2] for p in pts], [p[3] for p in pts])))
+        return out
+
 
 def diagnostic_points(groups: Sequence[Group], fraction: float = 0.2) -> list[DiagnosticPoints]:
     """For each of :data:`DIAGNOSTICS` that some run logged: its :class:`DiagnosticPoints`.
@@ -328,4 +380,443 @@ def diagnostic_points(groups: Sequence[Group], fraction: float = 0.2) -> list[Di
         if keys:
             rho = spearman([p[2] for p in points], [p[3] for p in points])
             out.append(DiagnosticPoints(diag, keys, points, rho))
+    return out
+
+
+# --------------------------------------------------------------------------- inference
+#: the seed of every resampling in a report: the same runs give the same intervals and p-values
+STAT_SEED = 0
+#: resamples of a bootstrap interval and of a Monte Carlo permutation test
+RESAMPLES = 5_000
+#: below this many pairs a rank correlation is not reported ("n too small")
+MIN_CORRELATION_N = 5
+#: exact tests enumerate at most this many sign flips / permutations, else sample :data:`RESAMPLES`
+EXACT_LIMIT = 1 << 16
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for num in (
+            m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
+            -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Numerical Recipes 6.4).
+
+    Example:
+        >>> round(incomplete_beta(2.0, 3.0, 0.4), 12)   # 1 - sum_{j<2} C(4,j) 0.4^j 0.6^(4-j) = 0.5248
+        0.5248
+    """
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"incomplete_beta: x={x} is outside [0, 1]")
+    if x in (0.0, 1.0):
+        return x
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function P(T <= t) with ``df`` degrees of freedom.
+
+    Example:
+        >>> round(t_cdf(2.0, 1), 10)   # Cauchy: 1/2 + atan(2) / pi = 0.85241638235
+        0.8524163823
+    """
+    if df <= 0:
+        raise ValueError(f"t_cdf: df={df} must be positive")
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`).
+
+    Example:
+        >>> round(t_quantile(0.975, 4), 4), round(t_quantile(0.8, 4), 4)   # textbook table: 2.7764, 0.9410
+        (2.7764, 0.941)
+    """
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t_quantile: p={p} is outside (0, 1)")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
+
+
+def _sd(xs: Sequence[float]) -> float:
+    n = len(xs)
+    mean = sum(xs) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of the mean by Student's t: mean ± t_{(1+level)/2, n-1} · sd / sqrt(n).
+
+    ``(nan, nan)`` for fewer than 2 values.
+
+    Example:
+        >>> lo, hi = t_interval([1.0, 2.0, 3.0])   # mean 2, sd 1, t_{0.975, 2} = 4.3027
+        >>> round(lo, 4), round(hi, 4)
+        (-0.4841, 4.4841)
+    """
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n < 2:
+        return math.nan, math.nan
+    mean = sum(xs) / n
+    half = t_quantile((1.0 + level) / 2.0, n - 1) * _sd(xs) / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def _quantile(sorted_xs: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default ``linear`` method)."""
+    pos = q * (len(sorted_xs) - 1)
+    i = int(math.floor(pos))
+    j = min(i + 1, len(sorted_xs) - 1)
+    return sorted_xs[i] + (pos - i) * (sorted_xs[j] - sorted_xs[i])
+
+
+def bootstrap_interval(
+    values: Sequence[float], level: float = 0.95, resamples: int = RESAMPLES, seed: int = STAT_SEED
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean: ``resamples`` resamples with replacement, ``random.Random(seed)``.
+
+    ``(nan, nan)`` for fewer than 2 values. The same values and seed give the same interval.
+
+    Example:
+        >>> bootstrap_interval([0.5, 0.5, 0.5])
+        (0.5, 0.5)
+        >>> bootstrap_interval([0.1, 0.4, 0.2, 0.3]) == bootstrap_interval([0.1, 0.4, 0.2, 0.3])
+        True
+    """
+    import random
+
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n < 2:
+        return math.nan, math.nan
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(xs, k=n)) / n for _ in range(resamples))
+    alpha = (1.0 - level) / 2.0
+    return _quantile(means, alpha), _quantile(means, 1.0 - alpha)
+
+
+def sign_flip_pvalue(diffs: Sequence[float], resamples: int = RESAMPLES, seed: int = STAT_SEED) -> float:
+    """Two-sided paired permutation p-value of mean(diffs) = 0: each difference's sign flipped at random.
+
+    Exact (all 2^n sign patterns, the observed one included) when 2^n <= :data:`EXACT_LIMIT`, else
+    ``resamples`` random patterns plus the observed one. NaN for no difference.
+
+    Example:
+        >>> sign_flip_pvalue([1.0, 2.0, 3.0])   # only the all-positive and all-negative patterns reach |mean| = 2
+        0.25
+    """
+    import random
+
+    xs = [float(d) for d in diffs]
+    n = len(xs)
+    if n == 0:
+        return math.nan
+    observed = abs(sum(xs))
+    tol = 1e-12 * max(1.0, observed)
+    if 2**n <= EXACT_LIMIT:
+        hits = 0
+        for mask in range(2**n):
+            s = sum(-x if mask >> i & 1 else x for i, x in enumerate(xs))
+            hits += abs(s) >= observed - tol
+        return hits / 2**n
+    rng = random.Random(seed)
+    hits = 1
+    for _ in range(resamples):
+        s = sum(x if rng.random() < 0.5 else -x for x in xs)
+        hits += abs(s) >= observed - tol
+    return hits / (resamples + 1)
+
+
+def min_detectable_effect(sd_diff: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference a paired t-test of ``n`` pairs detects with ``power`` at two-sided ``alpha``.
+
+    MDE = (t_{1-alpha/2, n-1} + t_{power, n-1}) · sd_diff / sqrt(n) (the noncentral t approximated by a
+    shifted central t). NaN for fewer than 2 pairs.
+
+    Example:
+        >>> round(min_detectable_effect(1.0, 5), 4)   # (2.7764 + 0.9410) / sqrt(5)
+        1.6625
+    """
+    if n < 2 or not math.isfinite(sd_diff):
+        return math.nan
+    return (t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)) * sd_diff / math.sqrt(n)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Arm B − arm A on the seeds both ran: the differences and their statistics.
+
+    Attributes:
+        seeds: the paired seeds, sorted; ``diffs`` are B − A on each.
+        mean: mean difference; ``sd`` its sample std (NaN below 2 pairs).
+        t_ci / boot_ci: 95% intervals of the mean difference by Student's t and by the percentile bootstrap.
+        p: two-sided paired sign-flip permutation p-value.
+        mde: minimum detectable effect at this n (paired t, alpha 0.05, power 0.8).
+        b_greater / b_less: pairs in which B is above / below A.
+    """
+
+    seeds: tuple[Any, ...]
+    diffs: tuple[float, ...]
+    mean: float
+    sd: float
+    t_ci: tuple[float, float]
+    boot_ci: tuple[float, float]
+    p: float
+    mde: float
+    b_greater: int
+    b_less: int
+
+    @property
+    def n(self) -> int:
+        """The number of pairs."""
+        return len(self.diffs)
+
+
+def paired_comparison(a: dict[Any, float], b: dict[Any, float]) -> PairedComparison:
+    """Compare arm B with arm A seed by seed (``{seed: value}`` each); seeds only one arm ran are not used.
+
+    Example:
+        >>> c = paired_comparison({0: 0.5, 1: 0.6, 2: 0.7, 9: 1.0}, {0: 0.6, 1: 0.6, 2: 0.9})
+        >>> c.seeds, [round(d, 3) for d in c.diffs], round(c.mean, 4), c.p, (c.b_greater, c.b_less)
+        ((0, 1, 2), [0.1, 0.0, 0.2], 0.1, 0.5, (2, 0))
+    """
+    seeds = tuple(sorted(set(a) & set(b), key=lambda s: (str(type(s)), s)))
+    diffs = tuple(float(b[s]) - float(a[s]) for s in seeds)
+    n = len(diffs)
+    mean = sum(diffs) / n if n else math.nan
+    sd = _sd(diffs) if n >= 2 else math.nan
+    return PairedComparison(
+        seeds=seeds,
+        diffs=diffs,
+        mean=mean,
+        sd=sd,
+        t_ci=t_interval(diffs),
+        boot_ci=bootstrap_interval(diffs),
+        p=sign_flip_pvalue(diffs),
+        mde=min_detectable_effect(sd, n),
+        b_greater=sum(d > 0 for d in diffs),
+        b_less=sum(d < 0 for d in diffs),
+    )
+
+
+@dataclass(frozen=True)
+class CorrelationTest:
+    """Spearman's rho with a bootstrap interval and a permutation p-value, or why it was not computed.
+
+    Attributes:
+        n: the number of pairs.
+        rho: Spearman's rho (NaN when refused or undefined).
+        ci: 95% percentile bootstrap interval (pairs resampled; resamples with a constant side skipped).
+        p: two-sided permutation p-value (exact below 9 pairs, else :data:`RESAMPLES` shuffles + the observed).
+        refused: ``""``, or the reason nothing was computed (``"n too small"``, ``"constant input"``).
+    """
+
+    n: int
+    rho: float
+    ci: tuple[float, float]
+    p: float
+    refused: str = ""
+
+
+def correlation_test(
+    x: Sequence[float], y: Sequence[float], resamples: int = RESAMPLES, seed: int = STAT_SEED
+) -> CorrelationTest:
+    """Spearman's rho of ``x`` and ``y`` with its bootstrap interval and permutation p-value.
+
+    Refused ("n too small") below :data:`MIN_CORRELATION_N` pairs and for a constant input.
+
+    Example:
+        >>> correlation_test([1, 2, 3], [1, 2, 3]).refused
+        'n too small'
+        >>> t = correlation_test([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
+        >>> t.rho, t.p   # rho >= 0.8 iff sum d^2 <= 4: 1 + 4 + 3 permutations; as many <= -0.8: 16 of 120
+        (0.8, 0.13333333333333333)
+    """
+    import itertools
+    import random
+
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
+    n = len(x)
+    nan2 = (math.nan, math.nan)
+    if n < MIN_CORRELATION_N:
+        return CorrelationTest(n, math.nan, nan2, math.nan, "n too small")
+    rho = rank_correlation(x, y)
+    if not math.isfinite(rho):
+        return CorrelationTest(n, math.nan, nan2, math.nan, "constant input")
+    # a permutation keeps the ranks' mean and spread: rho is proportional to sum(cx_i * cy_perm(i))
+    rx, ry = _ranks(x), _ranks(y)
+    cx = [v - sum(rx) / n for v in rx]
+    cy = [v - sum(ry) / n for v in ry]
+    scale = math.sqrt(sum(v * v for v in cx) * sum(v * v for v in cy))
+    observed = abs(rho)
+    tol = 1e-12
+
+    def r(ys: Sequence[float]) -> float:
+        return sum(a * b for a, b in zip(cx, ys)) / scale
+
+    if math.factorial(n) <= EXACT_LIMIT:
+        p = sum(abs(r(perm)) >= observed - tol for perm in itertools.permutations(cy)) / math.factorial(n)
+    else:
+        rng = random.Random(seed)
+        hits = 1
+        ys = list(cy)
+        for _ in range(resamples):
+            rng.shuffle(ys)
+            hits += abs(r(ys)) >= observed - tol
+        p = hits / (resamples + 1)
+    rng = random.Random(seed)
+    rhos = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        v = rank_correlation([x[i] for i in idx], [y[i] for i in idx])
+        if math.isfinite(v):
+            rhos.append(v)
+    rhos.sort()
+    ci = (_quantile(rhos, 0.025), _quantile(rhos, 0.975)) if rhos else nan2
+    return CorrelationTest(n, rho, ci, p)
+
+
+# --------------------------------------------------------------------------- runs
+def run_identity(run: Run) -> str:
+    """The run's config without path/dir keys (seed included) as canonical JSON: equal for duplicate runs.
+
+    Example:
+        >>> from pathlib import Path
+        >>> a = Run(Path("a"), {"seed": 0, "algo": {"lr": 1e-5}, "model": {"cache_dir": "/x"}})
+        >>> b = Run(Path("b"), {"seed": 0, "algo": {"lr": 1e-5}, "model": {"cache_dir": "/y"}})
+        >>> run_identity(a) == run_identity(b), run_identity(a)
+        (True, '{"algo.lr": 1e-05, "seed": 0}')
+    """
+    flat = {k: v for k, v in flatten_config(run.config).items() if not _PATH_KEY.search(k)}
+    return _hashable(flat)
+
+
+def drop_duplicates(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Run]]]:
+    """``(kept, dropped)``: of runs with the same config and seed (:func:`run_identity`) the first by path is kept.
+
+    ``dropped`` pairs each dropped run with the kept run it duplicates. Runs without a config are never
+    duplicates (nothing says they are the same experiment). Kept runs stay in their input order.
+
+    Example:
+        >>> from pathlib import Path
+        >>> runs = [Run(Path(p), {"seed": s}) for p, s in (("b", 0), ("a", 0), ("c", 1))]
+        >>> kept, dropped = drop_duplicates(runs)
+        >>> [str(r.path) for r in kept], [(str(d.path), str(k.path)) for d, k in dropped]
+        (['a', 'c'], [('b', 'a')])
+    """
+    first: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda r: str(r.path)):
+        if run.config:
+            first.setdefault(run_identity(run), run)
+    dropped = [(r, first[run_identity(r)]) for r in runs if r.config and first[run_identity(r)] is not r]
+    dropped.sort(key=lambda pair: str(pair[0].path))
+    gone = {id(d) for d, _ in dropped}
+    return [r for r in runs if id(r) not in gone], dropped
+
+
+def peak_success(run: Run) -> tuple[int, float] | None:
+    """``(iteration, success)`` of the best validation after training started (the earliest on ties).
+
+    The validation before training (iteration 0) does not count; ``None`` when there is no later one.
+
+    Example:
+        >>> from pathlib import Path
+        >>> peak_success(Run(Path("r"), {}, [], [(0, {"success": 0.9}), (10, {"success": 0.5}),
+        ...                                        (20, {"success": 0.7}), (30, {"success": 0.7})]))
+        (20, 0.7)
+    """
+    pts = [(it, v) for it, v in run.val_series("success") if it > 0]
+    if not pts:
+        return None
+    best = max(v for _, v in pts)
+    return next((it, v) for it, v in pts if v == best)
+
+
+def final_point(run: Run) -> tuple[int, float] | None:
+    """``(iteration, success)`` of the last validation (``None`` when there is none).
+
+    Example:
+        >>> from pathlib import Path
+        >>> final_point(Run(Path("r"), {}, [], [(0, {"success": 0.5}), (60, {"success": 0.75})]))
+        (60, 0.75)
+    """
+    pts = run.val_series("success")
+    return pts[-1] if pts else None
+
+
+#: per-run totals: (name, summary keys that record it, per-iteration scalar summed when none does)
+TOTALS = (
+    ("optimizer steps", ("optimizer_steps", "train/optimizer_steps"), "train/optimizer_steps"),
+    ("trained samples", ("trained_samples", "samples_trained"), "filter/kept_trajectories"),
+    ("trained tokens", ("trained_tokens", "tokens_trained"), "train/assistant_tokens"),
+)
+
+
+def _lookup(summary: dict[str, Any], names: Sequence[str]) -> float | None:
+    for section in (summary, *(v for v in summary.values() if isinstance(v, dict))):
+        for name in names:
+            v = section.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                return float(v)
+    return None
+
+
+def run_totals(run: Run) -> dict[str, float | None]:
+    """Optimizer steps, trained samples (trajectories) and trained tokens of a run, ``None`` when unknown.
+
+    A total the summary records (top level or one level down) is used as it is; else the per-iteration
+    scalar is summed over the run's history (``filter/kept_trajectories``: the trajectories the
+    update trained on; ``train/assistant_tokens``: their assistant tokens).
+
+    Example:
+        >>> from pathlib import Path
+        >>> h = [{"iteration": i, "train/optimizer_steps": 4.0, "filter/kept_trajectories": 16.0} for i in (1, 2)]
+        >>> run_totals(Run(Path("r"), {}, h, summary={"provenance": {"trained_tokens": 900}}))
+        {'optimizer steps': 8.0, 'trained samples': 32.0, 'trained tokens': 900.0}
+    """
+    out: dict[str, float | None] = {}
+    for name, keys, scalar in TOTALS:
+        value = _lookup(run.summary, keys)
+        if value is None and run.has(scalar):
+            value = sum(v for _, v in run.series(scalar))
+        out[name] = value
     return out

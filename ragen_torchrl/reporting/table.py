@@ -1,4 +1,7 @@
-"""The report's markdown: one row per group, the runs, and the diagnostics' correlations with success.
+"""The report's markdown: one row per group, paired differences, correlations with success, the runs.
+
+Every number is formatted with fixed digits and every list is in a fixed order, so the same runs give a
+byte-identical ``report.md`` (``ragen-report --check`` relies on it).
 
 Example:
     >>> from pathlib import Path
@@ -8,19 +11,36 @@ Example:
     ...             [{"iteration": 1, "timing/update": 2.0 + s}], [(0, {"success": 0.5}), (1, {"success": 0.6 + s / 10})])
     ...         for s in (0, 1)]
     >>> print(summary_table(*group_runs(runs, by=["filter.name"])))
-    | filter.name | runs | final success | start success | update time / iteration (s) |
-    |---|---|---|---|---|
-    | none | 2 | 0.650 ± 0.050 | 0.500 ± 0.000 | 2.50 ± 0.50 |
+    | filter.name | runs | iterations | final success | peak success | start success | update time / iteration (s) |
+    |---|---|---|---|---|---|---|
+    | none | 2 | 1 | 0.650 ± 0.050 | 0.650 ± 0.050 | 0.500 ± 0.000 | 2.50 ± 0.50 |
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
-from .stats import DiagnosticPoints, Group, format_value, mean_se, update_times
+from .runs import Run
+from .stats import (
+    EXACT_LIMIT,
+    MIN_CORRELATION_N,
+    RESAMPLES,
+    STAT_SEED,
+    DiagnosticPoints,
+    Group,
+    final_point,
+    format_value,
+    mean_se,
+    paired_comparison,
+    peak_success,
+    run_totals,
+    update_times,
+)
 
-__all__ = ["GroupRow", "group_row", "markdown_report", "summary_table"]
+__all__ = ["GroupRow", "group_row", "markdown_report", "paired_table", "summary_table"]
 
 #: optional per-iteration columns: (header, scalar key), shown when some run logged the key
 OPTIONAL_COLUMNS = (
@@ -29,9 +49,16 @@ OPTIONAL_COLUMNS = (
     ("T3 truncation rate", "t3/truncation_rate"),
 )
 
+#: the per-run metrics compared arm against arm: (name, function of a run, digits)
+PAIRED_METRICS = (
+    ("final validation success", lambda r: (final_point(r) or (0, None))[1], 3),
+    ("peak validation success", lambda r: (peak_success(r) or (0, None))[1], 3),
+)
+
 
 class GroupRow(dict):
-    """A group's numbers: ``runs`` and ``(mean, se, n)`` for ``final``, ``start``, ``update`` and each optional key."""
+    """A group's numbers: ``runs`` and ``(mean, se, n)`` for ``final``, ``peak``, ``start``, ``update``,
+    each optional key and each per-run total."""
 
 
 def _run_mean(run, key: str) -> float | None:
@@ -45,7 +72,7 @@ def _stat(values: Sequence[float | None]) -> tuple[float, float, int]:
 
 
 def group_row(group: Group) -> GroupRow:
-    """The numbers of one row: final/start validation success, mean update time, optional columns.
+    """The numbers of one row: final/peak/start validation success, mean update time, optional columns, totals.
 
     Each is ``(mean, standard error, number of runs with a value)`` over the group's runs; per run,
     a per-iteration scalar is first averaged over its iterations.
@@ -60,19 +87,40 @@ def group_row(group: Group) -> GroupRow:
     """
     row = GroupRow(runs=len(group.runs))
     row["final"] = _stat([r.final_success for r in group.runs])
+    row["peak"] = _stat([p[1] if (p := peak_success(r)) else None for r in group.runs])
     row["start"] = _stat([r.start_success for r in group.runs])
     times = [[v for _, v in update_times(r)] for r in group.runs]
     row["update"] = _stat([sum(t) / len(t) if t else None for t in times])
     for _, key in OPTIONAL_COLUMNS:
         row[key] = _stat([_run_mean(r, key) for r in group.runs])
+    totals = [run_totals(r) for r in group.runs]
+    for name in totals[0] if totals else ():
+        row[name] = _stat([t[name] for t in totals])
+    row["lengths"] = sorted({r.last_iteration for r in group.runs})
     return row
+
+
+def num(x: float | None, digits: int = 3, sign: bool = False) -> str:
+    """A number as the report prints it: fixed digits, ``—`` for none/NaN, never ``-0.000``.
+
+    Example:
+        >>> num(0.12345), num(-0.0001), num(None), num(0.5, 2, sign=True)
+        ('0.123', '0.000', '—', '+0.50')
+    """
+    if x is None or not math.isfinite(x):
+        return "—"
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    return text.replace("-0." + "0" * digits, "0." + "0" * digits).replace("+-", "-")
 
 
 def _cell(stat: tuple[float, float, int], runs: int, digits: int = 3) -> str:
     mean, se, n = stat
     if n == 0 or not math.isfinite(mean):
         return "—"
-    text = f"{mean:.{digits}f} ± {se:.{digits}f}"
+    if n == 1:
+        text = num(mean, digits)  # one run has no standard error
+    else:
+        text = f"{num(mean, digits)} ± {num(se, digits)}"
     return text if n == runs else f"{text} ({n} runs)"
 
 
@@ -81,29 +129,91 @@ def _escape(text: str) -> str:
 
 
 def summary_table(keys: Sequence[str], groups: Sequence[Group]) -> str:
-    """The markdown table, one row per group: swept keys, runs, success (mean ± SE over seeds), timing.
-
-    The kept-ratio, heterogeneity and T3-truncation-rate columns appear when some run logged them. See the
-    module example.
-    """
+    """The markdown table, one row per group: swept keys, runs, their lengths, success (mean ± SE over seeds),
+    timing, and the optional columns and per-run totals some run logged. See the module example."""
     rows = [group_row(g) for g in groups]
     optional = [(h, k) for h, k in OPTIONAL_COLUMNS if any(r[k][2] for r in rows)]
+    totals = [name for name in (rows[0] if rows else {}) if name.startswith(("optimizer", "trained"))]
+    totals = [name for name in totals if any(r[name][2] for r in rows)]
     first = list(keys) or ["group"]
     header = [
         *first,
         "runs",
+        "iterations",
         "final success",
+        "peak success",
         "start success",
         "update time / iteration (s)",
         *(h for h, _ in optional),
+        *(f"{name} / run" for name in totals),
     ]
     lines = ["| " + " | ".join(_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
     for g, r in zip(groups, rows):
         cells = [_escape(format_value(g.values[k])) for k in keys] or [_escape(g.label)]
-        cells += [str(r["runs"]), _cell(r["final"], r["runs"]), _cell(r["start"], r["runs"])]
+        cells += [str(r["runs"]), ", ".join(map(str, r["lengths"]))]
+        cells += [_cell(r["final"], r["runs"]), _cell(r["peak"], r["runs"]), _cell(r["start"], r["runs"])]
         cells += [_cell(r["update"], r["runs"], 2), *(_cell(r[k], r["runs"]) for _, k in optional)]
+        cells += [_cell(r[name], r["runs"], 1) for name in totals]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _seed(run: Run):
+    return run.config.get("seed")
+
+
+def paired_table(groups: Sequence[Group]) -> list[str]:
+    """Markdown lines: for every pair of groups (A before B) and metric, B − A over the seeds both ran.
+
+    A group in which a seed appears twice is not paired (the pairing would be ambiguous); it says so.
+
+    Example:
+        >>> from pathlib import Path
+        >>> def g(name, finals):
+        ...     return Group({"arm": name}, [Run(Path(f"{name}{s}"), {"seed": s}, [], [(5, {"success": f})])
+        ...                                  for s, f in enumerate(finals)])
+        >>> lines = paired_table([g("a", [0.5, 0.6]), g("b", [0.6, 0.8])])
+        >>> lines[2].split(" | ")[:5]
+        ['| arm=a', 'arm=b', 'final validation success', '2', '+0.150']
+    """
+    lines = [
+        "| A | B | metric | pairs | mean B − A | 95% CI (t) | 95% CI (bootstrap) | p (sign-flip) | B > A / B < A "
+        "| sd of B − A | MDE (80% power) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for i, a in enumerate(groups):
+        for b in groups[i + 1 :]:
+            seeds_a, seeds_b = [_seed(r) for r in a.runs], [_seed(r) for r in b.runs]
+            twice = [g.label for g, seeds in ((a, seeds_a), (b, seeds_b)) if len(set(map(str, seeds))) < len(seeds)]
+            if twice:
+                notes.append(
+                    f"- {_escape(b.label)} vs {_escape(a.label)}: not paired, a seed appears twice in "
+                    + ", ".join(_escape(t) for t in twice)
+                    + "."
+                )
+                continue
+            for name, metric, digits in PAIRED_METRICS:
+                va = {s: v for s, r in zip(seeds_a, a.runs) if s is not None and (v := metric(r)) is not None}
+                vb = {s: v for s, r in zip(seeds_b, b.runs) if s is not None and (v := metric(r)) is not None}
+                c = paired_comparison(va, vb)
+                if c.n == 0:
+                    continue
+                ci = [f"[{num(lo, digits, True)}, {num(hi, digits, True)}]" for lo, hi in (c.t_ci, c.boot_ci)]
+                lines.append(
+                    f"| {_escape(a.label)} | {_escape(b.label)} | {name} | {c.n} | {num(c.mean, digits, True)} | "
+                    f"{ci[0]} | {ci[1]} | {num(c.p, 3)} | {c.b_greater} / {c.b_less} | {num(c.sd, digits)} | "
+                    f"{num(c.mde, digits)} |"
+                )
+    if len(lines) == 2:
+        return notes
+    return lines + ([""] + notes if notes else [])
+
+
+def _display(path: Path, base: Path | None) -> str:
+    if base is None:
+        return str(path)
+    return Path(os.path.relpath(path, base)).as_posix()
 
 
 def markdown_report(
@@ -112,57 +222,102 @@ def markdown_report(
     diagnostics: Sequence[DiagnosticPoints],
     plots: Sequence[str] = (),
     fraction: float = 0.2,
+    dropped: Sequence[tuple[Run, Run]] = (),
+    base: str | Path | None = None,
 ) -> str:
-    """The whole ``report.md``: the table, Spearman correlations of the diagnostics, runs, plots.
+    """The whole ``report.md``: the table, paired differences, Spearman correlations, dropped duplicates, runs, plots.
+
+    Run dirs are shown relative to ``base`` (the result set's folder) when given, so the report does
+    not depend on where it was regenerated.
 
     Example:
         >>> from pathlib import Path
         >>> from ragen_torchrl.reporting.runs import Run
         >>> text = markdown_report([], [Group({}, [Run(Path("r0"), {}, [], [(1, {"success": 1.0})])])], [])
-        >>> text.splitlines()[0], "| all runs | 1 | 1.000 ± 0.000 |" in text
+        >>> text.splitlines()[0], "| all runs | 1 | 1 | 1.000 | 1.000 | — |" in text
         ('# Run report', True)
     """
+    base = Path(base) if base is not None else None
     by = ", ".join(f"`{k}`" for k in keys) if keys else "nothing (all runs differ only in seed and paths)"
     n_runs = sum(len(g.runs) for g in groups)
     out = [
         "# Run report",
         "",
+        "Generated by `ragen-report` from the run dirs listed under Runs; `ragen-report --check <folder>` "
+        "regenerates it from them and compares it byte for byte.",
+        "",
         f"{n_runs} runs in {len(groups)} groups, grouped by {by}. Mean ± standard error over the runs of a group "
-        "(sample std / sqrt(n); 0 for one run). Success: the validation success rate (fraction of the fixed "
-        "validation levels solved) before training (start) and at the end (final). Update time, kept ratio and "
+        "(sample std / sqrt(n); a single run shows its value alone). Success: the validation success rate (fraction of the fixed "
+        "validation levels solved) before training (start), at the last validation (final) and the best "
+        "validation after training started (peak; periodic validations may use fewer levels than the start "
+        "and end ones). Iterations: the lengths of the group's runs. Update time, kept ratio and "
         "T3 truncation rate: each run's mean over its iterations, then mean ± SE over runs (an iteration whose "
-        "update was skipped, e.g. the filter kept no group, counts as 0 s of update time).",
+        "update was skipped, e.g. the filter kept no group, counts as 0 s of update time). Optimizer steps, "
+        "trained samples (trajectories the updates trained on) and tokens: each run's total.",
         "",
     ]
+    if dropped:
+        out += [
+            "Duplicate runs (same config and seed) dropped, each listed with the run it repeats: "
+            + "; ".join(f"`{_display(d.path, base)}` (repeats `{_display(k.path, base)}`)" for d, k in dropped)
+            + ".",
+            "",
+        ]
     out += [summary_table(keys, groups), ""]
+    paired = paired_table(groups)
+    if paired:
+        out += [
+            "## Paired differences (B − A on the same seed)",
+            "",
+            "For every pair of groups, each metric's difference B − A on each seed both ran. 95% intervals of "
+            f"the mean difference by Student's t and by the percentile bootstrap ({RESAMPLES} resamples, "
+            f"seed {STAT_SEED}); p: two-sided paired sign-flip permutation test (exact up to "
+            f"{EXACT_LIMIT.bit_length() - 1} pairs); B > A / B < A: seeds where B is above / below A. "
+            "MDE: the smallest true mean difference a paired t-test at this number of pairs detects with "
+            "80% power at alpha 0.05, (t_{0.975, n−1} + t_{0.8, n−1}) · sd / sqrt(n), with sd the sample std "
+            "of the differences; a difference below it is not evidence of no effect.",
+            "",
+            *paired,
+            "",
+        ]
     if diagnostics:
         pct = f"{fraction:.0%}"
         out += [
             "## Diagnostics measured early vs final success",
             "",
             f"Each diagnostic is averaged over the first {pct} of a run's iterations (at least its first logged "
-            "value) and related to the run's final validation success across all runs (Spearman's rho).",
+            "value) and related to the run's final validation success by Spearman's rho, in every pool: all "
+            "runs, then each group. 95% interval: percentile bootstrap over runs "
+            f"({RESAMPLES} resamples, seed {STAT_SEED}); p: two-sided permutation test (exact up to 8 runs). "
+            f"Not computed below {MIN_CORRELATION_N} runs (n too small).",
             "",
-            "| diagnostic | logged as | runs | Spearman rho |",
-            "|---|---|---|---|",
+            "| diagnostic | logged as | pool | runs | Spearman rho | 95% CI (bootstrap) | p (permutation) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for d in diagnostics:
-            rho = f"{d.rho:+.3f}" if math.isfinite(d.rho) else "n/a (fewer than 3 runs or constant)"
             keys_text = ", ".join(f"`{k}`" for k in d.keys)
-            out.append(f"| {d.diagnostic.label} | {keys_text} | {len(d.points)} | {rho} |")
+            for pool, t in d.pools(groups):
+                if t.refused:
+                    cells = f"{t.refused} | — | — |"
+                else:
+                    cells = f"{num(t.rho, 3, True)} | [{num(t.ci[0], 3, True)}, {num(t.ci[1], 3, True)}] | {num(t.p)} |"
+                out.append(f"| {d.diagnostic.label} | {keys_text} | {_escape(pool)} | {t.n} | {cells}")
         out.append("")
     out += [
         "## Runs",
         "",
-        "| group | run dir | source | iterations | start success | final success |",
-        "|---|---|---|---|---|---|",
+        "| group | run dir | seed | source | iterations | start success | peak success (iteration) "
+        "| final success (iteration) | optimizer steps | trained samples |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         for r in g.runs:
-            start, final = r.start_success, r.final_success
+            start, peak, final, totals = r.start_success, peak_success(r), final_point(r), run_totals(r)
             out.append(
-                f"| {_escape(g.label)} | `{r.path}` | {r.source} | {r.last_iteration} | "
-                f"{'—' if start is None else f'{start:.3f}'} | {'—' if final is None else f'{final:.3f}'} |"
+                f"| {_escape(g.label)} | `{_display(r.path, base)}` | {format_value(_seed(r))} | {r.source} | "
+                f"{r.last_iteration} | {num(start)} | "
+                f"{f'{num(peak[1])} ({peak[0]})' if peak else '—'} | {f'{num(final[1])} ({final[0]})' if final else '—'} | "
+                f"{num(totals['optimizer steps'], 0)} | {num(totals['trained samples'], 0)} |"
             )
     out.append("")
     if plots:

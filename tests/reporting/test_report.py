@@ -176,12 +176,19 @@ def test_report_writes_the_table_and_every_plot(tmp_path, capsys):
     lines = report.splitlines()
     header = next(line for line in lines if line.startswith("| filter.name |"))
     assert header == (
-        "| filter.name | runs | final success | start success | update time / iteration (s) | kept ratio |"
-    )  # no T3 column: no run logged t3/truncation_rate
-    assert "| none | 3 | 0.600 ± 0.058 | 0.400 ± 0.000 | 4.00 ± 0.58 | — |" in lines
-    assert "| snr_top_p | 2 | 0.850 ± 0.050 | 0.400 ± 0.000 | 1.50 ± 0.50 | 0.600 ± 0.100 |" in lines
-    assert "| trajectory MI z-score (z, dimensionless) | `collapse/trajectory/mi_zscore` | 5 | +0.800 |" in lines
-    assert any(line.startswith("| reasoning token entropy") and line.endswith("| 5 | -0.800 |") for line in lines)
+        "| filter.name | runs | iterations | final success | peak success | start success "
+        "| update time / iteration (s) | kept ratio |"
+    )  # no T3 column: no run logged t3/truncation_rate; no totals: no run logged steps or samples
+    # peak = the best validation after iteration 0 = the final one here (the iteration-5 value is 0.45)
+    assert "| none | 3 | 10 | 0.600 ± 0.058 | 0.600 ± 0.058 | 0.400 ± 0.000 | 4.00 ± 0.58 | — |" in lines
+    assert (
+        "| snr_top_p | 2 | 10 | 0.850 ± 0.050 | 0.850 ± 0.050 | 0.400 ± 0.000 | 1.50 ± 0.50 | 0.600 ± 0.100 |" in lines
+    )
+    mi = "| trajectory MI z-score (z, dimensionless) | `collapse/trajectory/mi_zscore` | all runs | 5 | +0.800 | ["
+    assert any(line.startswith(mi) for line in lines)
+    assert any(line.startswith("| reasoning token entropy") and "| all runs | 5 | -0.800 |" in line for line in lines)
+    # the per-group pools (3 and 2 runs) are listed, not computed
+    assert sum(line.endswith("| n too small | — | — |") for line in lines) == 6
     pngs = [
         "val_success.png",
         "update_time.png",
@@ -203,7 +210,7 @@ def test_report_groups_by_the_keys_given(tmp_path):
     dirs = make_sweep(tmp_path / "runs")
     paths = write_report(dirs, tmp_path / "report", by=["env.name", "filter.name"])
     lines = paths[0].read_text().splitlines()
-    assert "| frozenlake | none | 3 | 0.600 ± 0.058 | 0.400 ± 0.000 | 4.00 ± 0.58 | — |" in lines
+    assert "| frozenlake | none | 3 | 10 | 0.600 ± 0.058 | 0.600 ± 0.058 | 0.400 ± 0.000 | 4.00 ± 0.58 | — |" in lines
 
 
 def test_a_run_with_only_tensorboard_events_loads(tmp_path):
@@ -323,6 +330,6 @@ def test_report_on_two_real_smoke_runs(ragen_cache_dir, tmp_path):
     for run in runs:
         assert run.series("timing/update") or run.series("filter/skipped_update") == [(1, 1.0)]
     rows = [line.split(" | ") for line in report.splitlines() if line.startswith(("| none | 1 |", "| snr_top_p | 1 |"))]
-    assert len(rows) == 2 and all(row[4] != "—" for row in rows), rows  # update time / iteration
+    assert len(rows) == 2 and all(row[6] != "—" for row in rows), rows  # update time / iteration
     for name in ("val_success.png", "update_time.png"):
         assert (out / name).stat().st_size > 1000

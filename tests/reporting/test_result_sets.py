@@ -1,0 +1,209 @@
+"""Committed result sets: ``report.md`` regenerates byte for byte from the committed runs, and the plots
+say what they show (inspected on the matplotlib figures)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ragen_torchrl.reporting import main
+from ragen_torchrl.reporting.cli import check_result_set, write_report
+from ragen_torchrl.reporting.runs import Run, RunError, is_result_set, is_run_dir, load_run, read_scalars_csv
+from ragen_torchrl.reporting.stats import Group, group_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+FIXTURE = Path(__file__).parent / "data" / "result_set"
+NOT_RECOMPUTABLE = "> **Not recomputable from committed data.**"
+
+
+def _with_raw_data() -> list[Path]:
+    return sorted(d for d in RESULTS.iterdir() if (d / "report.md").is_file() and (is_result_set(d) or is_run_dir(d)))
+
+
+# --------------------------------------------------------------------------- byte-for-byte
+def test_the_fixture_result_set_regenerates_byte_for_byte(tmp_path):
+    assert check_result_set(FIXTURE) == ""
+    # a second regeneration elsewhere gives the same bytes (no timestamps, paths relative to the set)
+    write_report([FIXTURE], tmp_path, base=FIXTURE, plots=False)
+    assert (tmp_path / "report.md").read_bytes() == (FIXTURE / "report.md").read_bytes()
+
+
+@pytest.mark.parametrize("folder", _with_raw_data(), ids=lambda p: p.name)
+def test_every_committed_result_set_with_raw_data_regenerates_byte_for_byte(folder):
+    assert check_result_set(folder) == ""
+
+
+def test_committed_result_sets_are_recomputable_or_marked():
+    with_data = set(_with_raw_data())
+    assert RESULTS / "default_run" in with_data
+    for page in sorted(RESULTS.glob("*/report.md")):
+        if page.parent not in with_data:
+            assert page.read_text().splitlines()[2].startswith(NOT_RECOMPUTABLE), page
+
+
+def test_t3_results_md_regenerates_from_results_json():
+    spec = importlib.util.spec_from_file_location("t3_truncation", ROOT / "experiments" / "t3_truncation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = RESULTS / "t3_cpu"
+    runs = json.loads((folder / "results.json").read_text())["runs"]
+    assert module.markdown_table(module.summarize_results(runs)) == (folder / "results.md").read_text()
+
+
+def test_check_reports_a_stale_report_and_exits_1(tmp_path, capsys):
+    copy = tmp_path / "set"
+    shutil.copytree(FIXTURE, copy)
+    report = copy / "report.md"
+    report.write_text(report.read_text().replace("| 0.600 ± 0.035 |", "| 0.700 ± 0.035 |", 1))
+    assert main(["--check", str(copy)]) == 1
+    captured = capsys.readouterr()
+    assert "-| none | 5 | 6 | 0.700 ± 0.035 |" in captured.out and "+| none | 5 | 6 | 0.600 ± 0.035 |" in captured.out
+    assert captured.err.startswith("ragen-report: error: report.md differs from its runs in ")
+    assert main(["--check", str(FIXTURE)]) == 0
+    assert main(["--check", str(tmp_path)]) == 2  # neither a result set nor a run dir
+
+
+def test_the_fixture_report_numbers_by_hand():
+    lines = (FIXTURE / "report.md").read_text().splitlines()
+    # none_s0_rerun repeats none_s0 (same config and seed; only the folder differs): dropped and listed
+    assert any("`runs/none_s0_rerun` (repeats `runs/none_s0`)" in line for line in lines)
+    # final success: none 0.5 0.6 0.55 0.7 0.65 (mean 0.6), snr_top_p 0.55 0.6 0.65 0.75 0.6 (mean 0.63)
+    assert any(line.startswith("| none | 5 | 6 | 0.600 ± 0.035 |") for line in lines)
+    # B - A per seed: 0.05 0 0.1 0.05 -0.05; sign flips with |sum| >= 0.15: 16 of 32 -> p 0.5
+    row = next(line for line in lines if "| final validation success |" in line)
+    assert "| 5 | +0.030 |" in row and "| 0.500 | 3 / 1 |" in row
+    # 24 optimizer steps and 384 trained samples (4 and 64 per iteration x 6) per unfiltered run
+    row = "| `runs/none_s0` | 0 | summary.json + scalars.csv | 6 | 0.400 | 0.500 (6) | 0.500 (6) | 24 | 384 |"
+    assert any(line.endswith(row) for line in lines)
+    assert not any("| n too small |" in line for line in lines)  # 10 runs in the pool, 5 per group
+
+
+# --------------------------------------------------------------------------- scalars.csv
+def test_scalars_csv_is_the_runs_per_iteration_record():
+    run = load_run(FIXTURE / "runs" / "none_s1")
+    assert run.source == "summary.json + scalars.csv"
+    assert run.series("timing/update") == [(i, 3.5) for i in range(1, 7)]
+    assert run.val_series("success") == [(0, 0.4), (3, 0.65), (6, 0.6)]  # val/* tags; iteration 0 is validation only
+    assert [h["iteration"] for h in run.history] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("step,a\n1,2\n", "line 1: the header must start with 'iteration'"),
+        ("iteration,a\n1,2,3\n", "line 2: 3 cells, the header has 2"),
+        ("iteration,a\nx,2\n", "line 2: iteration 'x' is not an integer"),
+        ("iteration,a\n1,abc\n", "line 2: a = 'abc' is not a number"),
+    ],
+)
+def test_a_bad_scalars_csv_names_the_file_and_line(tmp_path, text, message):
+    f = tmp_path / "scalars.csv"
+    f.write_text(text)
+    with pytest.raises(RunError, match=f"^{f}: {message}"):
+        read_scalars_csv(f)
+
+
+# --------------------------------------------------------------------------- plots
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions would save, kept open for inspection."""
+    pytest.importorskip("matplotlib")
+    from ragen_torchrl.reporting import plots
+
+    kept = {}
+
+    def keep(fig, path):
+        kept[Path(path).name] = fig
+        return Path(path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    yield kept
+    for fig in kept.values():
+        plots.pyplot().close(fig)
+
+
+def _run(name, seed, arm, lr, points, length=None):
+    config = {"seed": seed, "filter": {"name": arm}, "algo": {"lr": lr}}
+    history = [{"iteration": i, "rollout/success": 0.5} for i in range(1, (length or points[-1][0]) + 1)]
+    return Run(Path(name), config, history, [(it, {"success": v}) for it, v in points])
+
+
+def test_two_point_series_are_markers_without_a_line_and_legends_name_every_differing_key(figures, tmp_path):
+    from ragen_torchrl.reporting.plots import write_plots
+    from ragen_torchrl.reporting.stats import differing_keys
+
+    # algo.lr splits the runs exactly as filter.name does: the table groups by filter.name only,
+    # the legend must still name algo.lr
+    runs = [
+        _run(f"{arm}{s}", s, arm, lr, [(0, 0.4), (10, 0.5 + s / 10)])
+        for arm, lr in (("none", 1e-5), ("snr_top_p", 2e-5))
+        for s in range(3)
+    ]
+    keys, groups = group_runs(runs)
+    assert keys == ["filter.name"]
+    write_plots(groups, [], tmp_path, keys=differing_keys(runs))
+    ax = figures["val_success.png"].axes[0]
+    assert "n = 6 runs" in ax.get_title()
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["filter.name=none, algo.lr=1e-05 (n=3)", "filter.name=snr_top_p, algo.lr=2e-05 (n=3)"]
+    # every drawn line (the per-seed ones and the means) has two points: none is joined
+    assert ax.lines and all(line.get_linestyle() == "None" for line in ax.lines)
+
+
+def test_runs_of_different_lengths_are_never_averaged(figures, tmp_path):
+    from ragen_torchrl.reporting.plots import plot_train_success
+
+    short = [_run(f"s{s}", s, "none", 1e-5, [(0, 0.4), (5, 0.5)]) for s in range(2)]
+    long = [_run(f"l{s}", s + 10, "none", 1e-5, [(0, 0.4), (5, 0.5), (10, 0.6)]) for s in range(3)]
+    group = Group({"filter.name": "none"}, short + long)
+    plot_train_success([group], tmp_path / "train_success.png")
+    ax = figures["train_success.png"].axes[0]
+    assert ax.get_legend_handles_labels()[1] == [
+        "filter.name=none (5 iterations, n=2)",
+        "filter.name=none (10 iterations, n=3)",
+    ]
+    assert "n = 5 runs" in ax.get_title()
+    xs = [list(line.get_xdata()) for line in ax.lines]
+    assert [1, 2, 3, 4, 5] in xs and list(range(1, 11)) in xs  # each length its own series
+
+
+def test_every_diagnostics_panel_gives_its_n(figures, tmp_path):
+    from ragen_torchrl.reporting.plots import plot_diagnostics
+    from ragen_torchrl.reporting.stats import DIAGNOSTICS
+
+    runs = [
+        Run(Path(f"r{s}"), {"seed": s}, [{"iteration": i, "collapse/trajectory/mi_zscore": 1.0 + s} for i in (1, 2, 3)])
+        for s in range(4)
+    ]
+    plot_diagnostics(group_runs(runs)[1], DIAGNOSTICS[:2], tmp_path / "diagnostics.png")
+    titles = [ax.get_title() for ax in figures["diagnostics.png"].axes]
+    assert titles == ["trajectory MI z-score: n = 4 runs", "retrieval accuracy: n = 0 runs"]
+
+
+def test_scatter_shows_the_correlation_test_or_no_plot_below_five(figures, tmp_path):
+    from ragen_torchrl.reporting.plots import plot_names, write_plots
+    from ragen_torchrl.reporting.stats import diagnostic_points
+
+    def run(s, mi, success):
+        return Run(
+            Path(f"r{s}"),
+            {"seed": s},
+            [{"iteration": 1, "collapse/trajectory/mi_zscore": mi}],
+            [(1, {"success": success})],
+        )
+
+    groups = group_runs([run(s, 0.1 * s, 0.1 * s) for s in range(4)])[1]
+    assert "success_vs_mi_zscore.png" not in plot_names(groups, diagnostic_points(groups))
+    groups = group_runs([run(s, 0.1 * s, 0.1 * s) for s in range(5)])[1]
+    write_plots(groups, diagnostic_points(groups), tmp_path)
+    ax = figures["success_vs_mi_zscore.png"].axes[0]
+    assert "n = 5 runs" in ax.get_title()
+    assert any(
+        t.get_text().startswith("Spearman ρ = +1.00, 95% CI [") and "permutation p = 0.017" in t.get_text()
+        for t in ax.texts
+    )  # 2 of 120 permutations reach |rho| = 1

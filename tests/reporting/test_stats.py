@@ -1,0 +1,204 @@
+"""The report's statistics against textbook values, hand computations and scipy (when installed)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from ragen_torchrl.reporting.runs import Run
+from ragen_torchrl.reporting.stats import (
+    bootstrap_interval,
+    correlation_test,
+    drop_duplicates,
+    final_point,
+    incomplete_beta,
+    min_detectable_effect,
+    paired_comparison,
+    peak_success,
+    run_totals,
+    sign_flip_pvalue,
+    t_cdf,
+    t_interval,
+    t_quantile,
+)
+
+
+# --------------------------------------------------------------------------- t distribution
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),  # a printed t table (4 decimals)
+    [
+        (0.975, 1, 12.7062),
+        (0.975, 2, 4.3027),
+        (0.975, 4, 2.7764),
+        (0.975, 9, 2.2622),
+        (0.8, 4, 0.9410),
+        (0.8, 9, 0.8834),
+        (0.995, 30, 2.7500),
+    ],
+)
+def test_t_quantile_matches_the_textbook_table(p, df, expected):
+    assert t_quantile(p, df) == pytest.approx(expected, abs=1e-4)
+    assert t_quantile(1 - p, df) == pytest.approx(-expected, abs=1e-4)
+
+
+def test_t_cdf_closed_forms_and_scipy():
+    assert t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-12)  # Cauchy: 1/2 + atan(1)/pi
+    assert t_cdf(1.0, 2) == pytest.approx(0.5 + 1 / (2 * math.sqrt(3)), abs=1e-12)  # df 2: 1/2 + t / (2 sqrt(2 + t^2))
+    assert incomplete_beta(1.0, 1.0, 0.3) == pytest.approx(0.3, abs=1e-12)  # uniform
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 5, 17, 120):
+        for t in (-3.1, -0.4, 0.0, 0.7, 2.2, 8.0):
+            assert t_cdf(t, df) == pytest.approx(float(stats.t.cdf(t, df)), abs=1e-10)
+        for p in (0.6, 0.8, 0.975, 0.999):
+            assert t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), abs=1e-8)
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="p=1.0"):
+        t_quantile(1.0, 3)
+    with pytest.raises(ValueError, match="df=0"):
+        t_cdf(1.0, 0)
+
+
+# --------------------------------------------------------------------------- intervals
+def test_t_interval_by_hand_and_scipy():
+    lo, hi = t_interval([1.0, 2.0, 3.0])  # mean 2, sd 1, n 3: 2 ± 4.3027 / sqrt(3)
+    assert (lo, hi) == pytest.approx((2 - 4.302653 / math.sqrt(3), 2 + 4.302653 / math.sqrt(3)), abs=1e-5)
+    assert all(math.isnan(v) for v in t_interval([1.0]))
+    stats = pytest.importorskip("scipy.stats")
+    xs = [0.05, 0.0, 0.1, 0.05, -0.05]
+    mean, sem = sum(xs) / 5, float(stats.sem(xs))
+    assert t_interval(xs) == pytest.approx(tuple(stats.t.interval(0.95, 4, loc=mean, scale=sem)), abs=1e-10)
+
+
+def test_bootstrap_interval_two_values_by_hand_and_deterministic():
+    # resampled means of (0, 1): 0 w.p. 1/4, 0.5 w.p. 1/2, 1 w.p. 1/4 -> the 2.5% / 97.5% percentiles are 0 and 1
+    assert bootstrap_interval([0.0, 1.0]) == (0.0, 1.0)
+    xs = [0.1, 0.4, 0.2, 0.3, 0.35]
+    assert bootstrap_interval(xs) == bootstrap_interval(xs)  # fixed seed
+    ys = [math.sqrt(k) for k in range(2, 14)]
+    assert bootstrap_interval(ys, resamples=200) != bootstrap_interval(ys, resamples=200, seed=1)  # the seed is used
+    lo, hi = bootstrap_interval(xs)
+    assert min(xs) <= lo < sum(xs) / 5 < hi <= max(xs)
+    assert bootstrap_interval([0.3, 0.3, 0.3]) == (0.3, 0.3)
+
+
+# --------------------------------------------------------------------------- tests
+def test_sign_flip_pvalue_by_hand_and_scipy():
+    # (1, 2, 3): |sum| = 6 only for all + or all -: 2 of 8
+    assert sign_flip_pvalue([1.0, 2.0, 3.0]) == 0.25
+    # (1, -1): every pattern has |sum| >= 0
+    assert sign_flip_pvalue([1.0, -1.0]) == 1.0
+    # (2, 1, 1): |sum| >= 4 for (+,+,+), (-,-,-): 2 of 8; (+,+,-) gives 2
+    assert sign_flip_pvalue([2.0, 1.0, 1.0]) == 0.25
+    assert math.isnan(sign_flip_pvalue([]))
+    stats = pytest.importorskip("scipy.stats")
+    d = [0.05, 0.0, 0.1, 0.05, -0.05, 0.12, 0.03]
+    ref = stats.permutation_test(
+        (d,), lambda x: abs(sum(x)), permutation_type="samples", n_resamples=math.inf, alternative="greater"
+    )
+    assert sign_flip_pvalue(d) == pytest.approx(float(ref.pvalue), abs=1e-12)
+
+
+def test_sign_flip_beyond_the_exact_limit_is_sampled_and_deterministic():
+    d = [0.1 * ((-1) ** i) + 0.05 for i in range(20)]  # 2^20 patterns: Monte Carlo
+    p = sign_flip_pvalue(d, resamples=2000)
+    assert p == sign_flip_pvalue(d, resamples=2000)
+    assert 0 < p <= 1
+
+
+def test_paired_comparison_uses_only_seeds_both_arms_ran():
+    a = {0: 0.5, 1: 0.6, 2: 0.55, 3: 0.7, 4: 0.65, 7: 0.1}
+    b = {0: 0.55, 1: 0.6, 2: 0.65, 3: 0.75, 4: 0.6, 8: 0.9}
+    c = paired_comparison(a, b)
+    assert c.seeds == (0, 1, 2, 3, 4) and c.n == 5
+    assert list(c.diffs) == pytest.approx([0.05, 0.0, 0.1, 0.05, -0.05])
+    assert c.mean == pytest.approx(0.03)
+    assert c.sd == pytest.approx(math.sqrt(sum((x - 0.03) ** 2 for x in c.diffs) / 4))
+    assert (c.b_greater, c.b_less) == (3, 1)
+    # sign flips of (0.05, 0, 0.1, 0.05, -0.05), |sum| >= 0.15: the zero's sign is free (x2); of the other
+    # 16 patterns: (+,+,+,-) 0.15, (+,+,+,+) 0.25, (+,+,-,-)? 0.05+0.1-0.05+0.05 -> enumerate by hand below
+    others = [0.05, 0.1, 0.05, -0.05]
+    hits = sum(abs(sum(x if m >> i & 1 else -x for i, x in enumerate(others))) >= 0.15 - 1e-12 for m in range(16))
+    assert c.p == pytest.approx(hits / 16)
+    assert c.mde == pytest.approx((2.776445 + 0.940965) * c.sd / math.sqrt(5), rel=1e-5)
+
+
+def test_min_detectable_effect_has_the_stated_power():
+    assert math.isnan(min_detectable_effect(1.0, 1))
+    stats = pytest.importorskip("scipy.stats")
+    for n in (5, 10, 30):
+        mde = min_detectable_effect(1.0, n)
+        # power of the two-sided paired t-test at a true effect = MDE (noncentral t with nc = MDE sqrt(n) / sd)
+        crit = stats.t.ppf(0.975, n - 1)
+        power = stats.nct.sf(crit, n - 1, mde * math.sqrt(n)) + stats.nct.cdf(-crit, n - 1, mde * math.sqrt(n))
+        assert power == pytest.approx(0.8, abs=0.03), (n, power)  # the shifted-central-t approximation
+
+
+def test_correlation_refuses_below_five_and_matches_scipy():
+    t = correlation_test([1, 2, 3, 4], [1, 3, 2, 4])
+    assert t.refused == "n too small" and math.isnan(t.rho) and math.isnan(t.p)
+    assert correlation_test([1, 1, 1, 1, 1], [1, 2, 3, 4, 5]).refused == "constant input"
+    with pytest.raises(ValueError, match="differ in length"):
+        correlation_test([1, 2], [1])
+    x = [2.0, 2.5, 1.5, 3.0, 2.2, 2.1]
+    y = [0.5, 0.6, 0.55, 0.7, 0.65, 0.55]  # with ties; 720 permutations keep scipy's exact test fast
+    t = correlation_test(x, y)
+    assert t.ci == correlation_test(x, y).ci  # fixed bootstrap seed
+    assert t.ci[0] <= t.rho <= t.ci[1]
+    stats = pytest.importorskip("scipy.stats")
+    assert t.rho == pytest.approx(float(stats.spearmanr(x, y)[0]), abs=1e-12)
+    ref = stats.permutation_test(
+        (y,),
+        lambda v: abs(stats.spearmanr(x, v)[0]),
+        permutation_type="pairings",
+        n_resamples=math.inf,
+        alternative="greater",
+    )
+    assert t.p == pytest.approx(float(ref.pvalue), abs=1e-12)
+
+
+def test_correlation_hand_computed_permutation_p():
+    # rho >= 0.8 iff sum d^2 <= 4: identity, 4 adjacent swaps, 3 pairs of disjoint adjacent swaps; as many <= -0.8
+    t = correlation_test([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
+    assert t.rho == pytest.approx(0.8) and t.p == pytest.approx(16 / 120)
+
+
+# --------------------------------------------------------------------------- runs
+def test_duplicates_are_dropped_listed_and_paths_do_not_count():
+    def run(path, seed, lr, cache):
+        return Run(Path(path), {"seed": seed, "algo": {"lr": lr}, "model": {"cache_dir": cache}})
+
+    runs = [run("z", 0, 1e-5, "/a"), run("a", 0, 1e-5, "/b"), run("b", 1, 1e-5, "/a"), run("c", 0, 2e-5, "/a")]
+    kept, dropped = drop_duplicates(runs)
+    assert [str(r.path) for r in kept] == ["a", "b", "c"]
+    assert [(str(d.path), str(k.path)) for d, k in dropped] == [("z", "a")]
+    no_config = [Run(Path("x"), {}), Run(Path("y"), {})]
+    assert drop_duplicates(no_config) == (no_config, [])
+
+
+def test_peak_and_final_validation_with_iterations():
+    run = Run(
+        Path("r"),
+        {},
+        [],
+        [
+            (0, {"success": 0.9}),
+            (10, {"success": 0.6}),
+            (20, {"success": 0.8}),
+            (30, {"success": 0.8}),
+            (40, {"success": 0.7}),
+        ],
+    )
+    assert peak_success(run) == (20, 0.8)  # iteration 0 is before training; ties: the earliest
+    assert final_point(run) == (40, 0.7)
+    assert peak_success(Run(Path("r"), {}, [], [(0, {"success": 0.5})])) is None
+    assert final_point(Run(Path("r"), {})) is None
+
+
+def test_totals_from_the_summary_else_summed_else_unknown():
+    h = [{"iteration": i, "train/optimizer_steps": 2.0, "train/assistant_tokens": 100.0} for i in (1, 2, 3)]
+    run = Run(Path("r"), {}, h, summary={"optimizer_steps": 5, "seconds": 3.0})
+    assert run_totals(run) == {"optimizer steps": 5.0, "trained samples": None, "trained tokens": 300.0}
