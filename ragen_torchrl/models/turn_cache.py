@@ -144,9 +144,11 @@ class TurnCachePolicy(TensorDictModuleBase):
         record_entropy: attach an :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`
             (``policy.entropy_recorder``), as :func:`ragen_torchrl.collectors.make_generation_policy` does.
 
-    ``stats`` counts, since construction: ``rows_reused`` / ``rows_prefilled`` (rows generated from a stored
+    The stored caches belong to the weights that computed them: when a parameter has been written since
+    (an optimizer step), the next call clears them. ``stats`` counts, since construction: ``rows_reused`` / ``rows_prefilled`` (rows generated from a stored
     cache / encoded from scratch), ``rows_over_cap`` (rows not stored because of the cap), ``new_tokens``
-    (prompt tokens encoded over a reused cache), ``cached_tokens`` (stored now).
+    (prompt tokens encoded over a reused cache), ``cached_tokens`` (stored now), ``weight_changes``
+    (calls that found the weights updated and cleared every cache).
     """
 
     def __init__(
@@ -172,7 +174,10 @@ class TurnCachePolicy(TensorDictModuleBase):
         self.out_keys = [response_key]
         #: env_index -> (the tokens the cache covers, its [layers, 2, H, len, D] keys/values)
         self._store: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.stats = dict(rows_reused=0, rows_prefilled=0, rows_over_cap=0, new_tokens=0, cached_tokens=0)
+        self.stats = dict(
+            rows_reused=0, rows_prefilled=0, rows_over_cap=0, new_tokens=0, cached_tokens=0, weight_changes=0
+        )
+        self._weights_seen = self._weights_version()
         self.entropy_recorder = attach_entropy_recorder(self) if record_entropy else None
 
     # ------------------------------------------------------------------ cache bookkeeping
@@ -195,6 +200,10 @@ class TurnCachePolicy(TensorDictModuleBase):
         """Forget every row's cache (a new collection)."""
         self._store.clear()
         self.stats["cached_tokens"] = 0
+
+    def _weights_version(self) -> int:
+        # every in-place write to a parameter (an optimizer step, load_state_dict) bumps its version counter
+        return sum(p._version for p in self.model.parameters())
 
     def cached_rows(self) -> list[int]:
         """The ``env_index`` of every row with a stored cache."""
@@ -260,6 +269,11 @@ class TurnCachePolicy(TensorDictModuleBase):
         if min(int(p.numel()) for p in prompts) == 0:
             raise ValueError("every prompt needs at least one token")
         device = next(self.model.parameters()).device
+        version = self._weights_version()
+        if version != self._weights_seen:  # the stored keys/values belong to the old weights
+            self.clear()
+            self.stats["weight_changes"] += 1
+            self._weights_seen = version
         if self._cache_usable(prompts):
             replies = self._cached_generate(prompts, env_index, device)
         else:

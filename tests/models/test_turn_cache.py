@@ -258,6 +258,24 @@ def test_release_and_clear_free_the_rows(model_tok):
     assert policy.cached_rows() == [] and policy.stats["cached_tokens"] == 0
 
 
+def test_a_weight_update_clears_the_caches(tiny_model):
+    """The stored keys/values belong to the weights that computed them: after an optimizer step the next
+    turn re-prefills and gives what the updated model gives."""
+    model, tok = tiny_model
+    kwargs = _greedy(5)
+    policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    prompts = _first_prompts(tok, 2)
+    replies = policy(_td(prompts, [0, 1])).get(("tokens", "response"), as_list=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(input_ids=prompts[0].unsqueeze(0), labels=prompts[0].unsqueeze(0)).loss.backward()
+    opt.step()
+    nxt = [torch.cat([p, r, _observation(tok, i, 0)]) for i, (p, r) in enumerate(zip(prompts, replies))]
+    got = policy(_td(nxt, [0, 1])).get(("tokens", "response"), as_list=True)
+    assert policy.stats["weight_changes"] == 1 and policy.stats["rows_reused"] == 0
+    ref = _reprefill(model, nxt, kwargs, tok.pad_token_id, tok.eos_token_id)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+
+
 def test_a_new_episode_on_a_slot_is_prefilled_from_scratch(model_tok):
     model, tok = model_tok
     kwargs = _greedy(5)
