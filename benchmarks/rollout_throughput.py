@@ -288,7 +288,9 @@ def turn_cache_main(args) -> None:
 
     for max_turn in (turns, 1):
         for kind in ("cached", "bare"):  # untimed warm-up
+            t0 = time.perf_counter()
             run(kind, train_level_seeds(1, 0, groups), max_turn)
+            print(f"  {max_turn}-turn warm-up of {kind}: {time.perf_counter() - t0:.1f}s", flush=True)
         totals = {k: [0, 0.0, 0, 0] for k in ("cached", "bare")}  # sampled, seconds, model tokens, needed
         ratios = []
         for r in range(args.repeats):
