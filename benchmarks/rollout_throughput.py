@@ -15,9 +15,22 @@ goes first, after one untimed warm-up of each; the summary gives the median of t
 per-repeat ratios (robust to a burst of load during one repeat) and the ratio of the
 totals.
 
+**KV cache across turns** (``--part turn-cache``): on Sokoban at the default shape (``env=sokoban``,
+``trainer.prompts_per_iter`` x ``trainer.group_size`` rows, ``rollout.max_new_tokens``, the tiny model
+built from ``model=tiny`` as the trainer builds it; untrained unless ``--turn-cache-sft-steps``), a token-level episode loop
+(each prompt grows by the reply as sampled plus the next observation, tokenised once with the chat
+template's delimiters) is played with :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy` and
+with a bare ``model.generate`` that re-prefills the whole left-padded prompts every turn, both with
+the sampling keywords of :func:`~ragen_torchrl.collectors.hf_generate_kwargs`. For the 5-turn and the
+single-turn game it prints the sampled tokens per second of both (their ratio: the targets are
+>= 1.5x multi-turn, >= 0.95x single-turn) and the tokens the model processed (every position of every
+forward pass, padding included) per token that had to be processed (each prompt token of a
+trajectory once, each sampled token once; 1.0 is the limit).
+
 Usage::
 
-    python benchmarks/rollout_throughput.py            # P=8 groups x G=8, 4 repeats
+    python benchmarks/rollout_throughput.py            # both parts: P=8 groups x G=8 FrozenLake, 4 repeats; Sokoban
+    python benchmarks/rollout_throughput.py --part turn-cache --repeats 2
     python benchmarks/rollout_throughput.py --quick
 """
 
@@ -30,6 +43,7 @@ import time
 
 import tensordict
 import torch
+from tensordict import TensorDict
 
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.parsing import parse_response
@@ -106,6 +120,213 @@ def timed(fn):
     return n, time.perf_counter() - t0, time.process_time() - c0
 
 
+def _chat_delimiters(tokenizer) -> tuple[str, str]:
+    """The text between a reply and the next observation, and after it up to the next reply (ChatML:
+    ``"<|im_end|>\\n<|im_start|>user\\n"``, ``"<|im_end|>\\n<|im_start|>assistant\\n"``), read off the template."""
+    reply, obs = "\x00REPLY\x00", "\x00OBS\x00"
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": reply}, {"role": "user", "content": obs}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    after = text[text.index(reply) + len(reply) :]
+    head, _, tail = after.partition(obs)
+    return head, tail
+
+
+def token_episodes(env, tokenizer, level_seeds, group_size, generate_fn, *, max_turn: int, release=None):
+    """Plays the episodes at the token level; returns ``(sampled tokens, tokens that had to be processed)``.
+
+    ``generate_fn(prompts, env_indices)`` returns each row's reply ids as sampled. A row's next prompt is
+    its prompt, its reply, the end-of-turn token if the reply did not sample it, and the next observation
+    with the template's delimiters (tokenised once). ``release(env_indices)`` is told which rows finished.
+    """
+    head, tail = _chat_delimiters(tokenizer)
+    eos = tokenizer.eos_token_id
+    eot_text = tokenizer.eos_token if head.startswith(tokenizer.eos_token) else ""
+    eot_ids = torch.tensor(tokenizer(eot_text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    games = [env.game_factory(s, sample_seed(s, g)) for s in level_seeds for g in range(group_size)]
+    prompts = []
+    for g in games:
+        chat = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": env.observation_text(g)}]
+        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        prompts.append(torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long))
+    turns = [0] * len(games)
+    running = list(range(len(games)))
+    sampled = needed = 0
+    while running:
+        replies = generate_fn([prompts[i] for i in running], running)
+        still, done_rows = [], []
+        for i, ids in zip(running, replies, strict=True):
+            sampled += len(ids)
+            reply = tokenizer.decode(ids, skip_special_tokens=True)
+            parsed = parse_response(reply, games[i].action_names, env.max_actions_per_turn)
+            done = False
+            for a in parsed.actions:
+                _, done, _ = games[i].step(a)
+                if done:
+                    break
+            turns[i] += 1
+            if not done and turns[i] < max_turn:
+                obs = head[len(eot_text) :] + env.observation_text(games[i]) + tail
+                obs_ids = torch.tensor(tokenizer(obs, add_special_tokens=False)["input_ids"], dtype=torch.long)
+                ended = len(ids) > 0 and int(ids[-1]) == eos
+                prompts[i] = torch.cat([prompts[i], ids.to(torch.long), *([] if ended else [eot_ids]), obs_ids])
+                still.append(i)
+            else:
+                needed += len(prompts[i]) + len(ids)  # every prompt token once, every sampled token once
+                done_rows.append(i)
+        if release is not None:
+            release(done_rows)
+        running = still
+    return sampled, needed
+
+
+def bare_token_generate(model, sampling: dict, pad: int, eos: int):
+    """``generate_fn`` of :func:`token_episodes`: a bare ``model.generate`` on the whole left-padded prompts."""
+
+    def generate(prompts, env_indices):
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = p
+            mask[r, width - len(p) :] = 1
+        with torch.no_grad():
+            new = model.generate(input_ids=ids, attention_mask=mask, **sampling)[:, width:]
+        out = []
+        for row in new:
+            hits = (row == eos).nonzero().reshape(-1)
+            out.append(row[: int(hits[0]) + 1] if hits.numel() else row)
+        return out
+
+    return generate
+
+
+class ModelTokenCounter:
+    """Counts every position the model runs (batch x width of each forward's ``input_ids``)."""
+
+    def __init__(self, model):
+        self.count = 0
+        self._hook = model.register_forward_pre_hook(self._seen, with_kwargs=True)
+
+    def _seen(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            self.count += ids.numel()
+
+    def close(self):
+        self._hook.remove()
+
+
+def turn_cache_main(args) -> None:
+    """The KV-cache part: Sokoban at the default shape, cached policy vs bare re-prefill loop."""
+    from hydra import compose, initialize_config_dir
+
+    from ragen_torchrl.collectors import hf_generate_kwargs
+    from ragen_torchrl.models.turn_cache import TurnCachePolicy
+    from ragen_torchrl.trainer.cli import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=["env=sokoban"])
+    groups, group_size = int(cfg.trainer.prompts_per_iter), int(cfg.trainer.group_size)
+    max_new, turns = int(cfg.rollout.max_new_tokens), int(cfg.env.max_turn)
+    if args.quick:
+        groups = max(2, groups // 4)
+    env = make_env("sokoban", num_envs=groups * group_size)
+    m = cfg.model
+    tiny = TinyModelConfig(
+        vocab_size=m.vocab_size,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads,
+    )
+    t0 = time.perf_counter()
+    path = build_tiny_model(tokenizer_corpus(env), tiny, tempfile.mkdtemp())
+    model, tok = load_pretrained(path)
+    torch.manual_seed(0)
+    if args.turn_cache_sft_steps:
+        demos = make_demonstrations(env, 4 * args.turn_cache_sft_steps, noise=0.3)
+        supervised_finetune(model, tok, demos, steps=args.turn_cache_sft_steps, log_every=0)
+    model.eval()
+    print(f"model built and warm-started in {time.perf_counter() - t0:.0f}s", flush=True)
+    sampling = hf_generate_kwargs(
+        max_new, float(cfg.rollout.temperature), top_k=cfg.rollout.top_k, top_p=cfg.rollout.top_p
+    )
+    policy = TurnCachePolicy(
+        model,
+        generate_kwargs=sampling,
+        kv_cache=bool(cfg.rollout.kv_cache),
+        max_cached_tokens=int(cfg.rollout.kv_cache_max_tokens),
+    )
+    print(
+        f"Sokoban, {groups} x {group_size} rows, max_new_tokens={max_new}, tiny model {tiny.num_layers} layers x "
+        f"{tiny.hidden_size}, sampling {{temperature={sampling.get('temperature')}, top_k={sampling.get('top_k')}, "
+        f"top_p={sampling.get('top_p')}}}, {args.turn_cache_sft_steps} SFT steps"
+    )
+
+    def cached_gen(prompts, rows):
+        td = TensorDict(
+            {
+                "tokens": {"prompt": torch.nested.as_nested_tensor(prompts, layout=torch.jagged)},
+                "env_index": torch.tensor(rows),
+            },
+            batch_size=[len(rows)],
+        )
+        return policy(td).get(("tokens", "response"), as_list=True)
+
+    bare_gen = bare_token_generate(model, sampling, tok.pad_token_id, tok.eos_token_id)
+    counter = ModelTokenCounter(model)
+
+    def run(kind, seeds, max_turn):
+        if kind == "cached":
+            policy.clear()
+            return token_episodes(env, tok, seeds, group_size, cached_gen, max_turn=max_turn, release=policy.release)
+        return token_episodes(env, tok, seeds, group_size, bare_gen, max_turn=max_turn)
+
+    for max_turn in (turns, 1):
+        for kind in ("cached", "bare"):  # untimed warm-up
+            t0 = time.perf_counter()
+            run(kind, train_level_seeds(1, 0, groups), max_turn)
+            print(f"  {max_turn}-turn warm-up of {kind}: {time.perf_counter() - t0:.1f}s", flush=True)
+        totals = {k: [0, 0.0, 0, 0] for k in ("cached", "bare")}  # sampled, seconds, model tokens, needed
+        ratios = []
+        for r in range(args.repeats):
+            seeds = train_level_seeds(0, r, groups)
+            res = {}
+            order = ["cached", "bare"] if r % 2 == 0 else ["bare", "cached"]
+            for kind in order:
+                torch.manual_seed(r)
+                counter.count = 0
+                t0 = time.perf_counter()
+                sampled, needed = run(kind, seeds, max_turn)
+                res[kind] = (sampled, time.perf_counter() - t0, counter.count, needed)
+                for j, v in enumerate(res[kind]):
+                    totals[kind][j] += v
+            speed = {k: res[k][0] / res[k][1] for k in res}
+            ratios.append(speed["cached"] / speed["bare"])
+            print(
+                f"  {max_turn}-turn repeat {r} ({order[0]} first): cached {speed['cached']:.0f} tok/s, "
+                f"bare {speed['bare']:.0f} tok/s, ratio {ratios[-1]:.2f}",
+                flush=True,
+            )
+        print(f"\n{max_turn}-turn Sokoban ({args.repeats} repeats)")
+        print(f"{'path':<38}{'sampled':>9}{'seconds':>9}{'tokens/s':>10}{'model tok / needed':>20}")
+        for kind, label in (("cached", "TurnCachePolicy (KV cache kept)"), ("bare", "bare generate, re-prefill")):
+            n, t, processed, needed = totals[kind]
+            print(f"{label:<38}{n:>9}{t:>9.2f}{n / t:>10.0f}{processed / needed:>20.3f}")
+        (nc, tc, _, _), (nb, tb, _, _) = totals["cached"], totals["bare"]
+        target = 1.5 if max_turn > 1 else 0.95
+        print(
+            f"ratio (cached / bare tokens/s): median of repeats {statistics.median(ratios):.2f}, of totals "
+            f"{(nc / tc) / (nb / tb):.2f} (target >= {target}); policy stats {policy.stats}\n",
+            flush=True,
+        )
+    counter.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=8)
@@ -115,11 +336,27 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=60, help="brief warm start so replies are well-formed")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--turn-cache-sft-steps",
+        type=int,
+        default=0,
+        help="warm-start steps of the Sokoban model (0: untrained, every row plays every turn with full replies)",
+    )
+    parser.add_argument(
+        "--part",
+        choices=("all", "wrapper", "turn-cache"),
+        default="all",
+        help="wrapper: FrozenLake, torchrl wrapper vs bare loop; turn-cache: Sokoban, KV cache across turns",
+    )
     args = parser.parse_args()
     if args.quick:
         args.groups, args.group_size, args.repeats, args.sft_steps = 4, 4, 2, 20
     torch.set_num_threads(args.threads)
     tensordict.set_list_to_stack(True).set()
+    if args.part in ("all", "turn-cache"):
+        turn_cache_main(args)
+    if args.part == "turn-cache":
+        return
     env = make_env("frozenlake", num_envs=args.groups * args.group_size)
     cache = tempfile.mkdtemp()
     path = build_tiny_model(tokenizer_corpus(env), TinyModelConfig(), cache)

@@ -82,6 +82,7 @@ _BOOL_KEYS = (
     "trainer.resume_allow_changes",
     "t3.outside_trigger",
     "rollout.prime_think",
+    "rollout.kv_cache",
     "trainer.dry_run",
 )
 
@@ -489,6 +490,8 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     if _has(cfg, "diagnostics.grad_snr"):
         check_positive_int(cfg, "diagnostics.grad_snr.every", allow_zero=True, optional=True)
         check_positive_int(cfg, "diagnostics.grad_snr.buckets", optional=True, maximum=1024)
+    if _has(cfg, "rollout.kv_cache_max_tokens"):
+        check_positive_int(cfg, "rollout.kv_cache_max_tokens", allow_zero=True)
     if _has(cfg, "rollout.shards"):
         check_positive_int(cfg, "rollout.shards", optional=True, maximum=LIMITS.get("rollout.shards", 4096))
         shards = _get(cfg, "rollout.shards")

@@ -42,6 +42,7 @@ LIMITS: dict[str, int] = {
     "trainer.log_text_samples": 1024,
     "rollout.max_new_tokens": 32768,
     "rollout.chunk_size": 4096,
+    "rollout.kv_cache_max_tokens": 1 << 30,
     "algo.ppo_epochs": 100,
     "algo.mini_batch_size": 65536,
     "algo.max_length": 1 << 20,

@@ -1,0 +1,350 @@
+"""Generate from token prompts, keeping each row's KV cache between turns.
+
+In a multi-turn rollout a row's prompt at turn ``t + 1`` is its prompt at turn ``t``, the reply it
+sampled and the env's next observation. Re-encoding the whole conversation every turn makes the
+prefill grow with the turn number (by turn 5 of Sokoban a prompt is ~800 tokens, of which only
+the last observation is new). :class:`TurnCachePolicy` keeps, per ``env_index``, the KV cache of
+everything the model has read of that row (the prompt and the reply minus its last token, whose
+keys/values ``generate`` never computes) and at the next turn encodes only the tokens after it.
+
+One call, for ``B`` rows:
+
+1. each row's stored token sequence is compared with its new prompt: when it is a prefix (and at
+   least one token is new) its cache is reused; otherwise (a new episode, another prompt) the row
+   is prefilled from scratch: every such prompt minus its last token is encoded, each distinct
+   prompt once and the head they all share (the system prompt) once
+   (:func:`~ragen_torchrl.diagnostics.kv_prefix._row_prefix_cache`, the MI diagnostics' prefix
+   encoder), as :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper` does;
+2. the rows' caches are assembled into one batch cache (row ``r``'s ``c_r`` cached slots first,
+   then holes) and the rows' new tokens into one left-padded block after it; the attention mask
+   marks the real slots and ``generate`` takes positions from its cumulative sum, so every real
+   token keeps the position it has in the row's own sequence;
+3. one ``generate`` call encodes the new tokens (its first forward) and decodes; its sampling
+   keywords are the policy's ``generate_kwargs`` unchanged (those of
+   :func:`ragen_torchrl.collectors.hf_generate_kwargs`), so a logits processor such as
+   :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step;
+4. each row's real slots are cut out of the grown cache and stored under its ``env_index``,
+   unless the total of stored tokens would exceed ``max_cached_tokens`` (the row then re-prefills
+   at its next turn; ``stats["rows_over_cap"]`` counts them).
+
+Each token attends to exactly the tokens before it at the same positions, so the logits are those
+of a left-padded re-prefill up to float round-off (tested within 1e-4, greedy replies equal over
+several turns). A model whose attention takes no padding mask with holes next to a cache
+(:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_supported` is false: flash
+attention, sliding windows), a prompt shorter than two tokens, or ``kv_cache=False`` use a plain
+left-padded re-prefill (``kv_cache=False`` still shares the prompt head on supported models).
+
+Example:
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+    >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, intermediate_size=8,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, eos_token_id=15, pad_token_id=0))
+    >>> policy = TurnCachePolicy(model, generate_kwargs={"max_new_tokens": 3, "do_sample": False})
+    >>> prompts = [torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 5])]
+    >>> td = TensorDict({"tokens": {"prompt": torch.nested.as_nested_tensor(prompts, layout=torch.jagged)},
+    ...     "env_index": torch.tensor([0, 1])}, batch_size=[2])
+    >>> replies = policy(td).get(("tokens", "response"), as_list=True)
+    >>> [r.numel() for r in replies], policy.stats["rows_prefilled"]
+    ([3, 3], 2)
+    >>> nxt = [torch.cat([p, r, torch.tensor([6, 7])]) for p, r in zip(prompts, replies)]
+    >>> td = TensorDict({"tokens": {"prompt": torch.nested.as_nested_tensor(nxt, layout=torch.jagged)},
+    ...     "env_index": torch.tensor([0, 1])}, batch_size=[2])
+    >>> _ = policy(td); policy.stats["rows_reused"]   # turn 2 encodes only the reply's last token and [6, 7]
+    2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from ..diagnostics.kv_prefix import _forward_kwargs, _row_prefix_cache
+from ..objectives.shared_prefix import shared_prefix_supported
+from .entropy_recorder import attach_entropy_recorder
+
+__all__ = ["DEFAULT_MAX_CACHED_TOKENS", "TurnCachePolicy", "check_turn_cache_settings", "reusable_length"]
+
+#: default cap on the tokens cached across rows (``rollout.kv_cache_max_tokens``)
+DEFAULT_MAX_CACHED_TOKENS = 262144
+
+
+def check_turn_cache_settings(kv_cache, max_cached_tokens, *, prefix: str = "rollout.") -> None:
+    """Raise ``ValueError`` naming the key unless ``kv_cache`` is a bool and ``max_cached_tokens`` an int >= 0.
+
+    Example:
+        >>> check_turn_cache_settings(True, -1)
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.kv_cache_max_tokens must be a non-negative integer (0 = cache nothing), got -1
+    """
+    if not isinstance(kv_cache, bool):
+        raise ValueError(f"{prefix}kv_cache must be true or false, got {kv_cache!r}")
+    if isinstance(max_cached_tokens, bool) or not isinstance(max_cached_tokens, int) or max_cached_tokens < 0:
+        raise ValueError(
+            f"{prefix}kv_cache_max_tokens must be a non-negative integer (0 = cache nothing), got {max_cached_tokens!r}"
+        )
+
+
+def reusable_length(stored: torch.Tensor | None, prompt: torch.Tensor) -> int:
+    """How many leading tokens of ``prompt`` a cache of ``stored`` covers: ``len(stored)`` when ``stored`` is a
+    prefix of ``prompt`` with at least one token after it (``generate`` needs a token to start from), else 0.
+
+    Example:
+        >>> p = torch.tensor([1, 2, 3, 4])
+        >>> reusable_length(torch.tensor([1, 2]), p), reusable_length(torch.tensor([1, 9]), p), reusable_length(p, p)
+        (2, 0, 0)
+    """
+    if stored is None:
+        return 0
+    n = int(stored.numel())
+    if n == 0 or n >= prompt.numel() or not torch.equal(prompt[:n], stored):
+        return 0
+    return n
+
+
+def _layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [(layer.keys, layer.values) for layer in layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))  # transformers 4.x
+
+
+def _stacked(cache) -> torch.Tensor:
+    """``[layers, 2, B, H, S, D]``: every layer's keys and values in one tensor."""
+    return torch.stack([torch.stack(kv) for kv in _layer_tensors(cache)])
+
+
+def _dynamic_cache(stacked: torch.Tensor):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer in range(stacked.shape[0]):
+        cache.update(stacked[layer, 0], stacked[layer, 1], layer)
+    return cache
+
+
+class TurnCachePolicy(TensorDictModuleBase):
+    """Samples a reply for each row's token prompt, reusing the row's KV cache from its previous turn.
+
+    Reads ``("tokens", "prompt")`` (each row's full prompt, ragged 1-D long tensors) and ``env_index``
+    (the row's slot in the env: the cache key); writes ``("tokens", "response")``: each row's sampled ids
+    exactly as sampled (the end-of-turn token included when sampled, nothing after it). See the module
+    docstring for how the cache is reused.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        generate_kwargs: ``model.generate`` keywords (sampling settings, ``max_new_tokens``; eos/pad ids
+            default to the model's ``generation_config``), passed as given.
+        kv_cache: keep each row's cache between calls (``rollout.kv_cache``).
+        max_cached_tokens: cap on the tokens stored across rows (``rollout.kv_cache_max_tokens``).
+        record_entropy: attach an :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`
+            (``policy.entropy_recorder``), as :func:`ragen_torchrl.collectors.make_generation_policy` does.
+
+    The stored caches belong to the weights that computed them: when a parameter has been written since
+    (an optimizer step), the next call clears them. ``stats`` counts, since construction: ``rows_reused`` / ``rows_prefilled`` (rows generated from a stored
+    cache / encoded from scratch), ``rows_over_cap`` (rows not stored because of the cap), ``new_tokens``
+    (prompt tokens encoded over a reused cache), ``cached_tokens`` (stored now), ``weight_changes``
+    (calls that found the weights updated and cleared every cache).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        generate_kwargs: dict | None = None,
+        kv_cache: bool = True,
+        max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
+        record_entropy: bool = False,
+        prompt_key: tuple[str, str] = ("tokens", "prompt"),
+        response_key: tuple[str, str] = ("tokens", "response"),
+        env_index_key: str = "env_index",
+    ) -> None:
+        super().__init__()
+        check_turn_cache_settings(kv_cache, max_cached_tokens)
+        self.model = model
+        self.generate_kwargs = dict(generate_kwargs or {})
+        self.kv_cache = kv_cache
+        self.max_cached_tokens = max_cached_tokens
+        self.prompt_key, self.response_key, self.env_index_key = prompt_key, response_key, env_index_key
+        self.in_keys = [prompt_key, env_index_key]
+        self.out_keys = [response_key]
+        #: env_index -> (the tokens the cache covers, its [layers, 2, H, len, D] keys/values)
+        self._store: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.stats = dict(
+            rows_reused=0, rows_prefilled=0, rows_over_cap=0, new_tokens=0, cached_tokens=0, weight_changes=0
+        )
+        self._weights_seen = self._weights_version()
+        self.entropy_recorder = attach_entropy_recorder(self) if record_entropy else None
+
+    # ------------------------------------------------------------------ cache bookkeeping
+    def release(self, env_indices: Iterable[int]) -> None:
+        """Forget the caches of these rows (finished episodes).
+
+        Example:
+            >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+            >>> p = TurnCachePolicy(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8, intermediate_size=8,
+            ...     num_hidden_layers=1, num_attention_heads=2)))
+            >>> p.release([3]); p.stats["cached_tokens"]
+            0
+        """
+        for e in env_indices:
+            entry = self._store.pop(int(e), None)
+            if entry is not None:
+                self.stats["cached_tokens"] -= int(entry[0].numel())
+
+    def clear(self) -> None:
+        """Forget every row's cache (a new collection)."""
+        self._store.clear()
+        self.stats["cached_tokens"] = 0
+
+    def _weights_version(self) -> int:
+        # every in-place write to a parameter (an optimizer step, load_state_dict) bumps its version counter
+        return sum(p._version for p in self.model.parameters())
+
+    def cached_rows(self) -> list[int]:
+        """The ``env_index`` of every row with a stored cache."""
+        return sorted(self._store)
+
+    # ------------------------------------------------------------------ generation
+    def _eos_ids(self) -> set[int]:
+        eos = self.generate_kwargs.get("eos_token_id", getattr(self.model.generation_config, "eos_token_id", None))
+        if eos is None:
+            return set()
+        return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+
+    def _pad_id(self) -> int:
+        pad = self.generate_kwargs.get("pad_token_id", getattr(self.model.generation_config, "pad_token_id", None))
+        if pad is None:
+            eos = sorted(self._eos_ids())
+            pad = eos[0] if eos else 0
+        return int(pad)
+
+    def _replies(self, new: torch.Tensor) -> list[torch.Tensor]:
+        """Each row's generated ids up to and including its first end-of-sequence token."""
+        eos = self._eos_ids()
+        out = []
+        for row in new.cpu():
+            n = row.numel()
+            if eos:
+                hits = torch.nonzero(torch.isin(row, torch.tensor(sorted(eos)))).reshape(-1)
+                if hits.numel():
+                    n = int(hits[0]) + 1
+            out.append(row[:n].clone())
+        return out
+
+    def _plain_generate(self, prompts: Sequence[torch.Tensor], device) -> list[torch.Tensor]:
+        """Left-padded re-prefill of the whole prompts (the fallback)."""
+        width = max(int(p.numel()) for p in prompts)
+        ids = torch.full((len(prompts), width), self._pad_id(), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, width - p.numel() :] = p
+            mask[r, width - p.numel() :] = 1
+        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **self.generate_kwargs)
+        return self._replies(out[:, width:])
+
+    def _cache_usable(self, prompts: Sequence[torch.Tensor]) -> bool:
+        return (
+            shared_prefix_supported(self.model)
+            and min(int(p.numel()) for p in prompts) >= 2
+            and not any(k in self.generate_kwargs for k in ("past_key_values", "cache", "cache_implementation"))
+        )
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        prompts = [
+            torch.as_tensor(p).to("cpu", torch.long).reshape(-1) for p in tensordict.get(self.prompt_key, as_list=True)
+        ]
+        env_index = [int(e) for e in torch.as_tensor(tensordict.get(self.env_index_key)).reshape(-1).tolist()]
+        if len(env_index) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(env_index)} {self.env_index_key} values")
+        if len(set(env_index)) != len(env_index):
+            raise ValueError(f"{self.env_index_key} must be distinct across the rows of one call, got {env_index}")
+        if not prompts:
+            raise ValueError("no rows to generate for")
+        if min(int(p.numel()) for p in prompts) == 0:
+            raise ValueError("every prompt needs at least one token")
+        device = next(self.model.parameters()).device
+        version = self._weights_version()
+        if version != self._weights_seen:  # the stored keys/values belong to the old weights
+            self.clear()
+            self.stats["weight_changes"] += 1
+            self._weights_seen = version
+        if self._cache_usable(prompts):
+            replies = self._cached_generate(prompts, env_index, device)
+        else:
+            self.release(env_index)
+            self.stats["rows_prefilled"] += len(prompts)
+            replies = self._plain_generate(prompts, device)
+        tensordict.set(self.response_key, torch.nested.as_nested_tensor(replies, layout=torch.jagged))
+        return tensordict
+
+    def _cached_generate(self, prompts: list[torch.Tensor], env_index: list[int], device) -> list[torch.Tensor]:
+        reuse = [reusable_length(self._store.get(e, (None,))[0], p) for e, p in zip(env_index, prompts, strict=True)]
+        fresh = [r for r, k in enumerate(reuse) if k == 0]
+        # cached slots per row: the reused cache, or the fresh prompt minus its last token
+        cached = [k if k else int(p.numel()) - 1 for k, p in zip(reuse, prompts, strict=True)]
+        fresh_stack = None
+        if fresh:
+            slot_of: dict[bytes, int] = {}
+            row_context = [slot_of.setdefault(prompts[r].numpy().tobytes(), len(slot_of)) for r in fresh]
+            contexts: list[torch.Tensor] = [torch.empty(0)] * len(slot_of)
+            for r, c in zip(fresh, row_context, strict=True):
+                contexts[c] = prompts[r]
+            prefix_cache, _, _ = _row_prefix_cache(self.model, contexts, row_context)
+            fresh_stack = _stacked(prefix_cache)
+            del prefix_cache
+        ref = fresh_stack if fresh_stack is not None else self._store[env_index[0]][1].unsqueeze(2)
+        n_layers, _, _, heads, _, dim = ref.shape
+        batch, width = len(prompts), max(cached)
+        kv = torch.zeros((n_layers, 2, batch, heads, width, dim), dtype=ref.dtype, device=ref.device)
+        for j, r in enumerate(fresh):
+            kv[:, :, r, :, : cached[r]] = fresh_stack[:, :, j, :, : cached[r]]
+        del fresh_stack
+        for r, k in enumerate(reuse):
+            if k:
+                kv[:, :, r, :, :k] = self._store[env_index[r]][1]
+        self.stats["rows_reused"] += batch - len(fresh)
+        self.stats["rows_prefilled"] += len(fresh)
+        self.stats["new_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True) if k)
+
+        # [cached slots, then holes | new tokens, left-padded]; generate reads the ids after the cache
+        block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
+        ids = torch.full((batch, width + block), self._pad_id(), dtype=torch.long)
+        mask = torch.zeros((batch, width + block), dtype=torch.long)
+        for r, (p, c) in enumerate(zip(prompts, cached, strict=True)):
+            n = int(p.numel()) - c
+            ids[r, width + block - n :] = p[c:]
+            mask[r, :c] = 1
+            mask[r, width + block - n :] = 1
+        cache = _dynamic_cache(kv)
+        del kv
+        kwargs = {**self.generate_kwargs, _forward_kwargs(self.model)[0]: cache}
+        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        start = width + block
+        replies = self._replies(out[:, start:])
+        for e in env_index:
+            self.release([e])
+        if self.kv_cache:
+            self._store_rows(cache, mask, start, prompts, replies, env_index)
+        return replies
+
+    def _store_rows(self, cache, mask, start, prompts, replies, env_index) -> None:
+        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache."""
+        grown = _stacked(cache)
+        width = grown.shape[-2]
+        for r, (p, reply, e) in enumerate(zip(prompts, replies, env_index, strict=True)):
+            keep = int(reply.numel()) - 1
+            if start + keep > width:  # a cache class that grew differently: nothing trustworthy to keep
+                continue
+            tokens = torch.cat([p, reply[:keep]])
+            if self.stats["cached_tokens"] + tokens.numel() > self.max_cached_tokens:
+                self.stats["rows_over_cap"] += 1
+                continue
+            slots = torch.cat([torch.nonzero(mask[r]).reshape(-1), torch.arange(start, start + keep)])
+            self._store[e] = (tokens, grown[:, :, r].index_select(-2, slots.to(grown.device)))
+            self.stats["cached_tokens"] += int(tokens.numel())
