@@ -99,6 +99,7 @@ from .token_trajectory import TokenTrajectories, reply_histories
 __all__ = [
     "POLICY_OUTPUT_KEYS",
     "PolicyContractError",
+    "TokenPromptWrapper",
     "TRAJECTORY_MODES",
     "TOKEN_POLICY_OUTPUT_KEYS",
     "check_policy_output",
@@ -236,6 +237,28 @@ def wrapper_generate_kwargs(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if not (k == "top_k" and (v is None or v <= 0))}
 
 
+class TokenPromptWrapper(HistoryTransformersWrapper):
+    """A token-prompt generation wrapper (``input_mode="tokens"``) that also answers a history prompt.
+
+    :func:`collect_rollouts` gives it each row's trajectory as ``("tokens", "prompt")``; called on a
+    TensorDict without token prompts (the conversation at ``("history", "prompt")`` only, e.g. by a
+    script or a diagnostic), it renders the histories as the history-mode wrapper does and writes
+    ``("history", "full")`` too.
+    """
+
+    def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
+        keys = tensordict.keys(include_nested=True)
+        if self.input_mode != "tokens" or TOKENS_PROMPT in keys or HISTORY_PROMPT not in keys:
+            return super().forward(tensordict, *args, **kwargs)
+        saved = self.input_mode, self.input_key, self.in_keys, self.out_keys
+        self.input_mode, self.input_key, self.in_keys = "history", HISTORY_PROMPT, [HISTORY_PROMPT]
+        self.out_keys = [*self.out_keys, self.history_key]
+        try:
+            return super().forward(tensordict, *args, **kwargs)
+        finally:
+            self.input_mode, self.input_key, self.in_keys, self.out_keys = saved
+
+
 def make_generation_policy(
     model,
     tokenizer,
@@ -278,7 +301,7 @@ def make_generation_policy(
     if trajectory not in TRAJECTORY_MODES:
         raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
     kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    policy = HistoryTransformersWrapper(
+    policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,
         tokenizer=tokenizer,
         chat_template=primed_chat_template(wrapper_chat_template(tokenizer), reply_prime),

@@ -265,3 +265,17 @@ def test_a_bad_trajectory_value_is_a_config_error(tmp_path):
         validate_config(cfg)
     validate_config(ok)
     assert ok.rollout.trajectory == "history"
+
+
+def test_the_token_policy_also_answers_a_history_prompt(tiny_model):
+    # called outside collect_rollouts on a conversation: the same reply as the history-mode policy
+    model, tok = tiny_model
+    env = make_env("frozenlake", num_envs=2)
+    td = env.reset()
+    outs = [make_generation_policy(model, tok, max_new_tokens=6, temperature=0, trajectory=m)(td.clone())
+            for m in ("tokens", "history")]  # fmt: skip
+    assert [h.content for h in outs[0][K.HISTORY_FULL].unbind(0)] == [
+        h.content for h in outs[1][K.HISTORY_FULL].unbind(0)
+    ]
+    for a, b in zip(outs[0].get(K.TOKENS_RESPONSE, as_list=True), outs[1].get(K.TOKENS_RESPONSE, as_list=True)):
+        assert torch.equal(a, b)
