@@ -252,7 +252,8 @@ class TokenPromptWrapper(HistoryTransformersWrapper):
             return super().forward(tensordict, *args, **kwargs)
         saved = self.input_mode, self.input_key, self.in_keys, self.out_keys
         self.input_mode, self.input_key, self.in_keys = "history", HISTORY_PROMPT, [HISTORY_PROMPT]
-        self.out_keys = [*self.out_keys, self.history_key]
+        # what the history-mode wrapper writes: its text and history views too
+        self.out_keys = [*self.out_keys, *(k for k in (self.text_key, self.history_key) if k not in self.out_keys)]
         try:
             return super().forward(tensordict, *args, **kwargs)
         finally:
