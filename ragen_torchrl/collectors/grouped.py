@@ -240,15 +240,15 @@ def wrapper_generate_kwargs(kwargs: dict) -> dict:
 class TokenPromptWrapper(HistoryTransformersWrapper):
     """A token-prompt generation wrapper (``input_mode="tokens"``) that also answers a history prompt.
 
-    :func:`collect_rollouts` gives it each row's trajectory as ``("tokens", "prompt")``; called on a
-    TensorDict without token prompts (the conversation at ``("history", "prompt")`` only, e.g. by a
-    script or a diagnostic), it renders the histories as the history-mode wrapper does and writes
-    ``("history", "full")`` too.
+    :func:`collect_rollouts` gives it each row's trajectory as ``("tokens", "prompt")`` and no
+    conversation. Called on a TensorDict that holds the conversation at ``("history", "prompt")``
+    (torchrl's ``env.rollout`` and ``LLMCollector``, a script, a diagnostic: a ``("tokens", "prompt")``
+    there is the previous turn's, carried over), it renders the histories as the history-mode
+    wrapper does and writes ``("history", "full")`` and the text views too.
     """
 
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
-        keys = tensordict.keys(include_nested=True)
-        if self.input_mode != "tokens" or TOKENS_PROMPT in keys or HISTORY_PROMPT not in keys:
+        if self.input_mode != "tokens" or HISTORY_PROMPT not in tensordict.keys(include_nested=True):
             return super().forward(tensordict, *args, **kwargs)
         saved = self.input_mode, self.input_key, self.in_keys, self.out_keys
         self.input_mode, self.input_key, self.in_keys = "history", HISTORY_PROMPT, [HISTORY_PROMPT]
@@ -350,8 +350,11 @@ def token_prompt_template(policy) -> str | None:
 
 
 def _token_prompts(td: TensorDictBase, prompts: list[torch.Tensor]) -> TensorDictBase:
-    """``td`` as a lazy stack whose rows hold their token prompts (ragged: set row by row)."""
-    td = lazy_stack(list(td.unbind(0)))
+    """``td``'s per-row keys as a lazy stack whose rows hold their token prompts (ragged: set row by row).
+
+    The conversation is left out: a token-prompt policy reads the ids (and :class:`TokenPromptWrapper`
+    renders a ``("history", "prompt")`` it is given, as torchrl's own loops give it)."""
+    td = lazy_stack(list(td.exclude(HISTORY_PROMPT[0]).unbind(0)))
     for row, ids in zip(td.tensordicts, prompts):
         row.set(TOKENS_PROMPT, ids)
     return td
