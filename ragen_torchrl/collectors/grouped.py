@@ -26,6 +26,15 @@ torchrl's :class:`~torchrl.modules.llm.TransformersWrapper` (and ``vLLMWrapper``
 ``input_mode="history"`` and ``generate=True`` write both; :func:`make_generation_policy`
 builds one. A scripted policy must write both too (e.g. ``tokenizer(reply).input_ids``);
 a policy output without them raises :class:`PolicyContractError` naming the missing key.
+
+**Token-prompt policies** (``policy.input_mode == "tokens"``, the default of
+:func:`make_generation_policy`, ``rollout.trajectory=tokens``): the collector keeps each row's
+trajectory as one token sequence (:mod:`~ragen_torchrl.collectors.token_trajectory`) and calls the
+policy with the per-row keys plus ``("tokens", "prompt")`` (that sequence so far, one 1-D long
+tensor per row) and no conversation; the policy writes only ``("tokens", "response")`` (the ids
+exactly as sampled, end-of-turn included if sampled, no padding) and the collector writes
+``("history", "full")`` from them. Such a policy carries ``tokenizer``, ``reply_prime`` and
+optionally its (primed) ``chat_template``.
 Optionally, a ``policy.entropy_recorder``
 (:class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`) fills the ``entropy`` column.
 
@@ -426,8 +435,10 @@ def collect_rollouts(
     :func:`make_generation_policy`; 0 for a policy that does not record it).
     When the policy also reports the prompt ids it generated from (``("tokens", "prompt")``, as
     torchrl's wrappers do), ``("tokens", "last_prompt")`` and ``("tokens", "last_response")``
-    hold each row's ids of its last turn: what the update trains with ``algo.train_on=generated``
-    (:func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`).
+    hold each row's ids of its last turn. A token-prompt policy's records also hold
+    ``("tokens", "trajectory")`` and ``("masks", "trajectory_assistant")`` (each row's whole token
+    sequence and its sampled positions: what the update trains with ``algo.train_on=generated``,
+    :func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`) and ``trajectory_refits``.
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
