@@ -82,6 +82,9 @@ __all__ = [
     "TOKENS_FULL",
     "TOKENS_LAST_PROMPT",
     "TOKENS_LAST_RESPONSE",
+    "TOKENS_TRAJECTORY",
+    "MASKS_TRAJECTORY",
+    "TRAJECTORY_REFITS",
     "TOKENS_PROMPT",
     "TOKENS_RESPONSE",
     "TRUNCATED",
@@ -171,6 +174,12 @@ ENTROPY = "entropy"
 TOKENS_LAST_PROMPT: NestedKey = ("tokens", "last_prompt")
 #: long ``[R]`` per row: the ids it generated at its last turn
 TOKENS_LAST_RESPONSE: NestedKey = ("tokens", "last_response")
+#: long ``[T]`` per row: the whole trajectory as the policy read and sampled it (token-level rollouts)
+TOKENS_TRAJECTORY: NestedKey = ("tokens", "trajectory")
+#: bool ``[T]`` per row: the sampled ids of that trajectory (the tokens trained)
+MASKS_TRAJECTORY: NestedKey = ("masks", "trajectory_assistant")
+#: long ``(N,)``: environment turns tokenised again from the whole conversation (token-level rollouts)
+TRAJECTORY_REFITS = "trajectory_refits"
 
 # ----------------------------------------------------------------------------- training batch
 #: float ``(N, 1, 1)`` group advantage, or ``[L, 1]`` per row (PPO's token-level GAE)
@@ -242,6 +251,9 @@ KEY_TABLE: tuple[KeyInfo, ...] = (
     _k(ENTROPY, "record", "float", "(N,)", "mean next-token entropy of the policy over the generated tokens (SNR entropy ablations)"),
     _k(TOKENS_LAST_PROMPT, "record", "long", "[P] per row", "the prompt ids the policy read at its last turn (when it reports tokens.prompt); with the last reply's ids, what algo.train_on=generated trains"),
     _k(TOKENS_LAST_RESPONSE, "record", "long", "[R] per row", "the ids the policy generated at its last turn (with tokens.last_prompt)"),
+    _k(TOKENS_TRAJECTORY, "record", "long", "[T] per row", "rollout.trajectory=tokens: the whole trajectory as one sequence: first prompt, each reply's ids as sampled, each env turn tokenised once; what algo.train_on=generated trains"),
+    _k(MASKS_TRAJECTORY, "record", "bool", "[T] per row", "the trajectory's sampled ids (trained); prompts, env turns, primes and appended end-of-turn delimiters are False"),
+    _k(TRAJECTORY_REFITS, "record", "long", "(N,)", "env turns whose rendering was no suffix of the conversation before it, so the whole conversation was tokenised again"),
     _k(ADVANTAGE, "train", "float", "(N, 1, 1) or [L, 1] per row", "group advantage, or PPO's token-level GAE; what the loss reads"),
     _k(TOKENS_FULL, "train", "long", "[T] per row", "the whole conversation's token ids"),
     _k(LOG_PROBS_FULL, "train", "float", "[T] per row", "behaviour log-probs of those tokens (no grad)"),

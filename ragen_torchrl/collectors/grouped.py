@@ -26,6 +26,15 @@ torchrl's :class:`~torchrl.modules.llm.TransformersWrapper` (and ``vLLMWrapper``
 ``input_mode="history"`` and ``generate=True`` write both; :func:`make_generation_policy`
 builds one. A scripted policy must write both too (e.g. ``tokenizer(reply).input_ids``);
 a policy output without them raises :class:`PolicyContractError` naming the missing key.
+
+**Token-prompt policies** (``policy.input_mode == "tokens"``, the default of
+:func:`make_generation_policy`, ``rollout.trajectory=tokens``): the collector keeps each row's
+trajectory as one token sequence (:mod:`~ragen_torchrl.collectors.token_trajectory`) and calls the
+policy with the per-row keys plus ``("tokens", "prompt")`` (that sequence so far, one 1-D long
+tensor per row) and no conversation; the policy writes only ``("tokens", "response")`` (the ids
+exactly as sampled, end-of-turn included if sampled, no padding) and the collector writes
+``("history", "full")`` from them. Such a policy carries ``tokenizer``, ``reply_prime`` and
+optionally its (primed) ``chat_template``.
 Optionally, a ``policy.entropy_recorder``
 (:class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`) fills the ``entropy`` column.
 
@@ -59,6 +68,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 from torchrl.envs import EnvBase
 
+from ..envs.messages import chat_dicts
 from ..envs.text_env import sample_seed
 from ..keys import (
     ACTION_IS_VALID,
@@ -69,7 +79,9 @@ from ..keys import (
     FORMAT_VALID,
     GROUP_ID,
     HISTORY_FULL,
+    HISTORY_PROMPT,
     LEVEL_SEED,
+    MASKS_TRAJECTORY,
     NUM_TOKENS,
     NUM_TURNS,
     REWARD,
@@ -80,6 +92,8 @@ from ..keys import (
     TOKENS_LAST_RESPONSE,
     TOKENS_PROMPT,
     TOKENS_RESPONSE,
+    TOKENS_TRAJECTORY,
+    TRAJECTORY_REFITS,
     TRUNCATED_BY_T3,
     TURN,
 )
@@ -87,11 +101,16 @@ from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
+from ..models.priming import reply_prime as policy_reply_prime
 from ..models.sampling import check_sampling, sampling_truncation
+from .token_trajectory import TokenTrajectories, reply_histories
 
 __all__ = [
     "POLICY_OUTPUT_KEYS",
     "PolicyContractError",
+    "TokenPromptWrapper",
+    "TRAJECTORY_MODES",
+    "TOKEN_POLICY_OUTPUT_KEYS",
     "check_policy_output",
     "check_sampling",
     "collect_rollouts",
@@ -105,6 +124,10 @@ log = logging.getLogger(__name__)
 
 #: keys a policy must write (see the module's policy contract)
 POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (HISTORY_FULL, TOKENS_RESPONSE)
+#: keys a token-prompt policy must write (the collector writes ``("history", "full")`` itself)
+TOKEN_POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (TOKENS_RESPONSE,)
+#: ``rollout.trajectory``: one token sequence per row (``tokens``) or the conversation re-rendered each turn
+TRAJECTORY_MODES = ("tokens", "history")
 
 _KEY_ROLE = {
     HISTORY_FULL: "the conversation with the reply appended as one assistant message (the env parses it)",
@@ -116,7 +139,7 @@ class PolicyContractError(ValueError):
     """A policy's output breaks :func:`collect_rollouts`' policy contract (names what is missing)."""
 
 
-def check_policy_output(out, num_rows: int) -> None:
+def check_policy_output(out, num_rows: int, keys: tuple = POLICY_OUTPUT_KEYS) -> None:
     """Raise :class:`PolicyContractError` unless ``out`` satisfies the policy contract for ``num_rows`` rows.
 
     Example:
@@ -130,13 +153,11 @@ def check_policy_output(out, num_rows: int) -> None:
         policy output lacks ('tokens', 'response'): the reply's generated token ids, one 1-D tensor per row (counted into num_tokens).
     """
     if not isinstance(out, TensorDictBase):
-        raise PolicyContractError(
-            f"policy returned {type(out).__name__}, expected a TensorDict with {list(POLICY_OUTPUT_KEYS)}"
-        )
+        raise PolicyContractError(f"policy returned {type(out).__name__}, expected a TensorDict with {list(keys)}")
     # membership per key: listing every nested key of a lazy stack walks all its rows (~10 ms a turn)
-    keys = out.keys(include_nested=True)
-    for key in POLICY_OUTPUT_KEYS:
-        if key not in keys:
+    present = out.keys(include_nested=True)
+    for key in keys:
+        if key not in present:
             raise PolicyContractError(
                 f"policy output lacks {key}: {_KEY_ROLE[key]}.\n"
                 "torchrl's TransformersWrapper/vLLMWrapper with input_mode='history', generate=True write it "
@@ -225,6 +246,29 @@ def wrapper_generate_kwargs(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if not (k == "top_k" and (v is None or v <= 0))}
 
 
+class TokenPromptWrapper(HistoryTransformersWrapper):
+    """A token-prompt generation wrapper (``input_mode="tokens"``) that also answers a history prompt.
+
+    :func:`collect_rollouts` gives it each row's trajectory as ``("tokens", "prompt")`` and no
+    conversation. Called on a TensorDict that holds the conversation at ``("history", "prompt")``
+    (torchrl's ``env.rollout`` and ``LLMCollector``, a script, a diagnostic: a ``("tokens", "prompt")``
+    there is the previous turn's, carried over), it renders the histories as the history-mode
+    wrapper does and writes ``("history", "full")`` and the text views too.
+    """
+
+    def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
+        if self.input_mode != "tokens" or HISTORY_PROMPT not in tensordict.keys(include_nested=True):
+            return super().forward(tensordict, *args, **kwargs)
+        saved = self.input_mode, self.input_key, self.in_keys, self.out_keys
+        self.input_mode, self.input_key, self.in_keys = "history", HISTORY_PROMPT, [HISTORY_PROMPT]
+        # what the history-mode wrapper writes: its text and history views too
+        self.out_keys = [*self.out_keys, *(k for k in (self.text_key, self.history_key) if k not in self.out_keys)]
+        try:
+            return super().forward(tensordict, *args, **kwargs)
+        finally:
+            self.input_mode, self.input_key, self.in_keys, self.out_keys = saved
+
+
 def make_generation_policy(
     model,
     tokenizer,
@@ -235,8 +279,15 @@ def make_generation_policy(
     top_p: float = 1.0,
     min_p: float | None = None,
     reply_prime: str = "",
+    trajectory: str = "tokens",
 ) -> HistoryTransformersWrapper:
-    """A history-mode ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
+    """A ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
+
+    ``trajectory="tokens"`` (default, ``rollout.trajectory``): a token-prompt policy
+    (``input_mode="tokens"``): :func:`collect_rollouts` keeps each row's trajectory as one token
+    sequence and passes it as ``("tokens", "prompt")``, so every reply of every turn is trained as
+    sampled (:mod:`~ragen_torchrl.collectors.token_trajectory`). ``"history"``: a history-mode
+    wrapper that renders each row's whole conversation with the chat template at every turn.
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
     entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
@@ -252,13 +303,19 @@ def make_generation_policy(
         Traceback (most recent call last):
         ...
         ValueError: max_new_tokens must be >= 1, got 0
+        >>> make_generation_policy(None, None, trajectory="text")
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.trajectory must be one of tokens, history, got 'text'
     """
+    if trajectory not in TRAJECTORY_MODES:
+        raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
     kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    policy = HistoryTransformersWrapper(
+    policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,
         tokenizer=tokenizer,
         chat_template=primed_chat_template(wrapper_chat_template(tokenizer), reply_prime),
-        input_mode="history",
+        input_mode=trajectory,
         generate=True,
         return_log_probs=False,
         pad_output=False,
@@ -281,16 +338,49 @@ def make_generation_policy(
     return policy
 
 
+def token_prompt_template(policy) -> str | None:
+    """The chat template (prime included) a token-prompt policy's trajectories are rendered with.
+
+    A policy is a token-prompt policy when its ``input_mode`` is ``"tokens"``; it carries the
+    ``tokenizer`` to render with, optionally its ``chat_template`` (with the prime, as
+    :func:`make_generation_policy` builds it; else the tokenizer's own, see
+    :func:`~ragen_torchrl.models.loading.wrapper_chat_template`) and its ``reply_prime``.
+
+    Example:
+        >>> class Policy:
+        ...     input_mode, tokenizer, chat_template, reply_prime = "tokens", None, "T", "<think>"
+        >>> token_prompt_template(Policy())[:1]
+        'T'
+    """
+    template = getattr(policy, "chat_template", None)
+    if template is None:
+        template = primed_chat_template(wrapper_chat_template(policy.tokenizer), policy_reply_prime(policy))
+    return template
+
+
+def _token_prompts(td: TensorDictBase, prompts: list[torch.Tensor]) -> TensorDictBase:
+    """``td``'s per-row keys as a lazy stack whose rows hold their token prompts (ragged: set row by row).
+
+    The conversation is left out: a token-prompt policy reads the ids (and :class:`TokenPromptWrapper`
+    renders a ``("history", "prompt")`` it is given, as torchrl's own loops give it)."""
+    td = lazy_stack(list(td.exclude(HISTORY_PROMPT[0]).unbind(0)))
+    for row, ids in zip(td.tensordicts, prompts):
+        row.set(TOKENS_PROMPT, ids)
+    return td
+
+
 def _response_lengths(out: TensorDictBase) -> list[int]:
     return [len(t) for t in out.get(TOKENS_RESPONSE, as_list=True)]
 
 
-def _generate_part(policy, td: TensorDictBase) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
+def _generate_part(
+    policy, td: TensorDictBase, keys: tuple = POLICY_OUTPUT_KEYS
+) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
     rec: EntropyRecorder | None = getattr(policy, "entropy_recorder", None)
     if rec is not None:
         rec.clear()
     out = policy(td)
-    check_policy_output(out, int(td.batch_size[0]))
+    check_policy_output(out, int(td.batch_size[0]), keys)
     if rec is None or rec.num_steps == 0:
         return out, None, None
     sums, counts = rec.row_sums(_response_lengths(out))
@@ -298,13 +388,13 @@ def _generate_part(policy, td: TensorDictBase) -> tuple[TensorDictBase, torch.Te
 
 
 def _generate(
-    policy, td: TensorDictBase, chunk_size: int
+    policy, td: TensorDictBase, chunk_size: int, keys: tuple = POLICY_OUTPUT_KEYS
 ) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
     """Generate replies in chunks; also the per-row entropy sums and counts when recorded."""
     n = td.batch_size[0]
     if n <= chunk_size:
-        return _generate_part(policy, td)
-    parts = [_generate_part(policy, td[i : i + chunk_size]) for i in range(0, n, chunk_size)]
+        return _generate_part(policy, td, keys)
+    parts = [_generate_part(policy, td[i : i + chunk_size], keys) for i in range(0, n, chunk_size)]
     out = lazy_stack([row for part in parts for row in part[0].unbind(0)])
     if any(p[1] is None for p in parts):
         return out, None, None
@@ -345,8 +435,10 @@ def collect_rollouts(
     :func:`make_generation_policy`; 0 for a policy that does not record it).
     When the policy also reports the prompt ids it generated from (``("tokens", "prompt")``, as
     torchrl's wrappers do), ``("tokens", "last_prompt")`` and ``("tokens", "last_response")``
-    hold each row's ids of its last turn: what the update trains with ``algo.train_on=generated``
-    (:func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`).
+    hold each row's ids of its last turn. A token-prompt policy's records also hold
+    ``("tokens", "trajectory")`` and ``("masks", "trajectory_assistant")`` (each row's whole token
+    sequence and its sampled positions: what the update trains with ``algo.train_on=generated``,
+    :func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`) and ``trajectory_refits``.
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
@@ -382,8 +474,25 @@ def collect_rollouts(
     # the ids the policy read and wrote at each row's last turn (when it reports its prompt ids)
     last_prompt: list = [None] * n
     last_response: list = [None] * n
+    traj = None
+    if getattr(policy, "input_mode", None) == "tokens":
+        # one token sequence per row: the policy reads it, the update trains it (module token_trajectory)
+        traj = TokenTrajectories(policy.tokenizer, token_prompt_template(policy), n, prime=policy_reply_prime(policy))
+        traj.start(td[ENV_INDEX].tolist(), chat_dicts(td.get(HISTORY_PROMPT)))
+    final_ids: list = [None] * n
+    final_mask: list = [None] * n
     while td is not None and td.batch_size[0] > 0:
-        out, h_sum, h_count = _generate(policy, td, chunk_size)
+        if traj is None:
+            out, h_sum, h_count = _generate(policy, td, chunk_size)
+        else:
+            rows = td[ENV_INDEX].tolist()
+            out, h_sum, h_count = _generate(
+                policy, _token_prompts(td, traj.prompts(rows)), chunk_size, TOKEN_POLICY_OUTPUT_KEYS
+            )
+            replies = out.get(TOKENS_RESPONSE, as_list=True)
+            traj.add_replies(rows, replies)
+            prompt_texts = [traj.prompt_texts[r] for r in rows]
+            out.set(HISTORY_FULL, reply_histories(policy.tokenizer, prompt_texts, replies, td.get(HISTORY_PROMPT)))
         nxt = env.step(out)["next"]
         idx = nxt[ENV_INDEX]
         if h_sum is not None:
@@ -410,8 +519,12 @@ def collect_rollouts(
             if prompt_ids is not None:
                 last_prompt[i] = prompt_ids[row].reshape(-1).to("cpu", torch.long)
                 last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
+            if traj is not None:
+                final_ids[i], final_mask[i] = traj.trajectory(i)
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
+        if traj is not None and td is not None:
+            traj.add_env_turns(idx[running].tolist(), chat_dicts(full[running]), chat_dicts(td.get(HISTORY_PROMPT)))
     records = TensorDict(
         {
             GROUP_ID: groups,
@@ -432,4 +545,9 @@ def collect_rollouts(
         for row, p, r in zip(records.tensordicts, last_prompt, last_response):
             row.set(TOKENS_LAST_PROMPT, p)
             row.set(TOKENS_LAST_RESPONSE, r)
+    if traj is not None:
+        records.set(TRAJECTORY_REFITS, traj.refits)
+        for row, ids, mask in zip(records.tensordicts, final_ids, final_mask):
+            row.set(TOKENS_TRAJECTORY, ids)
+            row.set(MASKS_TRAJECTORY, mask)
     return records

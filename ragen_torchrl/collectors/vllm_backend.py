@@ -475,12 +475,14 @@ def make_rollout_policy(
     min_p: float | None = None,
     reply_prime: str = "",
     engine=None,
+    trajectory: str | None = None,
     **vllm_kwargs,
 ):
     """The rollout policy of ``rollout.backend`` and its weight sync: ``(policy, sync)``.
 
     * ``"hf"``: :func:`~ragen_torchrl.collectors.make_generation_policy` (generates with ``model``
-      itself, so always current) and ``sync=None``;
+      itself, so always current) and ``sync=None``; ``trajectory`` (``rollout.trajectory``, default
+      ``"tokens"``) picks its token-level or history rollout;
     * ``"vllm"``: :func:`make_vllm_generation_policy` and a :class:`VLLMWeightSync` to
       :meth:`~VLLMWeightSync.push` after each update. Pass ``engine=policy.model`` of a first vLLM
       policy to sample at another temperature from the same engine: ``sync`` is then ``None``, the
@@ -503,9 +505,19 @@ def make_rollout_policy(
         if engine is not None or vllm_kwargs:
             raise ValueError(f"rollout backend 'hf' takes no vLLM options, got {sorted(vllm_kwargs) or ['engine']}")
         policy = make_generation_policy(
-            model, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, **sampling
+            model,
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            trajectory=trajectory or "tokens",
+            **sampling,
         )
         return policy, None
+    if trajectory not in (None, "history"):
+        raise ValueError(
+            f"rollout.backend=vllm generates from chat histories; rollout.trajectory={trajectory!r} needs "
+            "rollout.backend=hf (set rollout.trajectory=history)"
+        )
     policy = make_vllm_generation_policy(
         model,
         tokenizer,

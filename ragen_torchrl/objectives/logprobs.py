@@ -40,10 +40,12 @@ from ..keys import (
     LOG_PROBS_FULL,
     MASKS_ASSISTANT,
     MASKS_ATTENTION,
+    MASKS_TRAJECTORY,
     NUM_TURNS,
     TOKENS_FULL,
     TOKENS_LAST_PROMPT,
     TOKENS_LAST_RESPONSE,
+    TOKENS_TRAJECTORY,
 )
 from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
@@ -123,7 +125,12 @@ def tokenize_conversations(
 ) -> TensorDictBase:
     """The rows :func:`compute_behaviour_log_probs` returns, without the forward pass.
 
-    ``train_on="generated"`` (default): where the records hold the ids of each row's last turn
+    ``train_on="generated"`` (default): where the records hold each row's token trajectory
+    (``("tokens", "trajectory")`` and ``("masks", "trajectory_assistant")``, which
+    :func:`~ragen_torchrl.collectors.grouped.collect_rollouts` stores under
+    ``rollout.trajectory=tokens``), a row is that sequence and mask as they are: every reply of
+    every turn exactly as sampled, nothing rendered or tokenised again.
+    Else, where the records hold the ids of each row's last turn
     (``("tokens", "last_prompt")`` and ``("tokens", "last_response")``, which
     :func:`~ragen_torchrl.collectors.grouped.collect_rollouts` stores when the policy reports its
     prompt ids, as torchrl's wrappers do), a row is those ids: the prompt exactly as the policy read
@@ -149,6 +156,9 @@ def tokenize_conversations(
     """
     check_choice("train_on", train_on, TRAIN_ON)
     keys = records.keys(True)
+    if train_on == "generated" and TOKENS_TRAJECTORY in keys and MASKS_TRAJECTORY in keys:
+        ids, masks = records.get(TOKENS_TRAJECTORY, as_list=True), records.get(MASKS_TRAJECTORY, as_list=True)
+        return lazy_stack([_row(t.to(torch.long), m.to(torch.bool)) for t, m in zip(ids, masks)])
     if train_on == "retokenized" or TOKENS_LAST_PROMPT not in keys or TOKENS_LAST_RESPONSE not in keys:
         return _retokenized(actor, records)
     prompts = [t.to(torch.long) for t in records.get(TOKENS_LAST_PROMPT, as_list=True)]

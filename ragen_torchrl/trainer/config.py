@@ -434,6 +434,8 @@ def check_rollout_backend(cfg: DictConfig) -> None:
     with the training model: :mod:`ragen_torchrl.collectors.vllm_backend`), which needs the ``vllm``
     extra and a CUDA GPU: both are checked here, before any model is loaded."""
     check_choice(cfg, "rollout.backend", ROLLOUT_BACKENDS)
+    if _has(cfg, "rollout.trajectory"):
+        check_choice(cfg, "rollout.trajectory", ("tokens", "history"))
     if _get(cfg, "rollout.backend") != "vllm":
         return
     metric = _get(cfg, "filter.metric")
@@ -459,6 +461,11 @@ def check_rollout_backend(cfg: DictConfig) -> None:
         raise ConfigError(
             f"rollout.backend=vllm runs its engine on the GPU beside the training model; model.device={device} "
             "keeps the model on the CPU (use model.device=cuda or auto, or rollout.backend=hf)"
+        )
+    if (_get(cfg, "rollout.trajectory") or "tokens") == "tokens":
+        raise ConfigError(
+            "rollout.backend=vllm generates from chat histories: set rollout.trajectory=history "
+            "(rollout.trajectory=tokens, the default, is the hf backend's token-level rollout)"
         )
 
 

@@ -167,6 +167,7 @@ class Trainer:
         # the reference primes every reply with <think> (a prompt token, never trained)
         self.reply_prime = prime_text(bool(rcfg.get("prime_think", True)))
         sampling["reply_prime"] = self.reply_prime
+        sampling["trajectory"] = str(rcfg.get("trajectory") or "tokens")
         self.policy, self.weight_sync = make_rollout_policy(
             backend,
             self.model,

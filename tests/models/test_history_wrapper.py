@@ -100,7 +100,7 @@ def test_two_turns_give_the_parents_outputs(model_tok):
 
 def test_same_rollouts_and_entropies_as_torchrl_wrapper(model_tok):
     model, tok = model_tok
-    ours = make_generation_policy(model, tok, max_new_tokens=16, temperature=1.0)
+    ours = make_generation_policy(model, tok, max_new_tokens=16, temperature=1.0, trajectory="history")
     theirs = _torchrl_policy(model, tok, 16)
     env = make_env("frozenlake", num_envs=8)
     records = []

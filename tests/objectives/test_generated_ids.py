@@ -64,9 +64,10 @@ def scripted_records(tok, eos: bool = True, returns=(1.0, 0.0, 0.5, -0.5)):
 
 
 def test_records_hold_the_last_turns_ids(tiny_model):
+    # the history rollout: each turn's prompt is the conversation rendered again
     model, tok = tiny_model
     env = make_env("frozenlake", num_envs=4, max_turn=2)
-    policy = make_generation_policy(model, tok, max_new_tokens=6, temperature=1.0)
+    policy = make_generation_policy(model, tok, max_new_tokens=6, temperature=1.0, trajectory="history")
     torch.manual_seed(0)
     recs = collect_rollouts(env, policy, [3, 5], 2)
     actor = make_logprob_policy(model, tok)

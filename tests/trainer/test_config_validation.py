@@ -387,9 +387,11 @@ def test_rollout_backend_vllm_is_a_clear_config_error(tmp_path, monkeypatch):
     validate_config(make_cfg(tmp_path, "rollout.backend=hf"))
     # installed, with a GPU: accepted (the trainer builds the vLLM policy), unless the model stays on the CPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=cuda"))
-    validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=auto"))
+    validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=cuda", "rollout.trajectory=history"))
+    validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=auto", "rollout.trajectory=history"))
     assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cpu"), "model.device=cpu", "GPU")
+    # vLLM generates from chat histories: the token-level rollout (the default) is the hf backend's
+    assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cuda"), "rollout.trajectory=history")
 
 
 def test_rollout_backends_of_the_config_and_the_collectors_agree():

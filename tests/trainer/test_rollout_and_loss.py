@@ -225,25 +225,25 @@ def test_behaviour_tensors_are_unpadded_and_aligned(train_batch, model_tok):
 
 
 def test_assistant_mask_covers_only_assistant_tokens(train_batch, model_tok, records):
-    # train_on=generated: the earlier replies as the last prompt holds them (the template's
-    # rendering, each closed by a trained <|im_end|>), then the last reply's ids as sampled
+    # train_on=generated with token-level rollouts (the default): each turn's reply ids as sampled,
+    # one trained span per turn; an <|im_end|> the template appends after a budget-cut reply is not trained
     _, tok = model_tok
     _, behaviour, _ = train_batch
     for i in range(P * G):
         contents = assistant_contents(records[i].get(("history", "full")))
         last = records[i].get(("tokens", "last_response")).tolist()
-        expected = []
-        for c in contents[:-1]:
-            expected += tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        expected += last
         tokens = behaviour[i].get(("tokens", "full"))
         amask = behaviour[i].get(("masks", "all_assistant_mask"))
-        assert int(amask.sum()) == len(expected)
-        assert tokens[amask].tolist() == expected
-        # every earlier assistant turn's <|im_end|> is trained; system/user ones are not
+        assert torch.equal(tokens, records[i].get(("tokens", "trajectory")))
+        assert torch.equal(amask, records[i].get(("masks", "trajectory_assistant")))
+        assert tokens[-len(last) :].tolist() == last and amask[-len(last) :].all()
+        starts = torch.nonzero(amask[1:] & ~amask[:-1]).reshape(-1) + 1
+        ends = torch.nonzero(amask[:-1] & ~amask[1:]).reshape(-1) + 1
+        assert starts.numel() == len(contents) == int(records[i].get("num_turns"))
+        cut = sum(int(tokens[e - 1]) != tok.eos_token_id for e in ends.tolist())  # earlier replies the budget cut
         eot = tokens == tok.eos_token_id
-        assert int((eot & amask).sum()) == len(contents) - 1 + last.count(tok.eos_token_id)
-        assert int((eot & ~amask).sum()) == 2 + (len(contents) - 1)  # system + one per user message
+        assert int((eot & ~amask).sum()) == 2 + (len(contents) - 1) + cut  # system + one per user message + cuts
+        assert all(int(tokens[e]) == tok.eos_token_id for e in ends.tolist() if int(tokens[e - 1]) != tok.eos_token_id)
 
 
 def test_retokenized_mask_covers_every_assistant_turn(model_tok, records):
