@@ -112,6 +112,18 @@ these two changes (``--steps 2``), then after them (``--steps 4``)::
     optimizer                     0.007        0.004     0.004
     bookkeeping                   0.026        0.028     0.010
 
+On the 2.56M-parameter ChatML checkpoint (``--build-model DIR`` then ``--model DIR --steps 1
+--no-multi-turn --threads 1``; 2026-12-02, a 2-core machine at load average 12-18, so only the ratios
+mean anything; one round each)::
+
+    TRL variant                         ours     TRL  ours/TRL
+    TRL, checkpointing off             26.31  105.00      0.25
+    TRL, checkpointing on (default)    12.18   75.75      0.16
+    piece (s)        ours   TRL off   TRL on
+    generation     15.778    51.963   31.077
+    loss forward    5.437    20.091   11.718
+    backward       12.073    32.541   32.544
+
 The first "before" run (2026-11-30, the machine shared with four other jobs, ~0.4 of a core)
 printed ratio 2.01 with every time 10-20x these; only its ratio is comparable.
 """
