@@ -16,7 +16,11 @@ Same work on both sides
       defaults: 1.08M parameters; pass
       ``--override model.hidden_size=...`` for another), tokenizer trained on the Countdown env's
       corpus, saved once and loaded by each side with ``from_pretrained``
-      (:func:`~ragen_torchrl.models.loading.load_pretrained`), float32 on CPU. Random
+      (:func:`~ragen_torchrl.models.loading.load_pretrained`), float32 on CPU. ``--model DIR``
+      runs both sides (and the multi-turn table) on any local Hugging Face checkpoint instead:
+      tokenizer, chat template and weights from DIR, ours loading it as a user would
+      (``model=hf model.name_or_path=DIR``). ``--build-model DIR`` saves a 2.56M-parameter Qwen2
+      (hidden 256, 4 layers, ChatML template, our byte-level BPE tokenizer) to try it on. Random
       initialisation by default (``--init random``; a warm start does not change what is
       timed, and replies then run to the token limit on both sides); ``--init sft`` starts
       both sides from the trainer's warm start (built and cached on first use).
@@ -33,16 +37,17 @@ Same work on both sides
       num_iterations=1``), ``beta=0`` (no reference model), same lr (2e-4, constant), AdamW
       (``adamw_torch``, weight decay 0), clip epsilon 0.2, max grad norm 1.0, entropy bonus
       0.001, group-normalised advantages, token mean per sequence then mean over sequences
-      (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), no gradient checkpointing (GRPOConfig's
-      default is on), float32 (GRPOConfig's default is bf16), ``use_cpu=True``, ``report_to=[]``,
-      no saving, no evaluation, no logging.
+      (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), float32 (GRPOConfig's default is bf16),
+      ``use_cpu=True``, ``report_to=[]``, no saving, no evaluation, no logging. TRL runs twice:
+      without gradient checkpointing (the same work as ours) and with it (GRPOConfig's default:
+      each layer's forward runs again in the backward pass); both ratios are printed.
     * threads: ``torch.set_num_threads(--threads)`` (2) for both, checked at every step.
 
 How it is measured
-    One warm-up step each, then ``--steps`` rounds (default 3), each round: one TRL step, one
-    ``Trainer.train_iteration()`` (the number the ratio uses) and one instrumented iteration
-    composed from the trainer's pieces (same prompts as the round's TRL step), so machine noise
-    hits both sides alike. The instrumented iteration times generation (the policy call),
+    One warm-up step each, then ``--steps`` rounds (default 3) per TRL variant, each round: one TRL
+    step, one ``Trainer.train_iteration()`` (the number the ratio uses) and, beside the variant
+    without checkpointing, one instrumented iteration composed from the trainer's pieces (same
+    prompts as the round's TRL step), so machine noise hits both sides alike. The instrumented iteration times generation (the policy call),
     env (reset + step), behaviour log-probs, loss forward, backward, optimizer (clip + step) and
     bookkeeping (everything else: rollout row handling, reward shaping, advantages, batch
     assembly, metrics); its total is printed next to the whole iteration's so the sum can be
@@ -58,6 +63,8 @@ Usage (TRL is the ``bench`` extra: ``pip install -e ".[bench]"``)::
 
     RAGEN_CACHE=/tmp/ragen_cache python benchmarks/vs_trl.py             # 8 x 8, 64 tokens, 3 timed steps
     RAGEN_CACHE=/tmp/ragen_cache python benchmarks/vs_trl.py --quick     # 4 x 4, 32 tokens, 1 timed step
+    python benchmarks/vs_trl.py --build-model /tmp/small-chatml           # save the 2.56M checkpoint
+    python benchmarks/vs_trl.py --model /tmp/small-chatml --no-multi-turn # both sides on that checkpoint
 
 The header line prints which ``ragen_torchrl`` was imported: from a checkout other than the
 installed (editable) one, prefix ``PYTHONPATH=$PWD``.
@@ -104,6 +111,18 @@ these two changes (``--steps 2``), then after them (``--steps 4``)::
     backward                      1.253        0.293     1.099
     optimizer                     0.007        0.004     0.004
     bookkeeping                   0.026        0.028     0.010
+
+On the 2.56M-parameter ChatML checkpoint (``--build-model DIR`` then ``--model DIR --steps 1
+--no-multi-turn --threads 1``; 2026-12-02, a 2-core machine at load average 12-18, so only the ratios
+mean anything; one round each)::
+
+    TRL variant                         ours     TRL  ours/TRL
+    TRL, checkpointing off             26.31  105.00      0.25
+    TRL, checkpointing on (default)    12.18   75.75      0.16
+    piece (s)        ours   TRL off   TRL on
+    generation     15.778    51.963   31.077
+    loss forward    5.437    20.091   11.718
+    backward       12.073    32.541   32.544
 
 The first "before" run (2026-11-30, the machine shared with four other jobs, ~0.4 of a core)
 printed ratio 2.01 with every time 10-20x these; only its ratio is comparable.
@@ -246,6 +265,61 @@ def multi_turn_overrides(prompts: int, group: int, threads: int, sft: bool) -> l
         "model.dtype=float32",
         f"model.threads={threads}",
     ]
+
+
+def model_overrides(model_dir: str | None) -> list[str]:
+    """Hydra overrides loading the policy from ``model_dir`` (``model=hf``); none for the tiny model.
+
+    Example:
+        >>> model_overrides(None), model_overrides("/ckpt/small")
+        ([], ['model=hf', 'model.name_or_path=/ckpt/small'])
+    """
+    if model_dir is None:
+        return []
+    return ["model=hf", f"model.name_or_path={model_dir}"]
+
+
+def check_model_dir(value: str) -> str:
+    """``--model``'s value as an absolute path: a local Hugging Face model directory (config.json,
+    tokenizer and weights from ``save_pretrained``); anything else is an error naming ``--model``."""
+    from ragen_torchrl.models.loading import ModelSourceError, check_model_source
+
+    path = os.path.abspath(os.path.expanduser(value))
+    try:
+        if check_model_source(path, "--model", probe_hub=False) != "local":
+            raise ModelSourceError(f"--model={value}: not a local model directory")
+    except ModelSourceError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not any(os.path.exists(os.path.join(path, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        raise argparse.ArgumentTypeError(
+            f"--model={value}: no tokenizer in {path} (tokenizer.json / tokenizer_config.json)"
+        )
+    return path
+
+
+def build_checkpoint(
+    out_dir: str, hidden_size: int = 256, intermediate_size: int = 512, num_layers: int = 4, vocab_size: int = 768
+) -> str:
+    """Save a Qwen2 checkpoint with a ChatML template and our byte-level BPE tokenizer to ``out_dir``.
+
+    The tiny model's builder (:func:`ragen_torchrl.models.tiny.build_tiny_model`, tokenizer trained on
+    the Countdown env's text) with other sizes; the defaults give 2.56M parameters (hidden 256,
+    4 layers). ``out_dir`` is named by the caller, so nothing in the path says "qwen" (what a
+    user's own checkpoint directory looks like). Returns ``out_dir``.
+    """
+    import shutil
+
+    from ragen_torchrl.envs import make_env
+    from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
+    from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
+
+    sizes = TinyModelConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers
+    )
+    with tempfile.TemporaryDirectory() as cache:
+        built = build_tiny_model(tokenizer_corpus(make_env("countdown", num_envs=1)), sizes, cache)
+        shutil.copytree(built, out_dir, dirs_exist_ok=True)
+    return out_dir
 
 
 def build_trainer(overrides: list[str], run_dir: str):
@@ -391,8 +465,14 @@ def trl_dataset(env, seed: int, prompts: int, num_steps: int):
     return Dataset.from_list(rows)
 
 
-def trl_config(output_dir: str, cfg, prompts: int, group: int, max_steps: int, seed: int = 0):
-    """A GRPOConfig doing what our Trainer does with ``cfg``: one optimizer step per generation batch."""
+def trl_config(
+    output_dir: str, cfg, prompts: int, group: int, max_steps: int, seed: int = 0, gradient_checkpointing: bool = False
+):
+    """A GRPOConfig doing what our Trainer does with ``cfg``: one optimizer step per generation batch.
+
+    ``gradient_checkpointing=True`` is GRPOConfig's own default (recompute each layer's activations
+    in the backward pass: less memory, more compute); everything else stays as documented above.
+    """
     from trl import GRPOConfig
 
     a = cfg.algo
@@ -424,7 +504,7 @@ def trl_config(output_dir: str, cfg, prompts: int, group: int, max_steps: int, s
         use_cpu=True,
         bf16=False,
         fp16=False,
-        gradient_checkpointing=False,
+        gradient_checkpointing=gradient_checkpointing,
         disable_dropout=True,
         report_to=[],
         save_strategy="no",
@@ -502,14 +582,32 @@ def make_step_timer(sections: Sections, threads: int, after_step):
     return StepTimer()
 
 
-def build_trl_trainer(model_path: str, env, cfg, prompts: int, group: int, steps: int, out_dir: str, threads: int):
+def build_trl_trainer(
+    model_path: str,
+    env,
+    cfg,
+    prompts: int,
+    group: int,
+    steps: int,
+    out_dir: str,
+    threads: int,
+    gradient_checkpointing: bool = False,
+):
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
     from ragen_torchrl.models.loading import load_pretrained
 
     model, tok = load_pretrained(model_path, "cpu", "float32")
-    args = trl_config(out_dir, cfg, prompts, group, max_steps=1 + steps, seed=int(cfg.seed))
+    args = trl_config(
+        out_dir,
+        cfg,
+        prompts,
+        group,
+        max_steps=1 + steps,
+        seed=int(cfg.seed),
+        gradient_checkpointing=gradient_checkpointing,
+    )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=make_reward_function(env),
@@ -550,54 +648,93 @@ def run_single_turn(args, cache: str) -> None:
 
     tr = build_trainer(
         single_turn_overrides(args.prompts, args.group, args.max_new_tokens, args.threads, args.init == "sft")
+        + model_overrides(args.model)
         + args.override,
         os.path.join(cache, "ours_countdown"),
     )
     torch.set_num_threads(args.threads)
     n_params = sum(p.numel() for p in tr.model.parameters())
+    model_name = f"{args.model} (model=hf)" if args.model else "the tiny Qwen2 (model=tiny)"
     print(
         f"single turn: Countdown, P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
         f"temperature 1.0, top_p 1.0, one optimizer step per batch, {args.threads} threads, "
-        f"tiny Qwen2 {n_params / 1e6:.2f}M parameters ({'warm start' if args.init == 'sft' else 'random init'}), "
+        f"{model_name}: {n_params / 1e6:.2f}M parameters ({'warm start' if args.init == 'sft' else 'random init'}), "
         f"lr {float(tr.cfg.algo.lr):g}; ragen_torchrl from {os.path.dirname(ragen_torchrl.__file__)}, "
         f"trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}",
         flush=True,
     )
     t_warm, _ = whole_iteration(tr, 0)
     print(f"warm-up: ours {t_warm:.2f} s", flush=True)
+    # TRL with gradient checkpointing off, then with it on (GRPOConfig's default); each TRL step is
+    # followed by one of our iterations on the same levels, so each ratio pairs neighbouring steps
+    results = {}
+    for checkpointing in (False, True):
+        label = f"TRL, gradient checkpointing {'on (GRPOConfig default)' if checkpointing else 'off'}"
+        results[checkpointing] = trl_rounds(args, cache, tr, checkpointing, label)
+    ours_pieces = results[False]["ours_pieces"]
+    rows = []
+    for checkpointing, r in results.items():
+        label = "TRL, checkpointing " + ("on (default)" if checkpointing else "off")
+        t_ours, t_trl = mean(r["ours"]), mean([x["total"] for x in r["trl"]])
+        per_round = ", ".join(f"{o / t['total']:.2f}" for o, t in zip(r["ours"], r["trl"]))
+        rows.append((label, t_ours, t_trl, per_round, r))
+    print(f"\nseconds per step (mean of {args.steps} timed steps per side after one warm-up each, alternating)")
+    print(f"{'TRL variant':<32}{'ours':>8}{'TRL':>8}{'ours/TRL':>10}  per-round ratios")
+    for label, t_ours, t_trl, per_round, _ in rows:
+        print(f"{label:<32}{t_ours:>8.2f}{t_trl:>8.2f}{t_ours / t_trl:>10.2f}  {per_round}")
+    r = results[False]
+    print(
+        f"(TRL's own step_time metric (training_step only), checkpointing off: "
+        f"{mean([x['step_time'] for x in r['trl']]):.2f} s; "
+        f"generated tokens per step: ours {mean([p['tokens'] for p in ours_pieces]):.0f}, "
+        f"TRL {mean(r['trl_tokens']):.0f}; tokens the loss forward reads (prompts + replies): "
+        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (algo.train_on={tr.objective.train_on}), "
+        f"TRL {mean([x['scored_tokens'] for x in r['trl']]):.0f} (generated ids))"
+    )
+    print_breakdown(
+        f"where the time goes (instrumented, mean of {len(ours_pieces)}; ours' whole train_iteration: "
+        f"{mean(r['ours']):.2f} s)",
+        {
+            "ours": mean_breakdown(ours_pieces),
+            "TRL ckpt off": mean_breakdown(results[False]["trl"]),
+            "TRL ckpt on": mean_breakdown(results[True]["trl"]),
+        },
+    )
 
+
+def trl_rounds(args, cache: str, tr, checkpointing: bool, label: str) -> dict[str, list]:
+    """``args.steps`` rounds of one TRL step (after one warm-up step) then one of our iterations.
+
+    Returns ``ours`` (our whole-iteration seconds), ``trl`` (TRL step breakdowns),
+    ``trl_tokens`` (TRL's generated tokens per step) and, when ``checkpointing`` is off,
+    ``ours_pieces`` (our instrumented iterations; run once, beside the first TRL variant).
+    """
     trl_sec = Sections()
-    ours_whole: list[float] = []
-    ours_pieces: list[dict[str, float]] = []
-    trl_steps: list[dict[str, float]] = []
-    trl_tokens: list[float] = []
-
+    out: dict[str, list] = {"ours": [], "trl": [], "trl_tokens": [], "ours_pieces": []}
     seen_before = [0]
 
     def after_trl_step(global_step: int, trl_row: dict[str, float]) -> None:
         if global_step == 1:
             seen_before[0] = trainer.state.num_input_tokens_seen
-            print(f"warm-up: TRL {trl_row['total']:.2f} s", flush=True)
+            print(f"warm-up: {label} {trl_row['total']:.2f} s", flush=True)
             return
         own = trainer._metrics["train"].get("step_time", [])
         trl_row["step_time"] = own[-1] if own else float("nan")  # TRL's own metric: training_step only
         seen = trainer.state.num_input_tokens_seen  # prompt + completion tokens, cumulative
         trl_row["scored_tokens"], seen_before[0] = seen - seen_before[0], seen
-        trl_steps.append(trl_row)
+        out["trl"].append(trl_row)
         it = global_step - 1  # TRL's step k used the levels of our iteration k (0-based)
         torch.set_num_threads(args.threads)
-        t_whole, stats = whole_iteration(tr, it)
-        ours_whole.append(t_whole)
-        pieces = timed_iteration(tr, it)
-        ours_pieces.append(pieces)
+        t_whole, _ = whole_iteration(tr, it)
+        out["ours"].append(t_whole)
+        line = f"round {len(out['ours'])}: {label} {trl_row['total']:.2f} s | ours train_iteration {t_whole:.2f} s"
+        if not checkpointing:
+            pieces = timed_iteration(tr, it)
+            out["ours_pieces"].append(pieces)
+            line += f", instrumented {pieces['total']:.2f} s, {pieces['tokens']:.0f} tokens generated"
         lengths = trainer._metrics["train"].get("completions/mean_length", [])
-        trl_tokens.append(lengths[-1] * args.prompts * args.group if lengths else float("nan"))
-        print(
-            f"round {len(ours_whole)}: TRL {trl_row['total']:.2f} s | ours train_iteration {t_whole:.2f} s, "
-            f"instrumented {pieces['total']:.2f} s | tokens generated: ours {pieces['tokens']:.0f}, "
-            f"TRL {trl_tokens[-1]:.0f}",
-            flush=True,
-        )
+        out["trl_tokens"].append(lengths[-1] * args.prompts * args.group if lengths else float("nan"))
+        print(f"{line}; TRL {out['trl_tokens'][-1]:.0f}", flush=True)
 
     trainer = build_trl_trainer(
         tr.model_path,
@@ -606,37 +743,21 @@ def run_single_turn(args, cache: str) -> None:
         args.prompts,
         args.group,
         args.steps,
-        os.path.join(cache, "trl"),
+        os.path.join(cache, f"trl_ckpt_{checkpointing}"),
         args.threads,
+        gradient_checkpointing=checkpointing,
     )
     instrument_trl(trainer, trl_sec)
     trainer.add_callback(make_step_timer(trl_sec, args.threads, after_trl_step))
     trainer.train()
-
-    t_ours, t_trl = mean(ours_whole), mean([r["total"] for r in trl_steps])
-    per_round = ", ".join(f"{o / t['total']:.2f}" for o, t in zip(ours_whole, trl_steps))
-    print(f"\nseconds per step (mean of {len(ours_whole)} timed steps after one warm-up each, alternating)")
-    print(f"{'ours (Trainer.train_iteration)':<40}{t_ours:>8.2f}")
-    print(f"{'TRL  (GRPOTrainer step, incl. generation)':<40}{t_trl:>8.2f}")
-    print(f"{'ratio ours / TRL':<40}{t_ours / t_trl:>8.2f}")
-    print(
-        f"(per-round ratios: {per_round}; "
-        f"TRL's own step_time metric (training_step only): {mean([r['step_time'] for r in trl_steps]):.2f} s; "
-        f"generated tokens per step: ours {mean([p['tokens'] for p in ours_pieces]):.0f}, "
-        f"TRL {mean(trl_tokens):.0f}; tokens the loss forward reads (prompts + replies): "
-        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (algo.train_on={tr.objective.train_on}), "
-        f"TRL {mean([r['scored_tokens'] for r in trl_steps]):.0f} (generated ids))"
-    )
-    ours_b, trl_b = mean_breakdown(ours_pieces), mean_breakdown(trl_steps)
-    print_breakdown(
-        f"where the time goes (instrumented, mean of {len(ours_pieces)}; ours' whole train_iteration: {t_ours:.2f} s)",
-        {"ours": ours_b, "TRL": trl_b},
-    )
+    return out
 
 
 def run_multi_turn(args, cache: str) -> None:
     tr = build_trainer(
-        multi_turn_overrides(args.mt_prompts, args.mt_group, args.threads, args.mt_init == "sft") + args.override,
+        multi_turn_overrides(args.mt_prompts, args.mt_group, args.threads, args.mt_init == "sft")
+        + model_overrides(args.model)
+        + args.override,
         os.path.join(cache, "ours_frozenlake"),
     )
     torch.set_num_threads(args.threads)
@@ -665,7 +786,8 @@ def run_multi_turn(args, cache: str) -> None:
     )
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` applied); ``--model`` checked and made absolute."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side (after one warm-up each)")
     parser.add_argument("--threads", type=int, default=2)
@@ -676,6 +798,21 @@ def main() -> None:
     parser.add_argument("--mt-group", type=int, default=4)
     parser.add_argument("--no-multi-turn", action="store_true", help="skip the FrozenLake table")
     parser.add_argument(
+        "--model",
+        type=check_model_dir,
+        default=None,
+        metavar="DIR",
+        help="a local Hugging Face checkpoint (tokenizer, chat template and weights from DIR) for both sides "
+        "and both tables, loaded as model=hf model.name_or_path=DIR; default: the tiny model",
+    )
+    parser.add_argument(
+        "--build-model",
+        metavar="DIR",
+        default=None,
+        help="save a 2.56M-parameter Qwen2 checkpoint (hidden 256, 4 layers, ChatML, our BPE tokenizer) to DIR "
+        "and exit; then run with --model DIR",
+    )
+    parser.add_argument(
         "--init", choices=("random", "sft"), default="random", help="single turn: random init or the warm start"
     )
     parser.add_argument(
@@ -685,10 +822,21 @@ def main() -> None:
         "--override", nargs="*", default=[], help="extra Hydra overrides for both tables, e.g. model.hidden_size=192"
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 timed step, 4 x 4, 32 tokens")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.model is not None and args.build_model is not None:
+        parser.error("--model and --build-model: build first, then run with --model")
     if args.quick:
         args.steps, args.prompts, args.group, args.max_new_tokens = 1, 4, 4, 32
         args.mt_prompts, args.mt_group = 4, 4
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.build_model is not None:
+        path = build_checkpoint(args.build_model)
+        print(f"saved {path}; run: python benchmarks/vs_trl.py --model {path}")
+        return
     try:
         import trl  # noqa: F401
     except ImportError:

@@ -84,7 +84,7 @@ from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives 
     write_scalars_csv,
 )
 from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
-from .setup import ENV_META_KEYS, env_kwargs, prepare_model  # noqa: F401 (re-exported)
+from .setup import ENV_META_KEYS, env_kwargs, oversubscribed_threads, prepare_model  # noqa: F401 (re-exported)
 from .stops import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .stored_config import check_stored_config
 from .summary import SUMMARY_FILE, write_summary
@@ -134,6 +134,9 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.model.get("threads"):
             torch.set_num_threads(int(cfg.model.threads))
+            busy = oversubscribed_threads(int(cfg.model.threads)) if str(cfg.model.device) in ("auto", "cpu") else None
+            if busy and not torch.cuda.is_available():
+                log.warning(busy)
         self.provenance = run_provenance() if self.dist.is_main else {}  # the code and machine this run starts on
         self._seed_everything(int(cfg.seed))
 
