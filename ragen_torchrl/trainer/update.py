@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, lazy_stack
 
+from ..data.groups import Groups
 from ..data.minibatch import group_minibatches
 from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, MASKS_ASSISTANT, REF_LOG_PROBS_FULL
 from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs
@@ -43,7 +44,7 @@ def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
     return lazy_stack([row.set(ADVANTAGE, row.get(ADVANTAGE) * scale) for row in batch.unbind(0)])
 
 
-def minibatch_plan(group_ids: torch.Tensor, algo: Mapping) -> list[list[torch.Tensor]]:
+def minibatch_plan(group_ids: torch.Tensor | Groups, algo: Mapping) -> list[list[torch.Tensor]]:
     """The row indices of every mini-batch of every epoch (``algo.ppo_epochs`` lists).
 
     Mini-batches hold whole prompt groups (``algo.minibatch="group"``, the default: group-centred
@@ -59,14 +60,14 @@ def minibatch_plan(group_ids: torch.Tensor, algo: Mapping) -> list[list[torch.Te
         >>> len(plan), [sorted(mb.tolist()) for mb in plan[0]] in ([[0, 1], [2, 3]], [[2, 3], [0, 1]])
         (2, True)
     """
-    ids = torch.as_tensor(group_ids).reshape(-1)
-    n = ids.numel()
+    groups = group_ids if isinstance(group_ids, Groups) else Groups.from_ids(torch.as_tensor(group_ids).reshape(-1))
+    n = groups.num_rows
     mb = min(int(algo["mini_batch_size"]), n)
     grouped = str(algo.get("minibatch", "group")) == "group"
     plan = []
     for _epoch in range(int(algo["ppo_epochs"])):
         if grouped:
-            plan.append(group_minibatches(ids, mb))
+            plan.append(group_minibatches(groups, mb))
         else:
             order = torch.randperm(n)
             plan.append([order[start : start + mb] for start in range(0, n, mb)])
@@ -97,6 +98,7 @@ def training_batch(
     *,
     skip_behaviour: torch.Tensor | None = None,
     skip_reference: torch.Tensor | None = None,
+    groups: Groups | None = None,
 ) -> tuple[TensorDictBase, TensorDictBase]:
     """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
 
@@ -112,11 +114,13 @@ def training_batch(
             rows of the first mini-batch when :func:`optimize` runs it on-policy, and in a
             multi-rank run the rows other ranks train on.
         skip_reference: rows whose reference log-probs are not computed (another rank's rows).
+        groups: the records' :class:`~ragen_torchrl.data.groups.Groups` (group-normalised
+            advantages read their moments); built from the records when None.
 
     Returns:
         ``(batch, behaviour)``: the batch the loss reads and the behaviour log-prob output.
     """
-    batch = objective.advantage(records)
+    batch = objective.advantage(records, groups)
     shared = scores_shared_prefixes(objective.loss_module)
     train_on = getattr(objective, "train_on", "generated")
     behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour, shared_prefix=shared, train_on=train_on)
