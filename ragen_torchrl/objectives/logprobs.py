@@ -15,9 +15,11 @@ stored token ids (:func:`token_dist`: the wrapper's left padding and model call)
 applying the chat template again. The first mini-batch of a one-epoch update needs no behaviour
 pass at all (its rows are only tokenised; the loss runs inside ``current_as_behaviour``).
 
-Per-row results are stored unpadded (:func:`attach_training_data`); ``GRPOLoss`` re-pads
-them on the left for each mini-batch, which matches the wrapper's left padding, so
-mini-batches can be reshuffled freely between PPO epochs.
+The training batch is built once, dense and padded on the left as the wrapper pads
+(:func:`behaviour_batch`, :func:`attach_training_data`, :mod:`ragen_torchrl.data.dense`);
+mini-batches index it and each loss forward drops the columns that are padding in all of its
+rows, so mini-batches can be reshuffled freely between PPO epochs. The losses also accept ragged
+per-row tensors (a lazy stack, :func:`compute_behaviour_log_probs`'s rows), which they pad on the left.
 
 Example:
     >>> from ragen_torchrl.objectives.logprobs import masked_mean
@@ -290,9 +292,7 @@ def compute_behaviour_log_probs(
     once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`); the assistant
     log-probs equal the full pass's up to float round-off.
     """
-    batch = behaviour_batch(
-        actor, records, chunk_size, skip=skip, shared_prefix=shared_prefix, train_on=train_on
-    )
+    batch = behaviour_batch(actor, records, chunk_size, skip=skip, shared_prefix=shared_prefix, train_on=train_on)
     return unpad_rows(batch)
 
 

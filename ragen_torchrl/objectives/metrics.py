@@ -43,8 +43,8 @@ from .logprobs import token_dist
 #: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
 #: (torchrl's ``GRPOLoss`` defaults to 0.01)
 DEFAULT_ENTROPY_COEFF = 0.001
-#: where every loss reads the frozen reference policy's log-probs (per row, unpadded,
-#: aligned with ``("tokens", "full")``); torchrl's default is ``("next", "ref_log_probs", "full")``
+#: where every loss reads the frozen reference policy's log-probs (aligned with
+#: ``("tokens", "full")``: per row unpadded, or ``[B, T]`` left-padded); torchrl's default is ``("next", "ref_log_probs", "full")``
 REF_LOG_PROBS_KEY = REF_LOG_PROBS_FULL
 
 #: what every loss here reads from a batch (shared by the class docstrings)

@@ -370,7 +370,7 @@ def _build_critic(cfg, model: nn.Module) -> Critic:
 
 # ----------------------------------------------------------------------------- built-in algorithms
 # the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen
-# reference policy's log-probs (per row, unpadded)
+# reference policy's log-probs (aligned with the tokens)
 def _grpo(cfg, actor, model, tokenizer=None) -> Objective:
     common, adv_eps, reward_transform = _common(cfg)
     common.setdefault("aggregation", "prompt_mean")

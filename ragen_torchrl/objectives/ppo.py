@@ -29,9 +29,10 @@ re-padded on the left) and adds a value loss:
   trunk is clipped with the actor. Explained variance is logged.
 
 GAE runs once per batch in :func:`prepare_ppo_batch` (after the behaviour log-probs are
-attached, before the update); it writes per row, unpadded and aligned with
-``("tokens", "full")``: ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` (old values) and
-``value_target`` ``[L]``. The loss left-pads them like the log-probs.
+attached, before the update); it writes, aligned with ``("tokens", "full")``, ``advantage``
+``[L, 1]``, ``state_value`` ``[L]`` (old values) and ``value_target`` ``[L]``: per row unpadded on
+a ragged batch, ``[N, T, 1]`` / ``[N, T]`` left-padded on the dense training batch. The loss
+left-pads ragged ones like the log-probs.
 
 Example:
     >>> import torch
@@ -314,7 +315,8 @@ def prepare_ppo_batch(
 
     Reads per row ``("tokens", "full")``, ``("masks", "all_assistant_mask")`` and
     ``episode_return``; writes ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` and
-    ``value_target`` ``[L]`` per row (the ``*_key`` arguments rename them; defaults from
+    ``value_target`` ``[L]`` per row (on a dense batch: ``[N, T, 1]`` / ``[N, T]``, left-padded
+    with 0 like the log-probs) (the ``*_key`` arguments rename them; defaults from
     :mod:`ragen_torchrl.keys`, and ``PPOObjective.prepare`` passes its loss's ``tensor_keys``).
     ``whiten`` standardises the advantages over all assistant tokens of the batch with the
     unbiased variance (as verl/RAGEN's PPO does: ``masked_whiten``). Returns ``(batch, stats)``.
@@ -448,7 +450,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         for k in (key, keys.value, keys.value_target):
             if k not in present:
                 raise KeyError(f"{k!r} missing: run Objective.prepare (values and GAE) on the batch before the loss")
-        # token-level advantages are stored unpadded per row: pad them on the left, like the log-probs
+        # token-level advantages of a ragged batch are unpadded per row: pad them on the left, like the log-probs
         adv = td.get(key, as_padded_tensor=True, padding_side="left", padding_value=0.0)
         td.set(key, adv if adv.ndim == 3 else adv.unsqueeze(-1))
 
@@ -477,7 +479,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
                 )
             values = self.critic.values_from_hidden(hidden)
         else:
-            # stored tokens are unpadded per row: -1 (never a token id) marks the left padding
+            # -1 (never a token id) marks a ragged batch's left padding; the attention mask a dense one's
             tokens = td.get(keys.action, as_padded_tensor=True, padding_side="left", padding_value=-1)
             attn = tokens != -1
             if keys.attention_mask in td.keys(True):
