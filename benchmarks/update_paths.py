@@ -139,8 +139,8 @@ def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 repeat, smaller batches")
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="smaller batches (and 1 repeat unless --repeats)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--countdown-only", action="store_true", help="only the single-turn Countdown shape")
     parser.add_argument("--cache", default=None, help="model cache dir (default: $RAGEN_CACHE or a temp dir)")
@@ -149,7 +149,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     cache = args.cache or os.environ.get("RAGEN_CACHE") or tempfile.mkdtemp()
-    repeats = 1 if args.quick else args.repeats
+    repeats = args.repeats or (1 if args.quick else 3)
     frozenlake = ["env=frozenlake", f"model.threads={args.threads}"]  # the default run's warm start
     countdown = [
         "env=countdown",
