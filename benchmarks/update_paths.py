@@ -8,13 +8,17 @@
   the first mini-batch of a one-epoch update (the loss takes their behaviour log-probs from its own
   forward, ``current_as_behaviour``); every loss forward is one padded pass over the stored tokens
   (``algo.shared_prefix=false``);
+* **ragged batch**: "now" with the training batch kept as ragged per-row tensors (a lazy stack of
+  rows, re-padded by every loss forward), the layout the losses also accept;
 * **now** (the defaults): the rows are the ids the policy read and sampled
   (``algo.train_on=generated``), and a prompt shared by a group's rows runs through the model once
-  (``algo.shared_prefix=true``), in the behaviour pass and in every loss forward.
+  (``algo.shared_prefix=true``), in the behaviour pass and in every loss forward; the training batch
+  is one dense left-padded TensorDict built once (:mod:`ragen_torchrl.data.dense`).
 
 All run on the same rollout batch from the same weights, alternately, ``--repeats`` times; the
 script prints seconds per update (behaviour pass + optimizer steps) for each, the ratios, and the
-largest weight difference after the update between "now" and "stored tokens" (the equivalence tests
+largest weight differences after the update between "now" and "ragged batch" (the same update: the
+dense-batch tests bound the losses and gradients by 1e-5), and between "now" and "stored tokens" (the equivalence tests
 bound it by 1e-5 when the replies' text round-trips, as a warm-started policy's does; a random
 policy's byte-level replies re-tokenise into other ids, so there the two train different tokens).
 
@@ -26,6 +30,7 @@ Usage::
 
     python benchmarks/update_paths.py            # 3 repeats
     python benchmarks/update_paths.py --quick    # 1 repeat, smaller batches
+    python benchmarks/update_paths.py --quick --countdown-only   # no warm start: the quickest check
 """
 
 from __future__ import annotations
@@ -37,13 +42,19 @@ import time
 
 import torch
 from hydra import compose, initialize_config_dir
+from tensordict import lazy_stack
 
 from ragen_torchrl.collectors import collect_rollouts
-from ragen_torchrl.objectives.logprobs import _wrapper_log_probs, attach_training_data
+from ragen_torchrl.objectives.logprobs import (
+    _wrapper_log_probs,
+    attach_training_data,
+    compute_behaviour_log_probs,
+    training_view,
+)
 from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 from ragen_torchrl.trainer.rollout import train_level_seeds
-from ragen_torchrl.trainer.update import minibatch_plan, optimize, training_batch
+from ragen_torchrl.trainer.update import minibatch_plan, optimize, scores_shared_prefixes, training_batch
 
 
 def before(tr: Trainer, records, plan) -> dict:
@@ -61,6 +72,15 @@ def now(tr: Trainer, records, plan) -> dict:
     return optimize(batch, tr.loss_module, tr.objective, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
 
 
+def ragged(tr: Trainer, records, plan) -> dict:
+    obj = tr.objective
+    recs = obj.advantage(records)
+    shared = scores_shared_prefixes(obj.loss_module)
+    beh = compute_behaviour_log_probs(tr.actor, recs, skip=plan[0][0], shared_prefix=shared, train_on=obj.train_on)
+    batch = obj.prepare(lazy_stack([row.update(b) for row, b in zip(training_view(recs).unbind(0), beh.unbind(0))]))
+    return optimize(batch, tr.loss_module, obj, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
+
+
 def stored(tr: Trainer, records, plan) -> dict:
     tr.objective.train_on, tr.loss_module.shared_prefix = "retokenized", False
     try:
@@ -69,7 +89,7 @@ def stored(tr: Trainer, records, plan) -> dict:
         tr.objective.train_on, tr.loss_module.shared_prefix = "generated", True
 
 
-ARMS = (("history path", before), ("stored tokens", stored), ("now", now))
+ARMS = (("history path", before), ("stored tokens", stored), ("ragged batch", ragged), ("now", now))
 
 
 def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
@@ -108,26 +128,28 @@ def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
             times[label].append(time.perf_counter() - t)
             weights[label] = [p.detach().clone() for p in tr.model.parameters()]
     diff = max(float((a - b).abs().max()) for a, b in zip(weights["stored tokens"], weights["now"]))
-    h, st, n = (min(times[label]) for label, _ in ARMS)
+    diff_r = max(float((a - b).abs().max()) for a, b in zip(weights["ragged batch"], weights["now"]))
+    h, st, r, n = (min(times[label]) for label, _ in ARMS)
     print(
-        f"| {name} | {records.batch_size[0]} | {int(stats['optimizer_steps'])} | {h:.2f} | {st:.2f} | {n:.2f} | "
-        f"{n / h:.2f} | {n / st:.2f} | {diff:.1e} |",
+        f"| {name} | {records.batch_size[0]} | {int(stats['optimizer_steps'])} | {h:.2f} | {st:.2f} | {r:.2f} | "
+        f"{n:.2f} | {n / h:.2f} | {n / st:.2f} | {n / r:.2f} | {diff_r:.1e} | {diff:.1e} |",
         flush=True,
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 repeat, smaller batches")
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="smaller batches (and 1 repeat unless --repeats)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--countdown-only", action="store_true", help="only the single-turn Countdown shape")
     parser.add_argument("--cache", default=None, help="model cache dir (default: $RAGEN_CACHE or a temp dir)")
     args = parser.parse_args()
     import os
 
     torch.set_num_threads(args.threads)
     cache = args.cache or os.environ.get("RAGEN_CACHE") or tempfile.mkdtemp()
-    repeats = 1 if args.quick else args.repeats
+    repeats = args.repeats or (1 if args.quick else 3)
     frozenlake = ["env=frozenlake", f"model.threads={args.threads}"]  # the default run's warm start
     countdown = [
         "env=countdown",
@@ -142,11 +164,12 @@ def main() -> None:
         frozenlake += ["trainer.prompts_per_iter=4", "algo.mini_batch_size=8"]
         countdown += ["trainer.prompts_per_iter=2", "algo.mini_batch_size=16"]
     print(
-        "| batch | rows | optimizer steps | history path (s) | stored tokens (s) | now (s) | now / history "
-        "| now / stored | max weight diff now vs stored |"
+        "| batch | rows | optimizer steps | history path (s) | stored tokens (s) | ragged batch (s) | now (s) "
+        "| now / history | now / stored | now / ragged | max weight diff now vs ragged | now vs stored |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    measure("FrozenLake, default shape", frozenlake, repeats, cache)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    if not args.countdown_only:
+        measure("FrozenLake, default shape", frozenlake, repeats, cache)
     measure("Countdown, single turn, one step", countdown, repeats, cache)
 
 

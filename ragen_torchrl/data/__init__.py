@@ -1,4 +1,4 @@
-"""Replay-buffer pieces: a group-selecting sampler and group-aware mini-batches.
+"""Batch pieces: a batch's prompt groups (:class:`Groups`), a group-selecting sampler and group-aware mini-batches.
 
 Example:
     >>> import torch
@@ -11,13 +11,19 @@ Example:
 from .. import lazy_exports
 
 _EXPORTS = {
+    "Groups": ".groups",
+    "group_codes": ".groups",
+    "per_row_values": ".groups",
     "TopVarianceGroupSampler": ".group_sampler",
     "group_minibatches": ".minibatch",
 }
 
 # the same names as _EXPORTS (a literal list, for static tools)
 __all__ = [
+    "Groups",
     "TopVarianceGroupSampler",
+    "group_codes",
     "group_minibatches",
+    "per_row_values",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

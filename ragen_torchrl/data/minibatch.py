@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import torch
 
+from .groups import Groups
+
 __all__ = ["group_minibatches"]
 
 
 def group_minibatches(
-    group_ids: torch.Tensor, mini_batch_size: int, *, generator: torch.Generator | None = None
+    group_ids: torch.Tensor | Groups, mini_batch_size: int, *, generator: torch.Generator | None = None
 ) -> list[torch.Tensor]:
     """Shuffle the groups and pack whole groups into mini-batches of about ``mini_batch_size`` rows.
 
@@ -32,7 +34,8 @@ def group_minibatches(
     split). Rows keep their relative order inside a group.
 
     Args:
-        group_ids: ``(N,)`` (or ``(N, 1)``) integer group id of each row.
+        group_ids: ``(N,)`` (or ``(N, 1)``) integer group id of each row, or the batch's
+            :class:`~ragen_torchrl.data.groups.Groups`.
         mini_batch_size: target rows per mini-batch (>= 1).
         generator: torch RNG for the group order.
 
@@ -41,12 +44,11 @@ def group_minibatches(
     """
     if mini_batch_size < 1:
         raise ValueError(f"mini_batch_size must be >= 1, got {mini_batch_size}")
-    ids = torch.as_tensor(group_ids).reshape(-1)
-    if ids.numel() == 0:
+    groups = group_ids if isinstance(group_ids, Groups) else Groups.from_ids(torch.as_tensor(group_ids).reshape(-1))
+    if groups.num_rows == 0:
         return []
-    uniq, inverse = torch.unique(ids, return_inverse=True)
-    members = [torch.nonzero(inverse == g).reshape(-1) for g in range(uniq.numel())]
-    order = torch.randperm(uniq.numel(), generator=generator).tolist()
+    members = groups.members()
+    order = torch.randperm(groups.num_groups, generator=generator).tolist()
     batches: list[torch.Tensor] = []
     current: list[torch.Tensor] = []
     size = 0

@@ -34,6 +34,7 @@ from torchrl.objectives.llm import DAPO
 
 from ragen_torchrl.validation import check_choice
 
+from ..data.groups import Groups
 from ..keys import EPISODE_RETURN, GROUP_ID, SUCCESS
 from .metrics import INPUT_CONTRACT, TokenStatsMixin
 
@@ -59,11 +60,8 @@ def informative_groups(values: torch.Tensor, group_ids: torch.Tensor, *, tol: fl
     float64. Returns ``(group_ids_sorted, keep)``: the unique group ids and a bool per group.
     """
     values = torch.as_tensor(values).reshape(-1).to(torch.float64)
-    group_ids = torch.as_tensor(group_ids).reshape(-1)
-    ids, inverse = torch.unique(group_ids, return_inverse=True)
-    hi = torch.full((len(ids),), -math.inf, dtype=torch.float64).scatter_reduce(0, inverse, values, reduce="amax")
-    lo = torch.full((len(ids),), math.inf, dtype=torch.float64).scatter_reduce(0, inverse, values, reduce="amin")
-    return ids, (hi - lo) > tol
+    ids, codes = torch.unique(torch.as_tensor(group_ids).reshape(-1), return_inverse=True)
+    return ids, Groups.from_values(codes, values, name="outcomes").spread > tol
 
 
 def _rows(td: TensorDictBase, index: torch.Tensor) -> list[TensorDictBase]:
@@ -170,10 +168,12 @@ class DynamicSampler:
     def _split(self, records: TensorDictBase):
         """``(kept rows grouped per kept group, number of groups, number dropped, largest group)``."""
         gids = records.get(self.group_key).reshape(-1)
-        ids, keep = informative_groups(self._outcomes(records), gids, tol=self.tol)
-        groups = [_rows(records, (gids == g).nonzero().reshape(-1)) for g in ids[keep].tolist()]
-        largest = int(torch.unique(gids, return_counts=True)[1].max()) if gids.numel() else 0
-        return groups, len(ids), int((~keep).sum()), largest
+        outcomes = Groups.from_values(gids, torch.as_tensor(self._outcomes(records)).reshape(-1), name="outcomes")
+        keep = outcomes.spread > self.tol
+        members = outcomes.members()
+        groups = [_rows(records, members[k]) for k in torch.nonzero(keep).reshape(-1).tolist()]
+        largest = int(outcomes.counts.max()) if gids.numel() else 0
+        return groups, outcomes.num_groups, int((~keep).sum()), largest
 
     def __call__(self, records: TensorDictBase | None, collect_more: Callable[[int], TensorDictBase | None]):
         if records is None or records.batch_size[0] == 0:

@@ -15,9 +15,11 @@ stored token ids (:func:`token_dist`: the wrapper's left padding and model call)
 applying the chat template again. The first mini-batch of a one-epoch update needs no behaviour
 pass at all (its rows are only tokenised; the loss runs inside ``current_as_behaviour``).
 
-Per-row results are stored unpadded (:func:`attach_training_data`); ``GRPOLoss`` re-pads
-them on the left for each mini-batch, which matches the wrapper's left padding, so
-mini-batches can be reshuffled freely between PPO epochs.
+The training batch is built once, dense and padded on the left as the wrapper pads
+(:func:`behaviour_batch`, :func:`attach_training_data`, :mod:`ragen_torchrl.data.dense`);
+mini-batches index it and each loss forward drops the columns that are padding in all of its
+rows, so mini-batches can be reshuffled freely between PPO epochs. The losses also accept ragged
+per-row tensors (a lazy stack, :func:`compute_behaviour_log_probs`'s rows), which they pad on the left.
 
 Example:
     >>> from ragen_torchrl.objectives.logprobs import masked_mean
@@ -29,10 +31,11 @@ Example:
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict, TensorDictBase, lazy_stack
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.distributions import LLMMaskedCategorical
 from torchrl.modules.llm import TransformersWrapper
 
+from ..data.dense import dense_rows, per_row_columns, trim_padding, unpad_rows
 from ..envs.messages import chat_dicts
 from ..keys import (
     HISTORY_FULL,
@@ -56,6 +59,7 @@ from .token_distribution import CompactMaskedCategorical, masked_position_logits
 __all__ = [
     "TRAIN_ON",
     "attach_training_data",
+    "behaviour_batch",
     "compute_behaviour_log_probs",
     "make_logprob_policy",
     "masked_mean",
@@ -63,6 +67,10 @@ __all__ = [
     "tokenize_conversations",
     "training_view",
 ]
+
+
+def _is_lazy(td: TensorDictBase) -> bool:
+    return isinstance(td, LazyStackedTensorDict)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -266,6 +274,9 @@ def compute_behaviour_log_probs(
 ) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
 
+    The rows of :func:`behaviour_batch` (which the trainer uses: one dense batch) cut to their
+    real tokens.
+
     The result (lazy stack, one row per trajectory) holds ``("tokens", "full")``,
     ``("log_probs", "full")``, ``("masks", "all_assistant_mask")`` and
     ``("masks", "all_attention_mask")``, each cut to the row's real tokens.
@@ -291,40 +302,93 @@ def compute_behaviour_log_probs(
     once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`); the assistant
     log-probs equal the full pass's up to float round-off.
     """
+    batch = behaviour_batch(actor, records, chunk_size, skip=skip, shared_prefix=shared_prefix, train_on=train_on)
+    return unpad_rows(batch)
+
+
+@torch.no_grad()
+def behaviour_batch(
+    actor: TransformersWrapper,
+    records: TensorDictBase,
+    chunk_size: int = 32,
+    *,
+    skip=None,
+    shared_prefix: bool = False,
+    train_on: str = "generated",
+) -> TensorDict:
+    """:func:`compute_behaviour_log_probs` as one dense, left-padded ``[N, T]`` batch.
+
+    Token ids, attention and assistant masks and behaviour log-probs
+    (:func:`~ragen_torchrl.data.dense.dense_rows`: pad id, ``False`` and ``0`` on the padding).
+    Records that already hold the tokens and masks (a training batch, dense or ragged) are scored
+    as they are.
+    """
     n = records.batch_size[0]
     scored = torch.ones(n, dtype=torch.bool)
     if skip is not None:
         scored[torch.as_tensor(skip).reshape(-1)] = False
+    pad = getattr(getattr(actor, "tokenizer", None), "pad_token_id", None)
+    pad = 0 if pad is None else int(pad)
     if not isinstance(actor, TransformersWrapper):
-        rows = list(_wrapper_log_probs(actor, records, chunk_size).unbind(0))
-        for i in torch.nonzero(~scored).reshape(-1).tolist():
-            rows[i].set(LOG_PROBS_FULL, torch.full_like(rows[i].get(LOG_PROBS_FULL), float("nan")))
-        return lazy_stack(rows)
+        batch = dense_rows(_wrapper_log_probs(actor, records, chunk_size), pad)
+        lp = batch.get(LOG_PROBS_FULL)
+        lp[~scored] = torch.where(batch.get(MASKS_ATTENTION)[~scored], float("nan"), 0.0)
+        return batch
     stored = (TOKENS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION)
     if all(key in records.keys(True) for key in stored):
         # already tokenised (e.g. the reference pass over a training batch): score those tokens
-        rows = list(records.select(*stored).unbind(0))
+        batch = records.select(*stored)
+        batch = dense_rows(batch, pad) if _is_lazy(batch) else batch.clone(recurse=False)
     else:
-        rows = list(tokenize_conversations(actor, records, train_on=train_on).unbind(0))
-    idx = torch.nonzero(scored).reshape(-1).tolist()
-    for start in range(0, len(idx), chunk_size):
+        batch = dense_rows(tokenize_conversations(actor, records, train_on=train_on), pad)
+    batch.set(LOG_PROBS_FULL, score_tokens(actor, batch, chunk_size, rows=scored, shared_prefix=shared_prefix))
+    return batch
+
+
+@torch.no_grad()
+def score_tokens(
+    actor: TransformersWrapper,
+    batch: TensorDictBase,
+    chunk_size: int = 32,
+    *,
+    rows=None,
+    shared_prefix: bool = False,
+) -> torch.Tensor:
+    """Log-probs ``[N, T]`` of a dense batch's tokens under ``actor``'s model, ``chunk_size`` rows per forward.
+
+    Each chunk is cut to its own longest row (:func:`~ragen_torchrl.data.dense.trim_padding`), so
+    the model sees the padded tensors a ragged batch of those rows would give. The first real token
+    of a row gets 0 (nothing scores it, as torchrl and vLLM write), the padding 0, rows outside
+    ``rows`` (indices or a boolean mask) NaN; with ``shared_prefix`` only assistant tokens are
+    scored (every other real position is NaN).
+    """
+    attention = batch.get(MASKS_ATTENTION).bool()
+    n, length = attention.shape
+    out = torch.where(attention, float("nan"), 0.0)
+    chosen = torch.ones(n, dtype=torch.bool)
+    if rows is not None:
+        rows = torch.as_tensor(rows)
+        chosen = rows.reshape(-1).clone() if rows.dtype == torch.bool else torch.zeros(n, dtype=torch.bool)
+        if rows.dtype != torch.bool:
+            chosen[rows.reshape(-1)] = True
+    idx = torch.nonzero(chosen).reshape(-1)
+    for start in range(0, idx.numel(), chunk_size):
         part = idx[start : start + chunk_size]
-        chunk = lazy_stack([rows[i] for i in part])
+        chunk = trim_padding(batch[part])
         if shared_prefix:
             dist = token_dist(actor, chunk, mask_key=MASKS_ASSISTANT, compact=True, shared_prefix=True)
         else:
             dist = token_dist(actor, chunk, mask_key=MASKS_ATTENTION)
-        tokens = chunk.get(TOKENS_FULL, as_padded_tensor=True, padding_side="left", padding_value=-100)
+        real = chunk.get(MASKS_ATTENTION).bool()
+        tokens = chunk.get(TOKENS_FULL).masked_fill(~real, -100)
         log_probs = dist.log_prob(tokens.to(dist.logits.device)).float().cpu()
-        scored_at = dist.mask.cpu()
-        for k, i in enumerate(part):
-            length = rows[i].get(TOKENS_FULL).numel()
-            lp = log_probs[k, log_probs.shape[1] - length :].clone()
-            if shared_prefix:
-                lp[~scored_at[k, log_probs.shape[1] - length :]] = float("nan")
-            lp[0] = 0.0  # nothing scores the first token (torchrl writes 0 there, as vLLM does)
-            rows[i].set(LOG_PROBS_FULL, lp)
-    return lazy_stack(rows)
+        if shared_prefix:
+            log_probs = torch.where(dist.mask.cpu(), log_probs, float("nan"))
+        width = log_probs.shape[1]
+        first = width - real.sum(1)
+        log_probs[torch.arange(part.numel()), first.clamp_max(width - 1)] = 0.0
+        out[part, length - width :] = torch.where(real, log_probs, 0.0)
+    return out
 
 
 @torch.no_grad()
@@ -352,11 +416,27 @@ def _wrapper_log_probs(actor, records: TensorDictBase, chunk_size: int) -> Tenso
     return lazy_stack(rows)
 
 
-def attach_training_data(records: TensorDictBase, behaviour: TensorDictBase) -> TensorDictBase:
-    """Records + behaviour tensors in the layout ``GRPOLoss`` reads."""
-    # row by row: the tensors are ragged, so they cannot be set as one stacked entry
-    view = training_view(records)
-    return lazy_stack([row.update(beh) for row, beh in zip(view.unbind(0), behaviour.unbind(0))])
+def attach_training_data(records: TensorDictBase, behaviour: TensorDictBase) -> TensorDict:
+    """The training batch the losses read: behaviour tensors (dense, or ragged rows padded here) + the records' per-row values.
+
+    One dense, left-padded TensorDict (:mod:`ragen_torchrl.data.dense`): the behaviour's token ids,
+    masks and log-probs, every column of ``records`` that holds one number per row (advantage,
+    group id, return, ...), and the conversations at ``("history", "full")`` and
+    ``("history", "prompt")`` (the layout a history-mode wrapper reads).
+    """
+    if _is_lazy(behaviour):
+        batch = dense_rows(behaviour, 0)  # any pad id: the attention mask hides the padding
+    else:
+        batch = behaviour.clone(recurse=False)
+    if records.batch_size[0] != batch.batch_size[0]:
+        raise ValueError(f"records hold {records.batch_size[0]} rows, the behaviour data {batch.batch_size[0]}")
+    batch.update(per_row_columns(records))
+    if HISTORY_FULL in records.keys(True):
+        # the conversations, for a loss or wrapper that scores them through the chat template
+        history = records.get(HISTORY_FULL)
+        batch.set(HISTORY_FULL, history)
+        batch.set(HISTORY_PROMPT, history)
+    return batch
 
 
 def token_dist(
@@ -388,6 +468,7 @@ def token_dist(
     device = next(actor.model.parameters()).device
     tokens = tensordict.get(tokens_key, as_padded_tensor=True, padding_side="left", padding_value=pad)
     attention = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
+    tokens = tokens.masked_fill(~attention.bool(), pad)  # a dense batch may hold another pad id
     mask = tensordict.get(mask_key, as_padded_tensor=True, padding_side="left", padding_value=False)
     if compact and shared_prefix and shared_prefix_supported(actor.model):
         keep = attention.bool()

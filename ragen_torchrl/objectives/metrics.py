@@ -36,14 +36,15 @@ from tensordict.utils import expand_as_right
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.objectives.llm import GRPOLoss
 
+from ..data.dense import trim_padding
 from ..keys import MASKS_ASSISTANT, MASKS_ATTENTION, REF_LOG_PROBS_FULL
 from .logprobs import token_dist
 
 #: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
 #: (torchrl's ``GRPOLoss`` defaults to 0.01)
 DEFAULT_ENTROPY_COEFF = 0.001
-#: where every loss reads the frozen reference policy's log-probs (per row, unpadded,
-#: aligned with ``("tokens", "full")``); torchrl's default is ``("next", "ref_log_probs", "full")``
+#: where every loss reads the frozen reference policy's log-probs (aligned with
+#: ``("tokens", "full")``: per row unpadded, or ``[B, T]`` left-padded); torchrl's default is ``("next", "ref_log_probs", "full")``
 REF_LOG_PROBS_KEY = REF_LOG_PROBS_FULL
 
 #: what every loss here reads from a batch (shared by the class docstrings)
@@ -214,6 +215,8 @@ class TokenStatsMixin:
         return keys
 
     def forward(self, tensordict: TensorDictBase):
+        # a dense batch's selection: only the columns some of its rows use
+        tensordict = trim_padding(tensordict)
         present = set(tensordict.keys(True))
         missing = [k for k in self.required_keys() if k not in present]
         if missing:
@@ -281,6 +284,8 @@ class TokenStatsMixin:
             action = tensordict.get(
                 self.tensor_keys.action, as_padded_tensor=True, padding_side="left", padding_value=-100
             )
+            real = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
+            action = action.masked_fill(~real.bool(), -100)  # a dense batch pads with a token id
             return dist.log_prob(action.to(dist.logits.device)), dist, False
         return super()._get_cur_log_prob(tensordict)
 

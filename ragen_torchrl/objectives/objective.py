@@ -52,6 +52,7 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import LossModule
 
+from ..data.groups import Groups
 from ..transforms.advantage import GroupAdvantage
 from ..transforms.overlong import OverlongPenalty
 from ..validation import check_choice
@@ -125,10 +126,16 @@ class Objective:
             return records
         return self.reward_transform(records)
 
-    def advantage(self, records: TensorDictBase | None) -> TensorDictBase | None:
-        """Write ``advantage`` ``(N, 1, 1)`` (identity for PPO; ``None`` passes)."""
+    def advantage(self, records: TensorDictBase | None, groups: Groups | None = None) -> TensorDictBase | None:
+        """Write ``advantage`` ``(N, 1, 1)`` (identity for PPO; ``None`` passes).
+
+        ``groups``: the records' :class:`~ragen_torchrl.data.groups.Groups` when the caller already
+        built them (a group-normalised advantage then reads their moments).
+        """
         if records is None or self.advantage_transform is None:
             return records
+        if groups is not None and isinstance(self.advantage_transform, GroupAdvantage):
+            return self.advantage_transform.write(records, groups)
         return self.advantage_transform(records)
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
@@ -363,7 +370,7 @@ def _build_critic(cfg, model: nn.Module) -> Critic:
 
 # ----------------------------------------------------------------------------- built-in algorithms
 # the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen
-# reference policy's log-probs (per row, unpadded)
+# reference policy's log-probs (aligned with the tokens)
 def _grpo(cfg, actor, model, tokenizer=None) -> Objective:
     common, adv_eps, reward_transform = _common(cfg)
     common.setdefault("aggregation", "prompt_mean")

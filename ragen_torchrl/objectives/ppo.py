@@ -29,9 +29,10 @@ re-padded on the left) and adds a value loss:
   trunk is clipped with the actor. Explained variance is logged.
 
 GAE runs once per batch in :func:`prepare_ppo_batch` (after the behaviour log-probs are
-attached, before the update); it writes per row, unpadded and aligned with
-``("tokens", "full")``: ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` (old values) and
-``value_target`` ``[L]``. The loss left-pads them like the log-probs.
+attached, before the update); it writes, aligned with ``("tokens", "full")``, ``advantage``
+``[L, 1]``, ``state_value`` ``[L]`` (old values) and ``value_target`` ``[L]``: per row unpadded on
+a ragged batch, ``[N, T, 1]`` / ``[N, T]`` left-padded on the dense training batch. The loss
+left-pads ragged ones like the log-probs.
 
 Example:
     >>> import torch
@@ -48,13 +49,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from tensordict import NestedKey, TensorDictBase, lazy_stack
+from tensordict import LazyStackedTensorDict, NestedKey, TensorDictBase, lazy_stack
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torchrl.objectives.llm import GRPOLoss
 from torchrl.objectives.llm.grpo import LLMLossOutput
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
+from ..data.dense import pad_left, trim_padding
 from ..keys import (
     ADVANTAGE,
     EPISODE_RETURN,
@@ -313,13 +315,20 @@ def prepare_ppo_batch(
 
     Reads per row ``("tokens", "full")``, ``("masks", "all_assistant_mask")`` and
     ``episode_return``; writes ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` and
-    ``value_target`` ``[L]`` per row (the ``*_key`` arguments rename them; defaults from
+    ``value_target`` ``[L]`` per row (on a dense batch: ``[N, T, 1]`` / ``[N, T]``, left-padded
+    with 0 like the log-probs) (the ``*_key`` arguments rename them; defaults from
     :mod:`ragen_torchrl.keys`, and ``PPOObjective.prepare`` passes its loss's ``tensor_keys``).
     ``whiten`` standardises the advantages over all assistant tokens of the batch with the
     unbiased variance (as verl/RAGEN's PPO does: ``masked_whiten``). Returns ``(batch, stats)``.
     """
-    tokens = batch.get(tokens_key, as_list=True)
-    masks = [m.bool() for m in batch.get(mask_key, as_list=True)]
+    dense = not isinstance(batch, LazyStackedTensorDict)
+    if dense:  # the dense training batch: each row's real tokens are the attention mask's
+        real = batch.get(MASKS_ATTENTION).bool()
+        tokens = [t[r] for t, r in zip(batch.get(tokens_key), real)]
+        masks = [m.bool()[r] for m, r in zip(batch.get(mask_key), real)]
+    else:
+        tokens = batch.get(tokens_key, as_list=True)
+        masks = [m.bool() for m in batch.get(mask_key, as_list=True)]
     values = compute_values(critic, tokens, backbone=backbone, chunk_size=chunk_size)
     lengths = [len(t) for t in tokens]
     # right padding is fine here: GAE only reads masked positions, in order
@@ -333,13 +342,6 @@ def prepare_ppo_batch(
     raw = adv
     if whiten:
         adv = masked_whiten(adv, M)
-    rows = []
-    for i, (row, L) in enumerate(zip(batch.unbind(0), lengths)):
-        device = tokens[i].device
-        row.set(advantage_key, adv[i, :L, None].to(device))
-        row.set(value_key, V[i, :L].to(device))
-        row.set(value_target_key, target[i, :L].to(device))
-        rows.append(row)
     stats = {
         "ppo/old_value_mean": float(V[M].mean()) if M.any() else 0.0,
         "ppo/value_target_mean": float(target[M].mean()) if M.any() else 0.0,
@@ -347,6 +349,20 @@ def prepare_ppo_batch(
         "ppo/advantage_raw_std": float(raw[M].std()) if int(M.sum()) > 1 else 0.0,
         "ppo/explained_variance_old": explained_variance(V, target, M),
     }
+    if dense:
+        width = real.shape[1]
+        device = batch.get(tokens_key).device
+        batch.set(advantage_key, pad_left([adv[i, :L, None] for i, L in enumerate(lengths)], 0.0, width).to(device))
+        batch.set(value_key, pad_left([V[i, :L] for i, L in enumerate(lengths)], 0.0, width).to(device))
+        batch.set(value_target_key, pad_left([target[i, :L] for i, L in enumerate(lengths)], 0.0, width).to(device))
+        return batch, stats
+    rows = []
+    for i, (row, L) in enumerate(zip(batch.unbind(0), lengths)):
+        device = tokens[i].device
+        row.set(advantage_key, adv[i, :L, None].to(device))
+        row.set(value_key, V[i, :L].to(device))
+        row.set(value_target_key, target[i, :L].to(device))
+        rows.append(row)
     return lazy_stack(rows), stats
 
 
@@ -427,14 +443,14 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         return x.to(dtype)
 
     def forward(self, tensordict: TensorDictBase) -> PPOLossOutput:
-        td = tensordict.copy()
+        td = trim_padding(tensordict).copy()
         keys = self.tensor_keys
         key = keys.advantage
         present = set(td.keys(True))
         for k in (key, keys.value, keys.value_target):
             if k not in present:
                 raise KeyError(f"{k!r} missing: run Objective.prepare (values and GAE) on the batch before the loss")
-        # token-level advantages are stored unpadded per row: pad them on the left, like the log-probs
+        # token-level advantages of a ragged batch are unpadded per row: pad them on the left, like the log-probs
         adv = td.get(key, as_padded_tensor=True, padding_side="left", padding_value=0.0)
         td.set(key, adv if adv.ndim == 3 else adv.unsqueeze(-1))
 
@@ -463,7 +479,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
                 )
             values = self.critic.values_from_hidden(hidden)
         else:
-            # stored tokens are unpadded per row: -1 (never a token id) marks the left padding
+            # -1 (never a token id) marks a ragged batch's left padding; the attention mask a dense one's
             tokens = td.get(keys.action, as_padded_tensor=True, padding_side="left", padding_value=-1)
             attn = tokens != -1
             if keys.attention_mask in td.keys(True):

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
 from ..collectors.vllm_backend import make_rollout_policy
+from ..data.groups import Groups
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import GradSNRProbe
 from ..envs import make_env
@@ -452,7 +453,7 @@ class Trainer:
         )
 
     def _training_batch(
-        self, records: TensorDictBase, scale: float = 1.0, skip_behaviour=None, skip_reference=None
+        self, records: TensorDictBase, scale: float = 1.0, skip_behaviour=None, skip_reference=None, groups=None
     ) -> tuple[TensorDictBase, TensorDictBase]:
         return training_batch(
             records,
@@ -462,6 +463,7 @@ class Trainer:
             scale,
             skip_behaviour=skip_behaviour,
             skip_reference=skip_reference,
+            groups=groups,
         )
 
     def _collect_more(self, num_groups: int) -> TensorDictBase:
@@ -528,22 +530,25 @@ class Trainer:
         # every reason to skip the update ends here, in one place (the iteration line says which)
         skip = None
         # the stop rules read the batch as sampled: dynamic sampling keeps only groups with signal
-        sampled = (records.get(EPISODE_RETURN), records.get(GROUP_ID))
+        # (the group statistics of a batch are computed once, in Groups, and shared by every reader)
+        sampled = groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
         self.clock.enter("rollout")  # DAPO's refills are rollouts
         if self.objective.dynamic_sampling is not None:
             records, ds_stats = self.objective.dynamic_sampling(records, self._collect_more)
             stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
             if records is None:
                 skip = "dapo/skipped_update"  # no informative group even after the refills
+            else:
+                groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
 
         self.clock.enter("filter")
         batch, scale = records, 1.0
         if skip is None and self.snr is None:
-            fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
+            fstats = unfiltered_stats(groups=groups)
             stats.update({f"filter/{k}": float(v) for k, v in fstats.items()})
         elif skip is None:
             t_f = time.time()
-            batch = self.snr(records)
+            batch = self.snr.filter(records, groups)
             stats.update({f"filter/{k}": float(v) for k, v in self.snr.last_stats.items()})
             stats["timing/filter"] = time.time() - t_f
             if batch is None:
@@ -551,7 +556,8 @@ class Trainer:
                 skip = "filter/skipped_update"
             else:
                 scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
-        self.stop_reason = self.stop_reason or self.guard.update(stop_stats(*sampled, skipped=skip is not None))
+                groups = groups.take(self.snr.last_row_mask)  # whole groups: their moments stand
+        self.stop_reason = self.stop_reason or self.guard.update(stop_stats(groups=sampled, skipped=skip is not None))
         stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
         if skip is not None:
             stats[skip] = 1.0
@@ -565,7 +571,7 @@ class Trainer:
         # one epoch: the first mini-batch trains on the policy that generated it, so its rows need
         # no behaviour pass (the probe scores every row with the loss, so it needs them all)
         on_policy_first = bool(a.get("on_policy_first_minibatch", True)) and int(a.ppo_epochs) == 1 and not probe
-        plan = minibatch_plan(batch.get(GROUP_ID), a)
+        plan = minibatch_plan(groups, a)
         skip = plan[0][0] if on_policy_first and plan and plan[0] else None
         skip_ref = None
         if self.dist.enabled:
@@ -580,7 +586,9 @@ class Trainer:
             if skip is not None:
                 unscored[torch.as_tensor(skip).reshape(-1)] = True
             skip = torch.nonzero(unscored).reshape(-1)
-        batch, behaviour = self._training_batch(batch, scale, skip_behaviour=skip, skip_reference=skip_ref)
+        batch, behaviour = self._training_batch(
+            batch, scale, skip_behaviour=skip, skip_reference=skip_ref, groups=groups
+        )
         t_prepare = time.time() - t1
         if probe:
             t_g = time.time()

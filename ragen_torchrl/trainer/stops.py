@@ -23,14 +23,8 @@ from typing import Any
 
 import torch
 
-from ..transforms.group_selection import (
-    _check_choice,
-    _check_number,
-    _per_row,
-    _segment_moments,
-    filter_stats,
-    group_codes,
-)
+from ..data.groups import Groups
+from ..transforms.group_selection import _check_choice, _check_number, filter_stats
 from ..transforms.snr import LOSS_SCALE_MODES, validate_filter_config
 from ..validation import check_bool, check_int
 
@@ -56,7 +50,7 @@ def loss_scale(kept_ratio: float, mode: str = "none") -> float:
     return ratio if mode == "linear" else math.sqrt(ratio)
 
 
-def unfiltered_stats(returns, group_ids) -> dict[str, float]:
+def unfiltered_stats(returns=None, group_ids=None, *, groups: Groups | None = None) -> dict[str, float]:
     """The statistics :class:`SNRFilter` logs, for a batch that is used whole (no filter).
 
     RAGEN-2 (arXiv 2604.06268, §4 setup) applies its early stops to the unfiltered baseline too,
@@ -70,6 +64,8 @@ def unfiltered_stats(returns, group_ids) -> dict[str, float]:
         returns: one raw episode return per trajectory, shape (N,) (or (N, 1) / (N, 1, 1)).
         group_ids: prompt-group id per trajectory: an integer tensor of shape (N,) (or (N, T)
             constant along T), or a sequence of hashables such as strings.
+        groups: instead of ``returns`` and ``group_ids``, their
+            :class:`~ragen_torchrl.data.groups.Groups` (the trainer builds it once per batch).
 
     Examples:
         >>> import torch
@@ -77,17 +73,13 @@ def unfiltered_stats(returns, group_ids) -> dict[str, float]:
         >>> s["kept_ratio"], s["empty_after_filter"], round(s["in_group_std_mean"], 4)  # (0.7071 + 0) / 2
         (1.0, 0.0, 0.3536)
     """
-    returns_t = torch.as_tensor(returns)
-    num_rows = returns_t.shape[0] if returns_t.ndim else 1
-    codes = group_codes(group_ids, num_rows).cpu()
-    values = _per_row("returns", returns_t, codes.numel()).cpu()
-    ids, inverse = torch.unique(codes, sorted=True, return_inverse=True)
-    _, _, reward_var = _segment_moments(values, inverse, ids.numel())
-    kept_group = torch.ones(ids.numel(), dtype=torch.bool)
-    return filter_stats(reward_var, kept_group, torch.ones(codes.numel(), dtype=torch.bool))
+    if groups is None:
+        groups = Groups.from_values(group_ids, returns)
+    kept_group = torch.ones(groups.num_groups, dtype=torch.bool)
+    return filter_stats(groups.var, kept_group, torch.ones(groups.num_rows, dtype=torch.bool))
 
 
-def stop_stats(returns, group_ids, *, skipped: bool) -> dict[str, float]:
+def stop_stats(returns=None, group_ids=None, *, skipped: bool, groups: Groups | None = None) -> dict[str, float]:
     """The input of :meth:`FilterGuard.update` for one iteration.
 
     ``in_group_std_mean`` is read from the rollout batch **as sampled**: ``returns`` and
@@ -95,7 +87,8 @@ def stop_stats(returns, group_ids, *, skipped: bool) -> dict[str, float]:
     constant groups and refills the batch with informative ones, which would keep the statistic
     up however far the reward variance collapses. ``empty_after_filter`` is 1 when the iteration's
     update was skipped for lack of signal, whichever step found none (dynamic sampling or the SNR
-    filter), so those iterations count toward ``max_consecutive_empty``.
+    filter), so those iterations count toward ``max_consecutive_empty``. ``groups``: the
+    :class:`~ragen_torchrl.data.groups.Groups` of ``returns`` and ``group_ids``, when already built.
 
     Examples:
         >>> import torch
@@ -103,7 +96,7 @@ def stop_stats(returns, group_ids, *, skipped: bool) -> dict[str, float]:
         >>> round(s["in_group_std_mean"], 4), s["empty_after_filter"]  # (0 + std{0.5, 0}) / 2
         (0.1768, 1.0)
     """
-    stats = unfiltered_stats(returns, group_ids)
+    stats = unfiltered_stats(returns, group_ids, groups=groups)
     return {"in_group_std_mean": stats["in_group_std_mean"], "empty_after_filter": 1.0 if skipped else 0.0}
 
 

@@ -4,12 +4,15 @@ optimizer steps over its mini-batches.
 Pure functions of their arguments, so the :class:`~ragen_torchrl.trainer.loop.Trainer` reads as
 its pipeline and a user can run an update on a batch they built.
 
+The training batch is one dense, left-padded TensorDict (:mod:`ragen_torchrl.data.dense`), built
+once: mini-batches and micro-batches index it.
+
 Example:
     >>> import torch
-    >>> from tensordict import TensorDict, lazy_stack
-    >>> b = lazy_stack([TensorDict(advantage=torch.ones(2, 1)), TensorDict(advantage=-torch.ones(3, 1))])
-    >>> [a.reshape(-1).tolist() for a in scale_advantages(b, 0.5).get("advantage", as_list=True)]
-    [[0.5, 0.5], [-0.5, -0.5, -0.5]]
+    >>> from tensordict import TensorDict
+    >>> b = TensorDict(advantage=torch.tensor([[[1.0]], [[-2.0]]]), batch_size=[2])
+    >>> scale_advantages(b, 0.5)["advantage"].reshape(-1).tolist()
+    [0.5, -1.0]
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase, lazy_stack
+from tensordict import TensorDictBase
+from torchrl.modules.llm import TransformersWrapper
 
+from ..data.groups import Groups
 from ..data.minibatch import group_minibatches
 from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, MASKS_ASSISTANT, REF_LOG_PROBS_FULL
-from ..objectives.grpo import attach_training_data, compute_behaviour_log_probs
+from ..objectives.logprobs import attach_training_data, behaviour_batch
 from .distributed import Distributed, local_rows, loss_unit, share_weight, unit_count
 
 __all__ = [
@@ -39,11 +44,11 @@ __all__ = [
 
 
 def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
-    """Multiply every row's ``advantage`` by ``scale`` (rows may be ragged, e.g. PPO's per-token GAE)."""
-    return lazy_stack([row.set(ADVANTAGE, row.get(ADVANTAGE) * scale) for row in batch.unbind(0)])
+    """Multiply the dense training batch's ``advantage`` by ``scale`` (one multiply, per-row or per-token)."""
+    return batch.set(ADVANTAGE, batch.get(ADVANTAGE) * scale)
 
 
-def minibatch_plan(group_ids: torch.Tensor, algo: Mapping) -> list[list[torch.Tensor]]:
+def minibatch_plan(group_ids: torch.Tensor | Groups, algo: Mapping) -> list[list[torch.Tensor]]:
     """The row indices of every mini-batch of every epoch (``algo.ppo_epochs`` lists).
 
     Mini-batches hold whole prompt groups (``algo.minibatch="group"``, the default: group-centred
@@ -59,14 +64,14 @@ def minibatch_plan(group_ids: torch.Tensor, algo: Mapping) -> list[list[torch.Te
         >>> len(plan), [sorted(mb.tolist()) for mb in plan[0]] in ([[0, 1], [2, 3]], [[2, 3], [0, 1]])
         (2, True)
     """
-    ids = torch.as_tensor(group_ids).reshape(-1)
-    n = ids.numel()
+    groups = group_ids if isinstance(group_ids, Groups) else Groups.from_ids(torch.as_tensor(group_ids).reshape(-1))
+    n = groups.num_rows
     mb = min(int(algo["mini_batch_size"]), n)
     grouped = str(algo.get("minibatch", "group")) == "group"
     plan = []
     for _epoch in range(int(algo["ppo_epochs"])):
         if grouped:
-            plan.append(group_minibatches(ids, mb))
+            plan.append(group_minibatches(groups, mb))
         else:
             order = torch.randperm(n)
             plan.append([order[start : start + mb] for start in range(0, n, mb)])
@@ -97,6 +102,7 @@ def training_batch(
     *,
     skip_behaviour: torch.Tensor | None = None,
     skip_reference: torch.Tensor | None = None,
+    groups: Groups | None = None,
 ) -> tuple[TensorDictBase, TensorDictBase]:
     """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
 
@@ -112,20 +118,23 @@ def training_batch(
             rows of the first mini-batch when :func:`optimize` runs it on-policy, and in a
             multi-rank run the rows other ranks train on.
         skip_reference: rows whose reference log-probs are not computed (another rank's rows).
+        groups: the records' :class:`~ragen_torchrl.data.groups.Groups` (group-normalised
+            advantages read their moments); built from the records when None.
 
     Returns:
-        ``(batch, behaviour)``: the batch the loss reads and the behaviour log-prob output.
+        ``(batch, behaviour)``: the dense training batch the loss reads (left-padded ``[N, T]``
+        token columns and one value per row, :mod:`ragen_torchrl.data.dense`) and the dense
+        behaviour output (:func:`~ragen_torchrl.objectives.logprobs.behaviour_batch`).
     """
-    batch = objective.advantage(records)
+    records = objective.advantage(records, groups)
     shared = scores_shared_prefixes(objective.loss_module)
     train_on = getattr(objective, "train_on", "generated")
-    behaviour = compute_behaviour_log_probs(actor, batch, skip=skip_behaviour, shared_prefix=shared, train_on=train_on)
-    batch = attach_training_data(batch, behaviour)
+    behaviour = behaviour_batch(actor, records, skip=skip_behaviour, shared_prefix=shared, train_on=train_on)
+    batch = attach_training_data(records, behaviour)
     if ref_actor is not None:
-        ref = compute_behaviour_log_probs(ref_actor, batch, skip=skip_reference, shared_prefix=shared)
-        batch = lazy_stack(
-            [row.set(REF_LOG_PROBS_FULL, r.get(LOG_PROBS_FULL)) for row, r in zip(batch.unbind(0), ref.unbind(0))]
-        )
+        scored = batch if isinstance(ref_actor, TransformersWrapper) else records
+        ref = behaviour_batch(ref_actor, scored, skip=skip_reference, shared_prefix=shared)
+        batch.set(REF_LOG_PROBS_FULL, ref.get(LOG_PROBS_FULL))
     batch = objective.prepare(batch)
     if scale != 1.0:
         batch = scale_advantages(batch, scale)

@@ -18,11 +18,10 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import torch
 from tensordict import TensorDictBase
 
+from ..data.groups import Groups
 from ..keys import ADVANTAGE, EPISODE_RETURN, GROUP_ID
 from .records import RecordTransform
 
@@ -46,22 +45,11 @@ def group_advantage(
         raise ValueError(f"returns {tuple(returns.shape)} and group_ids {tuple(group_ids.shape)} differ in shape")
     if scale not in ("std", "none"):
         raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
-    # float64 statistics: float32 sums of equal returns such as -0.1 are not exact
-    returns = returns.to(torch.float64)
-    if not torch.isfinite(returns).all():
+    if not torch.isfinite(returns.to(torch.float64)).all():
         raise ValueError("returns contain NaN or inf")
-    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n = len(counts)
-    means = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, returns) / counts
-    hi = torch.full((n,), -math.inf, dtype=torch.float64).scatter_reduce(0, inverse, returns, reduce="amax")
-    lo = torch.full((n,), math.inf, dtype=torch.float64).scatter_reduce(0, inverse, returns, reduce="amin")
-    flat = (hi == lo)[inverse]  # all-equal groups (and groups of one): exactly 0, whatever the rounding
-    centred = torch.where(flat, torch.zeros_like(returns), returns - means[inverse])
-    if scale == "none":
-        return centred.to(torch.float32)
-    sq = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, centred**2)
-    std = (sq / (counts - 1).clamp_min(1)).sqrt()
-    return (centred / (std[inverse] + eps)).to(torch.float32)
+    # any id dtype (float ids included): only equality matters here
+    codes = torch.unique(group_ids, return_inverse=True)[1]
+    return Groups.from_values(codes, returns).advantage(scale, eps).to(returns.device)
 
 
 class GroupAdvantage(RecordTransform):
@@ -94,7 +82,25 @@ class GroupAdvantage(RecordTransform):
     def _apply(self, td: TensorDictBase | None) -> TensorDictBase | None:
         if td is None:
             return None
+        return self.write(td)
+
+    def write(self, td: TensorDictBase, groups: Groups | None = None) -> TensorDictBase:
+        """Set ``advantage`` on ``td`` (in place), from ``groups`` when the caller already built them.
+
+        Example:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> td = TensorDict(episode_return=torch.tensor([1.0, 0.0]), group_id=torch.tensor([0, 0]), batch_size=[2])
+            >>> g = Groups.from_values(td["group_id"], td["episode_return"])
+            >>> GroupAdvantage(scale="none").write(td, g)["advantage"].reshape(-1).tolist()
+            [0.5, -0.5]
+        """
         ret_key, grp_key = self.in_keys
-        adv = group_advantage(td.get(ret_key), td.get(grp_key), scale=self.scale, eps=self.eps)
-        td.set(self.out_keys[0], adv.reshape(-1, 1, 1))
+        if groups is None:
+            adv = group_advantage(td.get(ret_key), td.get(grp_key), scale=self.scale, eps=self.eps)
+        else:
+            if groups.num_rows != td.batch_size[0]:
+                raise ValueError(f"groups describe {groups.num_rows} rows, the batch has {td.batch_size[0]}")
+            adv = groups.advantage(self.scale, self.eps)
+        td.set(self.out_keys[0], adv.reshape(-1, 1, 1).to(td.device or adv.device))
         return td

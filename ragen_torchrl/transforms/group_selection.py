@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..data.groups import Groups
 from ..validation import check_bool, check_choice, check_number
 
 __all__ = [
@@ -311,50 +312,14 @@ def select_groups(
 # --------------------------------------------------------------------------------------------
 # scoring
 # --------------------------------------------------------------------------------------------
-def _per_row(name: str, values, num_rows: int) -> torch.Tensor:
-    """One float64 value per trajectory; accepts (N,), (N, 1) or (N, 1, 1) (LLM reward shape)."""
-    values = torch.as_tensor(values)
-    if values.numel() != num_rows:
-        raise ValueError(
-            f"{name} must hold one value per trajectory ({num_rows}), got shape "
-            f"{tuple(values.shape)}; reduce per-step/per-token values to one per trajectory first"
-        )
-    values = values.reshape(num_rows).to(torch.float64)
-    if torch.isnan(values).any():
-        raise ValueError(f"{name} contains NaN")
-    return values
-
-
-def _segment_moments(values: torch.Tensor, inverse: torch.Tensor, num_groups: int):
-    """Per-group count, mean and unbiased variance (exactly 0 for a group of one or of equal values)."""
-    # Each group's values are summed in ascending order, so two groups holding the same values in
-    # another order get bit-identical statistics (ties stay ties at every reward scale).
-    by_value = torch.argsort(values, stable=True)
-    order = by_value[torch.argsort(inverse[by_value], stable=True)]
-    values, inverse = values[order], inverse[order]
-    count = torch.zeros(num_groups, dtype=torch.float64, device=values.device)
-    count.index_add_(0, inverse, torch.ones_like(values))
-    total = torch.zeros_like(count).index_add_(0, inverse, values)
-    mean = total / count
-    # Two-pass (deviations from the group mean) rather than E[x^2] - E[x]^2: a constant group then
-    # has exactly zero variance, which the zero-score test relies on.
-    deviation = values - mean[inverse]
-    squares = torch.zeros_like(count).index_add_(0, inverse, deviation * deviation)
-    variance = torch.where(count > 1, squares / (count - 1).clamp_min(1), torch.zeros_like(count))
-    # a group of equal values has no signal at any scale: exactly 0, not the round-off of its
-    # mean (so a zero-score test needs no absolute tolerance, which would depend on the scale)
-    low = torch.full_like(count, math.inf).scatter_reduce(0, inverse, values, "amin")
-    high = torch.full_like(count, -math.inf).scatter_reduce(0, inverse, values, "amax")
-    variance = torch.where(low == high, torch.zeros_like(variance), variance)
-    return count, mean, variance
-
-
 def group_scores(
     returns,
     group_ids,
     metric: str = "reward_variance",
     entropy=None,
     lengths=None,
+    *,
+    groups: Groups | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Score every prompt group from per-trajectory values.
 
@@ -376,6 +341,8 @@ def group_scores(
         metric: one of :data:`METRICS`. Defaults to ``reward_variance`` (the paper's text).
         entropy: per-trajectory entropy (one value each), needed by the :data:`ENTROPY_METRICS`.
         lengths: per-trajectory length (e.g. response tokens), needed by ``length``.
+        groups: the batch's :class:`~ragen_torchrl.data.groups.Groups` of ``returns``, when already
+            built (its moments are then not computed again).
 
     Returns:
         ``(ids, scores)``: the unique group ids in ascending order (long) and one float64 score
@@ -396,48 +363,38 @@ def group_scores(
         raise ValueError(f"group_ids must be 1-D, got shape {tuple(group_ids.shape)}")
     if group_ids.is_floating_point() or group_ids.is_complex():
         raise ValueError(f"group_ids must be integers, got dtype {group_ids.dtype}")
-    num_rows = group_ids.numel()
-    returns = _per_row("returns", returns, num_rows)
-    ids, inverse = torch.unique(group_ids, sorted=True, return_inverse=True)
-    num_groups = ids.numel()
+    if groups is None:
+        groups = Groups.from_values(group_ids, returns)
+    return scores_of(groups, metric, entropy=entropy, lengths=lengths)
 
-    if metric in ("reward_std", "reward_variance", "reward_mean"):
-        values = returns
-    elif metric in ENTROPY_METRICS:
-        if entropy is None:
-            raise ValueError(f"metric {metric!r} needs per-trajectory entropy values (got None)")
-        values = _per_row("entropy", entropy, num_rows)
-    else:
-        if lengths is None:
-            raise ValueError(f"metric {metric!r} needs per-trajectory lengths (got None)")
-        values = _per_row("lengths", lengths, num_rows)
 
-    _, mean, variance = _segment_moments(values, inverse.to(values.device), num_groups)
+def scores_of(
+    groups: Groups, metric: str = "reward_variance", entropy=None, lengths=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`group_scores` of a :class:`~ragen_torchrl.data.groups.Groups` built from the returns.
+
+    The reward metrics read its moments; the entropy and length metrics build the moments of their
+    own column over the same groups.
+
+    Example:
+        >>> import torch
+        >>> g = Groups.from_values(torch.tensor([7, 7, 3, 3]), torch.tensor([1.0, 0.0, 1.0, 1.0]))
+        >>> scores_of(g, "reward_mean")[1].tolist()
+        [1.0, 0.5]
+    """
+    _check_choice("metric", metric, METRICS)
+    if metric in ENTROPY_METRICS or metric == "length":
+        column, name = (entropy, "entropy") if metric in ENTROPY_METRICS else (lengths, "lengths")
+        if column is None:
+            what = "per-trajectory entropy values" if name == "entropy" else "per-trajectory lengths"
+            raise ValueError(f"metric {metric!r} needs {what} (got None)")
+        groups = Groups.from_values(groups.ids[groups.inverse], column, name=name)
+    ids, mean, variance = groups.ids, groups.mean, groups.var
     if metric in ("reward_std", "entropy_std"):
         return ids, variance.sqrt()
     if metric in ("reward_variance", "entropy_variance"):
         return ids, variance
     return ids, mean
-
-
-def group_codes(value, num_rows: int) -> torch.Tensor:
-    """Map a group-id column (tensor, or non-tensor such as strings) to long codes per row."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() == 0 and num_rows == 0:
-            return torch.empty(0, dtype=torch.long)
-        if value.shape[:1] != (num_rows,):
-            raise ValueError(f"group id column has shape {tuple(value.shape)}, expected ({num_rows}, ...)")
-        flat = value.reshape(num_rows, -1)
-        # (N, T) batches repeat the id along time; anything else is not a prompt group.
-        if flat.shape[1] != 1 and not bool((flat == flat[:, :1]).all()):
-            raise ValueError("group id must be constant within a trajectory")
-        flat = flat[:, 0]
-        if flat.is_floating_point():
-            raise ValueError(f"group ids must be integers or strings, got dtype {flat.dtype}")
-        return flat.long()
-    items = value.tolist() if hasattr(value, "tolist") else list(value)
-    codes: dict[Any, int] = {}
-    return torch.tensor([codes.setdefault(item, len(codes)) for item in items], dtype=torch.long)
 
 
 def filter_stats(reward_var: torch.Tensor, kept_group: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

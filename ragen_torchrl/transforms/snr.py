@@ -42,6 +42,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.transforms import Transform
 
+from ..data.groups import Groups
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
 from ..validation import check_bool, check_int
 
@@ -55,12 +56,10 @@ from .group_selection import (
     _check_choice,
     _check_number,
     _check_selection_args,
-    _per_row,
-    _segment_moments,
     check_filter_value,
     filter_stats,
-    group_codes,
     group_scores,
+    scores_of,
     select_groups,
 )
 
@@ -219,8 +218,11 @@ class SNRFilter(Transform):
             )
         return td.get(key)
 
-    def row_mask(self, td: TensorDictBase) -> tuple[torch.Tensor, dict[str, float]]:
+    def row_mask(self, td: TensorDictBase, groups: Groups | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Return the boolean mask of rows to keep and the statistics, without indexing ``td``.
+
+        ``groups``: the :class:`~ragen_torchrl.data.groups.Groups` of ``td``'s group ids and
+        returns when the caller already built it (the trainer builds it once per batch).
 
         Examples:
             >>> import torch
@@ -233,25 +235,31 @@ class SNRFilter(Transform):
         if td.batch_dims == 0:
             raise ValueError("SNRFilter needs a batch of trajectories (batch_dims >= 1), got a 0-d batch")
         num_rows = td.batch_size[0]
-        # One scalar per trajectory: the bookkeeping runs on CPU whatever device the batch is on.
-        codes = group_codes(self._read(td, self.group_key), num_rows).cpu()
-        returns = _per_row(str(self.return_key), self._read(td, self.return_key), num_rows).cpu()
+        if groups is None:
+            groups = self.groups(td)
+        elif groups.num_rows != num_rows:
+            raise ValueError(f"groups describe {groups.num_rows} rows, the batch has {num_rows}")
         entropy = lengths = None
         if self.metric in ENTROPY_METRICS:
             entropy = torch.as_tensor(self._read(td, self.entropy_key)).cpu()
         elif self.metric == "length":
             lengths = torch.as_tensor(self._read(td, self.length_key)).cpu()
-        ids, scores = group_scores(returns, codes, self.metric, entropy=entropy, lengths=lengths)
+        ids, scores = scores_of(groups, self.metric, entropy=entropy, lengths=lengths)
         kept = self.selection.select(scores)
         # Reward statistics are logged whatever the selection metric is.
-        _, inverse = torch.unique(codes, sorted=True, return_inverse=True)
-        _, _, reward_var = _segment_moments(returns, inverse, ids.numel())
         kept_group = torch.zeros(ids.numel(), dtype=torch.bool)
         kept_group[kept] = True
-        mask = kept_group[inverse] if num_rows else torch.zeros(0, dtype=torch.bool)
-        return mask, filter_stats(reward_var, kept_group, mask)
+        mask = kept_group[groups.inverse] if num_rows else torch.zeros(0, dtype=torch.bool)
+        return mask, filter_stats(groups.var, kept_group, mask)
 
-    def filter(self, td: TensorDictBase | None) -> TensorDictBase | None:
+    def groups(self, td: TensorDictBase) -> Groups:
+        """The :class:`~ragen_torchrl.data.groups.Groups` of ``td``'s group ids and raw returns."""
+        # one scalar per trajectory: the bookkeeping runs on CPU whatever device the batch is on
+        return Groups.from_values(
+            self._read(td, self.group_key), self._read(td, self.return_key), name=str(self.return_key)
+        )
+
+    def filter(self, td: TensorDictBase | None, groups: Groups | None = None) -> TensorDictBase | None:
         """Drop the unselected groups; ``None`` in or nothing kept gives ``None``.
 
         Examples:
@@ -264,7 +272,7 @@ class SNRFilter(Transform):
         """
         if td is None:
             return None
-        mask, stats = self.row_mask(td)
+        mask, stats = self.row_mask(td, groups)
         self.last_stats = stats
         self.last_row_mask = mask
         if not bool(mask.any()):

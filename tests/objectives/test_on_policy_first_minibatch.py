@@ -159,8 +159,7 @@ def test_scoring_stored_tokens_equals_the_wrappers_history_path(tiny_model, name
     for stored_tokens in (True, False):
         td = batch.copy()
         if not stored_tokens:  # without the masks the loss falls back to the wrapper's history path
-            for row in td.unbind(0):
-                del row[("masks", "all_attention_mask")]
+            del td[("masks", "all_attention_mask")]
             assert ("masks", "all_attention_mask") not in td.keys(True)
         model.zero_grad()
         out = obj.loss_module(td)

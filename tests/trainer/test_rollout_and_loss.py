@@ -216,11 +216,12 @@ def test_behaviour_tensors_are_unpadded_and_aligned(train_batch, model_tok):
         assert (tokens != tok.pad_token_id).all()
         assert torch.isfinite(lps).all() and (lps <= 0).all()
         assert amask.dtype == torch.bool and lps.dtype == torch.float32
-    # the training layout: the conversation is the prompt, behaviour data attached
+    # the training layout: the conversation is the prompt, behaviour data attached (left-padded)
     for i in range(P * G):
         row = batch[i]
+        real = row.get(("masks", "all_attention_mask"))
         assert list(row.get(("history", "prompt")).content) == list(row.get(("history", "full")).content)
-        assert torch.equal(row.get(("log_probs", "full")), behaviour[i].get(("log_probs", "full")))
+        assert torch.equal(row.get(("log_probs", "full"))[real], behaviour[i].get(("log_probs", "full")))
         assert row.get("advantage").shape == (1, 1)
 
 
