@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 
 from ragen_torchrl.trainer import cli
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = Path(cli.PACKAGE_CONFIG_DIR)
+SHIPPED = Path(PACKAGE_CONFIG_DIR)
 GROUPS = ("algo", "env", "filter", "model", "trainer")
 
 
@@ -34,13 +35,14 @@ def _yaml_files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*.yaml")}
 
 
-def test_configs_live_inside_the_package():
-    # "Configs ship inside the package"
-    assert SHIPPED == Path(cli.__file__).resolve().parents[1] / "configs"
+def test_configs_live_at_the_top_level():
+    # the checkout's presets are configs/ next to the package (the wheel maps them into it)
+    assert SHIPPED == REPO / "configs"
+    assert cli.PACKAGE_CONFIG_DIR == PACKAGE_CONFIG_DIR
     assert (SHIPPED / "config.yaml").is_file()
     for group in GROUPS:
         assert list((SHIPPED / group).glob("*.yaml")), group
-    assert not (REPO / "configs").exists(), "configs/ moved into ragen_torchrl/configs/"
+    assert not (REPO / "ragen_torchrl" / "configs").exists(), "configs/ lives at the top level"
 
 
 def test_config_dir_honours_ragen_config_dir(tmp_path):
@@ -87,7 +89,7 @@ def test_ragen_config_dir_override_reaches_hydra(tmp_path):
 
 
 def test_wheel_lists_every_config():
-    """The wheel holds every shipped yaml (pyproject's package-data), under ragen_torchrl/configs/."""
+    """The wheel holds every yaml of configs/ (setup.py's package_dir mapping), under ragen_torchrl/configs/."""
     wheel = _build_wheel()
     with zipfile.ZipFile(wheel) as zf:
         in_wheel = {

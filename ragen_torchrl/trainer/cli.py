@@ -107,7 +107,7 @@ except ImportError:  # pragma: no cover
 
 
 class PreflightCallback(_Callback):
-    """Hydra callback (``hydra.callbacks.preflight`` in ``ragen_torchrl/configs/config.yaml``): runs
+    """Hydra callback (``hydra.callbacks.preflight`` in ``configs/config.yaml``): runs
     :func:`preflight` in ``on_run_start``, before Hydra makes the run dir, writes
     ``.hydra/`` or opens its log file there. Under multirun (``-m``), ``on_multirun_start``
     validates every job's config before the sweep dir exists and ``on_job_start`` each job as it
