@@ -11,7 +11,7 @@ updates see identical data and starting points. For each repeat it prints
 Paper (RAGEN-2 §3.3): top-p 0.9 cuts per-step time by 26-41%; computing reward variance
 costs < 0.1% of an iteration.
 
-The filtered arm uses a ``ragen_torchrl/configs/filter`` preset (``--preset``, default ``snr_top_p``: the
+The filtered arm uses a ``configs/filter`` preset (``--preset``, default ``snr_top_p``: the
 paper's text, reward variance with top-p 0.9 linear; ``snr_reference`` is the reference code's
 softmax-over-std rule).
 
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--cache-dir", default=None, help="model cache (default: a temporary directory)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--preset", default="snr_top_p", help="ragen_torchrl/configs/filter preset of the filtered arm")
+    parser.add_argument("--preset", default="snr_top_p", help="configs/filter preset of the filtered arm")
     args = parser.parse_args()
     preset = yaml.safe_load((Path(CONFIG_DIR) / "filter" / f"{args.preset}.yaml").read_text())
     snr = build_filter({**preset, "enabled": True})

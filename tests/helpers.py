@@ -91,8 +91,9 @@ def algo_objective(name: str, model, tok, actor, mini_batch_size: int, **overrid
     from omegaconf import OmegaConf
 
     from ragen_torchrl.objectives import build_objective
+    from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "ragen_torchrl" / "configs" / "algo" / f"{name}.yaml")
+    cfg = OmegaConf.load(Path(PACKAGE_CONFIG_DIR) / "algo" / f"{name}.yaml")
     cfg.mini_batch_size = mini_batch_size
     for key, value in overrides.items():
         cfg[key] = value

@@ -171,7 +171,7 @@ def test_experiments_leave_the_default_config_alone():
 
 # ------------------------------------------------------------------------------- a real sweep
 def _run_train(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    exe = shutil.which("ragen-train")
+    exe = shutil.which("ragen-train", path=os.path.dirname(sys.executable))  # this interpreter's script
     cmd = [exe] if exe else [sys.executable, "-c", "from ragen_torchrl.trainer.cli import train_main; train_main()"]
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
     return subprocess.run(cmd + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)

@@ -1,12 +1,13 @@
-"""Packaging: the configs ship inside the package, so a non-editable install runs anywhere.
+"""Packaging: the configs ship in the wheel, so a non-editable install runs anywhere.
 
-Issue 16 item 6: "``pip install .`` (non-editable) and then ``ragen-train trainer=smoke``
-from an unrelated directory works ... ``RAGEN_CONFIG_DIR`` still overrides".
+``pip install .`` (non-editable) and then ``ragen-train trainer=smoke`` from an unrelated directory
+works, and ``RAGEN_CONFIG_DIR`` still overrides the shipped configs.
 
-The wheel test builds the wheel offline (``--no-build-isolation``), installs it with
-``--no-deps`` into a venv that sees the system site-packages (torch etc. are not
-downloaded) and runs the venv's own ``ragen-train`` from a temp dir. The venv must import
-the installed copy, not the editable checkout: that is asserted first.
+The wheel test builds the wheel offline (``--no-build-isolation``) and installs it with
+``--no-deps`` into a fresh venv that also sees the packages of the interpreter running the suite
+(a virtualenv's or the system's: see :func:`_venv_seeing_this_interpreter`), so torch etc. are not
+downloaded, and runs the venv's own ``ragen-train`` from a temp dir. The venv must import the
+installed copy, not the editable checkout: that is asserted first.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pathlib import Path
 import pytest
 
 from ragen_torchrl.trainer import cli
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = Path(cli.PACKAGE_CONFIG_DIR)
+SHIPPED = Path(PACKAGE_CONFIG_DIR)
 GROUPS = ("algo", "env", "filter", "model", "trainer")
 
 
@@ -33,13 +35,14 @@ def _yaml_files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*.yaml")}
 
 
-def test_configs_live_inside_the_package():
-    # "Configs ship inside the package"
-    assert SHIPPED == Path(cli.__file__).resolve().parents[1] / "configs"
+def test_configs_live_at_the_top_level():
+    # the checkout's presets are configs/ next to the package (the wheel maps them into it)
+    assert SHIPPED == REPO / "configs"
+    assert cli.PACKAGE_CONFIG_DIR == PACKAGE_CONFIG_DIR
     assert (SHIPPED / "config.yaml").is_file()
     for group in GROUPS:
         assert list((SHIPPED / group).glob("*.yaml")), group
-    assert not (REPO / "configs").exists(), "configs/ moved into ragen_torchrl/configs/"
+    assert not (REPO / "ragen_torchrl" / "configs").exists(), "configs/ lives at the top level"
 
 
 def test_config_dir_honours_ragen_config_dir(tmp_path):
@@ -86,7 +89,7 @@ def test_ragen_config_dir_override_reaches_hydra(tmp_path):
 
 
 def test_wheel_lists_every_config():
-    """The wheel holds every shipped yaml (pyproject's package-data), under ragen_torchrl/configs/."""
+    """The wheel holds every yaml of configs/ (setup.py's package_dir mapping), under ragen_torchrl/configs/."""
     wheel = _build_wheel()
     with zipfile.ZipFile(wheel) as zf:
         in_wheel = {
@@ -133,12 +136,51 @@ def _build_wheel() -> Path:
     return wheel
 
 
+def _site_packages_of_this_interpreter() -> list[str]:
+    """The site-packages folders the running interpreter imports from: a virtualenv's own (and the
+    base's when it was made with ``--system-site-packages``), or the system install's."""
+    return [p for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
+def _venv_seeing_this_interpreter(env_dir: Path) -> Path:
+    """Create a venv whose own site-packages comes first and that then sees this interpreter's packages.
+
+    ``--system-site-packages`` would show the *base* interpreter's packages, which inside a virtualenv
+    lack the dependencies (``ModuleNotFoundError: hydra``). A ``.pth`` file listing this interpreter's
+    site-packages appends them after the venv's own; plain path lines in a ``.pth`` do not run the
+    ``.pth`` files of those folders, so an editable install of the checkout stays out of the venv.
+    Returns the venv's python.
+    """
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    outer = _site_packages_of_this_interpreter()
+    Path(purelib, "zz_suite_site_packages.pth").write_text("".join(f"{p}\n" for p in outer))
+    return py
+
+
+def test_the_venv_sees_this_interpreters_packages(tmp_path):
+    """The helper venv imports the dependencies from wherever the suite runs (a venv or a system
+    install), but not the package itself (it has not been installed there)."""
+    py = _venv_seeing_this_interpreter(tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAGEN_CONFIG_DIR", "PYTHONPATH")}
+    code = "import hydra, tensordict, torchrl; import importlib.util as u; print(u.find_spec('ragen_torchrl'))"
+    out = subprocess.run([str(py), "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # an editable install of the checkout is not visible there (a non-editable one may be)
+    assert out.stdout.strip() == "None" or str(REPO) not in out.stdout
+
+
 def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_cache_dir):
     # "a wheel install into a fresh venv runs `ragen-train trainer=smoke` from a temp dir"
     wheel = _build_wheel()
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
-    py = env_dir / "bin" / "python"
+    py = _venv_seeing_this_interpreter(env_dir)
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
         check=True,

@@ -271,37 +271,6 @@ def test_env_rollout_ragged_rows_scripted_policy():
     assert lengths == [[2] * 6, [2, 4, 6, 2, 4, 6]]
 
 
-#: README "Use the components in your own TorchRL pipeline": an env with TransformersWrapper,
-#: env.rollout and LLMCollector (``model``/``tokenizer``: any HF causal LM with a chat template)
-README_ENV_SNIPPET = """
-import tensordict
-tensordict.set_list_to_stack(True).set()
-from torchrl.collectors.llm import LLMCollector
-from torchrl.modules.llm import TransformersWrapper
-from ragen_torchrl.envs import make_env
-
-policy = TransformersWrapper(model, tokenizer=tokenizer, input_mode="history", generate=True,
-                             pad_output=False, generate_kwargs={"max_new_tokens": 16})
-env = make_env("frozenlake", num_envs=2, max_turn=3)
-env.set_seed(0)  # levels of env.reset() and of the auto-resets of finished rows
-data = env.rollout(6, policy, break_when_any_done=False)  # finished rows restart on new levels
-assert data["next", "reward"].shape == (2, 6, 1, 1)       # (rows, steps, 1, 1)
-assert data["next", "done"].shape == (2, 6, 1)
-
-collector = LLMCollector(env, policy=policy, dialog_turns_per_batch=4, total_dialog_turns=8)
-for batch in collector:  # 4 dialog turns per batch
-    assert batch.numel() == 4
-collector.shutdown()
-"""
-
-
-def test_readme_env_pipeline_snippet(tiny_model):
-    # the README's env example runs as written
-    model, tokenizer = tiny_model
-    torch.manual_seed(0)
-    exec(README_ENV_SNIPPET, {"model": model, "tokenizer": tokenizer})  # noqa: S102 (the README's text)
-
-
 @pytest.mark.parametrize("name", ["guess_numbers", "circuit_decoding", "situation_puzzles"])
 def test_check_env_specs_t3_transformed_env(name):
     # T3Truncation through a TransformedEnv: its keys are declared, partial resets keep the
@@ -309,11 +278,3 @@ def test_check_env_specs_t3_transformed_env(name):
     env = make_env(name, num_envs=3, malformed="penalty").append_transform(T3Truncation(k=2))
     check_env_specs(env)
     check_env_specs(env, break_when_any_done=False, seed=3)
-
-
-def test_readme_shows_the_executed_env_snippet():
-    # the README's env example is the text test_readme_env_pipeline_snippet runs, word for word
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert README_ENV_SNIPPET.strip() in readme

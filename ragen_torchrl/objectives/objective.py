@@ -511,7 +511,7 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     """The :class:`Objective` of ``algo_cfg.name`` (one of :func:`available_objectives`; default ``grpo``).
 
     Args:
-        algo_cfg: the ``algo`` config node (``ragen_torchrl/configs/algo/*.yaml``) or a plain dict.
+        algo_cfg: the ``algo`` config node (``configs/algo/*.yaml``) or a plain dict.
         actor: the log-prob ``TransformersWrapper`` (``make_logprob_policy``).
         model: the policy model inside ``actor`` (optimizer groups, PPO's critic).
         tokenizer: unused by the built-in algorithms; passed on to every factory.

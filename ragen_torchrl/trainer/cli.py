@@ -10,8 +10,10 @@ TensorBoard logs and checkpoints under Hydra's run dir ``outputs/<date>/<time>/`
 
 ``ragen-sft`` only builds the warm-started policy (cached for later runs).
 
-Configs ship inside the package (``ragen_torchrl/configs/``, :data:`PACKAGE_CONFIG_DIR`), so
-a non-editable install (``pip install .`` or a wheel) runs from any directory. Set
+The presets are the repository's top-level ``configs/``, shipped in the wheel as
+``ragen_torchrl/configs/`` (:data:`PACKAGE_CONFIG_DIR`, resolved by
+:mod:`ragen_torchrl.trainer.config_paths`), so a non-editable install (``pip install .`` or a wheel)
+runs from any directory. Set
 ``RAGEN_CONFIG_DIR`` to a folder with the same layout (``config.yaml`` plus the groups) to
 use your own configs instead; :data:`CONFIG_DIR` is the folder in use.
 
@@ -35,29 +37,9 @@ is validated again when it starts.
 from __future__ import annotations
 
 import logging
-import os
 import sys
-from pathlib import Path
 
-#: the configs shipped with the package (listed as package data in ``pyproject.toml``)
-PACKAGE_CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
-
-
-def config_dir(environ: dict | None = None) -> str:
-    """The config folder: ``RAGEN_CONFIG_DIR`` when set (and not empty), else the shipped one.
-
-    Example:
-        >>> config_dir({}) == PACKAGE_CONFIG_DIR
-        True
-        >>> config_dir({"RAGEN_CONFIG_DIR": "/my/configs"})
-        '/my/configs'
-    """
-    env = os.environ if environ is None else environ
-    return env.get("RAGEN_CONFIG_DIR") or PACKAGE_CONFIG_DIR
-
-
-#: the config folder in use, read once at import (Hydra's ``config_path``)
-CONFIG_DIR = config_dir()
+from .config_paths import CONFIG_DIR, PACKAGE_CONFIG_DIR, config_dir  # noqa: F401 - the CLI's config folder
 
 
 def _config_error(e: BaseException) -> SystemExit:
@@ -125,7 +107,7 @@ except ImportError:  # pragma: no cover
 
 
 class PreflightCallback(_Callback):
-    """Hydra callback (``hydra.callbacks.preflight`` in ``ragen_torchrl/configs/config.yaml``): runs
+    """Hydra callback (``hydra.callbacks.preflight`` in ``configs/config.yaml``): runs
     :func:`preflight` in ``on_run_start``, before Hydra makes the run dir, writes
     ``.hydra/`` or opens its log file there. Under multirun (``-m``), ``on_multirun_start``
     validates every job's config before the sweep dir exists and ``on_job_start`` each job as it

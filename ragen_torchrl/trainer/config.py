@@ -6,7 +6,7 @@ dir; every failure is a :class:`ConfigError` naming the key and the bad value, a
 CLI exits with status 2. In order, it checks:
 
 * **unknown keys** (:func:`~ragen_torchrl.trainer.config_keys.check_unknown_keys`): every key must be one the config files
-  define (``ragen_torchrl/configs/config.yaml`` and the files of the selected group options).
+  define (``configs/config.yaml`` and the files of the selected group options).
   Hydra's struct mode already rejects ``foo=1``; this also rejects ``+foo=1`` (Hydra's
   explicit "add a key" syntax), which would otherwise be silently ignored.
 * **types and finiteness**: every float anywhere in the config is finite (NaN and inf
@@ -477,7 +477,7 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
     Args:
         cfg: the composed config.
         config_dir: where the config files are (for the unknown-key check); default the
-            CLI's ``RAGEN_CONFIG_DIR`` or ``ragen_torchrl/configs/``.
+            CLI's ``RAGEN_CONFIG_DIR`` or the shipped ``configs/``.
     """
     check_unknown_keys(cfg, config_dir)
     check_finite(cfg)

@@ -163,7 +163,7 @@ def unknown_keys(cfg: DictConfig, allowed: Mapping[str, Any]) -> list[str]:
 def check_unknown_keys(cfg: DictConfig, config_dir: str | os.PathLike | None = None) -> None:
     """Reject keys no config file defines (``+foo=1``, ``+algo.lrr=0.1``), with close matches.
 
-    Skipped when ``config_dir`` (default: the CLI's ``RAGEN_CONFIG_DIR`` / ``ragen_torchrl/configs/``) has
+    Skipped when ``config_dir`` (default: the CLI's ``RAGEN_CONFIG_DIR`` / the shipped ``configs/``) has
     no ``config.yaml``.
     """
     if config_dir is None:

@@ -1,6 +1,10 @@
-"""Path checks of a config: the model source exists, the cache and run dirs are writable, a
-resumed run dir holds a checkpoint. Nothing is created on disk (a probe file is written and
-removed in the nearest existing ancestor).
+"""Where the configs are, and path checks of a config: the model source exists, the cache and run
+dirs are writable, a resumed run dir holds a checkpoint. Nothing is created on disk (a probe file is
+written and removed in the nearest existing ancestor).
+
+The Hydra presets live in the repository's top-level ``configs/``; a wheel ships them inside the
+package as ``ragen_torchrl/configs/``. :data:`PACKAGE_CONFIG_DIR` is whichever of the two exists,
+:data:`CONFIG_DIR` the folder in use (``RAGEN_CONFIG_DIR`` wins when set).
 
 Example:
     >>> import tempfile
@@ -17,7 +21,63 @@ from omegaconf import DictConfig
 
 from .config_checks import ConfigError, MissingPathError, _get
 
-__all__ = ["check_paths", "check_resume", "check_run_dir", "check_writable_dir"]
+__all__ = [
+    "CONFIG_DIR",
+    "PACKAGE_CONFIG_DIR",
+    "check_paths",
+    "check_resume",
+    "check_run_dir",
+    "check_writable_dir",
+    "config_dir",
+    "shipped_config_dir",
+]
+
+
+def shipped_config_dir(package_dir: str | os.PathLike | None = None) -> str:
+    """The presets that come with the package: ``<package>/configs`` in an installed wheel, else the
+    source checkout's top-level ``configs/`` (an editable install or ``PYTHONPATH`` on a clone).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / "configs").mkdir(); (root / "configs" / "config.yaml").write_text("seed: 0")
+        7
+        >>> shipped_config_dir(root / "ragen_torchrl") == str(root / "configs")
+        True
+        >>> (root / "ragen_torchrl" / "configs").mkdir(parents=True)
+        >>> (root / "ragen_torchrl" / "configs" / "config.yaml").write_text("seed: 0")
+        7
+        >>> shipped_config_dir(root / "ragen_torchrl") == str(root / "ragen_torchrl" / "configs")
+        True
+    """
+    pkg = Path(package_dir) if package_dir is not None else Path(__file__).resolve().parents[1]
+    installed, checkout = pkg / "configs", pkg.parent / "configs"
+    # the wheel's copy first: next to an installed package, a stray top-level configs/ is not ours
+    for candidate in (installed, checkout):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    return str(checkout)  # neither exists: Hydra's error then names the checkout's folder
+
+
+#: the configs that come with the package (see :func:`shipped_config_dir`)
+PACKAGE_CONFIG_DIR = shipped_config_dir()
+
+
+def config_dir(environ: dict | None = None) -> str:
+    """The config folder: ``RAGEN_CONFIG_DIR`` when set (and not empty), else the shipped one.
+
+    Example:
+        >>> config_dir({}) == PACKAGE_CONFIG_DIR
+        True
+        >>> config_dir({"RAGEN_CONFIG_DIR": "/my/configs"})
+        '/my/configs'
+    """
+    env = os.environ if environ is None else environ
+    return env.get("RAGEN_CONFIG_DIR") or PACKAGE_CONFIG_DIR
+
+
+#: the config folder in use, read once at import (Hydra's ``config_path``)
+CONFIG_DIR = config_dir()
 
 
 def check_writable_dir(path: str | os.PathLike, key: str) -> None:

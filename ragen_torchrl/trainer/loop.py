@@ -1,6 +1,6 @@
 """The training loop: rollout -> (filter) -> advantage -> behaviour log-probs -> update.
 
-:class:`Trainer` is driven by a composed Hydra config (``ragen_torchrl/configs/config.yaml``); the CLI
+:class:`Trainer` is driven by a composed Hydra config (``configs/config.yaml``); the CLI
 (``ragen-train``) is a thin wrapper. It can also be used directly::
 
     from hydra import compose, initialize_config_dir
@@ -98,7 +98,7 @@ class Trainer:
     """GRPO training of a chat policy on a TorchRL text environment.
 
     Args:
-        cfg: composed config (see ``ragen_torchrl/configs/config.yaml``).
+        cfg: composed config (see ``configs/config.yaml``).
         run_dir: where TensorBoard logs and checkpoints go. When ``cfg.trainer.resume``
             names a previous run dir, that dir is used instead and training continues
             from its last checkpoint.

@@ -16,7 +16,6 @@ from torchrl.data.llm import History
 import ragen_torchrl.trainer.rollout as trainer_rollout
 from ragen_torchrl.collectors import PolicyContractError, collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
-from ragen_torchrl.models.loading import load_pretrained
 
 INVALID = "<answer>fly</answer>"  # no FrozenLake action: every turn is malformed
 
@@ -90,37 +89,3 @@ def test_bad_arguments_name_the_value():
         collect_rollouts(env, scripted(INVALID, 1), [1], 2, chunk_size=0)
     with pytest.raises(ValueError, match="num_envs=4"):
         collect_rollouts(env, scripted(INVALID, 1), [1, 2], 2)
-
-
-# The README's "Use the components in your own TorchRL pipeline" snippet, executed as written
-# (``model`` and ``tokenizer`` are any HF causal LM and its tokenizer; here the tiny test model).
-README_SNIPPET = """
-from ragen_torchrl.collectors import collect_rollouts, make_generation_policy
-from ragen_torchrl.envs import make_env
-
-P, G = 2, 4                                   # 2 levels, 4 samples of each
-env = make_env("frozenlake", num_envs=P * G)  # one env row per trajectory
-policy = make_generation_policy(model, tokenizer, max_new_tokens=16)
-records = collect_rollouts(env, policy, level_seeds=[3, 7], group_size=G)
-print(records["group_id"].tolist())           # [0, 0, 0, 0, 1, 1, 1, 1]
-print(records["episode_return"].shape)        # one return per trajectory
-"""
-
-
-def test_readme_snippet_runs(tiny_model_dir, capsys):
-    model, tokenizer = load_pretrained(tiny_model_dir, device="cpu", dtype="float32")
-    torch.manual_seed(0)
-    scope = {"model": model, "tokenizer": tokenizer}
-    exec(compile(README_SNIPPET, "README snippet", "exec"), scope)
-    assert capsys.readouterr().out.splitlines() == ["[0, 0, 0, 0, 1, 1, 1, 1]", "torch.Size([8])"]
-    rec = scope["records"]
-    assert bool((rec["num_tokens"] > 0).all()) and bool((rec["entropy"] > 0).all())
-    assert bool((rec["num_turns"] >= 1).all()) and bool((rec["num_turns"] <= 5).all())
-
-
-def test_readme_shows_the_executed_snippet():
-    # the README's grouped-collection example is the text test_readme_snippet_runs executes
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert README_SNIPPET.strip() in readme

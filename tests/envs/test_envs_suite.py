@@ -26,9 +26,10 @@ from ragen_torchrl.envs.games.metamathqa import INCORRECT_FEEDBACK  # noqa: E402
 from ragen_torchrl.envs.sokoban import SokobanEnv  # noqa: E402
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET, in_val_bucket, level_split  # noqa: E402
 from ragen_torchrl.envs.text_env import TextGameEnv, sample_seed  # noqa: E402
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR  # noqa: E402
 from ragen_torchrl.trainer.demonstrations import make_demonstrations  # noqa: E402
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs"
+CONFIG_DIR = Path(PACKAGE_CONFIG_DIR)
 NEW_ENVS = ("sokoban", "bandit", "countdown", "metamathqa")
 VAL = VAL_SEED_OFFSET
 PENALTY = -0.1

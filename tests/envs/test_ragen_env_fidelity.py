@@ -18,6 +18,7 @@ from torchrl.data.llm import History  # noqa: E402
 
 from ragen_torchrl.envs import FrozenLakeEnv, make_env  # noqa: E402
 from ragen_torchrl.envs.text_env import TextGameEnv, sample_seed  # noqa: E402
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR  # noqa: E402
 
 OPEN4 = ["SFFF", "FFFF", "FFFF", "FFFG"]
 
@@ -158,7 +159,7 @@ def test_frozenlake_default_observation_is_annotated():
 
     import yaml
 
-    cfg = yaml.safe_load((Path(__file__).parents[2] / "ragen_torchrl/configs/env/frozenlake.yaml").read_text())
+    cfg = yaml.safe_load((Path(PACKAGE_CONFIG_DIR) / "env" / "frozenlake.yaml").read_text())
     assert cfg["observation"] == "annotated" and cfg["slip_seeding"] == "level"
     for env in (FrozenLakeEnv(num_envs=1, desc=["SF", "HG"]), make_env("frozenlake", num_envs=1, desc=["SF", "HG"])):
         td = reset(env, [0])

@@ -24,9 +24,10 @@ from ragen_torchrl.envs.active_reasoning import (  # noqa: E402
     parse_active_reply,
 )
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS  # noqa: E402
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR  # noqa: E402
 from ragen_torchrl.trainer.demonstrations import make_demonstrations, tokenizer_corpus  # noqa: E402
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "env"
+CONFIG_DIR = Path(PACKAGE_CONFIG_DIR) / "env"
 PAPER_MAX_TURNS = {
     "guess_numbers": 10,
     "circuit_decoding": 10,

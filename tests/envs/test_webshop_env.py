@@ -19,8 +19,9 @@ from torchrl.data.llm import History  # noqa: E402
 from ragen_torchrl.envs import make_env  # noqa: E402
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET  # noqa: E402
 from ragen_torchrl.envs.webshop import WebShopEnv, load_shop  # noqa: E402
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR  # noqa: E402
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs"
+CONFIG_DIR = Path(PACKAGE_CONFIG_DIR)
 PENALTY = -0.1
 
 

@@ -18,6 +18,7 @@ from tensordict import TensorDict, lazy_stack
 
 from ragen_torchrl.objectives import build_objective
 from ragen_torchrl.objectives.dapo import DynamicSampler, informative_groups
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.transforms.overlong import OverlongPenalty, overlong_penalty
 
 G = 4
@@ -170,7 +171,7 @@ def test_refills_are_reward_shaped_before_they_are_judged():
 
 
 def test_dapo_objective_wires_sampler_and_overlong_shaping():
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo" / "dapo.yaml")
+    cfg = OmegaConf.load(Path(PACKAGE_CONFIG_DIR) / "algo" / "dapo.yaml")
     obj = build_objective(cfg, None, None)
     assert obj.dynamic_sampling.max_extra_rollouts == 3
     assert obj.dynamic_sampling.criterion == "success"  # the DAPO paper's accuracy rule is the default

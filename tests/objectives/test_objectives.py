@@ -41,8 +41,9 @@ from ragen_torchrl.objectives.ppo import (
     masked_whiten,
     turn_ends,
 )
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
+CONFIG_DIR = Path(PACKAGE_CONFIG_DIR) / "algo"
 
 
 # --------------------------------------------------------------------------- a stand-in actor

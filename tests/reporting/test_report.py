@@ -273,7 +273,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
 
 
 def test_the_console_script_exits_2_on_bad_input(tmp_path):
-    script = [shutil.which("ragen-report")] if shutil.which("ragen-report") else None  # not before a reinstall
+    exe = shutil.which("ragen-report", path=str(Path(sys.executable).parent))  # this interpreter's script
+    script = [exe] if exe else None  # not before a reinstall
     proc = subprocess.run(
         [*(script or [sys.executable, "-m", "ragen_torchrl.reporting"]), str(tmp_path)],
         capture_output=True,

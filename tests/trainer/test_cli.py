@@ -12,7 +12,7 @@ from test_trainer import base_overrides, scalars
 
 
 def run_cli(script: str, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:
-    exe = shutil.which(script)
+    exe = shutil.which(script, path=os.path.dirname(sys.executable))  # this interpreter's script, not PATH's
     entry = {"ragen-train": "train_main", "ragen-sft": "sft_main"}[script]
     cmd = [exe] if exe else [sys.executable, "-c", f"from ragen_torchrl.trainer.cli import {entry}; {entry}()"]
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from ragen_torchrl.objectives import build_objective
 from ragen_torchrl.objectives.logprobs import make_logprob_policy
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.trainer.distributed import (
     Distributed,
     local_rows,
@@ -33,7 +34,7 @@ from ragen_torchrl.trainer.distributed import (
 )
 from ragen_torchrl.trainer.update import micro_batches, minibatch_plan, optimize, training_batch
 
-ALGO_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "algo"
+ALGO_DIR = Path(PACKAGE_CONFIG_DIR) / "algo"
 
 
 # -- pure pieces ----------------------------------------------------------------------------

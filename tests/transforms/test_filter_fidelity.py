@@ -13,6 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.transforms.snr import (
     FILTER_CONFIG_DEFAULTS,
     FilterGuard,
@@ -24,7 +25,7 @@ from ragen_torchrl.transforms.snr import (
     validate_filter_config,
 )
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "filter"
+CONFIG_DIR = Path(PACKAGE_CONFIG_DIR) / "filter"
 GROUPS = [0, 0, 1, 1, 2, 2]
 RETURNS = [1.0, 0.0, 1.0, 1.0, 0.0, 2.0]  # var .5, 0, 2; std .7071, 0, 1.4142
 

@@ -12,6 +12,7 @@ from tensordict import TensorDict, lazy_stack
 from torchrl.data import LazyStackStorage, LazyTensorStorage, ReplayBuffer
 from torchrl.envs.transforms import Compose, Transform
 
+from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.transforms.snr import (
     FILTER_CONFIG_DEFAULTS,
     FilterGuard,
@@ -23,7 +24,7 @@ from ragen_torchrl.transforms.snr import (
 
 tensordict.set_list_to_stack(True).set()
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "ragen_torchrl" / "configs" / "filter"
+CONFIG_DIR = Path(PACKAGE_CONFIG_DIR) / "filter"
 
 # Three groups of two: variance (the default metric) {1, 0} = .5, {1, 1} = 0, {0, 2} = 2.
 # top_p .9 linear: thr .9 * 2.5 - .01 = 2.24 -> group 2 (2.0), then group 0 (2.5).
