@@ -21,6 +21,8 @@ from ragen_torchrl.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow
 
+ONE_STEP_WARM_START = ["sft.episodes=1", "sft.steps=1", "sft.batch_size=1"]
+
 
 def presets(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
@@ -40,7 +42,9 @@ def test_preset_lists_are_not_empty():
 
 @pytest.mark.parametrize("group,name", CASES)
 def test_preset_runs_one_iteration_at_default_shape(group, name, ragen_cache_dir, tmp_path):
-    overrides = [f"{group}={name}", f"model.cache_dir={ragen_cache_dir}", *SMALL]
+    # the warm start is one step on one demonstration: every env's demonstrations still go through
+    # it, at a small fraction of SMALL's two steps of 16 (the default batch is what this test is about)
+    overrides = [f"{group}={name}", f"model.cache_dir={ragen_cache_dir}", *SMALL, *ONE_STEP_WARM_START]
     if group == "env" and "malformed:" in (Path(CONFIG_DIR) / "env" / f"{name}.yaml").read_text():
         # T3 tasks: an untrained policy's replies are malformed, and the default (the reference's
         # "Try again.") plays every row to the full turn budget: minutes per preset at 16 x 4. Ending
