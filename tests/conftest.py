@@ -9,6 +9,8 @@
   once per session; tests load their own copy with :func:`helpers.load_tiny`.
 * the suite runs on every core with pytest-xdist (``-n auto`` in ``pyproject.toml``); the
   tiny model and the end-to-end tests' model cache are shared by the workers (``_run_dir``).
+* the unknown-key check's schema (every YAML file under configs/, parsed at each
+  ``validate_config``) is kept per state of the files for the session.
 * constants shared by test files (``TINY_RUN``, ``SMALL``, ...) live in ``helpers.py``.
 """
 
