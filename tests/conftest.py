@@ -7,10 +7,16 @@
   the cores make the end-to-end tests several times slower).
 * one tiny tokenizer + model (FrozenLake corpus, hidden 32, 1 layer, vocab ~300) is built
   once per session; tests load their own copy with :func:`helpers.load_tiny`.
+* the suite runs on every core with pytest-xdist (``-n auto`` in ``pyproject.toml``); the
+  tiny model and the end-to-end tests' model cache are shared by the workers (``_run_dir``).
+* the unknown-key check's schema (every YAML file under configs/, parsed at each
+  ``validate_config``) is kept per state of the files for the session.
 * constants shared by test files (``TINY_RUN``, ``SMALL``, ...) live in ``helpers.py``.
 """
 
 from __future__ import annotations
+
+import os
 
 import tensordict
 
@@ -21,6 +27,14 @@ import torch  # noqa: E402
 from helpers import TINY_SIZES, load_tiny  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+def _run_dir(tmp_path_factory, name: str):
+    """A folder of this run shared by its pytest-xdist workers (the parent of their own temp dirs)."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +51,9 @@ def tiny_model_dir(tmp_path_factory, tiny_corpus) -> str:
     """Directory of the session's tiny model (``save_pretrained`` layout)."""
     from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
 
-    return build_tiny_model(tiny_corpus, TinyModelConfig(**TINY_SIZES, seed=0), tmp_path_factory.mktemp("tiny_models"))
+    return build_tiny_model(
+        tiny_corpus, TinyModelConfig(**TINY_SIZES, seed=0), _run_dir(tmp_path_factory, "tiny_models")
+    )
 
 
 @pytest.fixture
@@ -49,5 +65,38 @@ def tiny_model(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def ragen_cache_dir(tmp_path_factory) -> str:
-    """``model.cache_dir`` shared by the end-to-end trainer tests (tiny build + SFT once)."""
-    return str(tmp_path_factory.mktemp("ragen_cache"))
+    """``model.cache_dir`` shared by the end-to-end trainer tests (tiny build + SFT once).
+
+    Under pytest-xdist every worker of the run uses the same folder, so a tokenizer or warm start
+    one worker built is not built again by another; the caches write to a temporary name and
+    rename, so two workers building one entry at once is safe.
+    """
+    return str(_run_dir(tmp_path_factory, "ragen_cache"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _config_schema_once_per_file_state():
+    """Parse the config files for the unknown-key check once per state of the files, not per validation.
+
+    ``validate_config`` (every Trainer, every config test) derives the key schema by parsing every YAML
+    file under the config dir; the result only changes when a file does, so it is kept per
+    (dir, every file's path, mtime and size). Tests that write their own config dirs get their own entry.
+    """
+    import copy
+    from pathlib import Path
+
+    from ragen_torchrl.trainer import config_keys
+
+    real, cache = config_keys.config_schema, {}
+
+    def config_schema(config_dir):
+        root = Path(config_dir)
+        files = sorted(root.rglob("*.yaml"))
+        state = (str(root.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+        if state not in cache:
+            cache[state] = real(config_dir)
+        return copy.deepcopy(cache[state])
+
+    config_keys.config_schema = config_schema  # check_unknown_keys looks it up at each call
+    yield
+    config_keys.config_schema = real

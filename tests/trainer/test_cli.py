@@ -1,4 +1,9 @@
-"""The console scripts, run as a user runs them (a subprocess), on tiny settings."""
+"""The console scripts on tiny settings.
+
+A training run and one config error go through ``ragen-train`` as a user runs it (a subprocess);
+the other config errors run the same Hydra composition and preflight check in this process, and
+``ragen-sft``'s Hydra app runs in this process too (a subprocess costs seconds of imports each).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from hydra import compose, initialize_config_dir
 from test_trainer import base_overrides, scalars
+
+from ragen_torchrl.trainer.cli import CONFIG_DIR, PreflightCallback
 
 
 def run_cli(script: str, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -39,58 +48,79 @@ def test_ragen_train_guess_numbers_with_t3_end_to_end(ragen_cache_dir, tmp_path)
 
 
 def test_ragen_train_bad_value_fails_before_training(tmp_path):
-    proc = run_cli("ragen-train", "trainer.prompts_per_iter=-2", f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert "trainer.prompts_per_iter must be a positive integer" in proc.stdout + proc.stderr
-    assert not (tmp_path / "bad").exists()
+    # the CLI's error output: exit 2, one "config error: <key>..." line, no traceback, nothing written
+    cache, run_dir = tmp_path / "cache", tmp_path / "bad"
+    proc = run_cli(
+        "ragen-train",
+        "trainer.prompts_per_iter=-2",
+        f"model.cache_dir={cache}",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "config error: trainer.prompts_per_iter must be a positive integer" in proc.stderr, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert not run_dir.exists() and not cache.exists()
 
 
 # --------------------------------------------------------------------------- config errors: exit 2
-def _bad_cases(tmp: Path) -> list[tuple[list[str], str]]:
-    afile = tmp / "afile"
-    (tmp / "no_ckpt" / "checkpoints").mkdir(parents=True, exist_ok=True)
-    afile.write_text("")
-    return [
-        (["algo.lr=nan"], "algo.lr must be a finite number, got nan"),
-        (["env.format_penalty=nan"], "env.format_penalty must be a finite number"),
-        (["seed=abc"], "seed must be an integer, got 'abc'"),
-        (["trainer.group_size=1"], "trainer.group_size=1 with algo.name=grpo"),
-        (["filter=snr_top_p", "filter.value=1.5"], "filter.value must be in (0, 1] for strategy top_p"),
-        (["algo.clip_epsilon=5"], "algo.clip_epsilon low must be < 1"),
-        (["t3.enabled=true"], "t3.enabled=true needs an env with a T3 stall rule"),
-        (["+foo=1"], "unknown config key(s): foo"),
-        (["env.size=100000"], "env.size=100000 exceeds the limit 64"),
-        (["model.name_or_path=/nonexistent"], "model.name_or_path=/nonexistent: the local path does not exist"),
-        ([f"model.cache_dir={afile}/cache"], f"model.cache_dir={afile}/cache cannot be created"),
-        ([f"hydra.run.dir={afile}/run"], f"hydra.run.dir={afile}/run cannot be created"),
-        ([f"trainer.resume={tmp / 'no_ckpt'}"], f"trainer.resume={tmp / 'no_ckpt'}: no checkpoint in"),
-    ]
+#: (overrides, message); {tmp} is the test's tmp dir, holding a file "afile" and a run dir without a checkpoint
+BAD_CASES = [
+    (["algo.lr=nan"], "algo.lr must be a finite number, got nan"),
+    (["env.format_penalty=nan"], "env.format_penalty must be a finite number"),
+    (["seed=abc"], "seed must be an integer, got 'abc'"),
+    (["trainer.group_size=1"], "trainer.group_size=1 with algo.name=grpo"),
+    (["filter=snr_top_p", "filter.value=1.5"], "filter.value must be in (0, 1] for strategy top_p"),
+    (["algo.clip_epsilon=5"], "algo.clip_epsilon low must be < 1"),
+    (["t3.enabled=true"], "t3.enabled=true needs an env with a T3 stall rule"),
+    (["+foo=1"], "unknown config key(s): foo"),
+    (["env.size=100000"], "env.size=100000 exceeds the limit 64"),
+    (["model.name_or_path=/nonexistent"], "model.name_or_path=/nonexistent: the local path does not exist"),
+    (["model.cache_dir={tmp}/afile/cache"], "model.cache_dir={tmp}/afile/cache cannot be created"),
+    (["hydra.run.dir={tmp}/afile/run"], "hydra.run.dir={tmp}/afile/run cannot be created"),
+    (["trainer.resume={tmp}/no_ckpt"], "trainer.resume={tmp}/no_ckpt: no checkpoint in"),
+]
 
 
-def test_ragen_train_config_errors_exit_2_naming_the_key_before_anything_is_built(tmp_path):
-    # "config errors all exit 2 with a message naming the key ... before any model is built"
-    cache = tmp_path / "cache"
-    for i, (overrides, message) in enumerate(_bad_cases(tmp_path)):
-        run_dir = tmp_path / f"run{i}"
-        args = [f"model.cache_dir={cache}", f"hydra.run.dir={run_dir}", *overrides]
-        proc = run_cli("ragen-train", *args, cwd=tmp_path)
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 2, (overrides, out[-3000:])
-        assert f"config error: {message}" in proc.stderr, (overrides, out[-3000:])
-        assert "Traceback" not in out, (overrides, out[-3000:])
-        # validated before Hydra made the run dir: no run dir, no model or cache files
-        assert not run_dir.exists(), overrides
-        assert not cache.exists(), overrides
+@pytest.mark.parametrize(("overrides", "message"), BAD_CASES, ids=[o[0].split("=")[0] for o, _ in BAD_CASES])
+def test_ragen_train_config_errors_exit_2_naming_the_key_before_anything_is_built(overrides, message, tmp_path, capsys):
+    # "config errors all exit 2 with a message naming the key ... before any model is built": the
+    # check ragen-train's Hydra callback runs before the run dir exists, on the config Hydra composes
+    # (test_ragen_train_bad_value_fails_before_training runs that callback through the real CLI)
+    (tmp_path / "no_ckpt" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "afile").write_text("")
+    overrides = [o.format(tmp=tmp_path) for o in overrides]
+    cache, run_dir = tmp_path / "cache", tmp_path / "run"
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[f"model.cache_dir={cache}", f"hydra.run.dir={run_dir}", *overrides],
+            return_hydra_config=True,
+        )
+    with pytest.raises(SystemExit) as exit_info:
+        PreflightCallback().on_run_start(cfg)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, (overrides, err)
+    assert f"config error: {message.format(tmp=tmp_path)}" in err, (overrides, err)
+    # validated before Hydra made the run dir: no run dir, no model or cache files
+    assert not run_dir.exists(), overrides
+    assert not cache.exists(), overrides
 
 
-def test_ragen_sft_config_error_exits_2(tmp_path):
-    proc = run_cli(
-        "ragen-sft",
-        "algo.lr=nan",
-        f"model.cache_dir={tmp_path / 'cache'}",
-        f"hydra.run.dir={tmp_path / 'run'}",
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "config error: algo.lr must be a finite number" in proc.stderr
+def test_ragen_sft_config_error_exits_2(tmp_path, monkeypatch, capsys):
+    # ragen-sft's Hydra app in this process (its preflight is the one ragen-train's subprocess test runs)
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ragen_torchrl.trainer.cli import sft_main
+
+    args = ["algo.lr=nan", f"model.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    monkeypatch.setattr(sys, "argv", ["ragen-sft", *args])
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            sft_main()
+    finally:
+        GlobalHydra.instance().clear()
+    assert exit_info.value.code == 2
+    assert "config error: algo.lr must be a finite number" in capsys.readouterr().err
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
