@@ -72,31 +72,3 @@ def ragen_cache_dir(tmp_path_factory) -> str:
     rename, so two workers building one entry at once is safe.
     """
     return str(_run_dir(tmp_path_factory, "ragen_cache"))
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _config_schema_once_per_file_state():
-    """Parse the config files for the unknown-key check once per state of the files, not per validation.
-
-    ``validate_config`` (every Trainer, every config test) derives the key schema by parsing every YAML
-    file under the config dir; the result only changes when a file does, so it is kept per
-    (dir, every file's path, mtime and size). Tests that write their own config dirs get their own entry.
-    """
-    import copy
-    from pathlib import Path
-
-    from ragen_torchrl.trainer import config_keys
-
-    real, cache = config_keys.config_schema, {}
-
-    def config_schema(config_dir):
-        root = Path(config_dir)
-        files = sorted(root.rglob("*.yaml"))
-        state = (str(root.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
-        if state not in cache:
-            cache[state] = real(config_dir)
-        return copy.deepcopy(cache[state])
-
-    config_keys.config_schema = config_schema  # check_unknown_keys looks it up at each call
-    yield
-    config_keys.config_schema = real

@@ -15,7 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,18 +79,46 @@ def config_schema(config_dir: str | os.PathLike) -> dict[str, Any]:
     """The keys the config files in ``config_dir`` define.
 
     Returns ``{"main": tree of config.yaml, "groups": {group: {option: (name, tree)}}}``
-    where a tree maps each key to its sub-tree (``None`` for a leaf).
+    where a tree maps each key to its sub-tree (``None`` for a leaf). Every validation asks for
+    it, so the parse is kept per state of the folder (each file's path, mtime and size): an
+    edited preset is parsed again, an unchanged folder is not.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp()); (d / "algo").mkdir()
+        >>> _ = (d / "config.yaml").write_text("{seed: 0, algo: {}}")
+        >>> _ = (d / "algo" / "grpo.yaml").write_text("lr: 1.0")
+        >>> schema = config_schema(d)
+        >>> sorted(schema["main"]), schema["groups"]["algo"]["grpo"][1]
+        (['algo', 'seed'], {'lr': None})
+        >>> config_schema(d) == schema
+        True
     """
+    root = Path(config_dir)
+    files = sorted(root.rglob("*.yaml"))
+    state = (str(root.resolve()), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+    if state not in _SCHEMA_CACHE:
+        if len(_SCHEMA_CACHE) >= 16:  # bounded: drop the oldest folder state
+            _SCHEMA_CACHE.pop(next(iter(_SCHEMA_CACHE)))
+        _SCHEMA_CACHE[state] = _parse_schema(root)
+    return copy.deepcopy(_SCHEMA_CACHE[state])
+
+
+#: parsed schemas of :func:`config_schema` by folder state (the 16 most recent)
+_SCHEMA_CACHE: dict[tuple, dict[str, Any]] = {}
+
+
+def _parse_schema(root: Path) -> dict[str, Any]:
     import yaml
 
-    root = Path(config_dir)
-    main = _tree(yaml.safe_load((root / "config.yaml").read_text()) or {})
+    load = functools.partial(yaml.load, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    main = _tree(load((root / "config.yaml").read_text()) or {})
     groups: dict[str, dict[str, tuple[Any, Any]]] = {}
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
         opts = {}
         for f in sorted(d.glob("*.yaml")):
             text = f.read_text()
-            data = yaml.safe_load(text) or {}
+            data = load(text) or {}
             if isinstance(data, dict) and GLOBAL_PACKAGE in text.split("\n", 1)[0]:
                 # a preset that also pins keys outside its group (e.g. env=guess_numbers_small sets
                 # the warm start its task needs): its group's keys are under the group's name
