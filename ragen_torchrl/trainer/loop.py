@@ -511,7 +511,8 @@ class Trainer:
         records = self.objective.shape_rewards(self._collect(seeds))
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
-        stats.update(turn_cache_metrics(kv_before, turn_cache_counts(self.policy)))
+        kv = turn_cache_metrics(kv_before, turn_cache_counts(self.policy))  # this rank's rows: summed over ranks
+        stats.update(zip(kv, self.dist.sum_floats(kv.values())))
         if TRAJECTORY_REFITS in records.keys():  # token rows re-tokenised from the rendered conversation
             stats["rollout/trajectory_refits"] = float(records.get(TRAJECTORY_REFITS).sum())
         stats["timing/rollout"] = t_rollout
