@@ -17,15 +17,17 @@ totals.
 
 **KV cache across turns** (``--part turn-cache``): on Sokoban at the default shape (``env=sokoban``,
 ``trainer.prompts_per_iter`` x ``trainer.group_size`` rows, ``rollout.max_new_tokens``, the tiny model
-built from ``model=tiny`` as the trainer builds it; untrained unless ``--turn-cache-sft-steps``), a token-level episode loop
-(each prompt grows by the reply as sampled plus the next observation, tokenised once with the chat
-template's delimiters) is played with :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy` and
-with a bare ``model.generate`` that re-prefills the whole left-padded prompts every turn, both with
-the sampling keywords of :func:`~ragen_torchrl.collectors.hf_generate_kwargs`. For the 5-turn and the
-single-turn game it prints the sampled tokens per second of both (their ratio: the targets are
->= 1.5x multi-turn, >= 0.95x single-turn) and the tokens the model processed (every position of every
-forward pass, padding included) per token that had to be processed (each prompt token of a
-trajectory once, each sampled token once; 1.0 is the limit).
+built from ``model=tiny`` as the trainer builds it; untrained unless ``--turn-cache-sft-steps``), OUR
+side is the trainer's rollout: :func:`~ragen_torchrl.collectors.collect_rollouts` with the policy
+:func:`~ragen_torchrl.collectors.make_generation_policy` builds from the composed config (token
+trajectories, ``rollout.kv_cache`` / ``rollout.kv_cache_max_tokens``, the ``<think>`` prime, entropy
+recording). The reference is a token-level episode loop (each prompt grows by the reply as sampled
+plus the next observation, tokenised once with the chat template's delimiters) around a bare
+``model.generate`` that re-prefills the whole left-padded prompts every turn, with the same sampling
+keywords. For the 5-turn and the single-turn game it prints the sampled tokens per second of both
+(their ratio: the targets are >= 1.5x multi-turn, >= 0.95x single-turn) and the tokens the model
+processed (every position of every forward pass, padding included) per token that had to be
+processed (each prompt token of a trajectory once, each sampled token once; 1.0 is the limit).
 
 Usage::
 
@@ -43,8 +45,8 @@ import time
 
 import tensordict
 import torch
-from tensordict import TensorDict
 
+from ragen_torchrl.collectors.grouped import NEUTRAL_GENERATE_KWARGS, NEUTRAL_SAMPLING_KWARGS
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.parsing import parse_response
 from ragen_torchrl.envs.text_env import sample_seed
@@ -99,6 +101,8 @@ def bare_generate_rollout(env, model, tokenizer, level_seeds, group_size, sampli
 
 #: the policy's generate keywords that set what is sampled and for how long
 SAMPLING_KEYS = ("max_new_tokens", "do_sample", "temperature", "top_p", "top_k")
+#: the keywords that switch transformers' other generation settings off (hf_generate_kwargs sets them)
+NEUTRAL_KEYS = (*NEUTRAL_GENERATE_KWARGS, *NEUTRAL_SAMPLING_KWARGS, "min_p")
 
 
 def sampling_kwargs(policy, model, tokenizer) -> dict:
@@ -220,20 +224,24 @@ class ModelTokenCounter:
 
 
 def turn_cache_main(args) -> None:
-    """The KV-cache part: Sokoban at the default shape, cached policy vs bare re-prefill loop."""
+    """The KV-cache part: Sokoban at the default shape, the trainer's rollout vs a bare re-prefill loop."""
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.collectors import hf_generate_kwargs
-    from ragen_torchrl.models.turn_cache import TurnCachePolicy
+    from ragen_torchrl.keys import NUM_TOKENS, TOKENS_TRAJECTORY
+    from ragen_torchrl.models.priming import prime_text
     from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.setup import env_kwargs
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=["env=sokoban"])
+        cfg = compose("config", overrides=["env=sokoban", *args.turn_cache_override])
     groups, group_size = int(cfg.trainer.prompts_per_iter), int(cfg.trainer.group_size)
     max_new, turns = int(cfg.rollout.max_new_tokens), int(cfg.env.max_turn)
     if args.quick:
         groups = max(2, groups // 4)
-    env = make_env("sokoban", num_envs=groups * group_size)
+    envs = {
+        t: make_env(cfg.env.name, num_envs=groups * group_size, **{**env_kwargs(cfg.env), "max_turn": t})
+        for t in (turns, 1)
+    }
     m = cfg.model
     tiny = TinyModelConfig(
         vocab_size=m.vocab_size,
@@ -244,61 +252,66 @@ def turn_cache_main(args) -> None:
         num_kv_heads=m.num_kv_heads,
     )
     t0 = time.perf_counter()
-    path = build_tiny_model(tokenizer_corpus(env), tiny, tempfile.mkdtemp())
+    path = build_tiny_model(tokenizer_corpus(envs[turns]), tiny, tempfile.mkdtemp())
     model, tok = load_pretrained(path)
     torch.manual_seed(0)
     if args.turn_cache_sft_steps:
-        demos = make_demonstrations(env, 4 * args.turn_cache_sft_steps, noise=0.3)
+        demos = make_demonstrations(envs[turns], 4 * args.turn_cache_sft_steps, noise=0.3)
         supervised_finetune(model, tok, demos, steps=args.turn_cache_sft_steps, log_every=0)
     model.eval()
     print(f"model built and warm-started in {time.perf_counter() - t0:.0f}s", flush=True)
-    sampling = hf_generate_kwargs(
-        max_new, float(cfg.rollout.temperature), top_k=cfg.rollout.top_k, top_p=cfg.rollout.top_p
-    )
-    policy = TurnCachePolicy(
+    r = cfg.rollout
+    # the trainer's rollout policy (trainer/loop.py builds it from the same keys)
+    policy = make_generation_policy(
         model,
-        generate_kwargs=sampling,
-        kv_cache=bool(cfg.rollout.kv_cache),
-        max_cached_tokens=int(cfg.rollout.kv_cache_max_tokens),
+        tok,
+        max_new_tokens=max_new,
+        temperature=float(r.temperature),
+        top_k=r.get("top_k"),
+        top_p=float(r.get("top_p", 1.0)),
+        min_p=r.get("min_p"),
+        reply_prime=prime_text(bool(r.get("prime_think", True))),
+        trajectory=str(r.trajectory),
+        kv_cache=bool(r.kv_cache),
+        max_cached_tokens=int(r.kv_cache_max_tokens),
     )
+    # the bare loop samples with the same keywords, minus the wrapper's own and the entropy recorder
+    sampling = {k: v for k, v in policy.generate_kwargs.items() if k in NEUTRAL_KEYS or k in SAMPLING_KEYS}
+    cache = getattr(policy, "turn_cache", None)
     print(
         f"Sokoban, {groups} x {group_size} rows, max_new_tokens={max_new}, tiny model {tiny.num_layers} layers x "
         f"{tiny.hidden_size}, sampling {{temperature={sampling.get('temperature')}, top_k={sampling.get('top_k')}, "
-        f"top_p={sampling.get('top_p')}}}, {args.turn_cache_sft_steps} SFT steps"
+        f"top_p={sampling.get('top_p')}}}, trajectory={r.trajectory}, kv_cache={r.kv_cache}, "
+        f"prime={policy.reply_prime!r}, {args.turn_cache_sft_steps} SFT steps"
     )
 
-    def cached_gen(prompts, rows):
-        td = TensorDict(
-            {
-                "tokens": {"prompt": torch.nested.as_nested_tensor(prompts, layout=torch.jagged)},
-                "env_index": torch.tensor(rows),
-            },
-            batch_size=[len(rows)],
-        )
-        return policy(td).get(("tokens", "response"), as_list=True)
+    def collector(seeds, max_turn):
+        recs = collect_rollouts(envs[max_turn], policy, seeds, group_size, chunk_size=int(r.chunk_size))
+        needed = sum(int(t.numel()) for t in recs.get(TOKENS_TRAJECTORY, as_list=True))  # final prompt + reply
+        return int(recs.get(NUM_TOKENS).sum()), needed
 
     bare_gen = bare_token_generate(model, sampling, tok.pad_token_id, tok.eos_token_id)
     counter = ModelTokenCounter(model)
 
     def run(kind, seeds, max_turn):
-        if kind == "cached":
-            policy.clear()
-            return token_episodes(env, tok, seeds, group_size, cached_gen, max_turn=max_turn, release=policy.release)
-        return token_episodes(env, tok, seeds, group_size, bare_gen, max_turn=max_turn)
+        if kind == "ours":
+            return collector(seeds, max_turn)
+        return token_episodes(envs[max_turn], tok, seeds, group_size, bare_gen, max_turn=max_turn)
 
     for max_turn in (turns, 1):
-        for kind in ("cached", "bare"):  # untimed warm-up
+        for kind in ("ours", "bare"):  # untimed warm-up
             t0 = time.perf_counter()
             run(kind, train_level_seeds(1, 0, groups), max_turn)
             print(f"  {max_turn}-turn warm-up of {kind}: {time.perf_counter() - t0:.1f}s", flush=True)
-        totals = {k: [0, 0.0, 0, 0] for k in ("cached", "bare")}  # sampled, seconds, model tokens, needed
+        totals = {k: [0, 0.0, 0, 0] for k in ("ours", "bare")}  # sampled, seconds, model tokens, needed
         ratios = []
-        for r in range(args.repeats):
-            seeds = train_level_seeds(0, r, groups)
+        before = dict(cache.stats) if cache is not None else {}
+        for rep in range(args.repeats):
+            seeds = train_level_seeds(0, rep, groups)
             res = {}
-            order = ["cached", "bare"] if r % 2 == 0 else ["bare", "cached"]
+            order = ["ours", "bare"] if rep % 2 == 0 else ["bare", "ours"]
             for kind in order:
-                torch.manual_seed(r)
+                torch.manual_seed(rep)
                 counter.count = 0
                 t0 = time.perf_counter()
                 sampled, needed = run(kind, seeds, max_turn)
@@ -306,22 +319,23 @@ def turn_cache_main(args) -> None:
                 for j, v in enumerate(res[kind]):
                     totals[kind][j] += v
             speed = {k: res[k][0] / res[k][1] for k in res}
-            ratios.append(speed["cached"] / speed["bare"])
+            ratios.append(speed["ours"] / speed["bare"])
             print(
-                f"  {max_turn}-turn repeat {r} ({order[0]} first): cached {speed['cached']:.0f} tok/s, "
+                f"  {max_turn}-turn repeat {rep} ({order[0]} first): ours {speed['ours']:.0f} tok/s, "
                 f"bare {speed['bare']:.0f} tok/s, ratio {ratios[-1]:.2f}",
                 flush=True,
             )
         print(f"\n{max_turn}-turn Sokoban ({args.repeats} repeats)")
-        print(f"{'path':<38}{'sampled':>9}{'seconds':>9}{'tokens/s':>10}{'model tok / needed':>20}")
-        for kind, label in (("cached", "TurnCachePolicy (KV cache kept)"), ("bare", "bare generate, re-prefill")):
+        print(f"{'path':<44}{'sampled':>9}{'seconds':>9}{'tokens/s':>10}{'model tok / needed':>20}")
+        for kind, label in (("ours", "collect_rollouts (trainer's policy)"), ("bare", "bare generate, re-prefill")):
             n, t, processed, needed = totals[kind]
-            print(f"{label:<38}{n:>9}{t:>9.2f}{n / t:>10.0f}{processed / needed:>20.3f}")
-        (nc, tc, _, _), (nb, tb, _, _) = totals["cached"], totals["bare"]
+            print(f"{label:<44}{n:>9}{t:>9.2f}{n / t:>10.0f}{processed / needed:>20.3f}")
+        (no, to, _, _), (nb, tb, _, _) = totals["ours"], totals["bare"]
         target = 1.5 if max_turn > 1 else 0.95
+        gained = {k: v - before.get(k, 0) for k, v in cache.stats.items()} if cache is not None else {}
         print(
-            f"ratio (cached / bare tokens/s): median of repeats {statistics.median(ratios):.2f}, of totals "
-            f"{(nc / tc) / (nb / tb):.2f} (target >= {target}); policy stats {policy.stats}\n",
+            f"ratio (ours / bare tokens/s): median of repeats {statistics.median(ratios):.2f}, of totals "
+            f"{(no / to) / (nb / tb):.2f} (target >= {target}); turn cache over the timed repeats {gained}\n",
             flush=True,
         )
     counter.close()
@@ -341,6 +355,13 @@ def main() -> None:
         type=int,
         default=0,
         help="warm-start steps of the Sokoban model (0: untrained, every row plays every turn with full replies)",
+    )
+    parser.add_argument(
+        "--turn-cache-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="turn-cache part: a config override (e.g. rollout.kv_cache=false, trainer.prompts_per_iter=4)",
     )
     parser.add_argument(
         "--part",

@@ -103,6 +103,7 @@ from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
 from ..models.sampling import check_sampling, sampling_truncation
+from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
 from .token_trajectory import TokenTrajectories, reply_histories
 
 __all__ = [
@@ -116,6 +117,8 @@ __all__ = [
     "collect_rollouts",
     "hf_generate_kwargs",
     "make_generation_policy",
+    "turn_cache_counts",
+    "turn_cache_metrics",
     "sampling_truncation",
     "wrapper_generate_kwargs",
 ]
@@ -250,14 +253,24 @@ class TokenPromptWrapper(HistoryTransformersWrapper):
     """A token-prompt generation wrapper (``input_mode="tokens"``) that also answers a history prompt.
 
     :func:`collect_rollouts` gives it each row's trajectory as ``("tokens", "prompt")`` and no
-    conversation. Called on a TensorDict that holds the conversation at ``("history", "prompt")``
-    (torchrl's ``env.rollout`` and ``LLMCollector``, a script, a diagnostic: a ``("tokens", "prompt")``
-    there is the previous turn's, carried over), it renders the histories as the history-mode
-    wrapper does and writes ``("history", "full")`` and the text views too.
+    conversation. With a ``turn_cache`` (a :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`,
+    ``rollout.kv_cache=true``) those calls generate through it: each row's KV cache is kept between
+    turns and only the new tokens are encoded; :meth:`clear` and :meth:`release` reach it. Without one,
+    the wrapper re-encodes each prompt (prompt head shared). Called on a TensorDict that holds the
+    conversation at ``("history", "prompt")`` (torchrl's ``env.rollout`` and ``LLMCollector``, a
+    script, a diagnostic: a ``("tokens", "prompt")`` there is the previous turn's, carried over), it
+    renders the histories as the history-mode wrapper does and writes ``("history", "full")`` and the
+    text views too.
     """
 
+    turn_cache: TurnCachePolicy | None = None
+
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
-        if self.input_mode != "tokens" or HISTORY_PROMPT not in tensordict.keys(include_nested=True):
+        if self.input_mode != "tokens":
+            return super().forward(tensordict, *args, **kwargs)
+        if HISTORY_PROMPT not in tensordict.keys(include_nested=True):
+            if self.turn_cache is not None:
+                return self.turn_cache(tensordict)
             return super().forward(tensordict, *args, **kwargs)
         saved = self.input_mode, self.input_key, self.in_keys, self.out_keys
         self.input_mode, self.input_key, self.in_keys = "history", HISTORY_PROMPT, [HISTORY_PROMPT]
@@ -267,6 +280,16 @@ class TokenPromptWrapper(HistoryTransformersWrapper):
             return super().forward(tensordict, *args, **kwargs)
         finally:
             self.input_mode, self.input_key, self.in_keys, self.out_keys = saved
+
+    def clear(self) -> None:
+        """Forget every row's KV cache (:func:`collect_rollouts` calls it when a collection starts)."""
+        if self.turn_cache is not None:
+            self.turn_cache.clear()
+
+    def release(self, env_indices) -> None:
+        """Forget the KV caches of these ``env_index`` rows (their episodes finished)."""
+        if self.turn_cache is not None:
+            self.turn_cache.release(env_indices)
 
 
 def make_generation_policy(
@@ -280,6 +303,8 @@ def make_generation_policy(
     min_p: float | None = None,
     reply_prime: str = "",
     trajectory: str = "tokens",
+    kv_cache: bool = True,
+    max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
 ) -> HistoryTransformersWrapper:
     """A ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
@@ -288,6 +313,9 @@ def make_generation_policy(
     sequence and passes it as ``("tokens", "prompt")``, so every reply of every turn is trained as
     sampled (:mod:`~ragen_torchrl.collectors.token_trajectory`). ``"history"``: a history-mode
     wrapper that renders each row's whole conversation with the chat template at every turn.
+    A token-prompt policy with ``kv_cache`` (``rollout.kv_cache``, default true) keeps each row's KV
+    cache between turns (:class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`, at most
+    ``max_cached_tokens`` tokens, ``rollout.kv_cache_max_tokens``, over all rows; ``policy.turn_cache``).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
     entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
@@ -310,6 +338,7 @@ def make_generation_policy(
     """
     if trajectory not in TRAJECTORY_MODES:
         raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
+    check_turn_cache_settings(kv_cache, max_cached_tokens)
     kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,
@@ -335,7 +364,51 @@ def make_generation_policy(
     # per-trajectory token entropy for the SNR filter's entropy ablations, read off the
     # logits generate computes anyway (no extra forward pass)
     policy.entropy_recorder = attach_entropy_recorder(policy)
+    if trajectory == "tokens" and kv_cache:
+        turn_cache = TurnCachePolicy(model, kv_cache=True, max_cached_tokens=max_cached_tokens)
+        # one dict: the same sampling settings and the same entropy recorder on both paths
+        turn_cache.generate_kwargs = policy.generate_kwargs
+        # a plain attribute, not a submodule: the wrapper's state_dict and modules stay the model's
+        object.__setattr__(policy, "turn_cache", turn_cache)
     return policy
+
+
+#: TurnCachePolicy counters logged per iteration, as ``rollout/<name>``
+TURN_CACHE_METRICS = {
+    "kv_rows_reused": "rows_reused",
+    "kv_rows_prefilled": "rows_prefilled",
+    "kv_rows_over_cap": "rows_over_cap",
+    "kv_prefill_tokens": "prefill_tokens",
+}
+
+
+def turn_cache_counts(policy) -> dict[str, int]:
+    """A copy of the policy's turn-cache counters (``{}`` for a policy without a KV cache between turns).
+
+    Example:
+        >>> turn_cache_counts(lambda td: td)
+        {}
+    """
+    cache = getattr(policy, "turn_cache", None)
+    return dict(cache.stats) if cache is not None else {}
+
+
+def turn_cache_metrics(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """The turn-cache counters gained between two :func:`turn_cache_counts` (one iteration's rollouts),
+    named ``rollout/kv_...``; ``{}`` when the policy has no turn cache.
+
+    Example:
+        >>> b = dict(rows_reused=2, rows_prefilled=4, rows_over_cap=0, prefill_tokens=100)
+        >>> a = dict(rows_reused=9, rows_prefilled=8, rows_over_cap=1, prefill_tokens=160)
+        >>> turn_cache_metrics(b, a)
+        {'rollout/kv_rows_reused': 7.0, 'rollout/kv_rows_prefilled': 4.0, 'rollout/kv_rows_over_cap': 1.0, \
+'rollout/kv_prefill_tokens': 60.0}
+        >>> turn_cache_metrics({}, {})
+        {}
+    """
+    if not after:
+        return {}
+    return {f"rollout/{tag}": float(after[k] - before.get(k, 0)) for tag, k in TURN_CACHE_METRICS.items()}
 
 
 def token_prompt_template(policy) -> str | None:
@@ -475,6 +548,11 @@ def collect_rollouts(
     last_prompt: list = [None] * n
     last_response: list = [None] * n
     traj = None
+    # a policy that keeps per-row state between turns (TurnCachePolicy's KV caches) starts afresh and
+    # frees each row when its episode ends; any other callable is left as it is
+    clear, release = getattr(policy, "clear", None), getattr(policy, "release", None)
+    if callable(clear):
+        clear()
     if getattr(policy, "input_mode", None) == "tokens":
         # one token sequence per row: the policy reads it, the update trains it (module token_trajectory)
         traj = TokenTrajectories(policy.tokenizer, token_prompt_template(policy), n, prime=policy_reply_prime(policy))
@@ -521,6 +599,8 @@ def collect_rollouts(
                 last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
             if traj is not None:
                 final_ids[i], final_mask[i] = traj.trajectory(i)
+        if finished and callable(release):
+            release([int(idx[row]) for row in finished])
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
         if traj is not None and td is not None:

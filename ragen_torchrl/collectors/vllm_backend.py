@@ -476,13 +476,17 @@ def make_rollout_policy(
     reply_prime: str = "",
     engine=None,
     trajectory: str | None = None,
+    kv_cache: bool = True,
+    max_cached_tokens: int | None = None,
     **vllm_kwargs,
 ):
     """The rollout policy of ``rollout.backend`` and its weight sync: ``(policy, sync)``.
 
     * ``"hf"``: :func:`~ragen_torchrl.collectors.make_generation_policy` (generates with ``model``
       itself, so always current) and ``sync=None``; ``trajectory`` (``rollout.trajectory``, default
-      ``"tokens"``) picks its token-level or history rollout;
+      ``"tokens"``) picks its token-level or history rollout; ``kv_cache`` / ``max_cached_tokens``
+      (``rollout.kv_cache`` / ``rollout.kv_cache_max_tokens``, ``None``: the default cap) set the
+      token-level rollout's per-row KV cache;
     * ``"vllm"``: :func:`make_vllm_generation_policy` and a :class:`VLLMWeightSync` to
       :meth:`~VLLMWeightSync.push` after each update. Pass ``engine=policy.model`` of a first vLLM
       policy to sample at another temperature from the same engine: ``sync`` is then ``None``, the
@@ -510,6 +514,8 @@ def make_rollout_policy(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             trajectory=trajectory or "tokens",
+            kv_cache=kv_cache,
+            **({} if max_cached_tokens is None else {"max_cached_tokens": max_cached_tokens}),
             **sampling,
         )
         return policy, None

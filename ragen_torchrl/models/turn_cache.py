@@ -118,6 +118,12 @@ def _stacked(cache) -> torch.Tensor:
     return torch.stack([torch.stack(kv) for kv in _layer_tensors(cache)])
 
 
+def _sequences(out) -> torch.Tensor:
+    """The ids ``generate`` returned, whether as a tensor or as an output with ``sequences``
+    (``return_dict_in_generate``, which torchrl's wrapper sets in the ``generate_kwargs`` it shares)."""
+    return out if isinstance(out, torch.Tensor) else out.sequences
+
+
 def _dynamic_cache(stacked: torch.Tensor):
     from transformers import DynamicCache
 
@@ -147,7 +153,8 @@ class TurnCachePolicy(TensorDictModuleBase):
     The stored caches belong to the weights that computed them: when a parameter has been written since
     (an optimizer step), the next call clears them. ``stats`` counts, since construction: ``rows_reused`` / ``rows_prefilled`` (rows generated from a stored
     cache / encoded from scratch), ``rows_over_cap`` (rows not stored because of the cap), ``new_tokens``
-    (prompt tokens encoded over a reused cache), ``cached_tokens`` (stored now), ``weight_changes``
+    (prompt tokens encoded over a reused cache), ``prefill_tokens`` (prompt tokens the rows needed encoded:
+    a reused row's new tokens, a fresh row's whole prompt), ``cached_tokens`` (stored now), ``weight_changes``
     (calls that found the weights updated and cleared every cache).
     """
 
@@ -175,7 +182,13 @@ class TurnCachePolicy(TensorDictModuleBase):
         #: env_index -> (the tokens the cache covers, its [layers, 2, H, len, D] keys/values)
         self._store: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.stats = dict(
-            rows_reused=0, rows_prefilled=0, rows_over_cap=0, new_tokens=0, cached_tokens=0, weight_changes=0
+            rows_reused=0,
+            rows_prefilled=0,
+            rows_over_cap=0,
+            new_tokens=0,
+            prefill_tokens=0,
+            cached_tokens=0,
+            weight_changes=0,
         )
         self._weights_seen = self._weights_version()
         self.entropy_recorder = attach_entropy_recorder(self) if record_entropy else None
@@ -245,7 +258,7 @@ class TurnCachePolicy(TensorDictModuleBase):
             ids[r, width - p.numel() :] = p
             mask[r, width - p.numel() :] = 1
         out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **self.generate_kwargs)
-        return self._replies(out[:, width:])
+        return self._replies(_sequences(out)[:, width:])
 
     def _cache_usable(self, prompts: Sequence[torch.Tensor]) -> bool:
         return (
@@ -279,6 +292,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         else:
             self.release(env_index)
             self.stats["rows_prefilled"] += len(prompts)
+            self.stats["prefill_tokens"] += sum(int(p.numel()) for p in prompts)
             replies = self._plain_generate(prompts, device)
         tensordict.set(self.response_key, torch.nested.as_nested_tensor(replies, layout=torch.jagged))
         return tensordict
@@ -311,6 +325,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         self.stats["rows_reused"] += batch - len(fresh)
         self.stats["rows_prefilled"] += len(fresh)
         self.stats["new_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True) if k)
+        self.stats["prefill_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True))
 
         # [cached slots, then holes | new tokens, left-padded]; generate reads the ids after the cache
         block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
@@ -326,7 +341,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         kwargs = {**self.generate_kwargs, _forward_kwargs(self.model)[0]: cache}
         out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         start = width + block
-        replies = self._replies(out[:, start:])
+        replies = self._replies(_sequences(out)[:, start:])
         for e in env_index:
             self.release([e])
         if self.kv_cache:

@@ -456,6 +456,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         env_name = str(cfg.env.name)
         max_new_tokens = _bounded_int(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
         chunk = _bounded_int(cfg.rollout.get("chunk_size", 128), "rollout.chunk_size")
+        # as the run rolled out; a run's config from before these keys has none: the defaults
+        rollout_mode = {"trajectory": str(cfg.rollout.get("trajectory") or "tokens")}
+        rollout_mode["kv_cache"] = cfg.rollout.get("kv_cache", True)
+        if cfg.rollout.get("kv_cache_max_tokens") is not None:
+            rollout_mode["max_cached_tokens"] = cfg.rollout.get("kv_cache_max_tokens")
     except EvalError:
         raise
     except Exception as e:  # a config without the keys, or values of the wrong type
@@ -488,14 +493,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:  # transformers raises many types for a dir that is no loadable model
         where = tgt["policy"] if tgt["policy"] is not None else tgt["checkpoint"][1]
         raise EvalError(f"cannot load the model {where}: {type(e).__name__}: {_one_line(e)}") from None
-    policy = make_generation_policy(
-        model,
-        tokenizer,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        # as the run was trained; a run's config from before the switch has none: no priming
-        reply_prime=prime_text(bool(cfg.rollout.get("prime_think", False))),
-    )
+    try:
+        policy = make_generation_policy(
+            model,
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            # as the run was trained; a run's config from before the switch has none: no priming
+            reply_prime=prime_text(bool(cfg.rollout.get("prime_think", False))),
+            **rollout_mode,
+        )
+    except ValueError as e:  # a bad rollout.trajectory / kv_cache / kv_cache_max_tokens (names the key)
+        raise EvalError(_one_line(e)) from None
     stats, _ = evaluate_policy(
         env, policy, levels, seed=seed, chunk_size=chunk, progress=not args.no_progress, desc="evaluation"
     )

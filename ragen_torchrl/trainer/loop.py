@@ -31,6 +31,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
+from ..collectors.grouped import turn_cache_counts, turn_cache_metrics
 from ..collectors.vllm_backend import make_rollout_policy
 from ..data.groups import Groups
 from ..diagnostics.collapse import CollapseMonitor
@@ -40,6 +41,7 @@ from ..keys import (
     EPISODE_RETURN,
     GROUP_ID,
     MASKS_ASSISTANT,
+    TRAJECTORY_REFITS,
 )
 from ..models.loading import load_pretrained
 from ..models.priming import prime_text
@@ -172,6 +174,9 @@ class Trainer:
         self.reply_prime = prime_text(bool(rcfg.get("prime_think", True)))
         sampling["reply_prime"] = self.reply_prime
         sampling["trajectory"] = str(rcfg.get("trajectory") or "tokens")
+        if backend == "hf":  # the token rollout's per-row KV cache between turns
+            sampling["kv_cache"] = bool(rcfg.get("kv_cache", True))
+            sampling["max_cached_tokens"] = rcfg.get("kv_cache_max_tokens")
         self.policy, self.weight_sync = make_rollout_policy(
             backend,
             self.model,
@@ -507,9 +512,14 @@ class Trainer:
         it = self.iteration
         self.clock.enter("rollout")
         seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
+        kv_before = turn_cache_counts(self.policy)
         records = self.objective.shape_rewards(self._collect(seeds))
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
+        kv = turn_cache_metrics(kv_before, turn_cache_counts(self.policy))  # this rank's rows: summed over ranks
+        stats.update(zip(kv, self.dist.sum_floats(kv.values())))
+        if TRAJECTORY_REFITS in records.keys():  # token rows re-tokenised from the rendered conversation
+            stats["rollout/trajectory_refits"] = float(records.get(TRAJECTORY_REFITS).sum())
         stats["timing/rollout"] = t_rollout
         # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start
         stats["rollout/env_errors_total"] = self.dist.sum_floats(

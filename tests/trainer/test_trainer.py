@@ -34,6 +34,8 @@ EXPECTED_TAGS = {
     "rollout/turns",
     "rollout/tokens",
     "rollout/format_valid",
+    "rollout/kv_rows_reused",
+    "rollout/trajectory_refits",
     "val/success",
     "timing/rollout",
     "timing/update",
