@@ -265,8 +265,8 @@ def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path,
     class KeepsNothing:
         last_stats = property(lambda self: real.last_stats)
 
-        def __call__(self, records):
-            real(records)
+        def filter(self, records, groups=None):
+            real.filter(records, groups)
             return None
 
     trainer.snr = KeepsNothing()

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.evaluate import main as eval_main
 from ragen_torchrl.trainer.loop import Trainer
-from ragen_torchrl.trainer.summary import SUMMARY_KEYS, read_summary, write_summary
+from ragen_torchrl.trainer.summary import OPTIONAL_KEYS, SUMMARY_KEYS, read_summary, write_summary
 
 # tests/test_presets.py's SMALL overrides (a seconds-long trainer=smoke run), with 4 validation levels
 SMALL = [
@@ -66,7 +66,7 @@ def test_summary_nan_and_inf_round_trip_as_null(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
     json.loads(text)  # strict JSON
     s = read_summary(tmp_path)  # a run dir is accepted too
-    assert tuple(s) == SUMMARY_KEYS
+    assert tuple(s) == SUMMARY_KEYS  # the optional keys only when given
     assert s["val_start"] == {"success": None}
     assert s["val_end"] == {"success": 0.25, "tokens": None}
     assert s["history"] == [{"iteration": 1, "train/loss": None, "train/grad_norm": 2.0}]
@@ -87,7 +87,7 @@ def test_smoke_run_writes_summary_and_a_loadable_policy(smoke_run):
 
     run_dir, returned = smoke_run
     s = read_summary(run_dir / "summary.json")
-    assert tuple(s) == SUMMARY_KEYS
+    assert tuple(s) == SUMMARY_KEYS + OPTIONAL_KEYS  # a run writes its provenance, phases and totals
     assert s["config"]["trainer"]["val_levels"] == 4 and s["config"]["seed"] == 0
     assert s["iterations"] == 1 and s["stop_reason"] is None and s["run_dir"] == str(run_dir)
     assert s["final_policy"] == str(run_dir / "policy")
