@@ -57,6 +57,14 @@ from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_poli
 from ragen_torchrl.trainer.sft import supervised_finetune
 
 
+def play_reply(game, reply: str, max_actions: int) -> bool:
+    """Run the reply's parsed actions on ``game`` in order (as the env does); whether the game ended."""
+    for action in parse_response(reply, game.action_names, max_actions).actions:
+        if game.step(action)[1]:
+            return True
+    return False
+
+
 def bare_generate_rollout(env, model, tokenizer, level_seeds, group_size, sampling: dict) -> int:
     """The same episodes with a plain ``model.generate`` loop; returns generated tokens.
 
@@ -85,12 +93,7 @@ def bare_generate_rollout(env, model, tokenizer, level_seeds, group_size, sampli
             total += len(ids)
             reply = tokenizer.decode(ids, skip_special_tokens=True)
             chats[i].append({"role": "assistant", "content": reply})
-            parsed = parse_response(reply, games[i].action_names, env.max_actions_per_turn)
-            done = False
-            for a in parsed.actions:
-                _, done, _ = games[i].step(a)
-                if done:
-                    break
+            done = play_reply(games[i], reply, env.max_actions_per_turn)
             turns[i] += 1
             if not done and turns[i] < env.max_turn:
                 chats[i].append({"role": "user", "content": env.observation_text(games[i])})
@@ -164,12 +167,7 @@ def token_episodes(env, tokenizer, level_seeds, group_size, generate_fn, *, max_
         for i, ids in zip(running, replies, strict=True):
             sampled += len(ids)
             reply = tokenizer.decode(ids, skip_special_tokens=True)
-            parsed = parse_response(reply, games[i].action_names, env.max_actions_per_turn)
-            done = False
-            for a in parsed.actions:
-                _, done, _ = games[i].step(a)
-                if done:
-                    break
+            done = play_reply(games[i], reply, env.max_actions_per_turn)
             turns[i] += 1
             if not done and turns[i] < max_turn:
                 obs = head[len(eot_text) :] + env.observation_text(games[i]) + tail
@@ -242,15 +240,7 @@ def turn_cache_main(args) -> None:
         t: make_env(cfg.env.name, num_envs=groups * group_size, **{**env_kwargs(cfg.env), "max_turn": t})
         for t in (turns, 1)
     }
-    m = cfg.model
-    tiny = TinyModelConfig(
-        vocab_size=m.vocab_size,
-        hidden_size=m.hidden_size,
-        intermediate_size=m.intermediate_size,
-        num_layers=m.num_layers,
-        num_heads=m.num_heads,
-        num_kv_heads=m.num_kv_heads,
-    )
+    tiny = TinyModelConfig.from_model_config(cfg.model)
     t0 = time.perf_counter()
     path = build_tiny_model(tokenizer_corpus(envs[turns]), tiny, tempfile.mkdtemp())
     model, tok = load_pretrained(path)

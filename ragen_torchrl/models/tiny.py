@@ -78,6 +78,18 @@ class TinyModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
 
+    @classmethod
+    def from_model_config(cls, model) -> TinyModelConfig:
+        """The sizes of a ``model=tiny`` config node (a mapping with this class's size keys).
+
+        Example:
+            >>> TinyModelConfig.from_model_config({"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+            ...     "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "device": "cpu"}).hidden_size
+            32
+        """
+        sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+        return cls(**{k: model[k] for k in sizes})
+
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512):
     """Train a byte-level BPE tokenizer on ``corpus`` and wrap it for ``transformers``.

@@ -91,16 +91,8 @@ def prepare_model(cfg: DictConfig, env) -> str:
         from ..models.tiny import TinyModelConfig, build_tiny_model
         from .demonstrations import tokenizer_corpus
 
-        m = cfg.model
-        tiny = TinyModelConfig(
-            vocab_size=m.vocab_size,
-            hidden_size=m.hidden_size,
-            intermediate_size=m.intermediate_size,
-            num_layers=m.num_layers,
-            num_heads=m.num_heads,
-            num_kv_heads=m.num_kv_heads,
-        )
-        base = build_tiny_model(tokenizer_corpus(env), tiny, m.cache_dir)
+        tiny = TinyModelConfig.from_model_config(cfg.model)
+        base = build_tiny_model(tokenizer_corpus(env), tiny, cfg.model.cache_dir)
     if cfg.sft.enabled and cfg.sft.steps > 0:
         from ..models.priming import prime_text
         from .sft import warm_start

@@ -1,8 +1,7 @@
 """Grouped collection as a public component (:mod:`ragen_torchrl.collectors.grouped`).
 
-Issue 16 item 2: "Collecting G samples per level is our core data path: make it a public,
-documented module outside ``trainer/`` ... with a stated policy contract and a clear error
-for a policy that does not produce tokens". The scripted policies here use no model, so
+Collecting G samples per level is the core data path: a public, documented module with a
+stated policy contract and a clear error for a policy that does not produce tokens. The scripted policies here use no model, so
 every number is known by hand.
 """
 

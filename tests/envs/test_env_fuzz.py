@@ -1,7 +1,7 @@
 """Property-based and payload fuzzing: no model reply crashes or stalls any registered env.
 
-Issue 13 (hardening): "Every parser must treat any string as a possibly-malformed reply
-(penalty, state unchanged), never raise." Two layers:
+Every parser treats any string as a possibly-malformed reply (penalty, state unchanged) and
+never raises. Two layers:
 
 * a deterministic list of hostile payloads (the classes that found crashes: 10,000-digit
   numbers, 1 MB replies, 10k nested tags, NUL bytes, lone surrogates, right-to-left marks,

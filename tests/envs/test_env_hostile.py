@@ -1,10 +1,10 @@
-"""Issue 13, item 1: "A model reply can kill a training run."
+"""A model reply never kills a training run.
 
-The exact bad inputs of the issue (a number with more than 4,300 digits in
+Known bad inputs (a number with more than 4,300 digits in
 MovieRecommendation's ``int(ref.lstrip("#"))`` and PreferenceEstimation's ``parse_compare``),
-the regex bombs found by the fuzz suite, and the env's safety net: "an env exception on one
+the regex bombs found by the fuzz suite, and the env's safety net: an env exception on one
 row is logged with the row's level seed, the row ends with the format penalty, and training
-goes on."
+goes on.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17: the update trains the token ids the policy read and sampled (``algo.train_on=generated``).
+"""The update trains the token ids the policy read and sampled (``algo.train_on=generated``).
 
 Against the previous path (the decoded conversation re-tokenised, ``train_on=retokenized``): the same
 tokens, masks, losses and gradients (within 1e-5) when the reply's text round-trips; where it does

@@ -1,4 +1,4 @@
-"""Issue 17: the losses score the batch's stored token ids (no second chat template and tokenisation),
+"""The losses score the batch's stored token ids (no second chat template and tokenisation),
 and the first mini-batch of an epoch-1 update takes its behaviour log-probs from the loss's own
 forward (``current_as_behaviour``) instead of a separate pass. Every path is compared with the previous
 one: tokens and masks equal, loss values and gradients within 1e-5 (CPU float32), the same weights after a

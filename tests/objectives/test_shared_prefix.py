@@ -1,4 +1,4 @@
-"""Issue 17: a prompt shared by several rows runs through the model once (``algo.shared_prefix``).
+"""A prompt shared by several rows runs through the model once (``algo.shared_prefix``).
 
 Compared with the padded pass it replaces: logits at the trained positions and parameter gradients
 within 1e-5 (CPU float32), every algorithm's loss terms and gradients within 1e-5, the behaviour

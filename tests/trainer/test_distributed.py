@@ -1,4 +1,4 @@
-"""Issue 19: training on several processes (torchrun, gloo on CPU) and micro-batched updates.
+"""Training on several processes (torchrun, gloo on CPU) and micro-batched updates.
 
 The 2-process tests launch ``torchrun --nproc_per_node=2 -m ragen_torchrl.train`` and compare with one
 process playing the same rollout parts (``rollout.shards=2``) and the same forwards
