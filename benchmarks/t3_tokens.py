@@ -52,7 +52,7 @@ from tensordict import TensorDict
 from torchrl.data.llm import History
 
 from ragen_torchrl.envs import make_env
-from ragen_torchrl.envs.active_reasoning import ActiveReasoningEnv
+from ragen_torchrl.envs.active.reasoning import ActiveReasoningEnv
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
 from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame, format_vector, split_estimate

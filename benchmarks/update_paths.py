@@ -58,22 +58,22 @@ from ragen_torchrl.trainer.update import minibatch_plan, optimize, scores_shared
 
 
 def before(tr: Trainer, records, plan) -> dict:
-    batch = tr.objective.advantage(records)
-    batch = tr.objective.prepare(attach_training_data(batch, _wrapper_log_probs(tr.actor, batch, 32)))
+    batch = tr.algorithm.advantage(records)
+    batch = tr.algorithm.prepare(attach_training_data(batch, _wrapper_log_probs(tr.actor, batch, 32)))
     tr.loss_module.score_stored_tokens = False
     try:
-        return optimize(batch, tr.loss_module, tr.objective, tr.optimizer, tr.cfg.algo, plan=plan)
+        return optimize(batch, tr.loss_module, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan)
     finally:
         tr.loss_module.score_stored_tokens = True
 
 
 def now(tr: Trainer, records, plan) -> dict:
-    batch, _ = training_batch(records, tr.objective, tr.actor, skip_behaviour=plan[0][0])
-    return optimize(batch, tr.loss_module, tr.objective, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
+    batch, _ = training_batch(records, tr.algorithm, tr.actor, skip_behaviour=plan[0][0])
+    return optimize(batch, tr.loss_module, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
 
 
 def ragged(tr: Trainer, records, plan) -> dict:
-    obj = tr.objective
+    obj = tr.algorithm
     recs = obj.advantage(records)
     shared = scores_shared_prefixes(obj.loss_module)
     beh = compute_behaviour_log_probs(tr.actor, recs, skip=plan[0][0], shared_prefix=shared, train_on=obj.train_on)
@@ -82,11 +82,11 @@ def ragged(tr: Trainer, records, plan) -> dict:
 
 
 def stored(tr: Trainer, records, plan) -> dict:
-    tr.objective.train_on, tr.loss_module.shared_prefix = "retokenized", False
+    tr.algorithm.train_on, tr.loss_module.shared_prefix = "retokenized", False
     try:
         return now(tr, records, plan)
     finally:
-        tr.objective.train_on, tr.loss_module.shared_prefix = "generated", True
+        tr.algorithm.train_on, tr.loss_module.shared_prefix = "generated", True
 
 
 ARMS = (("history path", before), ("stored tokens", stored), ("ragged batch", ragged), ("now", now))
@@ -104,7 +104,7 @@ def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
             ],
         )
     tr = Trainer(cfg, run_dir=tempfile.mkdtemp())
-    records = tr.objective.shape_rewards(
+    records = tr.algorithm.shape_rewards(
         collect_rollouts(
             tr.env,
             tr.policy,

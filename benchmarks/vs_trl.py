@@ -151,9 +151,9 @@ import ragen_torchrl  # noqa: E402
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response  # noqa: E402
 from ragen_torchrl.keys import EPISODE_RETURN, GROUP_ID, MASKS_ASSISTANT, NUM_TOKENS, TOKENS_FULL  # noqa: E402
 from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs  # noqa: E402
-from ragen_torchrl.trainer.reporting import summarize  # noqa: E402
+from ragen_torchrl.trainer.early_stop import unfiltered_stats  # noqa: E402
 from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
-from ragen_torchrl.trainer.stops import unfiltered_stats  # noqa: E402
+from ragen_torchrl.trainer.run_log import summarize  # noqa: E402
 from ragen_torchrl.trainer.update import clip_grad_norms, minibatch_plan, scores_shared_prefixes  # noqa: E402
 
 #: the breakdown's rows, in print order; "bookkeeping" is the rest of the step
@@ -335,7 +335,7 @@ def _check_plain(tr) -> None:
         "MI diagnostics": tr.collapse,
         "gradient-SNR probe": tr.grad_snr,
         "reference model (KL)": tr.ref_actor,
-        "dynamic sampling": tr.objective.dynamic_sampling,
+        "dynamic sampling": tr.algorithm.dynamic_sampling,
     }
     on = [k for k, v in extras.items() if v is not None]
     if on or tr.t3_enabled or getattr(tr.val_env, "task_name", ""):
@@ -363,7 +363,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     seeds = train_level_seeds(int(tr.cfg.seed), iteration, tr.P)
     env, policy = TimedEnv(tr.env, sec), TimedPolicy(tr.policy, sec)
     records = collect_rollouts(env, policy, seeds, tr.G, chunk_size=int(tr.cfg.rollout.chunk_size))
-    records = tr.objective.shape_rewards(records)
+    records = tr.algorithm.shape_rewards(records)
     summarize(records)
     fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
     tr.guard.update(fstats)
@@ -373,19 +373,19 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     algo = tr.cfg.algo
     on_policy_first = bool(algo.get("on_policy_first_minibatch", True)) and int(algo.ppo_epochs) == 1
     plan = minibatch_plan(records.get(GROUP_ID), algo)
-    batch = tr.objective.advantage(records)
+    batch = tr.algorithm.advantage(records)
     with sec("behaviour log-probs"):
         behaviour = compute_behaviour_log_probs(
             tr.actor,
             batch,
             skip=plan[0][0] if on_policy_first else None,
             shared_prefix=scores_shared_prefixes(tr.loss_module),
-            train_on=tr.objective.train_on,
+            train_on=tr.algorithm.train_on,
         )
     batch = attach_training_data(batch, behaviour)
-    batch = tr.objective.prepare(batch)
+    batch = tr.algorithm.prepare(batch)
     # optimize
-    clip_groups = tr.objective.grad_clip_groups(float(algo.max_grad_norm))
+    clip_groups = tr.algorithm.grad_clip_groups(float(algo.max_grad_norm))
     steps = 0
     for epoch, batches in enumerate(plan):
         for k, idx in enumerate(batches):
@@ -393,7 +393,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
             on_policy = on_policy_first and epoch == 0 and k == 0
             with sec("loss forward"), tr.loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
                 out = tr.loss_module(minibatch)
-                loss = tr.objective.total_loss(out)
+                loss = tr.algorithm.total_loss(out)
             tr.optimizer.zero_grad(set_to_none=True)
             if not torch.isfinite(loss):
                 continue
@@ -405,7 +405,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
                     continue
                 tr.optimizer.step()
             steps += 1
-            tr.objective.metrics(out, minibatch)
+            tr.algorithm.metrics(out, minibatch)
             loss.item()
     sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True))
     out = breakdown(sec.seconds, time.perf_counter() - t_start)
@@ -688,7 +688,7 @@ def run_single_turn(args, cache: str) -> None:
         f"{mean([x['step_time'] for x in r['trl']]):.2f} s; "
         f"generated tokens per step: ours {mean([p['tokens'] for p in ours_pieces]):.0f}, "
         f"TRL {mean(r['trl_tokens']):.0f}; tokens the loss forward reads (prompts + replies): "
-        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (algo.train_on={tr.objective.train_on}), "
+        f"ours {mean([p['scored_tokens'] for p in ours_pieces]):.0f} (algo.train_on={tr.algorithm.train_on}), "
         f"TRL {mean([x['scored_tokens'] for x in r['trl']]):.0f} (generated ids))"
     )
     print_breakdown(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 #: a TensorDict key: a string, or a tuple of strings for a nested key (``tensordict.NestedKey``;
 #: spelled here so that this module imports nothing heavy)

@@ -85,19 +85,19 @@ def records():
 
 
 def algo_objective(name: str, model, tok, actor, mini_batch_size: int, **overrides):
-    """``(Objective, algo config)`` of the shipped ``configs/algo/<name>.yaml`` with a small mini-batch."""
+    """``(Algorithm, algo config)`` of the shipped ``configs/algo/<name>.yaml`` with a small mini-batch."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
-    from ragen_torchrl.objectives import build_objective
+    from ragen_torchrl.objectives import build_algorithm
     from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
     cfg = OmegaConf.load(Path(PACKAGE_CONFIG_DIR) / "algo" / f"{name}.yaml")
     cfg.mini_batch_size = mini_batch_size
     for key, value in overrides.items():
         cfg[key] = value
-    return build_objective(cfg, actor, model, tok), cfg
+    return build_algorithm(cfg, actor, model, tok), cfg
 
 
 def grads(model) -> list:

@@ -4,7 +4,7 @@
   training batch (GRPO and PPO) actually hold, once, and each group's keys are really there;
 * ``docs/tensordict_contract.md`` carries the table generated from ``KEY_TABLE``;
 * ``PPOLoss`` exposes its critic keys through ``_AcceptedKeys``: ``set_keys`` renames them end
-  to end (``PPOObjective.prepare`` writes the renamed keys and the loss reads them).
+  to end (``PPOAlgorithm.prepare`` writes the renamed keys and the loss reads them).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from torchrl.data.llm import History
 
 from ragen_torchrl import keys as K
 from ragen_torchrl.envs import make_env
+from ragen_torchrl.objectives.algorithm import PPOAlgorithm
 from ragen_torchrl.objectives.logprobs import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
-from ragen_torchrl.objectives.objective import PPOObjective
 from ragen_torchrl.objectives.ppo import Critic, PPOLoss, prepare_ppo_batch
 from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 from ragen_torchrl.transforms.advantage import GroupAdvantage
@@ -186,7 +186,7 @@ def test_ppo_set_keys_renames_the_value_keys_end_to_end(model_tok, train_batch):
         critic.head.weight.normal_(0, 0.1)  # non-zero values, so clipping against old values matters
     loss = PPOLoss(actor, critic, value_clip=0.01)
     loss.set_keys(value="old_v", value_target="v_tgt", advantage="adv_tok", episode_return="ret")
-    objective = PPOObjective("ppo", loss, model, critic_lr=1e-4, gae={})
+    objective = PPOAlgorithm("ppo", loss, model, critic_lr=1e-4, gae={})
     renamed = batch.clone().exclude(K.ADVANTAGE)  # PPO's advantage is its GAE, written by prepare
     renamed.rename_key_(K.EPISODE_RETURN, "ret")
     renamed = objective.prepare(renamed)  # writes the keys the loss was told to read

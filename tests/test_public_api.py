@@ -89,8 +89,8 @@ def test_import_ragen_torchrl_is_cheap_and_subpackages_load_on_use():
 
 
 def test_objectives_keep_objective_and_build_objective():
-    from ragen_torchrl.objectives import ALGORITHMS, Objective, build_objective
+    from ragen_torchrl.objectives import ALGORITHMS, Algorithm, build_algorithm
 
-    obj = build_objective({"name": "dapo", "max_length": 16}, actor=None, model=None)
-    assert isinstance(obj, Objective) and "dapo" in ALGORITHMS
+    obj = build_algorithm({"name": "dapo", "max_length": 16}, actor=None, model=None)
+    assert isinstance(obj, Algorithm) and "dapo" in ALGORITHMS
     assert type(obj.loss_module).__name__ == "DAPOLoss"

@@ -32,7 +32,7 @@ import time
 import torch
 from tensordict import TensorDictBase
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from ..envs.parsing import THINK_RE
 from ..keys import GROUP_ID, HISTORY_FULL

@@ -70,7 +70,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 # the KV-cache helpers are re-exported for callers (and tests) that import them from here
 from .kv_prefix import (

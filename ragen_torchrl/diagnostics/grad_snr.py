@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from ..validation import check_int
+from ..checks import check_int
 
 __all__ = ["GradSNRProbe", "rv_buckets", "bucket_grad_norms"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .active_reasoning import (
+from .active.reasoning import (
     CircuitDecodingEnv,
     GuessNumbersEnv,
     MovieRecommendationEnv,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from .games.bandit import BanditGame
 from .splits import level_split

@@ -39,7 +39,7 @@ import os
 import random
 from typing import Any
 
-from ..validation import check_int
+from ..checks import check_int
 from .games.base import TextGame
 from .games.countdown import CountdownGame, CountdownProblem, load_countdown_file
 from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, file_stamp, level_split

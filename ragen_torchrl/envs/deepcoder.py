@@ -58,8 +58,8 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from ..checks import check_bool, check_choice, check_int, check_number
 from ..keys import ENV_INDEX, HISTORY_FULL
-from ..validation import check_bool, check_choice, check_int, check_number
 from .games.base import TextGame
 from .games.deepcoder import DeepCoderGame
 from .games.deepcoder_data import CodingProblem, load_coding_problems, shipped_problems

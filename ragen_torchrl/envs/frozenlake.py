@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from .games.frozenlake import OBSERVATIONS, FrozenLakeGame
 from .text_env import TextGameEnv, sample_seed

@@ -44,7 +44,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from ..validation import check_int
+from ..checks import check_int
 from .games.base import TextGame
 from .games.metamathqa import MathProblem, MetaMathQAGame, load_metamathqa
 from .splits import check_data_paths, check_val_fraction, data_pools, draw_in_split, file_stamp, level_split

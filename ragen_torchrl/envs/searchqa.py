@@ -54,8 +54,8 @@ import os
 import random
 from typing import Any
 
+from ..checks import check_int, check_number
 from ..keys import ACTION_IS_EFFECTIVE, ACTION_IS_VALID, SUCCESS
-from ..validation import check_int, check_number
 from .games.base import TextGame
 from .games.retrieval import BM25Retriever, Passage
 from .games.searchqa import SearchQAGame, parse_action

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..validation import check_int
+from ..checks import check_int
 from .games.sokoban import SokobanGame
 from .splits import draw_in_split
 from .text_env import TextGameEnv

@@ -58,7 +58,7 @@ from torchrl.data.llm import History
 from torchrl.envs import TransformedEnv
 from torchrl.envs.llm import ChatEnv
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from ..keys import (
     ACTION_IS_EFFECTIVE,

@@ -55,8 +55,8 @@ import os
 import random
 from typing import Any
 
+from ..checks import check_choice, check_int
 from ..keys import ACTION_IS_VALID
-from ..validation import check_choice, check_int
 from .games.base import TextGame
 from .games.webshop import OBSERVATIONS, REWARD_MODES, SEARCH_RETURN_N, Shop, WebShopGame
 from .games.webshop_catalog import generate_catalog, generate_goals

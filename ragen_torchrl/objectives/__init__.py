@@ -1,8 +1,8 @@
 """Policy objectives on torchrl's ``GRPOLoss``: GRPO, Dr.GRPO, DAPO, GSPO and PPO with a critic.
 
-* :mod:`.objective`: :class:`Objective` (one algorithm's loss and data hooks, as the training
-  loop calls them), :func:`build_objective` (``algo`` config node -> ``Objective``) and its
-  registry (:func:`register_objective`, :func:`available_objectives`);
+* :mod:`.algorithm`: :class:`Algorithm` (one algorithm's loss and data hooks, as the training
+  loop calls them), :func:`build_algorithm` (``algo`` config node -> ``Algorithm``) and its
+  registry (:func:`register_algorithm`, :func:`available_algorithms`);
 * the losses, torchrl ``LossModule`` subclasses usable on their own: :mod:`.metrics`
   (``MaskedStatsGRPOLoss``, assistant-token statistics), :mod:`.grpo` (``make_grpo_loss``),
   :mod:`.drgrpo`, :mod:`.dapo` (with DAPO's dynamic sampling), :mod:`.gspo`, :mod:`.ppo`
@@ -13,10 +13,10 @@
 Names are imported from their submodules on first use.
 
 Example:
-    >>> from ragen_torchrl.objectives import available_objectives, build_objective
-    >>> available_objectives()[:5]
+    >>> from ragen_torchrl.objectives import available_algorithms, build_algorithm
+    >>> available_algorithms()[:5]
     ['grpo', 'drgrpo', 'dapo', 'gspo', 'ppo']
-    >>> obj = build_objective({"name": "drgrpo", "max_length": 64, "entropy_coeff": 0.0}, actor=None, model=None)
+    >>> obj = build_algorithm({"name": "drgrpo", "max_length": 64, "entropy_coeff": 0.0}, actor=None, model=None)
     >>> type(obj.loss_module).__name__, obj.loss_module.max_length, obj.dynamic_sampling
     ('DrGRPOLoss', 64, None)
 """
@@ -25,24 +25,24 @@ from .. import lazy_exports
 
 _EXPORTS = {
     # the training-loop bundle and the algorithm registry
-    "ALGORITHMS": ".objective",
-    "LOSS_TERMS": ".objective",
-    "Objective": ".objective",
-    "PPOObjective": ".objective",
-    "build_objective": ".objective",
-    "register_objective": ".objective",
-    "available_objectives": ".objective",
+    "ALGORITHMS": ".algorithm",
+    "LOSS_TERMS": ".algorithm",
+    "Algorithm": ".algorithm",
+    "PPOAlgorithm": ".algorithm",
+    "build_algorithm": ".algorithm",
+    "register_algorithm": ".algorithm",
+    "available_algorithms": ".algorithm",
     # losses (torchrl LossModules) and their defaults
-    "MaskedStatsGRPOLoss": ".metrics",
+    "MaskedStatsGRPOLoss": ".base",
     "DrGRPOLoss": ".drgrpo",
     "DAPOLoss": ".dapo",
     "GSPOLoss": ".gspo",
     "PPOLoss": ".ppo",
     "PPOLossOutput": ".ppo",
     "Critic": ".ppo",
-    "TokenStatsMixin": ".metrics",
-    "DEFAULT_ENTROPY_COEFF": ".metrics",
-    "REF_LOG_PROBS_KEY": ".metrics",
+    "TokenStatsMixin": ".base",
+    "DEFAULT_ENTROPY_COEFF": ".base",
+    "REF_LOG_PROBS_KEY": ".base",
     "make_grpo_loss": ".grpo",
     # log-prob plumbing: score conversations, attach behaviour data
     "make_logprob_policy": ".logprobs",
@@ -57,11 +57,11 @@ _EXPORTS = {
     "bilevel_gae": ".ppo",
     "masked_whiten": ".ppo",
     "sequence_log_ratio": ".gspo",
-    "dual_clip_gain": ".metrics",
-    "check_dual_clip": ".metrics",
+    "dual_clip_gain": ".base",
+    "check_dual_clip": ".base",
     # metrics
-    "masked_token_metrics": ".metrics",
-    "loss_output_metrics": ".metrics",
+    "masked_token_metrics": ".base",
+    "loss_output_metrics": ".base",
     "sequence_metrics": ".gspo",
     "value_metrics": ".ppo",
 }
@@ -71,11 +71,11 @@ __all__ = [
     # the training-loop bundle and the algorithm registry
     "ALGORITHMS",
     "LOSS_TERMS",
-    "Objective",
-    "PPOObjective",
-    "build_objective",
-    "register_objective",
-    "available_objectives",
+    "Algorithm",
+    "PPOAlgorithm",
+    "build_algorithm",
+    "register_algorithm",
+    "available_algorithms",
     # losses (torchrl LossModules) and their defaults
     "MaskedStatsGRPOLoss",
     "DrGRPOLoss",

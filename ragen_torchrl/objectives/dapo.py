@@ -32,11 +32,11 @@ import torch
 from tensordict import TensorDictBase, lazy_stack
 from torchrl.objectives.llm import DAPO
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from ..data.groups import Groups
 from ..keys import EPISODE_RETURN, GROUP_ID, SUCCESS
-from .metrics import INPUT_CONTRACT, TokenStatsMixin
+from .base import INPUT_CONTRACT, TokenStatsMixin
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.objectives.llm import GRPOLoss
 
-from .metrics import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
+from .base import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
 
 
 class DrGRPOLoss(TokenStatsMixin, GRPOLoss):

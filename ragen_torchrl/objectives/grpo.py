@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from torchrl.modules.llm import TransformersWrapper
 
+from .base import MaskedStatsGRPOLoss
+
 # re-exported for code written against the old layout (see the module docstring)
 from .logprobs import (
     attach_training_data,
@@ -31,7 +33,6 @@ from .logprobs import (
     masked_mean,
     training_view,
 )
-from .metrics import MaskedStatsGRPOLoss
 
 __all__ = [
     "make_grpo_loss",
@@ -54,7 +55,7 @@ def make_grpo_loss(
 ) -> MaskedStatsGRPOLoss:
     """torchrl's GRPOLoss configured for multi-turn assistant-only training.
 
-    A :class:`~ragen_torchrl.objectives.metrics.MaskedStatsGRPOLoss`: torchrl's loss terms,
+    A :class:`~ragen_torchrl.objectives.base.MaskedStatsGRPOLoss`: torchrl's loss terms,
     with ``entropy`` / ``clip_fraction`` / ``kl_approx`` reported over assistant tokens and
     the reference log-probs read from ``("ref_log_probs", "full")``.
     """

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torchrl.objectives.llm import GRPOLoss
 
-from .metrics import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
+from .base import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
 
 
 def sequence_log_ratio(log_weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

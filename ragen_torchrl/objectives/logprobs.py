@@ -35,6 +35,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, lazy_s
 from torchrl.modules.distributions import LLMMaskedCategorical
 from torchrl.modules.llm import TransformersWrapper
 
+from ..checks import check_choice
 from ..data.dense import dense_rows, per_row_columns, trim_padding, unpad_rows
 from ..envs.messages import chat_dicts
 from ..keys import (
@@ -52,7 +53,6 @@ from ..keys import (
 )
 from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
-from ..validation import check_choice
 from .shared_prefix import shared_prefix_logits, shared_prefix_supported
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
@@ -158,7 +158,7 @@ def tokenize_conversations(
     both modes (:func:`~ragen_torchrl.models.priming.unmask_primed`).
 
     ``("log_probs", "full")`` is NaN (not computed: a loss run inside
-    :meth:`~ragen_torchrl.objectives.metrics.TokenStatsMixin.current_as_behaviour` does not
+    :meth:`~ragen_torchrl.objectives.base.TokenStatsMixin.current_as_behaviour` does not
     read it, and any other use drops those tokens from the loss rather than trusting a
     made-up value).
     """

@@ -21,10 +21,10 @@ re-padded on the left) and adds a value loss:
 * **Advantage whitening** (default on): over all assistant tokens of the batch, unbiased
   variance (:func:`masked_whiten`).
 * **Dual-clip** (optional, ``dual_clip=c``): see
-  :class:`~ragen_torchrl.objectives.metrics.TokenStatsMixin`.
+  :class:`~ragen_torchrl.objectives.base.TokenStatsMixin`.
 * **Value clipping**: ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``.
 * The critic has its own learning rate and gradient-norm clipping, as verl's separate critic
-  optimizer (see ``PPOObjective.grad_clip_groups``): a large value-loss gradient does not
+  optimizer (see ``PPOAlgorithm.grad_clip_groups``): a large value-loss gradient does not
   shrink the actor's step. With ``critic="head"`` only the head is the critic's; the shared
   trunk is clipped with the actor. Explained variance is logged.
 
@@ -66,7 +66,7 @@ from ..keys import (
     TOKENS_FULL,
     VALUE_TARGET,
 )
-from .metrics import INPUT_CONTRACT, TokenStatsMixin
+from .base import INPUT_CONTRACT, TokenStatsMixin
 
 #: default keys of the old values and value targets (``PPOLoss`` reads ``tensor_keys.value``
 #: / ``tensor_keys.value_target``; rename them with ``set_keys``)
@@ -317,7 +317,7 @@ def prepare_ppo_batch(
     ``episode_return``; writes ``advantage`` ``[L, 1]``, ``state_value`` ``[L]`` and
     ``value_target`` ``[L]`` per row (on a dense batch: ``[N, T, 1]`` / ``[N, T]``, left-padded
     with 0 like the log-probs) (the ``*_key`` arguments rename them; defaults from
-    :mod:`ragen_torchrl.keys`, and ``PPOObjective.prepare`` passes its loss's ``tensor_keys``).
+    :mod:`ragen_torchrl.keys`, and ``PPOAlgorithm.prepare`` passes its loss's ``tensor_keys``).
     ``whiten`` standardises the advantages over all assistant tokens of the batch with the
     unbiased variance (as verl/RAGEN's PPO does: ``masked_whiten``). Returns ``(batch, stats)``.
     """
@@ -395,7 +395,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
     ``state_value`` ``[L]``, ``value_target`` ``[L]``, plus the usual GRPO inputs.
     Besides GRPOLoss's keys, ``set_keys`` renames ``value`` (old values, default
     ``"state_value"``), ``value_target`` (``"value_target"``), ``episode_return`` (what
-    ``PPOObjective.prepare`` reads, ``"episode_return"``) and ``attention_mask``
+    ``PPOAlgorithm.prepare`` reads, ``"episode_return"``) and ``attention_mask``
     (``("masks", "all_attention_mask")``), e.g. ``loss.set_keys(value="old_values")``.
     """
 
@@ -449,7 +449,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         present = set(td.keys(True))
         for k in (key, keys.value, keys.value_target):
             if k not in present:
-                raise KeyError(f"{k!r} missing: run Objective.prepare (values and GAE) on the batch before the loss")
+                raise KeyError(f"{k!r} missing: run Algorithm.prepare (values and GAE) on the batch before the loss")
         # token-level advantages of a ragged batch are unpadded per row: pad them on the left, like the log-probs
         adv = td.get(key, as_padded_tensor=True, padding_side="left", padding_value=0.0)
         td.set(key, adv if adv.ndim == 3 else adv.unsqueeze(-1))
@@ -495,7 +495,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
         if old.shape != values.shape or target.shape != values.shape:
             raise ValueError(
                 f"stored values {tuple(old.shape)} / targets {tuple(target.shape)} do not line up "
-                f"with the tokens {tuple(values.shape)}: run Objective.prepare on this batch"
+                f"with the tokens {tuple(values.shape)}: run Algorithm.prepare on this batch"
             )
         per_token, vclipped = clipped_value_loss(values, old, target, self.value_clip)
         loss_critic = self.value_coeff * self._aggregate_loss_value(per_token.unsqueeze(-1), mask, tensordict=td)

@@ -149,7 +149,7 @@ def check_algo(cfg: DictConfig) -> None:
     check_clip_epsilon(cfg)
     dual = _get(cfg, "algo.dual_clip")
     if dual is not None and (not _is_number(dual) or not math.isfinite(dual) or not dual > 1):
-        # verl's dual-clip bound c must exceed 1 (objectives.metrics.check_dual_clip, checked again below)
+        # verl's dual-clip bound c must exceed 1 (objectives.base.check_dual_clip, checked again below)
         raise ConfigError(
             f"algo.dual_clip must be null (off) or a finite number > 1 (the reference uses 3.0), got {dual!r}"
         )
@@ -191,12 +191,12 @@ def check_algo_options(cfg: DictConfig) -> None:
     the dual-clip bound and DAPO's dynamic-sampling criterion, with the objectives' own helpers."""
     if _get(cfg, "algo") is None:
         return
-    from ..objectives import available_objectives
+    from ..objectives import available_algorithms
+    from ..objectives.base import check_dual_clip
     from ..objectives.dapo import CRITERIA
-    from ..objectives.metrics import check_dual_clip
 
     name = str(_get(cfg, "algo.name") or "grpo").lower()
-    known = available_objectives()  # the built-in algorithms and any registered with register_objective
+    known = available_algorithms()  # the built-in algorithms and any registered with register_algorithm
     if name not in known:
         raise ConfigError(f"algo.name must be one of {', '.join(known)}, got {name!r}")
     try:
@@ -221,7 +221,7 @@ def check_env(cfg: DictConfig) -> None:
     check_choice(cfg, "env.reply_format", REPLY_FORMATS)
     check_float_range(cfg, "env.threshold", -1.0, 1.0, why=" (a cosine similarity)")
     if _has(cfg, "env.malformed"):
-        from ..envs.active_env import MALFORMED_MODES
+        from ..envs.active.env import MALFORMED_MODES
 
         check_choice(cfg, "env.malformed", MALFORMED_MODES)
     if _has(cfg, "env.presentation"):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from ..envs.parsing import THINK_RE
 from ..envs.text_env import NOISE_KINDS, TextGameEnv, sample_seed

@@ -50,8 +50,8 @@ import torch
 from tensordict import TensorDictBase
 
 from ..keys import DONE
-from .reporting import summarize
 from .rollout import collect_rollouts, val_level_seeds
+from .run_log import summarize
 
 __all__ = ["EvalError", "evaluate_policy", "export_policy", "main", "resolve_target", "stats_line"]
 

@@ -45,7 +45,7 @@ from ..keys import (
 )
 from ..models.loading import load_pretrained
 from ..models.priming import prime_text
-from ..objectives import build_objective
+from ..objectives import build_algorithm
 from ..objectives.grpo import make_logprob_policy
 from ..transforms.snr import build_filter, validate_filter_config
 from .checkpoint import (
@@ -68,9 +68,11 @@ from .distributed import (
     shard_bounds,
     shard_model,
 )
+from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
-from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives in reporting.py)
+from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
+from .run_log import (  # noqa: F401 (re-exported: the loop's reporting lives in run_log.py)
     SCALARS_FILE,
     NullLogger,
     ResumableTensorboardLogger,
@@ -86,9 +88,7 @@ from .reporting import (  # noqa: F401 (re-exported: the loop's reporting lives 
     write_hparams,
     write_scalars_csv,
 )
-from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
 from .setup import ENV_META_KEYS, env_kwargs, oversubscribed_threads, prepare_model  # noqa: F401 (re-exported)
-from .stops import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .stored_config import check_stored_config
 from .summary import SUMMARY_FILE, write_summary
 from .update import minibatch_plan, optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
@@ -202,10 +202,10 @@ class Trainer:
         self.actor = make_logprob_policy(self.model, self.tokenizer, reply_prime=self.reply_prime)
         a = cfg.algo
         try:
-            self.objective = build_objective(a, self.actor, self.model, self.tokenizer)
+            self.algorithm = build_algorithm(a, self.actor, self.model, self.tokenizer)
         except ValueError as e:
             raise ConfigError(f"algo={a.get('name')}: {e}") from e
-        self.loss_module = self.objective.loss_module
+        self.loss_module = self.algorithm.loss_module
         self.ref_actor = None
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -216,7 +216,7 @@ class Trainer:
             # outputs: FSDP2 would not gather a layer's weights again before that backward
             self.loss_module.shared_prefix = False
         self.optimizer = torch.optim.AdamW(
-            self.objective.optimizer_param_groups(float(a.lr)), lr=float(a.lr), weight_decay=float(a.weight_decay)
+            self.algorithm.optimizer_param_groups(float(a.lr)), lr=float(a.lr), weight_decay=float(a.weight_decay)
         )
         self._refills = 0
 
@@ -449,7 +449,7 @@ class Trainer:
         return optimize(
             batch,
             self.loss_module,
-            self.objective,
+            self.algorithm,
             self.optimizer,
             self.cfg.algo,
             plan=plan,
@@ -462,7 +462,7 @@ class Trainer:
     ) -> tuple[TensorDictBase, TensorDictBase]:
         return training_batch(
             records,
-            self.objective,
+            self.algorithm,
             self.actor,
             self.ref_actor,
             scale,
@@ -477,7 +477,7 @@ class Trainer:
         if num_groups < 1:
             return None
         seeds = train_level_seeds(int(self.cfg.seed) + 7919 * self._refills, self.iteration, num_groups)
-        return self.objective.shape_rewards(self._collect(seeds, stream=self._refills))
+        return self.algorithm.shape_rewards(self._collect(seeds, stream=self._refills))
 
     def train_iteration(self) -> dict[str, float]:
         t0 = time.time()
@@ -497,7 +497,7 @@ class Trainer:
             stats["timing/weight_sync"] = time.time() - t_s
         stats.update({f"train/{k}": v for k, v in train.items()})
         stats["train/loss_scale"] = scale
-        stats.update({f"train/{k}": float(v) for k, v in self.objective.prepare_stats.items()})
+        stats.update({f"train/{k}": float(v) for k, v in self.algorithm.prepare_stats.items()})
         stats["train/trajectories"] = float(batch.batch_size[0])  # trained samples, after any filter
         stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
         stats["timing/update"] = t_update
@@ -513,7 +513,7 @@ class Trainer:
         self.clock.enter("rollout")
         seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
         kv_before = turn_cache_counts(self.policy)
-        records = self.objective.shape_rewards(self._collect(seeds))
+        records = self.algorithm.shape_rewards(self._collect(seeds))
         t_rollout = time.time() - t0
         stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
         kv = turn_cache_metrics(kv_before, turn_cache_counts(self.policy))  # this rank's rows: summed over ranks
@@ -543,8 +543,8 @@ class Trainer:
         # (the group statistics of a batch are computed once, in Groups, and shared by every reader)
         sampled = groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
         self.clock.enter("rollout")  # DAPO's refills are rollouts
-        if self.objective.dynamic_sampling is not None:
-            records, ds_stats = self.objective.dynamic_sampling(records, self._collect_more)
+        if self.algorithm.dynamic_sampling is not None:
+            records, ds_stats = self.algorithm.dynamic_sampling(records, self._collect_more)
             stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
             if records is None:
                 skip = "dapo/skipped_update"  # no informative group even after the refills
@@ -637,7 +637,7 @@ class Trainer:
             "guard": self.guard.state_dict(),
             "val_stop": self.val_stop.state_dict(),
             "val_peak": self.val_peak.state_dict(),
-            "objective": self.objective.state_dict(),
+            "objective": self.algorithm.state_dict(),
             "collapse": self.collapse.state_dict() if self.collapse is not None else None,
             # DAPO's refill counter seeds the refill levels: without it a resumed run draws others
             "refills": self._refills,
@@ -676,10 +676,10 @@ class Trainer:
                 optim_state_dict=optimizer_state_by_name(state["optimizer"], self.optimizer, self.model),
                 options=StateDictOptions(full_state_dict=True),
             )
-            self.objective.load_state_dict(state.get("objective") or {})
+            self.algorithm.load_state_dict(state.get("objective") or {})
         else:
             self.model.load_state_dict(state["model"])
-            self.objective.load_state_dict(state.get("objective") or {})
+            self.algorithm.load_state_dict(state.get("objective") or {})
             self.optimizer.load_state_dict(state["optimizer"])
         restore_rng_state(state["rng"])
         self.history = state.get("history", [])

@@ -95,7 +95,7 @@ def scores_shared_prefixes(loss_module: Any) -> bool:
 
 def training_batch(
     records: TensorDictBase,
-    objective: Any,
+    algorithm: Any,
     actor: Any,
     ref_actor: Any = None,
     scale: float = 1.0,
@@ -108,7 +108,7 @@ def training_batch(
 
     Args:
         records: the trajectory records of the kept groups.
-        objective: the :class:`~ragen_torchrl.objectives.Objective` (advantage, prepare).
+        algorithm: the :class:`~ragen_torchrl.objectives.Algorithm` (advantage, prepare).
         actor: the log-prob wrapper of the policy (behaviour log-probs).
         ref_actor: the log-prob wrapper of the frozen reference model, or None (no KL term).
         scale: the filter's kept-ratio loss scaling; it multiplies the advantages, i.e. the
@@ -126,16 +126,16 @@ def training_batch(
         token columns and one value per row, :mod:`ragen_torchrl.data.dense`) and the dense
         behaviour output (:func:`~ragen_torchrl.objectives.logprobs.behaviour_batch`).
     """
-    records = objective.advantage(records, groups)
-    shared = scores_shared_prefixes(objective.loss_module)
-    train_on = getattr(objective, "train_on", "generated")
+    records = algorithm.advantage(records, groups)
+    shared = scores_shared_prefixes(algorithm.loss_module)
+    train_on = getattr(algorithm, "train_on", "generated")
     behaviour = behaviour_batch(actor, records, skip=skip_behaviour, shared_prefix=shared, train_on=train_on)
     batch = attach_training_data(records, behaviour)
     if ref_actor is not None:
         scored = batch if isinstance(ref_actor, TransformersWrapper) else records
         ref = behaviour_batch(ref_actor, scored, skip=skip_reference, shared_prefix=shared)
         batch.set(REF_LOG_PROBS_FULL, ref.get(LOG_PROBS_FULL))
-    batch = objective.prepare(batch)
+    batch = algorithm.prepare(batch)
     if scale != 1.0:
         batch = scale_advantages(batch, scale)
     return batch, behaviour
@@ -161,7 +161,7 @@ def micro_batches(rows: torch.Tensor, micro_batch_size: int | None) -> list[torc
 def optimize(
     batch: TensorDictBase,
     loss_module: Any,
-    objective: Any,
+    algorithm: Any,
     optimizer: torch.optim.Optimizer,
     algo: Mapping,
     *,
@@ -182,12 +182,12 @@ def optimize(
     loss is weighted by its share of the mini-batch's aggregation unit (rows, or assistant tokens
     for ``token_mean``), so the sum is the gradient of the whole mini-batch's loss.
 
-    Gradient norms are clipped per set of :meth:`~ragen_torchrl.objectives.Objective.grad_clip_groups`
+    Gradient norms are clipped per set of :meth:`~ragen_torchrl.objectives.Algorithm.grad_clip_groups`
     (PPO: actor at ``algo.max_grad_norm``, critic at ``algo.critic_grad_clip``), see
     :func:`clip_grad_norms`; a non-finite norm in any set skips the step.
 
     Returns:
-        The objective's metrics, ``loss`` and ``grad_norm`` (the policy's, before clipping; PPO
+        The algorithm's metrics, ``loss`` and ``grad_norm`` (the policy's, before clipping; PPO
         adds ``critic_grad_norm``) averaged over the steps taken, plus
         ``optimizer_steps`` and ``skipped_nonfinite``. Metrics of a split mini-batch are the
         share-weighted sums of its passes' values.
@@ -198,26 +198,26 @@ def optimize(
     micro = algo.get("micro_batch_size") if hasattr(algo, "get") else None
     split = dist.enabled or bool(micro)
     unit = loss_unit(loss_module) if split else "rows"
-    params = objective.trainable_parameters()
+    params = algorithm.trainable_parameters()
     sharded = any(_is_dtensor(p) for p in params)  # FSDP2: every rank must run as many forwards
     sums: dict[str, float] = {}
     steps = skipped = 0
-    clip_groups = objective.grad_clip_groups(float(algo.max_grad_norm))
+    clip_groups = algorithm.grad_clip_groups(float(algo.max_grad_norm))
     for epoch, batches in enumerate(plan):
         for k, idx in enumerate(batches):
             on_policy = on_policy_first and epoch == 0 and k == 0 and hasattr(loss_module, "current_as_behaviour")
             optimizer.zero_grad(set_to_none=True)
             if split:
-                finite, vals = _accumulate(batch, idx, loss_module, objective, dist, micro, unit, on_policy, sharded)
+                finite, vals = _accumulate(batch, idx, loss_module, algorithm, dist, micro, unit, on_policy, sharded)
             else:
                 minibatch = batch[idx]
                 with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
                     out = loss_module(minibatch)
-                loss = objective.total_loss(out)
+                loss = algorithm.total_loss(out)
                 finite = bool(torch.isfinite(loss))
                 if finite:
                     loss.backward()
-                    vals = objective.metrics(out, minibatch)
+                    vals = algorithm.metrics(out, minibatch)
                     vals.update(loss=loss.item())
             if not finite:
                 # never step on a NaN/inf loss: the weights would be corrupted (every rank skips)
@@ -274,7 +274,7 @@ def norms_as_metrics(norms: Mapping[str, torch.Tensor]) -> dict[str, float]:
 
 
 def _accumulate(
-    batch, idx, loss_module, objective, dist: Distributed, micro, unit: str, on_policy: bool, sharded: bool
+    batch, idx, loss_module, algorithm, dist: Distributed, micro, unit: str, on_policy: bool, sharded: bool
 ) -> tuple[bool, dict[str, float]]:
     """Gradients of one mini-batch from this rank's micro-batches; ``(finite on every rank, metrics)``.
 
@@ -295,7 +295,7 @@ def _accumulate(
         # nothing left here: a row at weight 0 keeps this rank in step with the others
         parts.append(torch.as_tensor(idx).reshape(-1)[:1])
         weights.append(0.0)
-    model = getattr(objective, "model", None)
+    model = getattr(algorithm, "model", None)
     sync = getattr(model, "set_requires_gradient_sync", None) if sharded else None
     finite = True
     acc: dict[str, float] = {}
@@ -305,13 +305,13 @@ def _accumulate(
             sync(j == len(parts) - 1)  # FSDP2 reduce-scatters once, after the last micro-batch
         with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
             out = loss_module(minibatch)
-        loss = objective.total_loss(out)
+        loss = algorithm.total_loss(out)
         if not bool(torch.isfinite(loss)):
             finite = False
             loss = loss.nan_to_num(0.0, 0.0, 0.0) * 0.0  # still backward: FSDP2 ranks stay in step
         # x world size: the gradient average over ranks then equals the whole mini-batch's sum
         (loss * (w * dist.world_size)).backward()
-        vals = objective.metrics(out, minibatch)  # also at weight 0: every rank has the same keys
+        vals = algorithm.metrics(out, minibatch)  # also at weight 0: every rank has the same keys
         vals["loss"] = loss.item()
         for key, v in vals.items():
             acc[key] = acc.get(key, 0.0) + w * float(v)

@@ -9,7 +9,7 @@
 
 No TorchRL here: :class:`~ragen_torchrl.transforms.snr.SNRFilter` (a transform) and
 :class:`~ragen_torchrl.data.group_sampler.TopVarianceGroupSampler` (a sampler) wrap these, and the
-trainer's stop rules (:mod:`ragen_torchrl.trainer.stops`) read the same statistics.
+trainer's stop rules (:mod:`ragen_torchrl.trainer.early_stop`) read the same statistics.
 
 Example:
     >>> import torch
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from ..checks import check_bool, check_choice, check_number
 from ..data.groups import Groups
-from ..validation import check_bool, check_choice, check_number
 
 __all__ = [
     "STRATEGIES",

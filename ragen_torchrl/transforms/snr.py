@@ -17,7 +17,7 @@ Layers, from pure to integrated:
 
 The training-loop side (the early-stop rules ``FilterGuard`` / ``ValidationStop``, which also run
 without a filter, ``unfiltered_stats`` and the kept-ratio ``loss_scale``) lives with the trainer in
-:mod:`ragen_torchrl.trainer.stops`; the old names still resolve from this module.
+:mod:`ragen_torchrl.trainer.early_stop`.
 
 **Paper text vs reference code** (RAGEN-2, arXiv 2604.06268, §3.3). The paper's text ranks groups
 by within-group reward *variance* and keeps the smallest prefix reaching ``p`` of the variance mass
@@ -42,9 +42,9 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.transforms import Transform
 
+from ..checks import check_bool, check_int
 from ..data.groups import Groups
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
-from ..validation import check_bool, check_int
 
 # the pure statistics and selection; re-exported here, where users of the filter look first
 from .group_selection import (
@@ -424,14 +424,3 @@ def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
         return None
     return SNRFilter(**filter_arguments(cfg), **kwargs)
 
-
-_MOVED_TO_TRAINER_STOPS = ("FilterGuard", "ValidationStop", "unfiltered_stats", "loss_scale")
-
-
-def __getattr__(name: str) -> Any:
-    # the stop rules moved to ragen_torchrl.trainer.stops; keep the old import path working
-    if name in _MOVED_TO_TRAINER_STOPS:
-        from ..trainer import stops
-
-        return getattr(stops, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

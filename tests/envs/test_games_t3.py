@@ -659,7 +659,7 @@ def test_circuit_indexed_presentation_lists_candidates_and_scores_indices_like_f
 
 
 def test_circuit_indexed_oracle_answers_with_indices():
-    from ragen_torchrl.envs.active_tasks import CircuitDecodingEnv
+    from ragen_torchrl.envs.active.tasks import CircuitDecodingEnv
 
     env = CircuitDecodingEnv(num_envs=1, num_circuits=1, n_inputs=2, family="basic")  # default: indexed
     game = env.game_factory(0, 0)

@@ -16,7 +16,7 @@ from tensordict import TensorDict  # noqa: E402
 from torchrl.data.llm import History  # noqa: E402
 
 from ragen_torchrl.envs import available_envs, make_env  # noqa: E402
-from ragen_torchrl.envs.active_reasoning import (  # noqa: E402
+from ragen_torchrl.envs.active.reasoning import (  # noqa: E402
     INVALID_REPLY,
     INVALID_REPLY_END,
     LAST_TURN_PROMPT,

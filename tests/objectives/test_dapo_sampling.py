@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict, lazy_stack
 
-from ragen_torchrl.objectives import build_objective
+from ragen_torchrl.objectives import build_algorithm
 from ragen_torchrl.objectives.dapo import DynamicSampler, informative_groups
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.transforms.overlong import OverlongPenalty, overlong_penalty
@@ -172,7 +172,7 @@ def test_refills_are_reward_shaped_before_they_are_judged():
 
 def test_dapo_objective_wires_sampler_and_overlong_shaping():
     cfg = OmegaConf.load(Path(PACKAGE_CONFIG_DIR) / "algo" / "dapo.yaml")
-    obj = build_objective(cfg, None, None)
+    obj = build_algorithm(cfg, None, None)
     assert obj.dynamic_sampling.max_extra_rollouts == 3
     assert obj.dynamic_sampling.criterion == "success"  # the DAPO paper's accuracy rule is the default
     assert obj.dynamic_sampling.reward_transform is obj.reward_transform
@@ -243,9 +243,9 @@ def test_missing_success_column_is_a_clear_error():
 
 def test_build_objective_reads_the_criterion():
     cfg = OmegaConf.create({"name": "dapo", "dynamic_sampling": {"criterion": "return"}})
-    assert build_objective(cfg, None, None).dynamic_sampling.criterion == "return"
+    assert build_algorithm(cfg, None, None).dynamic_sampling.criterion == "return"
     with pytest.raises(ValueError, match="algo.dynamic_sampling.criterion.*'accuracy'"):
-        build_objective(OmegaConf.create({"name": "dapo", "dynamic_sampling": {"criterion": "accuracy"}}), None, None)
+        build_algorithm(OmegaConf.create({"name": "dapo", "dynamic_sampling": {"criterion": "accuracy"}}), None, None)
 
 
 # --------------------------------------------------------------------------- refill at the default shapes

@@ -16,7 +16,7 @@ from torchrl.data.llm import History
 from ragen_torchrl import keys as K
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.models.loading import wrapper_chat_template
-from ragen_torchrl.objectives import ALGORITHMS, build_objective
+from ragen_torchrl.objectives import ALGORITHMS, build_algorithm
 from ragen_torchrl.objectives.logprobs import (
     attach_training_data,
     compute_behaviour_log_probs,
@@ -184,6 +184,6 @@ def test_records_without_ids_and_bad_values():
     with pytest.raises(ValueError, match="train_on must be one of generated, retokenized"):
         tokenize_conversations(Actor(), records(), train_on="decoded")
     with pytest.raises(ValueError, match="algo.train_on must be one of"):
-        build_objective({"name": "grpo", "train_on": "text"}, actor=None, model=None)
+        build_algorithm({"name": "grpo", "train_on": "text"}, actor=None, model=None)
     td = TensorDict({}, batch_size=[2])
     assert K.TOKENS_LAST_PROMPT not in td.keys(True)

@@ -24,12 +24,12 @@ from tensordict import TensorDict
 from torch import nn
 from torchrl.objectives.llm import GRPOLoss
 
-from ragen_torchrl.objectives import ALGORITHMS, PPOObjective, build_objective
+from ragen_torchrl.objectives import ALGORITHMS, PPOAlgorithm, build_algorithm
+from ragen_torchrl.objectives.base import MaskedStatsGRPOLoss, masked_token_metrics
 from ragen_torchrl.objectives.dapo import DAPOLoss
 from ragen_torchrl.objectives.drgrpo import DrGRPOLoss
 from ragen_torchrl.objectives.grpo import make_grpo_loss
 from ragen_torchrl.objectives.gspo import GSPOLoss, sequence_metrics
-from ragen_torchrl.objectives.metrics import MaskedStatsGRPOLoss, masked_token_metrics
 from ragen_torchrl.objectives.ppo import (
     Critic,
     PPOLoss,
@@ -170,7 +170,7 @@ def test_dual_clip_by_hand(dual_clip):
     m = masked_token_metrics(**loss.token_stats)
     assert m.get("dual_clip_fraction", 0.0) == pytest.approx(0.2 if dual_clip else 0.0)
     # the pure function agrees token by token
-    from ragen_torchrl.objectives.metrics import dual_clip_gain
+    from ragen_torchrl.objectives.base import dual_clip_gain
 
     r = torch.tensor(list(DUAL_RATIOS.values()), dtype=torch.float64)
     a = torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
@@ -179,16 +179,16 @@ def test_dual_clip_by_hand(dual_clip):
 
 def test_dual_clip_in_every_token_level_objective_and_rejected_values():
     for name in ("grpo", "drgrpo", "dapo"):
-        obj = build_objective({"name": name, "max_length": 8, "dual_clip": 3}, FakeActor(CUR), None)
+        obj = build_algorithm({"name": name, "max_length": 8, "dual_clip": 3}, FakeActor(CUR), None)
         assert obj.loss_module.dual_clip == 3.0
-        assert build_objective({"name": name, "max_length": 8}, FakeActor(CUR), None).loss_module.dual_clip is None
+        assert build_algorithm({"name": name, "max_length": 8}, FakeActor(CUR), None).loss_module.dual_clip is None
     loss = PPOLoss(FakeActor(CUR), Critic(1, backbone=FakeTrunk(torch.zeros(2, 5, 1))), dual_clip=3.0)
     assert loss.dual_clip == 3.0
     with pytest.raises(ValueError, match="GSPO"):
-        build_objective({"name": "gspo", "dual_clip": 3.0}, FakeActor(CUR), None)
+        build_algorithm({"name": "gspo", "dual_clip": 3.0}, FakeActor(CUR), None)
     for bad in (1.0, 0.5, True, "3"):
         with pytest.raises(ValueError, match="algo.dual_clip"):
-            build_objective({"name": "grpo", "dual_clip": bad}, FakeActor(CUR), None)
+            build_algorithm({"name": "grpo", "dual_clip": bad}, FakeActor(CUR), None)
 
 
 def test_advantage_whitening_uses_the_unbiased_variance():
@@ -279,7 +279,7 @@ def test_metrics_average_over_assistant_tokens_only():
         actor, masking_strategy="rlhf", clip_epsilon=0.2, entropy_coeff=0.001, aggregation="prompt_mean"
     )
     out = loss(make_batch(CUR, RATIOS, MASK, ADV))
-    obj = build_objective({"name": "grpo"}, actor, None)
+    obj = build_algorithm({"name": "grpo"}, actor, None)
     obj.loss_module = loss
     m = obj.metrics(out)
     n = 5  # assistant tokens
@@ -352,9 +352,9 @@ def test_loss_class_defaults_equal_the_config_defaults():
     ]
     for loss in losses:
         assert loss.entropy_coeff == 0.001, type(loss).__name__
-        # one reference-log-prob key: the class default is where build_objective and the loop store it
+        # one reference-log-prob key: the class default is where build_algorithm and the loop store it
         assert loss.tensor_keys.ref_log_probs == REF_LOG_PROBS_KEY == ("ref_log_probs", "full")
-    obj = build_objective({"name": "grpo", "kl_coeff": 0.1}, FakeActor(CUR), None)
+    obj = build_algorithm({"name": "grpo", "kl_coeff": 0.1}, FakeActor(CUR), None)
     assert obj.loss_module.tensor_keys.ref_log_probs == REF_LOG_PROBS_KEY
 
 
@@ -535,7 +535,7 @@ def test_ppo_loss_token_advantages_and_value_loss_by_hand():
 def test_build_objective_from_the_config_files(name):
     cfg = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
     assert set(OmegaConf.load(CONFIG_DIR / "grpo.yaml")) <= set(cfg)  # same keys as grpo.yaml, plus own
-    obj = build_objective(cfg, FakeActor(CUR), None)
+    obj = build_algorithm(cfg, FakeActor(CUR), None)
     lm = obj.loss_module
     assert lm.masking_strategy == "rlhf"
     expected = {
@@ -569,19 +569,19 @@ def test_build_objective_from_the_config_files(name):
 
 def test_build_objective_rejects_bad_configs():
     with pytest.raises(ValueError, match="unknown algo.name"):
-        build_objective({"name": "reinforce"}, None, None)
+        build_algorithm({"name": "reinforce"}, None, None)
     with pytest.raises(ValueError, match="max_length"):
-        build_objective({"name": "drgrpo"}, None, None)
+        build_algorithm({"name": "drgrpo"}, None, None)
     with pytest.raises(ValueError, match="aggregates"):
-        build_objective({"name": "drgrpo", "max_length": 8, "aggregation": "token_mean"}, None, None)
+        build_algorithm({"name": "drgrpo", "max_length": 8, "aggregation": "token_mean"}, None, None)
     with pytest.raises(ValueError, match="critic"):
-        build_objective({"name": "ppo", "critic": "shared"}, None, nn.Linear(2, 2))
+        build_algorithm({"name": "ppo", "critic": "shared"}, None, nn.Linear(2, 2))
 
 
 def test_a_registered_objective_is_built_from_its_config(monkeypatch):
-    """register_objective adds an algorithm without editing the package; build_objective dispatches to it."""
-    from ragen_torchrl.objectives import Objective, available_objectives, register_objective
-    from ragen_torchrl.objectives import objective as objective_module
+    """register_algorithm adds an algorithm without editing the package; build_algorithm dispatches to it."""
+    from ragen_torchrl.objectives import Algorithm, available_algorithms, register_algorithm
+    from ragen_torchrl.objectives import algorithm as objective_module
 
     monkeypatch.setattr(objective_module, "_REGISTRY", dict(objective_module._REGISTRY))  # undone after the test
     seen = {}
@@ -590,34 +590,34 @@ def test_a_registered_objective_is_built_from_its_config(monkeypatch):
         seen.update(cfg=algo_cfg, actor=actor, model=model, tokenizer=tokenizer)
         clip = (0.2, float(algo_cfg.get("clip_high")))  # no upper clip
         loss = MaskedStatsGRPOLoss(actor, clip_epsilon=clip, masking_strategy="rlhf")
-        return Objective("no_clip_grpo", loss, model)
+        return Algorithm("no_clip_grpo", loss, model)
 
-    assert register_objective("No_Clip_GRPO", no_clip_grpo) is no_clip_grpo  # names match lower-case
-    assert available_objectives() == [*ALGORITHMS, "no_clip_grpo"]
+    assert register_algorithm("No_Clip_GRPO", no_clip_grpo) is no_clip_grpo  # names match lower-case
+    assert available_algorithms() == [*ALGORITHMS, "no_clip_grpo"]
     cfg = OmegaConf.create({"name": "no_clip_grpo", "clip_high": 1e6})
     actor, model = FakeActor(CUR), nn.Linear(2, 2)
-    obj = build_objective(cfg, actor, model, tokenizer="tok")
-    assert type(obj) is Objective and obj.name == "no_clip_grpo"
+    obj = build_algorithm(cfg, actor, model, tokenizer="tok")
+    assert type(obj) is Algorithm and obj.name == "no_clip_grpo"
     assert seen == {"cfg": cfg, "actor": actor, "model": model, "tokenizer": "tok"}
     assert obj.loss_module.clip_epsilon_high.item() == pytest.approx(1e6)
     assert obj.optimizer_param_groups(1e-3)[0]["params"] == list(model.parameters())
     # an unknown name lists every valid one, the registered one included
     with pytest.raises(ValueError, match=r"unknown algo.name 'reinforce'; choose one of grpo, .*, ppo, no_clip_grpo$"):
-        build_objective({"name": "reinforce"}, None, None)
+        build_algorithm({"name": "reinforce"}, None, None)
     with pytest.raises(TypeError, match="callable"):
-        register_objective("broken", None)
+        register_algorithm("broken", None)
     # a built-in can be replaced too (the registry is the only dispatch)
-    register_objective("grpo", no_clip_grpo)
-    assert build_objective({"name": "grpo", "clip_high": 0.5}, actor, model).name == "no_clip_grpo"
+    register_algorithm("grpo", no_clip_grpo)
+    assert build_algorithm({"name": "grpo", "clip_high": 0.5}, actor, model).name == "no_clip_grpo"
 
 
 def test_the_registry_is_restored_and_old_import_paths_still_work():
     import ragen_torchrl.objectives.grpo as grpo
     import ragen_torchrl.objectives.logprobs as logprobs
-    from ragen_torchrl.objectives import available_objectives, build_objective
+    from ragen_torchrl.objectives import available_algorithms, build_algorithm
 
-    assert available_objectives() == list(ALGORITHMS) == ["grpo", "drgrpo", "dapo", "gspo", "ppo"]
-    assert type(build_objective({"name": "grpo"}, None, None).loss_module) is MaskedStatsGRPOLoss
+    assert available_algorithms() == list(ALGORITHMS) == ["grpo", "drgrpo", "dapo", "gspo", "ppo"]
+    assert type(build_algorithm({"name": "grpo"}, None, None).loss_module) is MaskedStatsGRPOLoss
     # objectives.grpo keeps re-exporting the log-prob plumbing under the old names
     for name in ("make_logprob_policy", "compute_behaviour_log_probs", "training_view", "attach_training_data"):
         assert getattr(grpo, name) is getattr(logprobs, name)
@@ -666,7 +666,7 @@ def test_each_objective_on_the_tiny_policy(tiny_model, name):
     actor = make_logprob_policy(model, tok)
     cfg = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
     cfg.entropy_coeff = 0.0
-    obj = build_objective(cfg, actor, model, tok)
+    obj = build_algorithm(cfg, actor, model, tok)
     batch = scripted_batch(obj, actor)
     out = obj.loss_module(batch)
     m = obj.metrics(out, batch)
@@ -699,12 +699,12 @@ def test_every_preset_builds_on_the_tiny_policy(tiny_model, preset):
 
     model, tok = tiny_model
     cfg = OmegaConf.load(CONFIG_DIR / f"{preset}.yaml")
-    obj = build_objective(cfg, make_logprob_policy(model, tok), model, tok)
+    obj = build_algorithm(cfg, make_logprob_policy(model, tok), model, tok)
     lm = obj.loss_module
     clip = (lm.clip_epsilon_low.item(), lm.clip_epsilon_high.item())
     assert lm.kl_to_ref_coeff is None and lm.dual_clip is None  # no KL, no dual-clip by default
     if preset in ("ppo", "dapo_ragen"):
-        assert isinstance(obj, PPOObjective) and obj.critic.backbone is not None  # a separate critic by default
+        assert isinstance(obj, PPOAlgorithm) and obj.critic.backbone is not None  # a separate critic by default
         assert obj.optimizer_param_groups(1e-4)[1]["lr"] == cfg.critic_lr
     if preset == "dapo_ragen":
         # RAGEN-2's "DAPO": PPO + critic, clip-higher (0.2, 0.28), token-mean; no dynamic sampling, no overlong
@@ -712,7 +712,7 @@ def test_every_preset_builds_on_the_tiny_policy(tiny_model, preset):
         assert obj.dynamic_sampling is None and obj.reward_transform is None
     if preset == "dapo":
         # the DAPO paper's variant: no critic, dynamic sampling (by success) and overlong shaping
-        assert not isinstance(obj, PPOObjective) and clip == pytest.approx((0.2, 0.28))
+        assert not isinstance(obj, PPOAlgorithm) and clip == pytest.approx((0.2, 0.28))
         assert obj.dynamic_sampling.criterion == "success" and obj.reward_transform is not None
 
 
@@ -721,7 +721,7 @@ def test_ppo_critic_defaults_to_a_separate_trunk(tiny_model):
     from ragen_torchrl.objectives.logprobs import make_logprob_policy
 
     model, tok = tiny_model
-    obj = build_objective({"name": "ppo", "critic_lr": 3e-3}, make_logprob_policy(model, tok), model, tok)
+    obj = build_algorithm({"name": "ppo", "critic_lr": 3e-3}, make_logprob_policy(model, tok), model, tok)
     assert obj.critic.backbone is not None
     policy_ids = {id(p) for p in model.parameters()}
     critic_params = list(obj.critic.parameters())
@@ -729,7 +729,7 @@ def test_ppo_critic_defaults_to_a_separate_trunk(tiny_model):
     groups = obj.optimizer_param_groups(1e-4)
     assert [g["name"] for g in groups] == ["policy", "critic"] and [g["lr"] for g in groups] == [1e-4, 3e-3]
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in critic_params if p.requires_grad}
-    head = build_objective({"name": "ppo", "critic": "head"}, make_logprob_policy(model, tok), model, tok)
+    head = build_algorithm({"name": "ppo", "critic": "head"}, make_logprob_policy(model, tok), model, tok)
     assert head.critic.backbone is None  # still available
 
 
@@ -742,7 +742,7 @@ def test_ppo_clips_the_critic_on_its_own_and_a_head_with_the_critic(tiny_model):
     policy_ids = {id(p) for p in model.parameters() if p.requires_grad}
     for mode in ("separate", "head"):
         cfg = {"name": "ppo", "critic": mode, "critic_grad_clip": 7.0}
-        obj = build_objective(cfg, make_logprob_policy(model, tok), model, tok)
+        obj = build_algorithm(cfg, make_logprob_policy(model, tok), model, tok)
         groups = obj.grad_clip_groups(0.5)
         assert [(name, norm) for name, _, norm in groups] == [("policy", 0.5), ("critic", 7.0)]
         assert {id(p) for p in groups[0][1]} == policy_ids
@@ -750,7 +750,7 @@ def test_ppo_clips_the_critic_on_its_own_and_a_head_with_the_critic(tiny_model):
         if mode == "head":
             assert {id(p) for p in groups[1][1]} == {id(p) for p in obj.critic.head.parameters()}
     # unset: the critic takes the actor's clip
-    obj = build_objective({"name": "ppo"}, make_logprob_policy(model, tok), model, tok)
+    obj = build_algorithm({"name": "ppo"}, make_logprob_policy(model, tok), model, tok)
     assert [norm for _, _, norm in obj.grad_clip_groups(0.5)] == [0.5, 0.5]
 
 
@@ -764,8 +764,8 @@ def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
     cfg.critic, cfg.bi_level = critic.split("_")[0], True
     if critic == "separate_from_path":
         cfg.critic_path = tiny_model_dir  # a saved causal LM: its trunk starts the critic
-    obj = build_objective(cfg, actor, model, tok)
-    assert isinstance(obj, PPOObjective)
+    obj = build_algorithm(cfg, actor, model, tok)
+    assert isinstance(obj, PPOAlgorithm)
     with torch.no_grad():  # a non-zero head, so values (and their agreement) are not trivially 0
         obj.critic.head.weight.normal_(0, 0.5)
     batch = scripted_batch(obj, actor)  # advantage() is the identity for PPO; prepare() runs GAE

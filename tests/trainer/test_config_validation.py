@@ -153,7 +153,7 @@ def test_bad_input_is_a_config_error_naming_the_key(overrides, key, text, tmp_pa
         ("env=circuit_decoding", "t3.enabled=true", "t3.cumulative=true"),
         ("env=movie_recommendation", "t3.enabled=true", "t3.rule=drift"),
         ("env=preference_estimation", "t3.enabled=true", "t3.rule=decrease"),
-        ("algo=grpo", "+algo.aggregation=token_mean"),  # read by build_objective for every algorithm
+        ("algo=grpo", "+algo.aggregation=token_mean"),  # read by build_algorithm for every algorithm
         ("env.size=64",),  # the limit itself is allowed
         ("trainer.resume_allow_changes=true",),
     ],
@@ -352,14 +352,14 @@ def test_resume_without_a_checkpoint_is_a_config_error(tmp_path):
 
 
 def test_a_registered_objective_passes_the_algo_name_check():
-    from ragen_torchrl.objectives import register_objective
-    from ragen_torchrl.objectives.objective import _REGISTRY
+    from ragen_torchrl.objectives import register_algorithm
+    from ragen_torchrl.objectives.algorithm import _REGISTRY
     from ragen_torchrl.trainer.config import check_algo_options
 
     cfg = OmegaConf.create({"algo": {"name": "my_algo"}})
     with pytest.raises(ConfigError, match="algo.name must be one of grpo, drgrpo"):
         check_algo_options(cfg)
-    register_objective("my_algo", lambda *a, **k: None)
+    register_algorithm("my_algo", lambda *a, **k: None)
     try:
         check_algo_options(cfg)
     finally:

@@ -21,7 +21,7 @@ import torch
 from helpers import TINY_RUN, records
 from omegaconf import OmegaConf
 
-from ragen_torchrl.objectives import build_objective
+from ragen_torchrl.objectives import build_algorithm
 from ragen_torchrl.objectives.logprobs import make_logprob_policy
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.trainer.distributed import (
@@ -115,7 +115,7 @@ def test_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, name):
         cfg = OmegaConf.load(ALGO_DIR / f"{name}.yaml")
         cfg.mini_batch_size = 4
         cfg.micro_batch_size = micro
-        obj = build_objective(cfg, actor, model, tok)
+        obj = build_algorithm(cfg, actor, model, tok)
         optimizer = torch.optim.SGD(obj.optimizer_param_groups(0.0), lr=0.0)
         torch.manual_seed(3)
         recs = obj.shape_rewards(records())

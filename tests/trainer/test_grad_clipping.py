@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 from torch import nn
 
-from ragen_torchrl.objectives.objective import PPOObjective
+from ragen_torchrl.objectives.algorithm import PPOAlgorithm
 from ragen_torchrl.trainer.update import optimize
 
 
@@ -34,7 +34,7 @@ class _Loss(nn.Module):
 def _one_step(critic_grad_clip):
     actor, critic = nn.Linear(2, 1, bias=False), nn.Linear(1, 1, bias=False)
     nn.init.zeros_(actor.weight), nn.init.zeros_(critic.weight)
-    obj = PPOObjective("ppo", _Loss(actor, critic), actor, critic_lr=1.0, gae={}, critic_grad_clip=critic_grad_clip)
+    obj = PPOAlgorithm("ppo", _Loss(actor, critic), actor, critic_lr=1.0, gae={}, critic_grad_clip=critic_grad_clip)
     opt = torch.optim.SGD(obj.optimizer_param_groups(1.0), lr=1.0)  # w <- w - grad: the step is the clipped gradient
     algo = OmegaConf.create({"max_grad_norm": 1.0})
     metrics = optimize(TensorDict(batch_size=[1]), obj.loss_module, obj, opt, algo, plan=[[torch.tensor([0])]])

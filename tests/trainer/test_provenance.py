@@ -18,7 +18,7 @@ from test_trainer import make_cfg, scalars
 
 from ragen_torchrl.trainer.loop import Trainer
 from ragen_torchrl.trainer.provenance import PhaseClock, git_state, run_totals
-from ragen_torchrl.trainer.reporting import read_scalars_csv, write_scalars_csv
+from ragen_torchrl.trainer.run_log import read_scalars_csv, write_scalars_csv
 from ragen_torchrl.trainer.summary import read_summary
 
 pytestmark = pytest.mark.slow

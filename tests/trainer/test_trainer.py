@@ -183,8 +183,8 @@ def test_ppo_resume_restores_actor_and_critic_optimizer_states(ragen_cache_dir, 
     for idx, st in saved["state"].items():
         for k, v in st.items():
             assert torch.equal(torch.as_tensor(opt["state"][idx][k]), torch.as_tensor(v)), (idx, k)
-    assert state_equal(resumed.objective.critic.state_dict(), first.objective.critic.state_dict())
-    assert resumed.objective.critic_grad_clip == 0.5
+    assert state_equal(resumed.algorithm.critic.state_dict(), first.algorithm.critic.state_dict())
+    assert resumed.algorithm.critic_grad_clip == 0.5
 
 
 def test_resume_without_checkpoint_fails(ragen_cache_dir, tmp_path):

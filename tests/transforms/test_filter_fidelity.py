@@ -14,14 +14,12 @@ import torch
 from tensordict import TensorDict
 
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
+from ragen_torchrl.trainer.early_stop import FilterGuard, ValidationStop, unfiltered_stats
 from ragen_torchrl.transforms.snr import (
     FILTER_CONFIG_DEFAULTS,
-    FilterGuard,
     SNRFilter,
-    ValidationStop,
     build_filter,
     check_filter_value,
-    unfiltered_stats,
     validate_filter_config,
 )
 
@@ -46,7 +44,7 @@ def records(returns=RETURNS, groups=GROUPS, **extra):
 
 # ---------------------------------------------------------------------- stops without a filter
 def test_stop_stats_read_the_batch_before_dynamic_sampling():
-    from ragen_torchrl.trainer.stops import stop_stats
+    from ragen_torchrl.trainer.early_stop import stop_stats
 
     # a DAPO batch where every group is constant: dynamic sampling keeps nothing and the update
     # is skipped; the collapse statistic is that of the batch as sampled (std 0 everywhere) and

@@ -13,14 +13,8 @@ from torchrl.data import LazyStackStorage, LazyTensorStorage, ReplayBuffer
 from torchrl.envs.transforms import Compose, Transform
 
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
-from ragen_torchrl.transforms.snr import (
-    FILTER_CONFIG_DEFAULTS,
-    FilterGuard,
-    SNRFilter,
-    ValidationStop,
-    build_filter,
-    validate_filter_config,
-)
+from ragen_torchrl.trainer.early_stop import FilterGuard, ValidationStop
+from ragen_torchrl.transforms.snr import FILTER_CONFIG_DEFAULTS, SNRFilter, build_filter, validate_filter_config
 
 tensordict.set_list_to_stack(True).set()
 

@@ -51,6 +51,7 @@ import random
 import re
 from typing import Any, Sequence
 
+from ragen_torchrl.checks import check_choice
 from ragen_torchrl.envs.games import circuit_formulas
 from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-exported)
     FAMILIES,
@@ -65,7 +66,6 @@ from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-export
     truth_table,
 )
 from ragen_torchrl.envs.games.interactive import InteractiveGame
-from ragen_torchrl.validation import check_choice
 
 # the game, and the formula names (importable from here as before the split)
 __all__ = ["CircuitDecodingGame", *circuit_formulas.__all__]

@@ -42,10 +42,10 @@ import json
 import re
 from typing import Any
 
+from ragen_torchrl.checks import check_choice
 from ragen_torchrl.envs.games.base import TextGame
 from ragen_torchrl.envs.games.deepcoder_data import CodingProblem, TestCase
 from ragen_torchrl.envs.games.deepcoder_grading import REWARDS, Grader, GradeReport, reward_of
-from ragen_torchrl.validation import check_choice
 
 __all__ = ["DeepCoderGame", "extract_code", "render_problem"]
 

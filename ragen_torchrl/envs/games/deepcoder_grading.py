@@ -41,7 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ragen_torchrl.validation import check_bool, check_int
+from ragen_torchrl.checks import check_bool, check_int
 
 from .deepcoder_data import CodingProblem, TestCase
 from .sandbox import RunResult, Sandbox

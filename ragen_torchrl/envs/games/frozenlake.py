@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
 from .base import TextGame
 

@@ -32,8 +32,8 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
+from ragen_torchrl.checks import check_choice
 from ragen_torchrl.envs.games.interactive import InteractiveGame
-from ragen_torchrl.validation import check_choice
 
 __all__ = [
     "ALL_CODES",

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen_torchrl.checks import check_choice
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.preference_belief import PreferencePosterior, comparison_estimate, cosine
 from ragen_torchrl.envs.games.preference_questions import parse_vector, split_estimate
-from ragen_torchrl.validation import check_choice
 
 __all__ = ["PreferenceQuestionGame"]
 

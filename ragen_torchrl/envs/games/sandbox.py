@@ -69,7 +69,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ragen_torchrl.validation import check_choice, check_int, check_number
+from ragen_torchrl.checks import check_choice, check_int, check_number
 
 from . import sandbox_driver
 from .seccomp import deny_filter

@@ -48,8 +48,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+from ragen_torchrl.checks import check_int
 from ragen_torchrl.envs.games.interactive import InteractiveGame
-from ragen_torchrl.validation import check_int
 
 __all__ = [
     "Fact",

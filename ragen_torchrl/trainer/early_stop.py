@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from ..checks import check_bool, check_int
 from ..data.groups import Groups
 from ..transforms.group_selection import _check_choice, _check_number, filter_stats
 from ..transforms.snr import LOSS_SCALE_MODES, validate_filter_config
-from ..validation import check_bool, check_int
 
 __all__ = ["FilterGuard", "ValidationStop", "loss_scale", "stop_stats", "unfiltered_stats"]
 

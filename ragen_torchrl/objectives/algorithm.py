@@ -1,6 +1,6 @@
-"""The training loop's view of an algorithm: :class:`Objective`, and :func:`build_objective` over a registry.
+"""The training loop's view of an algorithm: :class:`Algorithm`, and :func:`build_algorithm` over a registry.
 
-:func:`build_objective` turns an ``algo`` config node into an :class:`Objective`, which
+:func:`build_algorithm` turns an ``algo`` config node into an :class:`Algorithm`, which
 bundles everything the training loop needs for one algorithm:
 
 * ``shape_rewards(records)``: reward shaping of fresh rollout records (DAPO's overlong
@@ -22,21 +22,21 @@ bundles everything the training loop needs for one algorithm:
 
 Algorithms are looked up by ``algo.name`` in a registry, like the env registry
 (:func:`ragen_torchrl.envs.make_env`): the built-in ones (:data:`ALGORITHMS`) are registered
-here, and :func:`register_objective` adds another without editing this package;
-:func:`available_objectives` lists them all.
+here, and :func:`register_algorithm` adds another without editing this package;
+:func:`available_algorithms` lists them all.
 
 The losses also work on their own, on any batch that meets their input contract (see
-:class:`~ragen_torchrl.objectives.metrics.MaskedStatsGRPOLoss`);
+:class:`~ragen_torchrl.objectives.base.MaskedStatsGRPOLoss`);
 :func:`~ragen_torchrl.objectives.logprobs.make_logprob_policy` builds their actor and
 :func:`~ragen_torchrl.objectives.logprobs.compute_behaviour_log_probs` /
 :func:`~ragen_torchrl.objectives.logprobs.attach_training_data` the behaviour data.
 
 Example:
     >>> from omegaconf import OmegaConf
-    >>> from ragen_torchrl.objectives import build_objective
+    >>> from ragen_torchrl.objectives import build_algorithm
     >>> cfg = OmegaConf.create({"name": "drgrpo", "clip_epsilon": 0.2, "entropy_coeff": 0.0,
     ...                         "kl_coeff": 0.0, "max_length": 64})
-    >>> obj = build_objective(cfg, actor=None, model=None)
+    >>> obj = build_algorithm(cfg, actor=None, model=None)
     >>> type(obj.loss_module).__name__, obj.loss_module.max_length, obj.dynamic_sampling
     ('DrGRPOLoss', 64, None)
 """
@@ -52,39 +52,39 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.objectives import LossModule
 
+from ..checks import check_choice
 from ..data.groups import Groups
 from ..transforms.advantage import GroupAdvantage
 from ..transforms.overlong import OverlongPenalty
-from ..validation import check_choice
-from .dapo import CRITERIA as DS_CRITERIA
-from .dapo import DAPOLoss, DynamicSampler
-from .drgrpo import DrGRPOLoss
-from .gspo import GSPOLoss, sequence_metrics
-from .logprobs import TRAIN_ON
-from .metrics import (
+from .base import (
     DEFAULT_ENTROPY_COEFF,
     MaskedStatsGRPOLoss,
     check_dual_clip,
     loss_output_metrics,
     masked_token_metrics,
 )
+from .dapo import CRITERIA as DS_CRITERIA
+from .dapo import DAPOLoss, DynamicSampler
+from .drgrpo import DrGRPOLoss
+from .gspo import GSPOLoss, sequence_metrics
+from .logprobs import TRAIN_ON
 from .ppo import Critic, PPOLoss, prepare_ppo_batch, value_metrics
 
 __all__ = [
     "ALGORITHMS",
     "LOSS_TERMS",
-    "Objective",
-    "ObjectiveFactory",
-    "PPOObjective",
-    "available_objectives",
-    "build_objective",
-    "register_objective",
+    "Algorithm",
+    "AlgorithmFactory",
+    "PPOAlgorithm",
+    "available_algorithms",
+    "build_algorithm",
+    "register_algorithm",
 ]
 
 LOSS_TERMS = ("loss_objective", "loss_entropy", "loss_kl_to_ref", "loss_kl_to_inference", "loss_critic")
 
 
-class Objective:
+class Algorithm:
     """One algorithm's loss and data hooks (see the module docstring for the call order).
 
     Args:
@@ -166,7 +166,7 @@ class Objective:
 
         Example:
             >>> from torch import nn
-            >>> obj = Objective("grpo", None, nn.Linear(2, 1))
+            >>> obj = Algorithm("grpo", None, nn.Linear(2, 1))
             >>> [(name, len(params), norm) for name, params, norm in obj.grad_clip_groups(1.0)]
             [('policy', 2, 1.0)]
         """
@@ -208,7 +208,7 @@ class Objective:
         return vals
 
 
-class PPOObjective(Objective):
+class PPOAlgorithm(Algorithm):
     """PPO: GAE in :meth:`prepare`; the critic has its own optimizer group, lr and gradient clipping.
 
     As verl (actor and critic each with their own optimizer, lr and ``grad_clip``), the actor's
@@ -371,25 +371,25 @@ def _build_critic(cfg, model: nn.Module) -> Critic:
 # ----------------------------------------------------------------------------- built-in algorithms
 # the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen
 # reference policy's log-probs (aligned with the tokens)
-def _grpo(cfg, actor, model, tokenizer=None) -> Objective:
+def _grpo(cfg, actor, model, tokenizer=None) -> Algorithm:
     common, adv_eps, reward_transform = _common(cfg)
     common.setdefault("aggregation", "prompt_mean")
     loss = MaskedStatsGRPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2), **common)
     advantage = GroupAdvantage(scale="std", eps=adv_eps)
-    return Objective("grpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
+    return Algorithm("grpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
 
 
-def _drgrpo(cfg, actor, model, tokenizer=None) -> Objective:
+def _drgrpo(cfg, actor, model, tokenizer=None) -> Algorithm:
     common, adv_eps, reward_transform = _common(cfg)
     max_length = cfg.get("max_length")
     if max_length is None:
         raise ValueError("algo.max_length (L_max, the generation budget of a trajectory) is required for drgrpo")
     loss = DrGRPOLoss(actor, max_length=int(max_length), clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2), **common)
     advantage = GroupAdvantage(scale="none", eps=adv_eps)  # Dr.GRPO: R - mean, no std
-    return Objective("drgrpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
+    return Algorithm("drgrpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
 
 
-def _dapo(cfg, actor, model, tokenizer=None) -> Objective:
+def _dapo(cfg, actor, model, tokenizer=None) -> Algorithm:
     common, adv_eps, reward_transform = _common(cfg)
     loss = DAPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), (0.2, 0.28)), **common)
     ds = _node(cfg, "dynamic_sampling")
@@ -402,7 +402,7 @@ def _dapo(cfg, actor, model, tokenizer=None) -> Objective:
             criterion=_choice(ds.get("criterion", "success"), DS_CRITERIA, "algo.dynamic_sampling.criterion"),
             reward_transform=reward_transform,
         )
-    return Objective(
+    return Algorithm(
         "dapo",
         loss,
         model,
@@ -412,14 +412,14 @@ def _dapo(cfg, actor, model, tokenizer=None) -> Objective:
     )
 
 
-def _gspo(cfg, actor, model, tokenizer=None) -> Objective:
+def _gspo(cfg, actor, model, tokenizer=None) -> Algorithm:
     common, adv_eps, reward_transform = _common(cfg)
     loss = GSPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), (3e-4, 4e-4)), **common)
     advantage = GroupAdvantage(scale="std", eps=adv_eps)
-    return Objective("gspo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
+    return Algorithm("gspo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
 
 
-def _ppo(cfg, actor, model, tokenizer=None) -> Objective:
+def _ppo(cfg, actor, model, tokenizer=None) -> Algorithm:
     common, _, reward_transform = _common(cfg)  # PPO's advantage is GAE (in prepare), not the group one
     critic = _build_critic(cfg, model)
     value_clip = cfg.get("value_clip", 0.5)
@@ -440,7 +440,7 @@ def _ppo(cfg, actor, model, tokenizer=None) -> Objective:
         turn_lam=float(cfg.get("turn_lam", 1.0)),
         whiten=bool(cfg.get("whiten_advantages", True)),
     )
-    return PPOObjective(
+    return PPOAlgorithm(
         "ppo",
         loss,
         model,
@@ -453,10 +453,10 @@ def _ppo(cfg, actor, model, tokenizer=None) -> Objective:
 
 
 # ----------------------------------------------------------------------------- the registry
-ObjectiveFactory = Callable[..., Objective]
-"""``factory(algo_cfg, actor, model, tokenizer=None) -> Objective``: what :func:`register_objective` takes."""
+AlgorithmFactory = Callable[..., Algorithm]
+"""``factory(algo_cfg, actor, model, tokenizer=None) -> Algorithm``: what :func:`register_algorithm` takes."""
 
-_REGISTRY: dict[str, ObjectiveFactory] = {
+_REGISTRY: dict[str, AlgorithmFactory] = {
     "grpo": _grpo,
     "drgrpo": _drgrpo,
     "dapo": _dapo,
@@ -465,50 +465,50 @@ _REGISTRY: dict[str, ObjectiveFactory] = {
 }
 
 ALGORITHMS = tuple(_REGISTRY)
-"""The built-in algorithms; :func:`available_objectives` also lists those registered later."""
+"""The built-in algorithms; :func:`available_algorithms` also lists those registered later."""
 
 
-def register_objective(name: str, factory: ObjectiveFactory) -> ObjectiveFactory:
-    """Register ``factory(algo_cfg, actor, model, tokenizer=None) -> Objective`` under ``name``.
+def register_algorithm(name: str, factory: AlgorithmFactory) -> AlgorithmFactory:
+    """Register ``factory(algo_cfg, actor, model, tokenizer=None) -> Algorithm`` under ``name``.
 
-    :func:`build_objective` then builds it for ``algo.name: <name>`` (matched lower-case).
+    :func:`build_algorithm` then builds it for ``algo.name: <name>`` (matched lower-case).
     Registering an existing name replaces its factory. Returns ``factory``.
 
     Example:
-        >>> from ragen_torchrl.objectives import (MaskedStatsGRPOLoss, Objective, available_objectives,
-        ...                                       build_objective, register_objective)
+        >>> from ragen_torchrl.objectives import (MaskedStatsGRPOLoss, Algorithm, available_algorithms,
+        ...                                       build_algorithm, register_algorithm)
         >>> def no_clip_grpo(algo_cfg, actor, model, tokenizer=None):  # GRPO without the upper clip
         ...     loss = MaskedStatsGRPOLoss(actor, clip_epsilon=(0.2, 1e6), masking_strategy="rlhf",
         ...                                entropy_coeff=float(algo_cfg.get("entropy_coeff", 0.0)))
-        ...     return Objective("no_clip_grpo", loss, model)
-        >>> _ = register_objective("no_clip_grpo", no_clip_grpo)
-        >>> "no_clip_grpo" in available_objectives()
+        ...     return Algorithm("no_clip_grpo", loss, model)
+        >>> _ = register_algorithm("no_clip_grpo", no_clip_grpo)
+        >>> "no_clip_grpo" in available_algorithms()
         True
-        >>> obj = build_objective({"name": "no_clip_grpo", "entropy_coeff": 0.01}, actor=None, model=None)
+        >>> obj = build_algorithm({"name": "no_clip_grpo", "entropy_coeff": 0.01}, actor=None, model=None)
         >>> obj.name, obj.loss_module.entropy_coeff
         ('no_clip_grpo', 0.01)
     """
     if not isinstance(name, str) or not name:
-        raise TypeError(f"an objective name must be a non-empty string, got {name!r}")
+        raise TypeError(f"an algorithm name must be a non-empty string, got {name!r}")
     if not callable(factory):
-        raise TypeError(f"the factory of objective {name!r} must be callable, got {factory!r}")
+        raise TypeError(f"the factory of algorithm {name!r} must be callable, got {factory!r}")
     _REGISTRY[name.lower()] = factory
     return factory
 
 
-def available_objectives() -> list[str]:
-    """Names :func:`build_objective` accepts: the built-in ones, then registered ones, in registration order.
+def available_algorithms() -> list[str]:
+    """Names :func:`build_algorithm` accepts: the built-in ones, then registered ones, in registration order.
 
     Example:
-        >>> from ragen_torchrl.objectives import available_objectives
-        >>> available_objectives()[:5]
+        >>> from ragen_torchrl.objectives import available_algorithms
+        >>> available_algorithms()[:5]
         ['grpo', 'drgrpo', 'dapo', 'gspo', 'ppo']
     """
     return list(_REGISTRY)
 
 
-def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
-    """The :class:`Objective` of ``algo_cfg.name`` (one of :func:`available_objectives`; default ``grpo``).
+def build_algorithm(algo_cfg, actor, model, tokenizer=None) -> Algorithm:
+    """The :class:`Algorithm` of ``algo_cfg.name`` (one of :func:`available_algorithms`; default ``grpo``).
 
     Args:
         algo_cfg: the ``algo`` config node (``configs/algo/*.yaml``) or a plain dict.
@@ -536,11 +536,11 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     ``whiten_advantages``.
 
     Example:
-        >>> from ragen_torchrl.objectives import build_objective
-        >>> obj = build_objective({"name": "dapo", "max_length": 16}, actor=None, model=None)
+        >>> from ragen_torchrl.objectives import build_algorithm
+        >>> obj = build_algorithm({"name": "dapo", "max_length": 16}, actor=None, model=None)
         >>> obj.name, type(obj.loss_module).__name__, obj.dynamic_sampling is not None
         ('dapo', 'DAPOLoss', True)
-        >>> build_objective({"name": "reinforce"}, actor=None, model=None)
+        >>> build_algorithm({"name": "reinforce"}, actor=None, model=None)
         Traceback (most recent call last):
         ...
         ValueError: unknown algo.name 'reinforce'; choose one of grpo, drgrpo, dapo, gspo, ppo
@@ -549,12 +549,12 @@ def build_objective(algo_cfg, actor, model, tokenizer=None) -> Objective:
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(available_objectives())}") from None
-    objective = factory(algo_cfg, actor, model, tokenizer)
-    objective.train_on = check_choice("algo.train_on", algo_cfg.get("train_on", "generated"), TRAIN_ON)
+        raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(available_algorithms())}") from None
+    algorithm = factory(algo_cfg, actor, model, tokenizer)
+    algorithm.train_on = check_choice("algo.train_on", algo_cfg.get("train_on", "generated"), TRAIN_ON)
     shared = algo_cfg.get("shared_prefix", None)
     if shared is not None:
         if not isinstance(shared, bool):
             raise ValueError(f"algo.shared_prefix must be true or false, got {shared!r}")
-        objective.loss_module.shared_prefix = shared
-    return objective
+        algorithm.loss_module.shared_prefix = shared
+    return algorithm

@@ -51,8 +51,8 @@ validation seeds) draw from the game's ``"val"`` split, all others from ``"train
 validation instances are never trained on (:func:`ragen_torchrl.envs.splits.level_split`).
 
 The code is split by concept and re-exported here: the reply format in
-:mod:`.active_reply`, the environment in :mod:`.active_env` and the five tasks in
-:mod:`.active_tasks`.
+:mod:`.reply`, the environment in :mod:`.env` and the five tasks in
+:mod:`.tasks`.
 
 Example:
     >>> import tensordict, torch
@@ -71,8 +71,8 @@ Example:
 
 from __future__ import annotations
 
-from .active_env import MALFORMED_MODES, ActiveReasoningEnv
-from .active_reply import (
+from .env import MALFORMED_MODES, ActiveReasoningEnv
+from .reply import (
     ACTIVE_FORMAT_INSTRUCTIONS,
     INVALID_REPLY,
     INVALID_REPLY_END,
@@ -80,7 +80,7 @@ from .active_reply import (
     ActiveReply,
     parse_active_reply,
 )
-from .active_tasks import (
+from .tasks import (
     CircuitDecodingEnv,
     GuessNumbersEnv,
     MovieRecommendationEnv,

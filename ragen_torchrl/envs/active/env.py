@@ -1,10 +1,10 @@
 """The active-reasoning chat environment over an interactive game core (the T3 tasks' base).
 
-:class:`ActiveReasoningEnv` maps a reply (:mod:`.active_reply`) to the game core's
+:class:`ActiveReasoningEnv` maps a reply (:mod:`.reply`) to the game core's
 ``step("interact:" + query)`` / ``step("answer:" + answer)``, shows the game's feedback at the
 top of the next user message and writes the per-turn T3 keys; the rules are described in
-:mod:`ragen_torchrl.envs.active_reasoning`. The tasks themselves (GuessNumbers, ...) are in
-:mod:`.active_tasks`.
+:mod:`ragen_torchrl.envs.active.reasoning`. The tasks themselves (GuessNumbers, ...) are in
+:mod:`.tasks`.
 
 Example:
     >>> MALFORMED_MODES
@@ -21,7 +21,8 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 
-from ..keys import (
+from ...checks import check_choice
+from ...keys import (
     ACTION_IS_EFFECTIVE,
     ACTION_IS_VALID,
     GUESS_IN_PREVIOUS_HYPOTHESES,
@@ -32,16 +33,15 @@ from ..keys import (
     PROGRESS_BEFORE,
     SUCCESS,
 )
-from ..validation import check_choice
-from .active_reply import (
+from ..games.interactive import InteractiveGame
+from ..text_env import TextGameEnv
+from .reply import (
     ACTIVE_FORMAT_INSTRUCTIONS,
     INVALID_REPLY,
     INVALID_REPLY_END,
     LAST_TURN_PROMPT,
     parse_active_reply,
 )
-from .games.interactive import InteractiveGame
-from .text_env import TextGameEnv
 
 __all__ = ["ActiveReasoningEnv", "MALFORMED_MODES"]
 
@@ -67,7 +67,7 @@ class ActiveReasoningEnv(TextGameEnv):
             (:data:`MALFORMED_MODES`). ``"auto"`` (default, the T3 reference code): with a T3
             truncation transform active (T3 on, training; it sets :attr:`t3_active`) the episode
             ends with reward 0; otherwise (no T3, and always in validation) the next message is
-            :data:`~ragen_torchrl.envs.active_reply.INVALID_REPLY` ("... Try again.") and the
+            :data:`~ragen_torchrl.envs.active.reply.INVALID_REPLY` ("... Try again.") and the
             episode goes on with no penalty. ``"end"`` / ``"retry"`` force one behaviour;
             ``"penalty"``: ``format_penalty`` and the episode goes on. A malformed reply that
             does not end the episode still uses a turn.
@@ -318,6 +318,6 @@ class ActiveReasoningEnv(TextGameEnv):
     def append_transform(self, transform) -> "TransformedEnv":  # noqa: F821
         """Wrap in a :class:`~ragen_torchrl.envs.text_env.RowTransformedEnv` (a ``TransformedEnv``
         that accepts sub-batches of rows, like this env)."""
-        from .text_env import RowTransformedEnv
+        from ..text_env import RowTransformedEnv
 
         return RowTransformedEnv(self, transform)

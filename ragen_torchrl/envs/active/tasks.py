@@ -1,7 +1,7 @@
 """The five T3 active-reasoning tasks as chat environments (RAGEN-2, arXiv 2604.06268).
 
 GuessNumbers, CircuitDecoding, PreferenceEstimation, MovieRecommendation and SituationPuzzles:
-each is an :class:`~ragen_torchrl.envs.active_env.ActiveReasoningEnv` over its game core
+each is an :class:`~ragen_torchrl.envs.active.env.ActiveReasoningEnv` over its game core
 (:mod:`ragen_torchrl.envs.games`), with the paper's turn budget as default ``max_turn`` and a
 task-specific uninformative query for noisy demonstrations (:meth:`random_query`). Level
 ``level_seed`` comes from the seed's split (:func:`split_level_factory`).
@@ -18,16 +18,16 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from ragen_torchrl.validation import check_choice
+from ragen_torchrl.checks import check_choice
 
-from .active_env import ActiveReasoningEnv
-from .games.circuit_decoding import CircuitDecodingGame
-from .games.guess_numbers import GuessNumbersGame
-from .games.interactive import InteractiveGame
-from .games.movie_recommendation import MovieRecommendationGame
-from .games.preference_estimation import PreferenceEstimationGame
-from .games.situation_puzzles import PUZZLES, SituationPuzzlesGame
-from .splits import level_split
+from ..games.circuit_decoding import CircuitDecodingGame
+from ..games.guess_numbers import GuessNumbersGame
+from ..games.interactive import InteractiveGame
+from ..games.movie_recommendation import MovieRecommendationGame
+from ..games.preference_estimation import PreferenceEstimationGame
+from ..games.situation_puzzles import PUZZLES, SituationPuzzlesGame
+from ..splits import level_split
+from .env import ActiveReasoningEnv
 
 __all__ = [
     "CircuitDecodingEnv",
@@ -115,7 +115,7 @@ class GuessNumbersEnv(ActiveReasoningEnv):
         split_by: str = "secret",
         **kwargs: Any,
     ) -> None:
-        from .games.guess_numbers import _check_size
+        from ..games.guess_numbers import _check_size
 
         self.num_digits, self.num_symbols = _check_size(num_digits, num_symbols)
         self.terse = bool(terse)
@@ -135,7 +135,7 @@ class GuessNumbersEnv(ActiveReasoningEnv):
     def random_query(self, game: InteractiveGame, rng: random.Random) -> str:
         """A guess that makes no progress (leaves ``H`` unchanged: a belief-trap query) when one of
         :attr:`STALL_TRIES` random guesses does, else the last random guess."""
-        from .games.guess_numbers import _fb
+        from ..games.guess_numbers import _fb
 
         digits = "0123456789"[: game.num_symbols]
         hyps = game.hypotheses
@@ -301,7 +301,7 @@ class MovieRecommendationEnv(ActiveReasoningEnv):
         catalog_path: str | None = None,
         **kwargs: Any,
     ) -> None:
-        from .games.movie_recommendation import generate_catalog, load_catalog
+        from ..games.movie_recommendation import generate_catalog, load_catalog
 
         catalog = load_catalog(catalog_path) if catalog_path else generate_catalog(0)
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .parsing import MAX_REPLY_CHARS, THINK_RE
+from ..parsing import MAX_REPLY_CHARS, THINK_RE
 
 __all__ = [
     "ACTIVE_FORMAT_INSTRUCTIONS",

@@ -1,4 +1,4 @@
-"""ragen_torchrl.validation: the small type/range checks."""
+"""ragen_torchrl.checks: the small type/range checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ragen_torchrl.validation import check_bool, check_choice, check_int, check_number
+from ragen_torchrl.checks import check_bool, check_choice, check_int, check_number
 
 
 # --------------------------------------------------------------------------------------------
