@@ -13,6 +13,7 @@ Groups (:data:`GROUPS`):
 
 * ``env``: what an env reset/step reads and writes (``("next", key)`` after a step);
 * ``t3``: the active-reasoning (T3) envs' extra observations and the T3 transform's flags;
+* ``visual``: the image-conditioned envs' extra observations (``envs/visual.py``);
 * ``policy``: what a policy writes for the env and the grouped collector;
 * ``record``: trajectory records from :func:`ragen_torchrl.collectors.collect_rollouts`;
 * ``train``: the training batch a loss reads (records + behaviour data + advantages).
@@ -56,6 +57,7 @@ __all__ = [
     "HISTORY_FULL",
     "HISTORY_PROMPT",
     "HYPOTHESIS_SIZE",
+    "IMAGE",
     "IS_ANSWER",
     "IS_QUERY",
     "KEY_TABLE",
@@ -134,6 +136,8 @@ TERMINATED = "terminated"
 TRUNCATED = "truncated"
 #: bool ``(B, 1)``: reset input, restart only the masked rows (torchrl's partial reset)
 RESET = "_reset"
+#: uint8 ``(B, 3, H, W)``: visual envs: the board image shown with the last user message of the prompt
+IMAGE = "image"
 
 # ----------------------------------------------------------------------------- T3 (active reasoning)
 #: float ``(B,)``: ``progress`` before the turn's action (active-reasoning envs)
@@ -199,7 +203,7 @@ STATE_VALUE = "state_value"
 #: float ``[L]`` per row: GAE value targets (PPO)
 VALUE_TARGET = "value_target"
 
-GROUPS = ("env", "t3", "policy", "record", "train")
+GROUPS = ("env", "t3", "visual", "policy", "record", "train")
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,7 @@ KEY_TABLE: tuple[KeyInfo, ...] = (
     _k(TERMINATED, "env", "bool", "(B, 1)", "the game ended (won, lost, answered)"),
     _k(TRUNCATED, "env", "bool", "(B, 1)", "the turn/action budget (or T3) ended the episode"),
     _k(RESET, "env", "bool", "(B, 1)", "reset input: restart only the masked rows"),
+    _k(IMAGE, "visual", "uint8", "(B, 3, H, W)", "visual envs: the board image of the prompt's last user message (RGB, channels first)"),
     _k(PROGRESS_BEFORE, "t3", "float", "(B,)", "progress before the turn's action (active-reasoning envs)"),
     _k(HYPOTHESIS_SIZE, "t3", "float", "(B,)", "size of the hypothesis set consistent with the feedback (-1 unknown)"),
     _k(GUESS_IN_PREVIOUS_HYPOTHESES, "t3", "bool", "(B,)", "the turn's guess lay inside the previous hypothesis set"),

@@ -27,6 +27,7 @@ from .metamathqa import MetaMathQAEnv
 from .searchqa import SearchQAEnv
 from .sokoban import SokobanEnv
 from .text_env import RowTransformedEnv, TextGameEnv
+from .visual import VisualFrozenLakeEnv, VisualSokobanEnv
 from .webshop import WebShopEnv
 
 _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
@@ -43,6 +44,8 @@ _REGISTRY: dict[str, Callable[..., TextGameEnv]] = {
     "searchqa": SearchQAEnv,
     "webshop": WebShopEnv,
     "deepcoder": DeepCoderEnv,
+    "sokoban_visual": VisualSokobanEnv,
+    "frozenlake_visual": VisualFrozenLakeEnv,
 }
 
 
