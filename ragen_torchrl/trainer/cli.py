@@ -193,6 +193,12 @@ def _sft(cfg) -> None:
 def _hydra_main(task):
     import hydra
 
+    from .config_schema import check_moved_overrides
+
+    try:  # Hydra would refuse a moved key as unknown without saying where it went
+        check_moved_overrides(sys.argv[1:])
+    except ValueError as e:
+        raise _config_error(e) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     return hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")(task)
 
