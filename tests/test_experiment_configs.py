@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import validate_config
-from ragen_torchrl.trainer.config_keys import GLOBAL_PACKAGE
+
+GLOBAL_PACKAGE = "@package _global_"
 
 EXPERIMENT_DIR = Path(CONFIG_DIR) / "experiment"
 EXPERIMENTS = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
