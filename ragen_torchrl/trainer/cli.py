@@ -155,7 +155,7 @@ def _train(cfg) -> None:
     from .config import ConfigError
     from .loop import Trainer
 
-    if cfg.trainer.get("dry_run"):
+    if cfg.trainer.dry_run:
         from .setup import dry_run_report
 
         try:
@@ -181,7 +181,7 @@ def _sft(cfg) -> None:
     from .loop import Trainer
 
     try:
-        validate_config(cfg)
+        cfg = validate_config(cfg)
         cfg.trainer.total_iterations = 0
         trainer = Trainer(cfg, _run_dir())
     except (ConfigError, ModelSourceError) as e:
