@@ -531,7 +531,6 @@ class DataEnvConfig(TurnEnvConfig):
     data_path: Optional[str] = setting(None, "records file (.jsonl/.json/.parquet); null = the offline stand-in")
     val_data_path: Optional[str] = setting(None, "optional separate validation file (else held out from data_path)")
     val_fraction: float = setting(0.1, "share of records (by content hash) held out for validation", _val_fraction)
-    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
 
 
 @dataclass
@@ -591,6 +590,7 @@ class CountdownEnvConfig(DataEnvConfig):
 @dataclass
 class MetaMathQAEnvConfig(DataEnvConfig):
     name: str = setting("metamathqa", "MetaMathQA: answer a math question, up to 5 attempts")
+    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
     hub_split: str = setting("train", "split of a hub dataset (ignored for local files)")
     max_turn: int = setting(5, "turns per episode", _env_int)
     max_actions_per_traj: int = setting(5, "actions per episode", _env_int)
@@ -599,6 +599,7 @@ class MetaMathQAEnvConfig(DataEnvConfig):
 @dataclass
 class SearchQAEnvConfig(DataEnvConfig):
     name: str = setting("searchqa", "SearchQA: search a passage corpus, then answer")
+    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
     corpus_path: Optional[str] = setting(None, "passages file; required with data_path, and only with it")
     world_seed: int = setting(0, "generated world: its seed")
     max_hops: int = setting(2, "generated world: questions of at most this many hops (1 or 2)")
@@ -631,6 +632,7 @@ class WebShopEnvConfig(DataEnvConfig):
 @dataclass
 class DeepCoderEnvConfig(DataEnvConfig):
     name: str = setting("deepcoder", "DeepCoder: write a program, run sandboxed on hidden tests")
+    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
     num_public: int = setting(1, "tests shown as examples when a record has no public/hidden split")
     timeout_s: float = setting(1.0, "wall-clock seconds per test run")
     memory_mb: int = setting(512, "RLIMIT_AS of a run, in [64, 65536]", _env_int)

@@ -456,3 +456,26 @@ def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
 def test_deepcoder_sandbox_sizes_are_bounded(override, text, tmp_path):
     # env.memory_mb, env.max_output_bytes, env.workers had no upper bound
     assert_rejected(tmp_path, ("env=deepcoder", override), text)
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml")))
+def test_typed_env_node_adds_only_keys_the_env_accepts(preset, tmp_path):
+    # the keys a preset leaves out get the dataclass default, which must be the constructor's own:
+    # the env node the trainer passes builds the same env as the preset alone
+    import inspect
+
+    from ragen_torchrl.envs import _REGISTRY
+    from ragen_torchrl.trainer.setup import env_kwargs
+
+    raw = make_cfg(tmp_path, f"env={preset}")
+    typed = typed_config(raw)
+    added = set(typed.env) - set(raw.env)
+    cls = _REGISTRY[typed.env.name]
+    params = {}
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            sig = inspect.signature(klass.__init__)
+            params.update({k: p.default for k, p in sig.parameters.items() if k not in params})
+    for key in added:
+        assert key in params and params[key] == typed.env[key], (preset, key)
+    assert env_kwargs(typed.env) == {**env_kwargs(raw.env), **{k: typed.env[k] for k in added}}
