@@ -223,7 +223,7 @@ def describe_main(argv: list[str]) -> bool:
 def _hydra_main(task):
     import hydra
 
-    from .config_schema import check_moved_overrides
+    from .config_schema import check_moved_overrides, register_schemas
 
     if describe_main(sys.argv[1:]):
         raise SystemExit(0)
@@ -231,6 +231,7 @@ def _hydra_main(task):
         check_moved_overrides(sys.argv[1:])
     except ValueError as e:
         raise _config_error(e) from None
+    register_schemas()  # a preset of the user's may build on /schema/<group>/<option>
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     return hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")(task)
 

@@ -6,8 +6,11 @@ are checked and converted, every key the presets leave out gets its default here
 :func:`check_fields` runs each field's check (``metadata["check"]``) with the key's dotted name.
 The env, algo and model groups have one dataclass per option, chosen by the node's ``name``
 (:func:`group_schema`). :func:`register_schemas` stores the dataclasses in Hydra's ``ConfigStore``
-(group ``schema``), so a preset of your own may name one in its defaults list to be validated by
-Hydra while it is composed (``defaults: [/schema/algo@_here_, _self_]``).
+(group ``schema``; ``ragen-train`` registers them at start), so a preset of your own may name one in
+its defaults list to be validated by Hydra while it is composed
+(``defaults: [/schema/algo/grpo@_here_, _self_]`` in ``algo/mine.yaml``). The shipped presets do
+not: a bad value in them is reported by :func:`~ragen_torchrl.trainer.config.validate_config` as a
+``config error`` naming the key (exit status 2), with a "did you mean" for an unknown key.
 
 Example:
     >>> from omegaconf import OmegaConf

@@ -479,3 +479,20 @@ def test_typed_env_node_adds_only_keys_the_env_accepts(preset, tmp_path):
     for key in added:
         assert key in params and params[key] == typed.env[key], (preset, key)
     assert env_kwargs(typed.env) == {**env_kwargs(raw.env), **{k: typed.env[k] for k in added}}
+
+
+def test_a_preset_of_your_own_can_take_a_dataclass_as_its_hydra_schema(tmp_path):
+    # Hydra's structured-config schema pattern: the dataclass in the defaults list types the preset
+    from hydra.errors import ConfigCompositionException
+
+    from ragen_torchrl.trainer.config_schema import register_schemas
+
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "config.yaml").write_text("defaults:\n  - algo: mine\n  - _self_\nseed: 0\n")
+    (tmp_path / "algo" / "mine.yaml").write_text("defaults:\n  - /schema/algo/grpo@_here_\n  - _self_\nlr: 0.5\n")
+    register_schemas()
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        cfg = compose("config")
+        assert (cfg.algo.lr, cfg.algo.update_epochs, cfg.algo.mini_batch_by) == (0.5, 1, "group")
+        with pytest.raises(ConfigCompositionException, match="algo.lr=abc"):
+            compose("config", overrides=["algo.lr=abc"])
