@@ -63,7 +63,13 @@ Check = Callable[[DictConfig, str], None]
 
 
 def setting(default: Any = MISSING, help: str = "", check: Check | None = None, *, factory: Any = None) -> Any:  # noqa: A002
-    """A dataclass field with its help text and its check (``check(cfg, "group.key")`` raises :class:`ConfigError`)."""
+    """A dataclass field with its help text and its check (``check(cfg, "group.key")`` raises :class:`ConfigError`).
+
+    Example:
+        >>> f = {f.name: f for f in dataclasses.fields(TrainerConfig)}["group_size"]
+        >>> f.default, f.metadata["help"]
+        (4, 'G samples per group')
+    """
     meta = {"help": help, "check": check}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -946,6 +952,15 @@ def typed_config(cfg: Mapping) -> DictConfig:
     default. The result is a struct-mode ``DictConfig`` (attribute access, no new keys).
     ``hydra`` is dropped. Unknown keys are not reported here (``check_unknown_keys`` does, with
     suggestions); they make the merge fail.
+
+    Example:
+        >>> cfg = typed_config({"trainer": {"group_size": "8"}, "env": {"name": "sokoban"}})
+        >>> cfg.trainer.group_size, cfg.trainer.prompts_per_iter, list(cfg.env.dim)
+        (8, 16, [6, 6])
+        >>> typed_config({"seed": "abc"})
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.config_checks.ConfigError: seed must be an integer, got 'abc'
     """
     data = OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False) if OmegaConf.is_config(cfg) else dict(cfg)
     data.pop("hydra", None)
@@ -958,7 +973,14 @@ def typed_config(cfg: Mapping) -> DictConfig:
 
 
 def check_fields(cfg: DictConfig, obj: Any = None, prefix: str = "") -> None:
-    """Run every field's check (``metadata["check"]``) on ``cfg`` (a :func:`typed_config`), depth first."""
+    """Run every field's check (``metadata["check"]``) on ``cfg`` (a :func:`typed_config`), depth first.
+
+    Example:
+        >>> check_fields(typed_config({"trainer": {"early_stop": {"val_stop": {"patience": 0}}}}))
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.config_checks.ConfigError: trainer.early_stop.val_stop.patience must be a positive integer, got 0
+    """
     if obj is None:
         obj = _root_for(cfg)
     for f in dataclasses.fields(obj):
@@ -1020,6 +1042,11 @@ def describe(key: str) -> str:
 
     ``env.<name>`` / ``algo.<name>`` / ``model.<name>`` (e.g. ``env.sokoban``, ``algo.ppo``)
     describe that option's fields.
+
+    Example:
+        >>> print(describe("algo.ppo.critic"))
+        algo.critic: str = separate
+            separate: own trunk (verl/RAGEN) | head: Linear on the policy's last hidden states
     """
     group, _, rest = key.partition(".")
     name = None
