@@ -944,6 +944,10 @@ def _check_bools(obj: Any, data: Any, prefix: str) -> None:
             _check_bools(getattr(obj, f.name), value, f"{key}.")
 
 
+#: the structured schema of each (algo, env, model) dataclass choice, built on first use
+_STRUCTURED: dict[tuple[type, type, type], DictConfig] = {}
+
+
 def typed_config(cfg: Mapping) -> DictConfig:
     """``cfg`` merged onto its schema (:class:`RagenConfig`): typed, with every default filled in.
 
@@ -966,8 +970,12 @@ def typed_config(cfg: Mapping) -> DictConfig:
     data.pop("hydra", None)
     root = _root_for(data)
     _check_bools(root, data, "")
+    # building the structured schema is half the cost of this pass: once per (algo, env, model) choice
+    choice = (type(root.algo), type(root.env), type(root.model))
+    if choice not in _STRUCTURED:
+        _STRUCTURED[choice] = OmegaConf.structured(root)
     try:
-        return OmegaConf.merge(OmegaConf.structured(root), data)
+        return OmegaConf.merge(_STRUCTURED[choice], data)  # a new config: the cached schema is not changed
     except OmegaConfBaseException as e:
         raise _type_error(e, root) from None
 
