@@ -175,8 +175,7 @@ def compose_task_config(task: str, overrides: list[str]):
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"env={task}", *overrides])
-    validate_config(cfg)
-    return cfg
+    return validate_config(cfg)
 
 
 def load_policy(cfg):

@@ -4,7 +4,7 @@ What is compared
     Ours: one :meth:`ragen_torchrl.trainer.loop.Trainer.train_iteration` (rollout, advantage,
     behaviour log-probs, one optimizer step), the Trainer built by Hydra compose with
     ``env=countdown trainer.prompts_per_iter=8 trainer.group_size=8 rollout.max_new_tokens=64
-    algo.mini_batch_size=64 algo.ppo_epochs=1 diagnostics.mi.enabled=false filter=none
+    algo.mini_batch_size=64 algo.update_epochs=1 diagnostics.mi.enabled=false filter=none
     sft.enabled=false model.device=cpu model.dtype=float32``.
     TRL: one optimizer step of ``trl.GRPOTrainer`` (``trainer.train()`` for 1 + N steps, each step
     timed by a callback from ``on_step_begin`` to ``on_step_end``). A GRPOTrainer step *includes*
@@ -32,7 +32,7 @@ Same work on both sides
     * reward: the env's Countdown reward. TRL's reward function replays the reply through the
       env's reply parser and the game core (:class:`~ragen_torchrl.envs.games.countdown.CountdownGame`),
       format penalty included; ours steps the TorchRL env.
-    * update: one optimizer step per batch (ours ``mini_batch_size=64, ppo_epochs=1``; TRL
+    * update: one optimizer step per batch (ours ``mini_batch_size=64, update_epochs=1``; TRL
       ``per_device_train_batch_size=64, gradient_accumulation_steps=1, steps_per_generation=1,
       num_iterations=1``), ``beta=0`` (no reference model), same lr (2e-4, constant), AdamW
       (``adamw_torch``, weight decay 0), clip epsilon 0.2, max grad norm 1.0, entropy bonus
@@ -238,7 +238,7 @@ def single_turn_overrides(prompts: int, group: int, max_new_tokens: int, threads
         f"rollout.max_new_tokens={max_new_tokens}",
         "rollout.temperature=1.0",
         f"algo.mini_batch_size={prompts * group}",
-        "algo.ppo_epochs=1",
+        "algo.update_epochs=1",
         "algo.kl_coeff=0.0",
         "diagnostics.mi.enabled=false",
         "diagnostics.grad_snr.every=0",
@@ -371,7 +371,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     # training_batch: advantage, behaviour log-probs (not for the rows of the first, on-policy
     # mini-batch of a one-epoch update), attach, prepare
     algo = tr.cfg.algo
-    on_policy_first = bool(algo.get("on_policy_first_minibatch", True)) and int(algo.ppo_epochs) == 1
+    on_policy_first = bool(algo.on_policy_first_minibatch) and int(algo.update_epochs) == 1
     plan = minibatch_plan(records.get(GROUP_ID), algo)
     batch = tr.algorithm.advantage(records)
     with sec("behaviour log-probs"):

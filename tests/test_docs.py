@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ragen_torchrl.trainer.config_keys import config_schema
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,28 +86,24 @@ def test_every_docs_page_is_in_the_navigation():
     assert own <= listed, sorted(own - listed)
 
 
-def _leaf_paths(tree, prefix=""):
-    for key, sub in (tree or {}).items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if sub:
-            yield from _leaf_paths(sub, path)
-        else:
-            yield path
-
-
 def test_configuration_reference_lists_every_key():
-    # config_keys derives the key schema from the same files independently: every key it knows
-    # (inherited ones via the parent file's table) is a row of the generated reference
+    # every field of every option's dataclass is a row of the generated reference, with its
+    # type and default, and every preset file has its table
+    from ragen_torchrl.trainer import config_schema as schema
+
     hook = _hook()
-    text = hook.render(Path(PACKAGE_CONFIG_DIR))
-    rendered = set(re.findall(r"^\| `([^`]+)` \|", text, flags=re.M))
-    schema = config_schema(PACKAGE_CONFIG_DIR)
-    expected = {p for p in _leaf_paths(schema["main"]) if not p.startswith(("hydra.", "defaults"))}
-    for group, options in schema["groups"].items():
-        for _, tree in options.values():
-            prefix = "" if group == "experiment" else group
-            expected |= set(_leaf_paths(tree, prefix))
-    assert expected - rendered == set()
+    text = hook.render(Path(PACKAGE_CONFIG_DIR), REPO)
+    rows = set(re.findall(r"^\| `([^`]+)` \| `([^`]*)` \|", text, flags=re.M))
+    expected = set()
+    for group in ("seed", *schema.GROUPS):
+        names = {"env": schema.ENV_SCHEMAS, "algo": schema.ALGO_SCHEMAS, "model": schema.MODEL_SCHEMAS}.get(group)
+        for name in names or [None]:
+            expected |= {(key, tp) for key, tp, _, _ in schema.schema_fields(group, name)}
+    assert expected - rows == set()
+    assert "| `trainer.early_stop.val_stop.patience` | `int` | `5` | consecutive low validations" in text
+    for f in Path(PACKAGE_CONFIG_DIR).glob("*/*.yaml"):
+        select = "+experiment=" if f.parent.name == "experiment" else f"{f.parent.name}="
+        assert f"#### `{select}{f.stem}`" in text, f
 
 
 def test_configuration_reference_reads_the_yaml_comments():

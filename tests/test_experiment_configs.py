@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import validate_config
-from ragen_torchrl.trainer.config_keys import GLOBAL_PACKAGE
+
+GLOBAL_PACKAGE = "@package _global_"
 
 EXPERIMENT_DIR = Path(CONFIG_DIR) / "experiment"
 EXPERIMENTS = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
@@ -123,7 +124,7 @@ def test_experiment_composes_validates_and_pins(name):
     cfg = _compose([f"+experiment={name}", *extra], hydra=True)
     assert str(cfg.hydra.sweep.dir).startswith(f"multirun/{name}/")
     task = _task(cfg)
-    validate_config(task, config_dir=CONFIG_DIR)
+    validate_config(task)
     for key, value in pinned.items():
         assert OmegaConf.select(task, key) == value, (name, key)
     # the swept arms compose and validate too
@@ -132,7 +133,7 @@ def test_experiment_composes_validates_and_pins(name):
         arm = ["filter=snr_top_p"]
     if name == "template_collapse":
         arm = ["sft.reasoning=shuffled", "env.success_rate=0.5", "algo.entropy_coeff=0.05"]
-    validate_config(_compose([f"+experiment={name}", *extra, *arm, "seed=2"]), config_dir=CONFIG_DIR)
+    validate_config(_compose([f"+experiment={name}", *extra, *arm, "seed=2"]))
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -152,13 +153,13 @@ def test_command_line_overrides_win_over_the_experiment(name):
     assert cfg.hydra.sweep.dir == "/tmp/elsewhere"
     task = _task(cfg)
     assert (task.trainer.total_iterations, task.trainer.val_levels, task.diagnostics.mi.enabled) == (7, 16, True)
-    validate_config(task, config_dir=CONFIG_DIR)
+    validate_config(task)
 
 
 def test_command_line_env_wins_over_the_experiment_env():
     task = _task(_compose(["+experiment=snr_filter", "env=sokoban"]))
     assert task.env.name == "sokoban" and "success_rate" not in task.env
-    validate_config(task, config_dir=CONFIG_DIR)
+    validate_config(task)
     task = _task(_compose(["+experiment=slip_sweep", "env.success_rate=0.5"]))
     assert task.env.success_rate == 0.5
 
@@ -166,7 +167,7 @@ def test_command_line_env_wins_over_the_experiment_env():
 def test_experiments_leave_the_default_config_alone():
     plain = _task(_compose([]))
     assert "experiment" not in plain
-    validate_config(plain, config_dir=CONFIG_DIR)
+    validate_config(plain)
 
 
 # ------------------------------------------------------------------------------- a real sweep

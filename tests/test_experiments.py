@@ -88,7 +88,7 @@ def test_mechanism_experiment_meets_its_design():
         assert cfg.trainer.total_iterations >= 200
         assert cfg.algo.kl_coeff > 0 and cfg.algo.entropy_coeff > 0
         assert cfg.diagnostics.mi.enabled and cfg.trainer.val_every > 0
-        assert not cfg.filter.collapse_stop.enabled and not cfg.filter.val_stop.enabled
+        assert not cfg.trainer.early_stop.collapse_stop.enabled and not cfg.trainer.early_stop.val_stop.enabled
     assert compose_run(plan(exp, seeds=[0])[1][1]).filter.value == 0.9
 
 

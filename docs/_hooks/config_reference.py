@@ -1,8 +1,13 @@
-"""mkdocs hook: the configuration reference, generated from the shipped YAML presets.
+"""mkdocs hook: the configuration reference, generated from the config dataclasses and the presets.
 
 ``docs/configuration.md`` holds the marker ``<!-- config-reference -->``; at build time it is
-replaced by one table per preset file: every key, its value there and the comment the file gives it.
-The YAML files stay the one place a default and its explanation are written.
+replaced by
+
+* one table per config node of :mod:`ragen_torchrl.trainer.config_schema` (the typed config):
+  every key with its type, default and help text, the dataclasses being the one place a default
+  and its meaning are written (env, algo and model: one table per option's own keys);
+* the presets of every group: each file's description and a table of what it sets (the values and
+  the comments the file gives them).
 """
 
 from __future__ import annotations
@@ -129,33 +134,67 @@ def preset_table(path: Path, prefix: str = "") -> str:
     return note + _table(body, comments, prefix.rstrip("."))
 
 
-def top_level(path: Path) -> list[str]:
-    """``config.yaml``: its scalars, then one table per node with the node's own comment."""
-    text = path.read_text(encoding="utf-8")
-    data = yaml.safe_load(text) or {}
-    header, comments = parse_comments(text)
-    body = {k: v for k, v in data.items() if k not in ("defaults", "hydra")}
-    scalars = {k: v for k, v in body.items() if not isinstance(v, dict)}
-    out = ["## Top level (`config.yaml`)", "", _cell(header), ""]
-    if scalars:
-        out += [_table(scalars, comments), ""]
-    for key, node in body.items():
-        if isinstance(node, dict):
-            about = _cell(comments.get(key, ""))
-            out += [f"### `{key}`", ""] + ([about, ""] if about else []) + [_table(node, comments, key), ""]
+def _schema_module(root: Path | None = None):
+    """:mod:`ragen_torchrl.trainer.config_schema` of the checkout being built (not another installed copy)."""
+    import importlib
+    import sys
+
+    if root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module("ragen_torchrl.trainer.config_schema")
+
+
+def _schema_table(rows) -> str:
+    out = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, tp, default, help_text in rows:
+        shown = "`???`" if repr(default) == "'???'" else _fmt(default)
+        out.append(f"| `{key}` | `{_cell(tp)}` | {shown} | {_cell(help_text)} |")
+    return "\n".join(out)
+
+
+def schema_reference(root: Path | None = None) -> list[str]:
+    """The typed config's keys: one table per node, and per option of env / algo / model its own keys."""
+    schema = _schema_module(root)
+    out = [
+        "## Keys",
+        "",
+        "Every key of the composed config, from the dataclasses of `ragen_torchrl.trainer.config_schema` "
+        "(`ragen-train --describe KEY` prints the same). A preset may set a key to another value; "
+        "the tables under [Presets](#presets) list what each file sets.",
+        "",
+    ]
+    seed = schema.schema_fields("seed")
+    out += ["### `seed`", "", _schema_table(seed), ""]
+    options = {"env": schema.ENV_SCHEMAS, "algo": schema.ALGO_SCHEMAS, "model": schema.MODEL_SCHEMAS}
+    for group in schema.GROUPS:
+        if group not in options:
+            out += [f"### `{group}`", "", _schema_table(schema.schema_fields(group)), ""]
+            continue
+        names = list(options[group])
+        # the keys every option has, then each option's own
+        per_name = {n: schema.schema_fields(group, n) for n in names}
+        common = [r for r in per_name[names[0]] if all(r[0] in {x[0] for x in per_name[n]} for n in names)]
+        common_keys = {r[0] for r in common}
+        out += [f"### `{group}`", "", f"Keys every `{group}` option has (defaults of `{group}.name={names[0]}`):", ""]
+        out += [_schema_table(common), ""]
+        for n in names:
+            # the option's own keys and the defaults it changes (an option without either shares the first's)
+            own = [r for r in per_name[n] if r[0] not in common_keys or r not in common]
+            if any(r[0] != f"{group}.name" for r in own):
+                out += [f"#### `{group}.name: {n}`", "", _schema_table(own), ""]
     return out
 
 
-def render(config_dir: Path) -> str:
-    """The whole reference: ``config.yaml``'s keys, then every option of every group."""
+def render(config_dir: Path, root: Path | None = None) -> str:
+    """The whole reference: the typed config's keys, then every preset of every group."""
     config_dir = Path(config_dir)
-    out = top_level(config_dir / "config.yaml")
+    out = schema_reference(root) + ["## Presets", ""]
     for group in GROUPS:
         files = sorted((config_dir / group).glob("*.yaml"))
         if not files:
             continue
         select = "+experiment=" if group == "experiment" else f"{group}="
-        out += [f"## `{group}`", ""]
+        out += [f"### Presets of `{group}`", ""]
         for f in files:
             desc, _ = parse_comments(f.read_text(encoding="utf-8"))
             out.append(f"- `{select}{f.stem}`" + (f": {_cell(desc)}" if desc else ""))
@@ -164,7 +203,7 @@ def render(config_dir: Path) -> str:
             # a `# @package _global_` file writes full key paths (its group's keys under the group name)
             is_global = "@package _global_" in f.read_text(encoding="utf-8").split("\n", 1)[0]
             prefix = "" if is_global else f"{group}."
-            out += [f"### `{select}{f.stem}`", "", preset_table(f, prefix), ""]
+            out += [f"#### `{select}{f.stem}`", "", preset_table(f, prefix), ""]
     return "\n".join(out)
 
 
@@ -172,4 +211,4 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # mkdocs hook
     if MARKER not in markdown:
         return markdown
     root = Path(config["config_file_path"]).resolve().parent
-    return markdown.replace(MARKER, render(find_config_dir(root)))
+    return markdown.replace(MARKER, render(find_config_dir(root), root))

@@ -10,6 +10,10 @@ TensorBoard logs and checkpoints under Hydra's run dir ``outputs/<date>/<time>/`
 
 ``ragen-sft`` only builds the warm-started policy (cached for later runs).
 
+Every key is a field of a dataclass in :mod:`~ragen_torchrl.trainer.config_schema`;
+``ragen-train --describe KEY`` prints its type, default and help (``--describe algo`` a whole
+group, ``--describe env.sokoban`` one env's keys) and ``ragen-train --help`` lists the groups.
+
 The presets are the repository's top-level ``configs/``, shipped in the wheel as
 ``ragen_torchrl/configs/`` (:data:`PACKAGE_CONFIG_DIR`, resolved by
 :mod:`ragen_torchrl.trainer.config_paths`), so a non-editable install (``pip install .`` or a wheel)
@@ -151,7 +155,7 @@ def _train(cfg) -> None:
     from .config import ConfigError
     from .loop import Trainer
 
-    if cfg.trainer.get("dry_run"):
+    if cfg.trainer.dry_run:
         from .setup import dry_run_report
 
         try:
@@ -177,7 +181,7 @@ def _sft(cfg) -> None:
     from .loop import Trainer
 
     try:
-        validate_config(cfg)
+        cfg = validate_config(cfg)
         cfg.trainer.total_iterations = 0
         trainer = Trainer(cfg, _run_dir())
     except (ConfigError, ModelSourceError) as e:
@@ -190,9 +194,44 @@ def _sft(cfg) -> None:
     )
 
 
+def describe_main(argv: list[str]) -> bool:
+    """``--describe KEY`` (or ``--describe=KEY``) in ``argv``: print KEY's fields (type, default,
+    help) and return True; a KEY the schema lacks is a config error (exit 2). Without a KEY, every group.
+
+    Example:
+        >>> describe_main(["--describe", "trainer.early_stop.val_stop.patience"])
+        trainer.early_stop.val_stop.patience: int = 5
+            consecutive low validations that stop the run
+        True
+    """
+    from .config_schema import GROUPS, describe
+
+    keys = [a.split("=", 1)[1] for a in argv if a.startswith("--describe=")]
+    if "--describe" in argv:
+        i = argv.index("--describe")
+        keys.append(argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else "")
+    if not keys:
+        return False
+    for key in keys:
+        try:
+            print(describe(key) if key else "\n\n".join(describe(g) for g in ("seed", *GROUPS)), flush=True)
+        except ValueError as e:
+            raise _config_error(e) from None
+    return True
+
+
 def _hydra_main(task):
     import hydra
 
+    from .config_schema import check_moved_overrides, register_schemas
+
+    if describe_main(sys.argv[1:]):
+        raise SystemExit(0)
+    try:  # Hydra would refuse a moved key as unknown without saying where it went
+        check_moved_overrides(sys.argv[1:])
+    except ValueError as e:
+        raise _config_error(e) from None
+    register_schemas()  # a preset of the user's may build on /schema/<group>/<option>
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     return hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")(task)
 

@@ -3,22 +3,24 @@
 :func:`validate_config` is the first thing :class:`~ragen_torchrl.trainer.loop.Trainer`
 does, and ``ragen-train`` / ``ragen-sft`` run it once more before Hydra creates the run
 dir; every failure is a :class:`ConfigError` naming the key and the bad value, and the
-CLI exits with status 2. In order, it checks:
+CLI exits with status 2. It returns the typed config (:mod:`~ragen_torchrl.trainer.config_schema`:
+one dataclass per group, every default filled in) the trainer reads. In order, it checks:
 
-* **unknown keys** (:func:`~ragen_torchrl.trainer.config_keys.check_unknown_keys`): every key must be one the config files
-  define (``configs/config.yaml`` and the files of the selected group options).
-  Hydra's struct mode already rejects ``foo=1``; this also rejects ``+foo=1`` (Hydra's
-  explicit "add a key" syntax), which would otherwise be silently ignored.
-* **types and finiteness**: every float anywhere in the config is finite (NaN and inf
-  are rejected); integers are integers (``seed=abc`` fails here); booleans are booleans.
-* **ranges**: learning rates in (0, 1], probabilities in [0, 1], penalties <= 0, clip
-  ranges in (0, 1), dual-clip > 1, the SNR filter's value range (RAGEN-2 §3.3), ...
-* **nonsense combinations**: a group of one sample for a group-relative algorithm (every
-  advantage would be 0), T3 on an env without a stall rule, DAPO's dynamic-sampling
-  criterion, GSPO with a token-level dual clip.
-* **sizes** (:data:`LIMITS`, :func:`estimate_iteration_tokens`): every size-like key is
-  bounded (``env.size=100000`` would allocate 10^10 cells), and so are the tokens one
-  iteration can generate and the tiny model's training memory.
+* **moved and unknown keys** (:func:`~ragen_torchrl.trainer.config_keys.check_unknown_keys`): a key
+  that moved (``algo.ppo_epochs``, ``filter.val_stop``, ...) names its new place; every other key
+  must be a field of the schema. Hydra's struct mode already rejects ``foo=1``; this also rejects
+  ``+foo=1`` (Hydra's explicit "add a key" syntax), which would otherwise be silently ignored.
+* **finiteness**: every float anywhere in the config is finite (NaN and inf are rejected).
+* **types** (:func:`~ragen_torchrl.trainer.config_schema.typed_config`): one merge onto the
+  dataclasses converts every value to its field's type (``seed=abc`` fails here).
+* **each field's own check** (:func:`~ragen_torchrl.trainer.config_schema.check_fields`): ranges
+  written next to the field: learning rates in (0, 1], probabilities in [0, 1], penalties <= 0,
+  choices, and every size-like key bounded by :data:`LIMITS` (``env.size=100000`` would allocate
+  10^10 cells).
+* **relations between fields**: clip ranges, a group of one sample for a group-relative algorithm
+  (every advantage would be 0), T3 on an env without a stall rule, GSPO with a token-level dual
+  clip, the SNR filter's value range (RAGEN-2 §3.3, checked once here), the tokens one iteration
+  can generate and the tiny model's training memory (:func:`estimate_iteration_tokens`).
 * **paths** (:func:`~ragen_torchrl.trainer.config_paths.check_paths`): the model source exists (or, for a hub name, is cached or
   the hub is reachable), the cache and run dirs are writable, a resumed run dir holds a
   checkpoint. Nothing is created on disk.
@@ -46,7 +48,6 @@ from .config_checks import (  # noqa: F401
     LIMITS,
     MAX_ITERATION_TOKENS,
     MAX_ROWS,
-    OPTIONAL_KEYS,
     TINY_MAX_POSITIONS,
     ConfigError,
     MissingPathError,
@@ -62,29 +63,12 @@ from .config_checks import (  # noqa: F401
     check_positive_int,
     check_probability,
 )
-from .config_keys import GLOBAL_PACKAGE, allowed_keys, check_unknown_keys, config_schema, unknown_keys  # noqa: F401
+from .config_keys import check_unknown_keys, unknown_keys  # noqa: F401
 from .config_paths import check_paths, check_resume, check_run_dir, check_writable_dir  # noqa: F401
+from .config_schema import ROLLOUT_BACKENDS, check_fields, typed_config  # noqa: F401
 
 #: algorithms whose advantage compares a sample with its group (a group of one has A = 0)
 GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")
-
-_BOOL_KEYS = (
-    "sft.enabled",
-    "trainer.fsdp",
-    "t3.enabled",
-    "diagnostics.mi.enabled",
-    "env.require_think",
-    "env.nonnegative",
-    "algo.bi_level",
-    "algo.whiten_advantages",
-    "algo.overlong.enabled",
-    "algo.dynamic_sampling.enabled",
-    "trainer.resume_allow_changes",
-    "t3.outside_trigger",
-    "rollout.prime_think",
-    "rollout.kv_cache",
-    "trainer.dry_run",
-)
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -125,27 +109,12 @@ def check_group_size(cfg: DictConfig) -> None:
 
 
 def check_algo(cfg: DictConfig) -> None:
-    """Ranges of the ``algo`` node's numbers and options."""
+    """Relations within the ``algo`` node (each field's own range is checked next to the field)."""
     if _get(cfg, "algo") is None:
         return
     name = str(_get(cfg, "algo.name") or "grpo").lower()
-    check_positive_float(cfg, "algo.lr", maximum=1.0)
-    if _has(cfg, "algo.critic_lr"):
-        check_positive_float(cfg, "algo.critic_lr", maximum=1.0)
-    if _has(cfg, "algo.critic_grad_clip"):  # null: the actor's max_grad_norm
-        check_positive_float(cfg, "algo.critic_grad_clip", allow_zero=True, optional=True)
-    for key in ("algo.entropy_coeff", "algo.kl_coeff", "algo.max_grad_norm"):
-        if _has(cfg, key):
-            check_positive_float(cfg, key, allow_zero=True)
-    for key in ("algo.weight_decay", "algo.gamma", "algo.lam", "algo.turn_gamma", "algo.turn_lam"):
-        check_float_range(cfg, key, 0.0, 1.0)
-    if _has(cfg, "algo.adv_eps"):
-        # GRPO/DAPO/GSPO divide by std + eps: eps = 0 turns a constant group into 0/0
-        check_positive_float(cfg, "algo.adv_eps", allow_zero=name not in ("grpo", "dapo", "gspo"), maximum=1.0)
-    if _has(cfg, "algo.value_clip"):
-        check_positive_float(cfg, "algo.value_clip", optional=True)
-    if _has(cfg, "algo.value_coeff"):
-        check_positive_float(cfg, "algo.value_coeff", allow_zero=True)
+    # GRPO/DAPO/GSPO divide by std + eps: eps = 0 turns a constant group into 0/0
+    check_positive_float(cfg, "algo.adv_eps", allow_zero=name not in ("grpo", "dapo", "gspo"), maximum=1.0)
     check_clip_epsilon(cfg)
     dual = _get(cfg, "algo.dual_clip")
     if dual is not None and (not _is_number(dual) or not math.isfinite(dual) or not dual > 1):
@@ -157,17 +126,6 @@ def check_algo(cfg: DictConfig) -> None:
         raise ConfigError(
             f"algo.dual_clip is a token-level option; GSPO clips the sequence ratio and takes null, got {dual!r}"
         )
-    check_choice(cfg, "algo.minibatch", ("group", "row"))
-    check_bool(cfg, "algo.on_policy_first_minibatch")
-    check_choice(cfg, "algo.train_on", ("generated", "retokenized"))
-    if _has(cfg, "algo.shared_prefix"):
-        check_bool(cfg, "algo.shared_prefix")
-    check_choice(cfg, "algo.critic", ("separate", "head"))
-    for key in ("algo.ppo_epochs", "algo.mini_batch_size"):
-        check_positive_int(cfg, key)
-    for key in ("algo.max_length", "algo.critic_chunk_size", "algo.overlong.max_length", "algo.micro_batch_size"):
-        if _has(cfg, key):
-            check_positive_int(cfg, key, optional=True)
     if name == "drgrpo" and _get(cfg, "algo.max_length") is None:
         raise ConfigError("algo.max_length (L_max, the generation budget of a trajectory) is required for drgrpo")
     if _get(cfg, "algo.overlong.enabled"):
@@ -177,23 +135,15 @@ def check_algo(cfg: DictConfig) -> None:
                 "algo.overlong.enabled needs algo.overlong.max_length or algo.max_length (L_max, the generation budget)"
             )
         check_positive_int(cfg, "algo.overlong.cache_length", allow_zero=True, maximum=int(l_max))
-    if _get(cfg, "algo.dynamic_sampling") is not None:
-        if _has(cfg, "algo.dynamic_sampling.max_extra_rollouts"):
-            check_positive_int(cfg, "algo.dynamic_sampling.max_extra_rollouts", allow_zero=True)
-        if _has(cfg, "algo.dynamic_sampling.oversample"):
-            check_float_range(cfg, "algo.dynamic_sampling.oversample", 1.0, 100.0)
-        if _has(cfg, "algo.dynamic_sampling.tol"):
-            check_positive_float(cfg, "algo.dynamic_sampling.tol", allow_zero=True, maximum=1.0)
 
 
 def check_algo_options(cfg: DictConfig) -> None:
-    """The ``algo`` checks that need the objectives package (torchrl): the algorithm name,
-    the dual-clip bound and DAPO's dynamic-sampling criterion, with the objectives' own helpers."""
+    """The ``algo`` checks that need the objectives package (torchrl): the algorithm name and
+    the dual-clip bound, with the objectives' own helpers."""
     if _get(cfg, "algo") is None:
         return
     from ..objectives import available_algorithms
     from ..objectives.base import check_dual_clip
-    from ..objectives.dapo import CRITERIA
 
     name = str(_get(cfg, "algo.name") or "grpo").lower()
     known = available_algorithms()  # the built-in algorithms and any registered with register_algorithm
@@ -203,70 +153,19 @@ def check_algo_options(cfg: DictConfig) -> None:
         check_dual_clip(_get(cfg, "algo.dual_clip"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if _get(cfg, "algo.dynamic_sampling") is not None:
-        check_choice(cfg, "algo.dynamic_sampling.criterion", CRITERIA)
 
 
 def check_env(cfg: DictConfig) -> None:
-    """Ranges and size bounds of the ``env`` node (keys absent from the chosen env are skipped)."""
+    """Relations within the ``env`` node (each field's own range is checked next to the field)."""
     if _get(cfg, "env") is None:
         return
-    for key in ("env.success_rate", "env.p_frozen", "env.noise_repeat", "env.success_threshold"):
-        check_probability(cfg, key)
-    if _has(cfg, "env.format_penalty"):
-        # a penalty: a positive value would reward malformed replies
-        check_float_range(cfg, "env.format_penalty", -100.0, 0.0, why=" (a penalty: <= 0)")
-    from ..envs.parsing import REPLY_FORMATS
-
-    check_choice(cfg, "env.reply_format", REPLY_FORMATS)
-    check_float_range(cfg, "env.threshold", -1.0, 1.0, why=" (a cosine similarity)")
-    if _has(cfg, "env.malformed"):
-        from ..envs.active.env import MALFORMED_MODES
-
-        check_choice(cfg, "env.malformed", MALFORMED_MODES)
-    if _has(cfg, "env.presentation"):
-        from ..envs.games.circuit_decoding import CircuitDecodingGame
-
-        check_choice(cfg, "env.presentation", CircuitDecodingGame.PRESENTATIONS)
-    val_fraction = _get(cfg, "env.val_fraction")
-    if val_fraction is not None and (not _is_number(val_fraction) or not 0.0 <= val_fraction < 1.0):
-        raise ConfigError(f"env.val_fraction must be in [0, 1), got {val_fraction!r}")
-    for key in (
-        "env.size",
-        "env.num_boxes",
-        "env.search_depth",
-        "env.max_nodes",
-        "env.max_turn",
-        "env.max_actions_per_turn",
-        "env.max_actions_per_traj",
-        "env.num_circuits",
-        "env.n_inputs",
-        "env.num_digits",
-        "env.num_symbols",
-        "env.num_items",
-        "env.oracle_particles",
-        "env.num_seen",
-        "env.num_candidates",
-        "env.max_number",
-        "env.max_target",
-        "env.memory_mb",
-        "env.max_output_bytes",
-        "env.workers",
-    ):
-        if _has(cfg, key):
-            check_positive_int(cfg, key)
     digits, symbols = _get(cfg, "env.num_digits"), _get(cfg, "env.num_symbols")
     if isinstance(digits, int) and isinstance(symbols, int) and digits > symbols:
         raise ConfigError(
             f"env.num_digits ({digits}) must be at most env.num_symbols ({symbols}): the code's digits are distinct"
         )
-    if _has(cfg, "env.list_candidates"):
-        check_positive_int(cfg, "env.list_candidates", allow_zero=True, optional=True)
-    for key in ("env.num_steps", "env.num_numbers", "env.limit"):
-        if _has(cfg, key):
-            check_positive_int(cfg, key, optional=True)
     size = _get(cfg, "env.size")
-    if size is not None and size < 2:
+    if isinstance(size, int) and size < 2:
         raise ConfigError(f"env.size must be at least 2 (a start and a goal cell), got {size!r}")
     dim = _get(cfg, "env.dim")
     if dim is not None:
@@ -354,13 +253,6 @@ def check_sizes(cfg: DictConfig) -> None:
 def check_t3(cfg: DictConfig) -> None:
     """``t3.enabled`` needs an env with a T3 stall rule (the active-reasoning envs); the options
     are checked by building the rule (:func:`~ragen_torchrl.transforms.t3_rules.make_rule`)."""
-    check_positive_int(cfg, "t3.k", optional=True, maximum=1000)
-    if _get(cfg, "t3.cumulative") is not None:
-        check_bool(cfg, "t3.cumulative")
-    if _get(cfg, "t3.rule") is not None:
-        from ..transforms.t3_rules import PREFERENCE_RULES
-
-        check_choice(cfg, "t3.rule", PREFERENCE_RULES["MovieRecommendation"])
     if not _get(cfg, "t3.enabled"):
         return
     from .. import envs
@@ -384,7 +276,7 @@ def check_t3(cfg: DictConfig) -> None:
             task,
             k=_get(cfg, "t3.k"),
             cumulative=_get(cfg, "t3.cumulative"),
-            outside_trigger=bool(_get(cfg, "t3.outside_trigger") or False),
+            outside_trigger=bool(_get(cfg, "t3.outside_trigger")),
             rule=_get(cfg, "t3.rule"),
         )
     except ValueError as e:
@@ -424,18 +316,12 @@ def check_rollout_sampling(cfg: DictConfig) -> None:
         )
 
 
-#: generation backends of ``rollout.backend``
-ROLLOUT_BACKENDS = ("hf", "vllm")
-
-
 def check_rollout_backend(cfg: DictConfig) -> None:
     """``rollout.backend``: ``hf`` (transformers ``generate`` through torchrl's ``TransformersWrapper``,
     the default) or ``vllm`` (torchrl's ``vLLMWrapper`` on a vLLM engine that the trainer keeps in sync
     with the training model: :mod:`ragen_torchrl.collectors.vllm_backend`), which needs the ``vllm``
-    extra and a CUDA GPU: both are checked here, before any model is loaded."""
-    check_choice(cfg, "rollout.backend", ROLLOUT_BACKENDS)
-    if _has(cfg, "rollout.trajectory"):
-        check_choice(cfg, "rollout.trajectory", ("tokens", "history"))
+    extra and a CUDA GPU: both are checked here, before any model is loaded (the choice itself is
+    :class:`~ragen_torchrl.trainer.config_schema.RolloutConfig`'s)."""
     if _get(cfg, "rollout.backend") != "vllm":
         return
     metric = _get(cfg, "filter.metric")
@@ -469,68 +355,38 @@ def check_rollout_backend(cfg: DictConfig) -> None:
         )
 
 
-def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = None) -> None:
-    """Raise :class:`ConfigError` naming the first bad value (see the module docstring).
+def validate_config(cfg: DictConfig) -> DictConfig:
+    """The typed config (:func:`~ragen_torchrl.trainer.config_schema.typed_config`) of ``cfg``, or
+    :class:`ConfigError` naming the first bad value (see the module docstring).
 
-    Nothing is built or written: this runs before any env, model or run dir exists.
+    Nothing is built or written: this runs before any env, model or run dir exists. The filter
+    node is checked here, once (``transforms.snr.validate_filter_config``).
 
-    Args:
-        cfg: the composed config.
-        config_dir: where the config files are (for the unknown-key check); default the
-            CLI's ``RAGEN_CONFIG_DIR`` or the shipped ``configs/``.
+    Example:
+        >>> from hydra import compose, initialize_config_dir
+        >>> from ragen_torchrl.trainer.config_paths import CONFIG_DIR
+        >>> with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        ...     cfg = validate_config(compose("config", overrides=["sft.enabled=false", "model.cache_dir=/tmp/rt"]))
+        >>> cfg.algo.update_epochs, cfg.trainer.early_stop.max_consecutive_empty
+        (1, 5)
     """
-    check_unknown_keys(cfg, config_dir)
+    check_unknown_keys(cfg)
     check_finite(cfg)
-    seed = _get(cfg, "seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) >= 2**63:
-        raise ConfigError(f"seed must be an integer, got {seed!r}")
-    for key in (
-        "trainer.prompts_per_iter",
-        "trainer.group_size",
-        "trainer.val_levels",
-        "rollout.max_new_tokens",
-        "rollout.chunk_size",
-    ):
-        check_positive_int(cfg, key)
-    for key in ("trainer.total_iterations", "trainer.val_every", "trainer.save_every", "sft.steps", "sft.episodes"):
-        check_positive_int(cfg, key, allow_zero=True, maximum=LIMITS.get(key, 10_000_000))
-    if _has(cfg, "diagnostics.grad_snr"):
-        check_positive_int(cfg, "diagnostics.grad_snr.every", allow_zero=True, optional=True)
-        check_positive_int(cfg, "diagnostics.grad_snr.buckets", optional=True, maximum=1024)
-    if _has(cfg, "rollout.kv_cache_max_tokens"):
-        check_positive_int(cfg, "rollout.kv_cache_max_tokens", allow_zero=True)
-    if _has(cfg, "rollout.shards"):
-        check_positive_int(cfg, "rollout.shards", optional=True, maximum=LIMITS.get("rollout.shards", 4096))
-        shards = _get(cfg, "rollout.shards")
-        if shards is not None and shards > int(_get(cfg, "trainer.prompts_per_iter")):
-            raise ConfigError(
-                f"rollout.shards={shards} exceeds trainer.prompts_per_iter={_get(cfg, 'trainer.prompts_per_iter')}: "
-                "every part collects at least one prompt group"
-            )
-    if _has(cfg, "trainer.val_every_levels"):
-        check_positive_int(cfg, "trainer.val_every_levels", optional=True, maximum=LIMITS.get("trainer.val_levels"))
-    if _has(cfg, "trainer.max_optimizer_steps"):
-        check_positive_int(cfg, "trainer.max_optimizer_steps", optional=True, maximum=10_000_000)
-    if _has(cfg, "trainer.log_text_samples"):
-        check_positive_int(cfg, "trainer.log_text_samples", allow_zero=True)
-    if _has(cfg, "sft.batch_size"):
-        check_positive_int(cfg, "sft.batch_size")
-    if _has(cfg, "sft.seed"):
-        value = _get(cfg, "sft.seed")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"sft.seed must be an integer, got {value!r}")
-    for key in _BOOL_KEYS:
-        check_bool(cfg, key)
-    check_probability(cfg, "sft.noise")
-    check_positive_float(cfg, "sft.lr", maximum=1.0)
-    for key in ("rollout.temperature", "trainer.val_temperature"):
-        check_positive_float(cfg, key, allow_zero=True)
-    check_rollout_sampling(cfg)
-    # cheap checks first (no torch import): most mistakes are reported within a second
-    check_algo(cfg)
-    check_group_size(cfg)
-    check_env(cfg)
-    if _get(cfg, "model") is not None:
+    typed = typed_config(cfg)
+    check_fields(typed)
+    # cheap relations first (no torch import): most mistakes are reported within a second
+    shards = _get(typed, "rollout.shards")
+    if shards is not None and shards > typed.trainer.prompts_per_iter:
+        raise ConfigError(
+            f"rollout.shards={shards} exceeds trainer.prompts_per_iter={typed.trainer.prompts_per_iter}: "
+            "every part collects at least one prompt group"
+        )
+    check_rollout_sampling(typed)
+    check_algo(typed)
+    check_group_size(typed)
+    check_env(typed)
+    tiny = not _get(typed, "model.name_or_path")
+    if tiny and _has(typed, "model.hidden_size"):
         for key in (
             "model.vocab_size",
             "model.hidden_size",
@@ -539,45 +395,25 @@ def validate_config(cfg: DictConfig, *, config_dir: str | os.PathLike | None = N
             "model.num_heads",
             "model.num_kv_heads",
         ):
-            if _has(cfg, key) and not _get(cfg, "model.name_or_path"):
-                check_positive_int(cfg, key)
-        if _has(cfg, "model.threads"):
-            check_positive_int(cfg, "model.threads", optional=True)
-    check_sizes(cfg)
-    if _get(cfg, "diagnostics.mi") is not None:
-        check_positive_int(cfg, "diagnostics.mi.every")
-        check_positive_int(cfg, "diagnostics.mi.num_pairs")
-        dtype = _get(cfg, "diagnostics.mi.dtype")
-        if dtype not in (None, "float32", "float64", "bfloat16", "float16"):
-            raise ConfigError(
-                f"diagnostics.mi.dtype must be null, float32, float64, bfloat16 or float16, got {dtype!r}"
-            )
-    if _get(cfg, "sft.noise_kind") not in (None, "uniform", "heuristic"):
-        raise ConfigError(f"sft.noise_kind must be 'uniform' or 'heuristic', got {_get(cfg, 'sft.noise_kind')!r}")
-    if _get(cfg, "sft.reasoning") not in (None, "grounded", "shuffled"):
-        raise ConfigError(f"sft.reasoning must be 'grounded' or 'shuffled', got {_get(cfg, 'sft.reasoning')!r}")
-    if _get(cfg, "model.name_or_path") is None and _get(cfg, "model.name") not in ("tiny", None):
+            check_positive_int(typed, key)
+    check_sizes(typed)
+    if _get(typed, "model.name_or_path") is None and _get(typed, "model.name") not in ("tiny", None):
         raise ConfigError("model.name_or_path is required unless model=tiny")
-    check_paths(cfg)
+    check_paths(typed)
     # then the checks that import torch / torchrl (a few seconds)
-    check_rollout_backend(cfg)
-    check_algo_options(cfg)
-    if _get(cfg, "model") is not None:
-        from ..models.loading import resolve_device
+    check_rollout_backend(typed)
+    check_algo_options(typed)
+    from ..models.loading import resolve_device
 
-        try:
-            resolve_device(str(_get(cfg, "model.device") or "auto"), str(_get(cfg, "model.dtype") or "auto"))
-        except (ValueError, RuntimeError) as e:
-            raise ConfigError(str(e)) from None
-    if _get(cfg, "diagnostics.mi") is not None:
-        from ..diagnostics.cross_scoring import METHODS
+    try:
+        resolve_device(str(typed.model.device), str(typed.model.dtype))
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(str(e)) from None
+    from ..transforms.snr import validate_filter_config
 
-        check_choice(cfg, "diagnostics.mi.method", METHODS)
-    if _get(cfg, "filter") is not None:
-        from ..transforms.snr import validate_filter_config
-
-        try:
-            validate_filter_config(_get(cfg, "filter"))
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    check_t3(cfg)
+    try:
+        validate_filter_config(typed.filter)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_t3(typed)
+    return typed

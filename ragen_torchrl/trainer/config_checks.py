@@ -43,7 +43,7 @@ LIMITS: dict[str, int] = {
     "rollout.max_new_tokens": 32768,
     "rollout.chunk_size": 4096,
     "rollout.kv_cache_max_tokens": 1 << 30,
-    "algo.ppo_epochs": 100,
+    "algo.update_epochs": 100,
     "algo.mini_batch_size": 65536,
     "algo.max_length": 1 << 20,
     "algo.critic_chunk_size": 4096,
@@ -93,17 +93,6 @@ MAX_ROWS = 65536
 MAX_ITERATION_TOKENS = 1 << 26
 #: positions of the tiny model (``TinyModelConfig.max_position_embeddings``)
 TINY_MAX_POSITIONS = 4096
-
-#: keys the code reads although not every config file defines them (``+key=value`` may add them)
-OPTIONAL_KEYS = (
-    "algo.aggregation",
-    "algo.max_length",
-    "algo.overlong.enabled",
-    "algo.overlong.max_length",
-    "algo.overlong.cache_length",
-    "t3.outside_trigger",
-    "trainer.resume_allow_changes",
-)
 
 
 def _get(cfg: DictConfig, key: str):

@@ -10,8 +10,8 @@
 * :func:`loss_scale` -- the optional kept-ratio scale of the task term.
 
 They read the statistics that :class:`~ragen_torchrl.transforms.snr.SNRFilter` logs
-(``last_stats``) or, in the trainer, :func:`stop_stats`, and are configured by the same ``filter``
-config node.
+(``last_stats``) or, in the trainer, :func:`stop_stats`, and are configured by the
+``trainer.early_stop`` config node (with or without a filter).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from ..checks import check_bool, check_int
 from ..data.groups import Groups
 from ..transforms.group_selection import _check_choice, _check_number, filter_stats
-from ..transforms.snr import LOSS_SCALE_MODES, validate_filter_config
+from ..transforms.snr import LOSS_SCALE_MODES
 
 __all__ = ["FilterGuard", "ValidationStop", "loss_scale", "stop_stats", "unfiltered_stats"]
 
@@ -169,23 +169,21 @@ class FilterGuard:
 
     @classmethod
     def from_config(cls, cfg: Mapping) -> FilterGuard:
-        """Build from a ``filter`` config node, whether or not the filter is ``enabled``.
+        """Build from a ``trainer.early_stop`` config node (keys it leaves out keep their defaults).
 
         Examples:
             >>> FilterGuard.from_config({"max_consecutive_empty": 3}).max_consecutive_empty
             3
-            >>> FilterGuard.from_config({"enabled": False}).collapse_stop  # filter=none still stops
-            True
+            >>> FilterGuard.from_config({"collapse_stop": {"enabled": False, "warmup": 2}}).warmup
+            2
         """
-        cfg = validate_filter_config(cfg)
-        collapse = cfg["collapse_stop"]
-        return cls(
-            cfg["max_consecutive_empty"],
-            collapse_stop=collapse["enabled"],
-            warmup=collapse["warmup"],
-            patience=collapse["patience"],
-            ratio=collapse["ratio"],
-        )
+        collapse = dict(cfg.get("collapse_stop") or {})
+        kwargs = {k: collapse[k] for k in ("warmup", "patience", "ratio") if k in collapse}
+        if "enabled" in collapse:
+            kwargs["collapse_stop"] = collapse["enabled"]
+        if "max_consecutive_empty" in cfg:
+            kwargs["max_consecutive_empty"] = cfg["max_consecutive_empty"]
+        return cls(**kwargs)
 
     def update(self, stats: Mapping[str, float]) -> str | None:
         """Record one iteration's filter statistics; return a stop reason or ``None``.
@@ -301,16 +299,16 @@ class ValidationStop:
 
     @classmethod
     def from_config(cls, cfg: Mapping) -> ValidationStop:
-        """Build from a ``filter`` config node (its ``val_stop`` entry), filter enabled or not.
+        """Build from a ``trainer.early_stop`` config node (its ``val_stop`` entry; defaults for what it leaves out).
 
         Examples:
-            >>> ValidationStop.from_config({"enabled": False}).patience
+            >>> ValidationStop.from_config({}).patience
             5
             >>> ValidationStop.from_config({"val_stop": {"enabled": False}}).enabled
             False
         """
-        val = validate_filter_config(cfg)["val_stop"]
-        return cls(val["threshold"], val["patience"], enabled=val["enabled"])
+        val = dict(cfg.get("val_stop") or {})
+        return cls(**{k: val[k] for k in ("threshold", "patience", "enabled") if k in val})
 
     def update(self, success: float) -> str | None:
         """Record one validation success rate; return a stop reason or ``None``."""

@@ -47,7 +47,7 @@ from ..models.loading import load_pretrained
 from ..models.priming import prime_text
 from ..objectives import build_algorithm
 from ..objectives.grpo import make_logprob_policy
-from ..transforms.snr import build_filter, validate_filter_config
+from ..transforms.snr import build_filter
 from .checkpoint import (
     LAST,
     check_resume_config,
@@ -108,15 +108,15 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike) -> None:
         self.clock = PhaseClock(phase="setup")  # wall and CPU seconds per phase, for summary.json
-        validate_config(cfg)
+        cfg = validate_config(cfg)  # typed: every field present, defaults from trainer/config_schema.py
         tensordict.set_list_to_stack(True).set()
         self.cfg = cfg
         # under torchrun: join the process group (see ragen_torchrl.trainer.distributed)
         self.dist = Distributed.from_env(str(cfg.model.device))
-        self.fsdp = bool(cfg.trainer.get("fsdp", False))
+        self.fsdp = bool(cfg.trainer.fsdp)
         self.shards = self._check_distributed()
         run_dir = self.dist.broadcast_object(str(run_dir))  # rank 0's (Hydra names each rank's by its clock)
-        resume = cfg.trainer.get("resume")
+        resume = cfg.trainer.resume
         if not resume:
             # a read-only run dir is a config error now, not a traceback after the warm start
             check_run_dir(run_dir, "run_dir")
@@ -132,10 +132,10 @@ class Trainer:
             check_resume_config(
                 check_stored_config(resume_state.get("config") or {}, self.resumed_from),
                 OmegaConf.to_container(cfg, resolve=True),
-                allow_changes=bool(cfg.trainer.get("resume_allow_changes", False)),
+                allow_changes=bool(cfg.trainer.resume_allow_changes),
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.model.get("threads"):
+        if cfg.model.threads:
             torch.set_num_threads(int(cfg.model.threads))
             busy = oversubscribed_threads(int(cfg.model.threads)) if str(cfg.model.device) in ("auto", "cpu") else None
             if busy and not torch.cuda.is_available():
@@ -145,8 +145,7 @@ class Trainer:
 
         t = cfg.trainer
         self.P, self.G = int(t.prompts_per_iter), int(t.group_size)
-        t3 = cfg.get("t3") or {}
-        self.t3_enabled = bool(t3.get("enabled", False))
+        self.t3_enabled = bool(cfg.t3.enabled)
         self._train_envs: dict[int, Any] = {}
         try:
             self.env = self._train_env(-(-self.P // self.shards))  # one collection part's groups
@@ -166,17 +165,17 @@ class Trainer:
         self.dist.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
         rcfg = cfg.rollout
-        backend = str(rcfg.get("backend") or "hf")
+        backend = str(rcfg.backend)
         # hf: generate with the training model itself; vllm: an engine fed the weights after each update
         # the full distribution unless configured (the config check refuses truncation for training)
-        sampling = {k: rcfg.get(k, d) for k, d in (("top_k", None), ("top_p", 1.0), ("min_p", None))}
+        sampling = {k: rcfg[k] for k in ("top_k", "top_p", "min_p")}
         # the reference primes every reply with <think> (a prompt token, never trained)
-        self.reply_prime = prime_text(bool(rcfg.get("prime_think", True)))
+        self.reply_prime = prime_text(bool(rcfg.prime_think))
         sampling["reply_prime"] = self.reply_prime
-        sampling["trajectory"] = str(rcfg.get("trajectory") or "tokens")
+        sampling["trajectory"] = str(rcfg.trajectory)
         if backend == "hf":  # the token rollout's per-row KV cache between turns
-            sampling["kv_cache"] = bool(rcfg.get("kv_cache", True))
-            sampling["max_cached_tokens"] = rcfg.get("kv_cache_max_tokens")
+            sampling["kv_cache"] = bool(rcfg.kv_cache)
+            sampling["max_cached_tokens"] = rcfg.kv_cache_max_tokens
         self.policy, self.weight_sync = make_rollout_policy(
             backend,
             self.model,
@@ -204,7 +203,7 @@ class Trainer:
         try:
             self.algorithm = build_algorithm(a, self.actor, self.model, self.tokenizer)
         except ValueError as e:
-            raise ConfigError(f"algo={a.get('name')}: {e}") from e
+            raise ConfigError(f"algo={a.name}: {e}") from e
         self.loss_module = self.algorithm.loss_module
         self.ref_actor = None
         if float(a.kl_coeff) > 0:
@@ -222,38 +221,35 @@ class Trainer:
 
         # SNR-aware filtering (RAGEN-2 §3.3): runs on the trajectory records before any
         # per-sample work (behaviour log-probs, update), so fewer kept groups = a cheaper step
-        try:
-            self.filter_cfg = validate_filter_config(cfg.get("filter") or {"enabled": False})
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
-        self.snr = build_filter(self.filter_cfg) if self.filter_cfg.get("enabled") else None
+        self.filter_cfg = cfg.filter  # checked by validate_config
+        self.snr = build_filter(self.filter_cfg) if self.filter_cfg.enabled else None
         # RAGEN-2 §4: the early stops (reward-variance collapse, sustained low validation
         # success) apply to the unfiltered baseline too, so both arms stop under the same rules
-        self.guard = FilterGuard.from_config(self.filter_cfg)
-        self.val_stop = ValidationStop.from_config(self.filter_cfg)
+        self.guard = FilterGuard.from_config(cfg.trainer.early_stop)
+        self.val_stop = ValidationStop.from_config(cfg.trainer.early_stop)
         self.val_peak = ValidationPeak()  # RAGEN-2's table metric: the best validation of the run
         self.empty_iterations = 0
         self.stop_reason: str | None = None
 
-        mi = cfg.get("diagnostics", {}).get("mi", {})
+        mi = cfg.diagnostics.mi
         self.collapse = None
-        if mi.get("enabled", False) and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
+        if mi.enabled and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
             self.collapse = CollapseMonitor(
                 self.model,
                 self.tokenizer,
                 num_pairs=int(mi.num_pairs),
                 every=int(mi.every),
                 seed=int(cfg.seed),
-                method=mi.get("method") or "auto",
-                dtype=mi.get("dtype"),
+                method=mi.method,
+                dtype=mi.dtype,
             )
 
         # RAGEN-2 §3.1's gradient-SNR figure, with or without a filter; its passes are not update time
-        gs = cfg.get("diagnostics", {}).get("grad_snr", {}) or {}
+        gs = cfg.diagnostics.grad_snr
         self.grad_snr = None
-        if int(gs.get("every", 0) or 0) > 0:
+        if int(gs.every) > 0:
             self.grad_snr = GradSNRProbe(
-                self.loss_module, self.model.parameters(), buckets=int(gs.get("buckets") or 6), every=int(gs.every)
+                self.loss_module, self.model.parameters(), buckets=int(gs.buckets), every=int(gs.every)
             )
 
         self.iteration = 0
@@ -285,16 +281,16 @@ class Trainer:
         if self.t3_enabled:
             from ..transforms.t3 import T3Truncation
 
-            t3 = cfg.get("t3") or {}
+            t3 = cfg.t3
             # training env only: validation always runs untruncated
             try:
                 env = env.append_transform(
                     T3Truncation(
                         cfg.env.name,
-                        k=t3.get("k"),
-                        cumulative=t3.get("cumulative"),
-                        outside_trigger=bool(t3.get("outside_trigger") or False),
-                        rule=t3.get("rule"),
+                        k=t3.k,
+                        cumulative=t3.cumulative,
+                        outside_trigger=bool(t3.outside_trigger),
+                        rule=t3.rule,
                     )
                 )
             except ValueError as e:
@@ -305,7 +301,7 @@ class Trainer:
     def _check_distributed(self) -> int:
         """The number of collection parts; the multi-rank settings a run cannot use, as config errors."""
         cfg, world = self.cfg, self.dist.world_size
-        shards = cfg.rollout.get("shards")
+        shards = cfg.rollout.shards
         shards = world if shards is None else int(shards)
         if self.dist.enabled and shards != world:
             raise ConfigError(
@@ -316,7 +312,7 @@ class Trainer:
                 f"{shards} collection parts (rollout.shards, or the number of ranks) for trainer.prompts_per_iter="
                 f"{cfg.trainer.prompts_per_iter} groups: every part needs at least one group"
             )
-        if self.fsdp and str(cfg.rollout.get("backend") or "hf") == "vllm":
+        if self.fsdp and str(cfg.rollout.backend) == "vllm":
             raise ConfigError(
                 "rollout.backend=vllm with trainer.fsdp=true is not supported: the weight push needs whole weights"
             )
@@ -324,8 +320,7 @@ class Trainer:
             raise ConfigError(
                 "trainer.fsdp=true shards the model across ranks: launch with torchrun --nproc_per_node=N"
             )
-        gs = cfg.get("diagnostics", {}).get("grad_snr", {}) or {}
-        if self.fsdp and int(gs.get("every", 0) or 0) > 0:
+        if self.fsdp and int(cfg.diagnostics.grad_snr.every) > 0:
             raise ConfigError(
                 "diagnostics.grad_snr needs whole gradients per rank; it is not available with trainer.fsdp=true"
             )
@@ -389,7 +384,7 @@ class Trainer:
         """Levels of the validations every ``trainer.val_every`` iterations: the first
         ``trainer.val_every_levels`` of the fixed set (all ``trainer.val_levels`` when null or larger)."""
         t = self.cfg.trainer
-        n = t.get("val_every_levels")
+        n = t.val_every_levels
         return int(t.val_levels) if n is None else min(int(n), int(t.val_levels))
 
     def _val_env(self, levels: int):
@@ -407,7 +402,7 @@ class Trainer:
         of a run plays the same levels with the same sampling noise, and training's RNG stream
         is untouched, so ``ragen-eval RUN_DIR`` reproduces the final validation exactly.
         With ``stop_rule`` the success rate feeds the sustained-low-validation stop
-        (``filter.val_stop``); a stop reason is kept in :attr:`stop_reason`. Every validation
+        (``trainer.early_stop.val_stop``); a stop reason is kept in :attr:`stop_reason`. Every validation
         updates the run's peak (:attr:`val_peak`, logged as ``val/peak_success``). ``levels``: the
         first ``levels`` levels of the fixed set (default all ``trainer.val_levels``). The scalars
         logged (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
@@ -438,7 +433,7 @@ class Trainer:
         for k, v in logged.items():
             self.logger.log_scalar(k, v, step=step)
         self.last_validation_scalars = logged
-        n_text = int(self.cfg.trainer.get("log_text_samples", 0))
+        n_text = int(self.cfg.trainer.log_text_samples)
         for i in range(min(n_text, records.batch_size[0]) if records is not None else 0):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
         self.clock.enter(outer)
@@ -580,7 +575,7 @@ class Trainer:
         a = self.cfg.algo
         # one epoch: the first mini-batch trains on the policy that generated it, so its rows need
         # no behaviour pass (the probe scores every row with the loss, so it needs them all)
-        on_policy_first = bool(a.get("on_policy_first_minibatch", True)) and int(a.ppo_epochs) == 1 and not probe
+        on_policy_first = bool(a.on_policy_first_minibatch) and int(a.update_epochs) == 1 and not probe
         plan = minibatch_plan(groups, a)
         skip = plan[0][0] if on_policy_first and plan and plan[0] else None
         skip_ref = None
@@ -730,7 +725,7 @@ class Trainer:
             for k, v in stats.items():
                 self.logger.log_scalar(k, v, step=step)
             self.history.append({"iteration": step, **stats})
-            cap = t.get("max_optimizer_steps")
+            cap = t.max_optimizer_steps
             if cap and not self.stop_reason and run_totals(self.history)["optimizer_steps"] >= int(cap):
                 self.stop_reason = f"trainer.max_optimizer_steps={int(cap)} reached"
             self._print(iteration_line(step, total, stats), flush=True)

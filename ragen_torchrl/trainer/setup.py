@@ -85,7 +85,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
         >>> prepare_model(cfg, env=None)
         '/models/qwen'
     """
-    if cfg.model.get("name_or_path"):
+    if cfg.model.name_or_path:
         base = str(cfg.model.name_or_path)
     else:
         from ..models.tiny import TinyModelConfig, build_tiny_model
@@ -109,7 +109,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
             cfg.model.device,
             cfg.model.dtype,
             env_kwargs(cfg.env),
-            reply_prime=prime_text(bool(cfg.rollout.get("prime_think", True))),
+            reply_prime=prime_text(bool(cfg.rollout.prime_think)),
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base
@@ -136,7 +136,7 @@ def model_architecture(model_cfg) -> tuple[Any, str]:
     from .config_checks import ConfigError
 
     m = dict(model_cfg)
-    name = m.get("name_or_path")
+    name = m["name_or_path"]
     if not name:
         return (
             AutoConfig.for_model(
@@ -177,9 +177,9 @@ def _dtype_name(model_cfg) -> str:
     """``model.dtype`` as the run would resolve it (``auto``: bfloat16 on CUDA, else float32)."""
     import torch
 
-    dtype = str(model_cfg.get("dtype") or "auto")
+    dtype = str(model_cfg.dtype)
     if dtype == "auto":
-        device = str(model_cfg.get("device") or "auto")
+        device = str(model_cfg.device)
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
         return "bfloat16" if cuda else "float32"
     if dtype not in _DTYPE_BYTES:
@@ -221,10 +221,10 @@ def training_memory(cfg: DictConfig) -> dict[str, Any]:
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     n = sum(p.numel() for p in model.parameters())
     size = _DTYPE_BYTES[dtype]
-    algo = cfg.get("algo") or {}
+    algo = cfg.algo
     weights = n * size
-    reference = weights if float(algo.get("kl_coeff") or 0.0) > 0 else 0
-    critic = 4 * weights if algo.get("name") == "ppo" and str(algo.get("critic") or "separate") == "separate" else 0
+    reference = weights if float(algo.kl_coeff) > 0 else 0
+    critic = 4 * weights if algo.name == "ppo" and str(algo.critic) == "separate" else 0
     out = {
         "parameters": n,
         "dtype": dtype,
@@ -254,8 +254,8 @@ def dry_run_report(cfg: DictConfig) -> str:
     """
     mem = training_memory(cfg)
     gib = 2.0**30
-    name = cfg.model.get("name_or_path") or "the tiny model"
-    t = cfg.get("trainer") or {}
+    name = cfg.model.name_or_path or "the tiny model"
+    t = cfg.trainer
     lines = [
         f"dry run: {name} ({mem['source']}), built on the meta device; nothing loaded, nothing trained",
         f"parameters: {mem['parameters']:,} ({mem['parameters'] / 1e9:.2f} B), {mem['dtype']} "
@@ -270,6 +270,6 @@ def dry_run_report(cfg: DictConfig) -> str:
         lines.append(f"  critic          {mem['critic'] / gib:8.2f} GiB (separate trunk: weights, grads, AdamW)")
     lines.append(
         f"  total           {mem['total'] / gib:8.2f} GiB per process without FSDP, plus activations, the KV "
-        f"cache of {t.get('prompts_per_iter', '?')} x {t.get('group_size', '?')} rollouts and any vLLM engine"
+        f"cache of {t.prompts_per_iter} x {t.group_size} rollouts and any vLLM engine"
     )
     return "\n".join(lines)

@@ -49,9 +49,9 @@ def scale_advantages(batch: TensorDictBase, scale: float) -> TensorDictBase:
 
 
 def minibatch_plan(group_ids: torch.Tensor | Groups, algo: Mapping) -> list[list[torch.Tensor]]:
-    """The row indices of every mini-batch of every epoch (``algo.ppo_epochs`` lists).
+    """The row indices of every mini-batch of every epoch (``algo.update_epochs`` lists).
 
-    Mini-batches hold whole prompt groups (``algo.minibatch="group"``, the default: group-centred
+    Mini-batches hold whole prompt groups (``algo.mini_batch_by="group"``, the default: group-centred
     advantages then cancel on the tokens a group shares, see :mod:`ragen_torchrl.data.minibatch`)
     or random rows (``"row"``). Drawn up front, so the rows of the first, exactly on-policy
     mini-batch are known before the behaviour pass; nothing between draws uses the RNG, so the
@@ -60,16 +60,16 @@ def minibatch_plan(group_ids: torch.Tensor | Groups, algo: Mapping) -> list[list
     Example:
         >>> import torch
         >>> _ = torch.manual_seed(0)
-        >>> plan = minibatch_plan(torch.tensor([0, 0, 1, 1]), {"mini_batch_size": 2, "ppo_epochs": 2})
+        >>> plan = minibatch_plan(torch.tensor([0, 0, 1, 1]), {"mini_batch_size": 2, "update_epochs": 2, "mini_batch_by": "group"})
         >>> len(plan), [sorted(mb.tolist()) for mb in plan[0]] in ([[0, 1], [2, 3]], [[2, 3], [0, 1]])
         (2, True)
     """
     groups = group_ids if isinstance(group_ids, Groups) else Groups.from_ids(torch.as_tensor(group_ids).reshape(-1))
     n = groups.num_rows
     mb = min(int(algo["mini_batch_size"]), n)
-    grouped = str(algo.get("minibatch", "group")) == "group"
+    grouped = str(algo["mini_batch_by"]) == "group"
     plan = []
-    for _epoch in range(int(algo["ppo_epochs"])):
+    for _epoch in range(int(algo["update_epochs"])):
         if grouped:
             plan.append(group_minibatches(groups, mb))
         else:

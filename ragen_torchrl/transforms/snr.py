@@ -42,7 +42,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.transforms import Transform
 
-from ..checks import check_bool, check_int
+from ..checks import check_bool
 from ..data.groups import Groups
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
 
@@ -54,7 +54,6 @@ from .group_selection import (
     STRATEGIES,
     GroupSelection,
     _check_choice,
-    _check_number,
     _check_selection_args,
     check_filter_value,
     filter_stats,
@@ -318,9 +317,13 @@ FILTER_CONFIG_DEFAULTS: dict[str, Any] = {
     "largest": True,
     "eps": 0.0,
     "loss_scale": "none",
-    "max_consecutive_empty": 5,
-    "collapse_stop": {"enabled": True, "warmup": 10, "patience": 10, "ratio": 0.1},
-    "val_stop": {"enabled": True, "threshold": 0.01, "patience": 5},
+}
+#: keys that left the ``filter`` node: the early stops run with and without a filter
+MOVED_FILTER_KEYS = {
+    "grad_snr": "diagnostics.grad_snr (a diagnostic, run with or without a filter)",
+    "max_consecutive_empty": "trainer.early_stop.max_consecutive_empty (the stops run with or without a filter)",
+    "collapse_stop": "trainer.early_stop.collapse_stop (the stops run with or without a filter)",
+    "val_stop": "trainer.early_stop.val_stop (the stops run with or without a filter)",
 }
 
 
@@ -344,27 +347,26 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
 
     Keys (all optional, defaults in :data:`FILTER_CONFIG_DEFAULTS`): ``name``, ``enabled``,
     ``metric``, ``strategy``, ``value``, ``mode``, ``include_zero``, ``largest``, ``eps``,
-    ``loss_scale``, ``max_consecutive_empty``, ``collapse_stop: {enabled, warmup, patience,
-    ratio}``, ``val_stop: {enabled, threshold, patience}``. Unknown keys are errors (they are usually
-    typos); ``grad_snr`` moved to ``diagnostics.grad_snr`` and is named as such. ``value`` must lie in its strategy's range
-    (:func:`check_filter_value`). The stop rules (``max_consecutive_empty``, ``collapse_stop``,
-    ``val_stop``) are read whether or not the filter is ``enabled``.
+    ``loss_scale``. Unknown keys are errors (they are usually typos); a key that moved
+    (:data:`MOVED_FILTER_KEYS`: the early stops are ``trainer.early_stop``) is named with its new
+    place. ``value`` must lie in its strategy's range (:func:`check_filter_value`).
 
     Examples:
-        >>> validate_filter_config({"strategy": "top_k", "value": 0.25})["collapse_stop"]["warmup"]
-        10
+        >>> validate_filter_config({"strategy": "top_k", "value": 0.25})["value"]
+        0.25
         >>> validate_filter_config({"stratgy": "top_k"})
         Traceback (most recent call last):
         ...
-        ValueError: unknown key(s) ['stratgy'] in filter config; valid keys: name, enabled, metric, strategy, value, mode, include_zero, largest, eps, loss_scale, max_consecutive_empty, collapse_stop, val_stop
+        ValueError: unknown key(s) ['stratgy'] in filter config; valid keys: name, enabled, metric, strategy, value, mode, include_zero, largest, eps, loss_scale
+        >>> validate_filter_config({"val_stop": {"patience": 3}})
+        Traceback (most recent call last):
+        ...
+        ValueError: filter.val_stop moved to trainer.early_stop.val_stop (the stops run with or without a filter)
     """
-    if isinstance(cfg, Mapping) and "grad_snr" in cfg:
-        raise ValueError("filter.grad_snr moved to diagnostics.grad_snr (a diagnostic, run with or without a filter)")
+    for key, new in MOVED_FILTER_KEYS.items():
+        if isinstance(cfg, Mapping) and key in cfg:
+            raise ValueError(f"filter.{key} moved to {new}")
     out = _merge_checked(cfg, FILTER_CONFIG_DEFAULTS, "filter config")
-    out["collapse_stop"] = _merge_checked(
-        out["collapse_stop"], FILTER_CONFIG_DEFAULTS["collapse_stop"], "filter.collapse_stop"
-    )
-    out["val_stop"] = _merge_checked(out["val_stop"], FILTER_CONFIG_DEFAULTS["val_stop"], "filter.val_stop")
     out["name"] = str(out["name"])
     for key in ("enabled", "include_zero", "largest"):
         check_bool(f"filter.{key}", out[key])
@@ -373,18 +375,6 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     _check_choice("filter.strategy", out["strategy"], STRATEGIES)
     out["value"] = check_filter_value(out["strategy"], out["value"], "filter.value")
     out["value"], out["eps"] = _check_selection_args(out["strategy"], out["value"], out["mode"], out["eps"])
-    check_int("filter.max_consecutive_empty", out["max_consecutive_empty"], minimum=0)
-    collapse = out["collapse_stop"]
-    check_bool("filter.collapse_stop.enabled", collapse["enabled"])
-    check_int("filter.collapse_stop.warmup", collapse["warmup"], minimum=1)
-    check_int("filter.collapse_stop.patience", collapse["patience"], minimum=1)
-    collapse["ratio"] = _check_number("filter.collapse_stop.ratio", collapse["ratio"])
-    val = out["val_stop"]
-    check_bool("filter.val_stop.enabled", val["enabled"])
-    val["threshold"] = _check_number("filter.val_stop.threshold", val["threshold"])
-    if val["threshold"] > 1.0:
-        raise ValueError(f"filter.val_stop.threshold must be in [0, 1], got {val['threshold']!r}")
-    check_int("filter.val_stop.patience", val["patience"], minimum=1)
     return out
 
 
@@ -423,4 +413,3 @@ def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
     if not cfg["enabled"]:
         return None
     return SNRFilter(**filter_arguments(cfg), **kwargs)
-

@@ -125,7 +125,7 @@ def test_minibatch_plan_is_unchanged(seed):
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 9, (30,), generator=gen) * 3 + 100
     returns = torch.rand(30, generator=gen)
-    algo = {"mini_batch_size": 7, "ppo_epochs": 3}
+    algo = {"mini_batch_size": 7, "update_epochs": 3, "mini_batch_by": "group"}
     torch.manual_seed(seed)
     expected = _old_plan(ids, 7, 3)
     torch.manual_seed(seed)

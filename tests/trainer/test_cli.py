@@ -124,3 +124,59 @@ def test_ragen_sft_config_error_exits_2(tmp_path, monkeypatch, capsys):
     assert exit_info.value.code == 2
     assert "config error: algo.lr must be a finite number" in capsys.readouterr().err
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+# --------------------------------------------------------------------------- --help and --describe
+def _run_train_main(monkeypatch, *args: str) -> int:
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ragen_torchrl.trainer.cli import train_main
+
+    monkeypatch.setattr(sys, "argv", ["ragen-train", *args])
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            train_main()
+    finally:
+        GlobalHydra.instance().clear()
+    return exit_info.value.code
+
+
+def test_ragen_train_help_lists_the_groups_and_describe(monkeypatch, capsys):
+    from ragen_torchrl.trainer.config_schema import GROUPS
+
+    assert _run_train_main(monkeypatch, "--help") in (0, None)
+    out = capsys.readouterr().out
+    assert "algo: dapo, dapo_ragen, drgrpo, grpo, gspo, ppo" in out  # the groups and their presets
+    assert "ragen-train --describe algo.clip_epsilon" in out
+    for group in GROUPS:
+        assert group in out, group
+
+
+def test_ragen_train_describe_prints_type_default_and_help(monkeypatch, capsys):
+    assert _run_train_main(monkeypatch, "--describe", "algo.clip_epsilon") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "algo.clip_epsilon: Any = 0.2"
+    assert "clip-higher" in out
+    # a whole group: every field of the dataclass, the early-stop node included
+    assert _run_train_main(monkeypatch, "--describe=trainer") == 0
+    out = capsys.readouterr().out
+    assert "trainer.total_iterations: int = 60" in out
+    assert "trainer.early_stop.val_stop.patience: int = 5" in out
+    # one option of a group chosen by name
+    assert _run_train_main(monkeypatch, "--describe", "env.sokoban") == 0
+    out = capsys.readouterr().out
+    assert "env.dim: Any = " in out and "env.num_boxes: int = 1" in out and "env.size" not in out
+
+
+def test_ragen_train_describe_an_unknown_key_exits_2_with_a_suggestion(monkeypatch, capsys):
+    assert _run_train_main(monkeypatch, "--describe", "algo.clip_ratio") == 2
+    assert "did you mean algo.clip_epsilon?" in capsys.readouterr().err
+
+
+def test_ragen_train_moved_key_on_the_command_line_names_the_new_key(monkeypatch, capsys):
+    # Hydra alone would answer "Could not override 'algo.ppo_epochs'" without saying where it went
+    assert _run_train_main(monkeypatch, "algo.ppo_epochs=2") == 2
+    err = capsys.readouterr().err
+    assert "config error: algo.ppo_epochs=2 is now algo.update_epochs" in err
+    assert _run_train_main(monkeypatch, "filter.val_stop.patience=3") == 2
+    assert "trainer.early_stop.val_stop.patience=3" in capsys.readouterr().err

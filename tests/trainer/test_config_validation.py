@@ -19,13 +19,12 @@ import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import (
     ConfigError,
-    allowed_keys,
-    config_schema,
     estimate_iteration_tokens,
     estimate_tiny_model_bytes,
     unknown_keys,
     validate_config,
 )
+from ragen_torchrl.trainer.config_schema import schema_tree, typed_config
 from ragen_torchrl.trainer.loop import Trainer
 
 
@@ -100,7 +99,21 @@ BAD = [
     (("+foo=1",), "foo", "unknown config key"),
     (("+algo.lrr=0.1",), "algo.lrr (did you mean algo.lr?)", "unknown config key"),
     (("+env.sizee=5",), "env.sizee", "unknown config key"),
-    (("+filter.collapse_stop.foo=1",), "filter.collapse_stop.foo", "unknown config key"),
+    (("+trainer.early_stop.collapse_stop.foo=1",), "trainer.early_stop.collapse_stop.foo", "unknown config key"),
+    (("+algo.critic_lr=0.1",), "algo.critic_lr", "unknown config key"),  # a PPO key under GRPO
+    # moved keys name their new place
+    (("+algo.ppo_epochs=2",), "algo.ppo_epochs=2 is now algo.update_epochs", "every algorithm"),
+    (("+algo.minibatch=row",), "algo.minibatch='row' is now algo.mini_batch_by", "set algo.mini_batch_by='row'"),
+    (("+filter.val_stop.patience=3",), "filter.val_stop is now trainer.early_stop.val_stop", "val_stop.patience=3"),
+    (("+filter.max_consecutive_empty=0",), "trainer.early_stop.max_consecutive_empty", "set"),
+    # types, checked by the schema
+    (("trainer.prompts_per_iter=2.5",), "trainer.prompts_per_iter", "must be an integer, got 2.5"),
+    (("trainer.fsdp=yes",), "trainer.fsdp", "true or false"),
+    (("trainer.early_stop.val_stop.threshold=2.0",), "trainer.early_stop.val_stop.threshold", "[0.0, 1.0]"),
+    (("trainer.early_stop.collapse_stop.warmup=0",), "trainer.early_stop.collapse_stop.warmup", "positive"),
+    (("algo.update_epochs=0",), "algo.update_epochs", "positive integer"),
+    (("algo.update_epochs=1000",), "algo.update_epochs=1000", "exceeds the limit 100"),
+    (("algo.mini_batch_by=rows",), "algo.mini_batch_by", "group, row"),
     # item 4: unbounded sizes
     (("env.size=100000",), "env.size=100000", "exceeds the limit 64"),
     (("env=sokoban", "env.dim=[1000,1000]"), "env.dim", "exceeds the limit 64"),
@@ -214,26 +227,49 @@ def test_trainer_in_python_rejects_a_run_dir_it_cannot_write(tmp_path, monkeypat
 
 # --------------------------------------------------------------------------- item 3: unknown keys
 def test_unknown_keys_against_the_selected_group_options(tmp_path):
-    schema = config_schema(CONFIG_DIR)
     # algo=dapo_ragen has name: ppo, so it may carry PPO's critic keys but not DAPO's sampler
     cfg = make_cfg(tmp_path, "algo=dapo_ragen")
-    allowed = allowed_keys(cfg, schema)
+    allowed = schema_tree(cfg)
     assert "critic_lr" in allowed["algo"] and "dynamic_sampling" not in allowed["algo"]
     OmegaConf.set_struct(cfg, False)
     cfg = OmegaConf.merge(cfg, {"algo": {"dynamic_sampling": {"enabled": True}}, "foo": 1})
     assert unknown_keys(cfg, allowed) == ["algo.dynamic_sampling", "foo"]
 
 
-def test_unknown_key_check_follows_the_config_dir(tmp_path):
-    # a user's RAGEN_CONFIG_DIR with its own keys: those are known there
-    (tmp_path / "cfgs" / "env").mkdir(parents=True)
-    (tmp_path / "cfgs" / "config.yaml").write_text("defaults:\n  - env: a\n  - _self_\nseed: 0\nextra: 1\n")
-    (tmp_path / "cfgs" / "env" / "a.yaml").write_text("name: a\nsize: 4\n")
-    cfg = OmegaConf.create({"seed": 0, "extra": 1, "env": {"name": "a", "size": 4}})
-    config_mod.check_unknown_keys(cfg, tmp_path / "cfgs")
-    cfg.env.sizee = 5
-    with pytest.raises(ConfigError, match=r"env\.sizee \(did you mean env\.size\?\)"):
-        config_mod.check_unknown_keys(cfg, tmp_path / "cfgs")
+def test_an_env_registered_at_run_time_may_have_any_keys():
+    # no dataclass knows its keys: they go to its builder as they are
+    config_mod.check_unknown_keys({"env": {"name": "my_env", "anything": 1}})
+    cfg = typed_config({"env": {"name": "my_env", "anything": 1}})
+    assert cfg.env.anything == 1 and cfg.trainer.val_levels == 512
+
+
+def test_typed_config_fills_the_defaults_and_converts_types():
+    # a preset that leaves a key out gets the dataclass default; "1" for an int field is 1
+    cfg = typed_config({"trainer": {"group_size": "8"}, "algo": {"name": "dapo"}})
+    assert cfg.trainer.group_size == 8 and cfg.trainer.early_stop.collapse_stop.warmup == 10
+    assert cfg.algo.dynamic_sampling.criterion == "success" and cfg.algo.overlong.enabled is False
+    with pytest.raises(ConfigError, match="trainer.early_stop.val_stop.patience must be an integer, got 'x'"):
+        typed_config({"trainer": {"early_stop": {"val_stop": {"patience": "x"}}}})
+
+
+def test_the_filter_node_is_validated_once_per_validate_config(tmp_path, monkeypatch):
+    import ragen_torchrl.transforms.snr as snr
+
+    calls = []
+    real = snr.validate_filter_config
+    monkeypatch.setattr(snr, "validate_filter_config", lambda cfg: calls.append(1) or real(cfg))
+    validate_config(make_cfg(tmp_path, "filter=snr_top_p"))
+    assert len(calls) == 1
+
+
+def test_filter_schema_defaults_are_the_filter_defaults():
+    # the dataclass and the library's build_filter({...}) default to the same rule (snr_top_p)
+    import dataclasses
+
+    from ragen_torchrl.trainer.config_schema import FilterConfig
+    from ragen_torchrl.transforms.snr import FILTER_CONFIG_DEFAULTS
+
+    assert dataclasses.asdict(FilterConfig()) == FILTER_CONFIG_DEFAULTS
 
 
 # --------------------------------------------------------------------------- item 4: estimates
@@ -420,3 +456,43 @@ def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
 def test_deepcoder_sandbox_sizes_are_bounded(override, text, tmp_path):
     # env.memory_mb, env.max_output_bytes, env.workers had no upper bound
     assert_rejected(tmp_path, ("env=deepcoder", override), text)
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml")))
+def test_typed_env_node_adds_only_keys_the_env_accepts(preset, tmp_path):
+    # the keys a preset leaves out get the dataclass default, which must be the constructor's own:
+    # the env node the trainer passes builds the same env as the preset alone
+    import inspect
+
+    from ragen_torchrl.envs import _REGISTRY
+    from ragen_torchrl.trainer.setup import env_kwargs
+
+    raw = make_cfg(tmp_path, f"env={preset}")
+    typed = typed_config(raw)
+    added = set(typed.env) - set(raw.env)
+    cls = _REGISTRY[typed.env.name]
+    params = {}
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            sig = inspect.signature(klass.__init__)
+            params.update({k: p.default for k, p in sig.parameters.items() if k not in params})
+    for key in added:
+        assert key in params and params[key] == typed.env[key], (preset, key)
+    assert env_kwargs(typed.env) == {**env_kwargs(raw.env), **{k: typed.env[k] for k in added}}
+
+
+def test_a_preset_of_your_own_can_take_a_dataclass_as_its_hydra_schema(tmp_path):
+    # Hydra's structured-config schema pattern: the dataclass in the defaults list types the preset
+    from hydra.errors import ConfigCompositionException
+
+    from ragen_torchrl.trainer.config_schema import register_schemas
+
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "config.yaml").write_text("defaults:\n  - algo: mine\n  - _self_\nseed: 0\n")
+    (tmp_path / "algo" / "mine.yaml").write_text("defaults:\n  - /schema/algo/grpo@_here_\n  - _self_\nlr: 0.5\n")
+    register_schemas()
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        cfg = compose("config")
+        assert (cfg.algo.lr, cfg.algo.update_epochs, cfg.algo.mini_batch_by) == (0.5, 1, "group")
+        with pytest.raises(ConfigCompositionException, match="algo.lr=abc"):
+            compose("config", overrides=["algo.lr=abc"])

@@ -121,7 +121,10 @@ def test_policy_dir_trains_as_model_name_or_path(smoke_run, ragen_cache_dir, tmp
 def test_an_early_stop_still_writes_the_summary_and_policy(ragen_cache_dir, tmp_path):
     # every validation below 100% is "low"; patience 1: the start validation already stops the run
     cfg = make_cfg(
-        ragen_cache_dir, "trainer.total_iterations=3", "filter.val_stop.threshold=1.0", "filter.val_stop.patience=1"
+        ragen_cache_dir,
+        "trainer.total_iterations=3",
+        "trainer.early_stop.val_stop.threshold=1.0",
+        "trainer.early_stop.val_stop.patience=1",
     )
     Trainer(cfg, run_dir=tmp_path / "stopped").fit()
     s = read_summary(tmp_path / "stopped")

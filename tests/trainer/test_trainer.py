@@ -234,7 +234,7 @@ def test_snr_filter_and_collapse_tags_are_logged(ragen_cache_dir, tmp_path):
         ("algo.lr=0", "algo.lr"),
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
         ("sft.noise_kind=gaussian", "sft.noise_kind"),
-        ("algo.minibatch=rows", "algo.minibatch"),
+        ("algo.mini_batch_by=rows", "algo.mini_batch_by"),
         ("diagnostics.mi.every=0", "diagnostics.mi.every"),
         ("diagnostics.mi.num_pairs=-4", "diagnostics.mi.num_pairs"),
         ("diagnostics.mi.method=fast", "diagnostics.mi.method"),
@@ -268,7 +268,7 @@ def test_unknown_group_option_lists_the_available_ones(tmp_path):
 # --------------------------------------------------------------------------- non-finite loss
 def test_non_finite_loss_is_skipped_and_logged(ragen_cache_dir, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    cfg = make_cfg(ragen_cache_dir, "trainer.total_iterations=1", "algo.ppo_epochs=2")  # two mini-batch steps
+    cfg = make_cfg(ragen_cache_dir, "trainer.total_iterations=1", "algo.update_epochs=2")  # two mini-batch steps
     trainer = Trainer(cfg, run_dir=run_dir)
     initial = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     original = trainer.loss_module

@@ -94,8 +94,8 @@ def test_variance_collapse_stop_also_runs_without_a_filter(ragen_cache_dir, tmp_
         tmp_path,
         "filter=none",
         "trainer.total_iterations=10",
-        "filter.collapse_stop.warmup=1",
-        "filter.collapse_stop.patience=2",
+        "trainer.early_stop.collapse_stop.warmup=1",
+        "trainer.early_stop.collapse_stop.patience=2",
         "trainer.val_every=0",
     )
     trainer.fit()
@@ -113,8 +113,8 @@ def test_sustained_low_validation_success_stops_training(ragen_cache_dir, tmp_pa
         tmp_path,
         "trainer.total_iterations=5",
         "trainer.val_every=1",
-        "filter.val_stop.threshold=1.0",
-        "filter.val_stop.patience=2",
+        "trainer.early_stop.val_stop.threshold=1.0",
+        "trainer.early_stop.val_stop.patience=2",
     )
     summary = trainer.fit()
     assert trainer.stop_reason is not None and "validation" in trainer.stop_reason
@@ -167,8 +167,8 @@ def _dapo_run(cache_dir, tmp_path, monkeypatch, first, later, refill, *extra):
         "algo.dynamic_sampling.criterion=return",
         "filter=none",
         "trainer.val_every=0",
-        "filter.collapse_stop.warmup=1",
-        "filter.collapse_stop.patience=2",
+        "trainer.early_stop.collapse_stop.warmup=1",
+        "trainer.early_stop.collapse_stop.patience=2",
         *extra,
     )
     trainer.fit()
@@ -210,7 +210,7 @@ def test_dapo_skipped_update_counts_as_empty(ragen_cache_dir, tmp_path, monkeypa
         [1.0, 1.0, 0.0, 0.0],
         [0.0, 0.0],
         "trainer.total_iterations=4",
-        "filter.max_consecutive_empty=2",
+        "trainer.early_stop.max_consecutive_empty=2",
     )
     assert [h["iteration"] for h in trainer.history] == [1, 2]
     assert all(h["dapo/skipped_update"] == 1.0 for h in trainer.history)

@@ -129,7 +129,7 @@ def test_scripted_validations_stop_and_peak(ragen_cache_dir, tmp_path, monkeypat
         "trainer.val_every=2",
         "trainer.val_levels=8",
         "trainer.val_every_levels=null",
-        "filter.val_stop.patience=3",
+        "trainer.early_stop.val_stop.patience=3",
     )
     summary = trainer.fit()
     assert trainer.stop_reason == "validation_success: below 0.01 for 3 consecutive validations"

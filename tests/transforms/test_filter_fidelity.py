@@ -16,7 +16,6 @@ from tensordict import TensorDict
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.trainer.early_stop import FilterGuard, ValidationStop, unfiltered_stats
 from ragen_torchrl.transforms.snr import (
-    FILTER_CONFIG_DEFAULTS,
     SNRFilter,
     build_filter,
     check_filter_value,
@@ -87,7 +86,7 @@ def test_none_preset_keeps_every_group_and_still_runs_the_stop_rules():
     cfg = load("none")
     assert build_filter(cfg) is None  # filter=none: every group is used
     assert (cfg["value"], cfg["include_zero"]) == (1.0, True)  # the reference's "no filter"
-    guard = FilterGuard.from_config({**cfg, "collapse_stop": {"warmup": 2, "patience": 2}})
+    guard = FilterGuard.from_config({"collapse_stop": {"warmup": 2, "patience": 2}})  # trainer.early_stop
     assert guard.collapse_stop and guard.max_consecutive_empty == 5
     # two healthy iterations: base = mean in-group std = .70711 -> limit .070711
     for _ in range(2):
@@ -97,7 +96,7 @@ def test_none_preset_keeps_every_group_and_still_runs_the_stop_rules():
     assert collapsed["in_group_std_mean"] == pytest.approx(0.01 / math.sqrt(2))
     assert guard.update(collapsed) is None
     assert guard.update(collapsed).startswith("reward_variance_collapse")
-    assert ValidationStop.from_config(cfg).enabled
+    assert ValidationStop.from_config({}).enabled
 
 
 # ---------------------------------------------------------------------- validation-success stop
@@ -125,20 +124,25 @@ def test_validation_stop_by_hand():
 
 
 def test_validation_stop_config_and_errors():
-    cfg = validate_filter_config({"val_stop": {"threshold": 0.05, "patience": 3}})
-    assert cfg["val_stop"] == {"enabled": True, "threshold": 0.05, "patience": 3}
+    # trainer.early_stop.val_stop: its fields are checked by the typed config, named in full
+    from ragen_torchrl.trainer.config_keys import check_unknown_keys
+    from ragen_torchrl.trainer.config_schema import check_fields, typed_config
+
     stop = ValidationStop.from_config({"val_stop": {"threshold": 0.05, "patience": 3}})
-    assert (stop.threshold, stop.patience) == (0.05, 3)
-    assert FILTER_CONFIG_DEFAULTS["val_stop"] == {"enabled": True, "threshold": 0.01, "patience": 5}
+    assert (stop.threshold, stop.patience, stop.enabled) == (0.05, 3, True)
+    key = "trainer.early_stop.val_stop"
     for bad, match in [
-        ({"threshold": 1.5}, r"filter.val_stop.threshold must be in \[0, 1\], got 1.5"),
-        ({"threshold": float("nan")}, "filter.val_stop.threshold must be finite"),
-        ({"patience": 0}, "filter.val_stop.patience must be an int >= 1, got 0"),
-        ({"enabled": "yes"}, "filter.val_stop.enabled must be true or false"),
-        ({"patiense": 2}, r"unknown key\(s\) \['patiense'\] in filter.val_stop"),
+        ({"threshold": 1.5}, rf"{key}.threshold must be a finite number in \[0.0, 1.0\], got 1.5"),
+        ({"patience": 0}, f"{key}.patience must be a positive integer, got 0"),
+        ({"enabled": "yes"}, f"{key}.enabled must be true or false"),
+        ({"patiense": 2}, rf"{key}.patiense \(did you mean {key}.patience\?\)"),
     ]:
+        node = {"trainer": {"early_stop": {"val_stop": bad}}}
         with pytest.raises(ValueError, match=match):
-            validate_filter_config({"val_stop": bad})
+            check_unknown_keys(node)
+            check_fields(typed_config(node))
+    with pytest.raises(ValueError, match="filter.val_stop moved to trainer.early_stop.val_stop"):
+        validate_filter_config({"val_stop": {"patience": 3}})
     with pytest.raises(ValueError, match="rate in"):
         ValidationStop().update(2.0)
     with pytest.raises(ValueError, match="finite"):
