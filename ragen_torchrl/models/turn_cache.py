@@ -61,6 +61,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ..diagnostics.kv_prefix import _forward_kwargs, _row_prefix_cache
 from ..objectives.shared_prefix import shared_prefix_supported
@@ -124,12 +125,61 @@ def _sequences(out) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out.sequences
 
 
-def _dynamic_cache(stacked: torch.Tensor):
-    from transformers import DynamicCache
+class _BufferLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys/values are the first slots of preallocated ``[B, H, capacity, D]`` buffers:
+    :meth:`update` copies only the new slots where ``DynamicLayer`` concatenates (copying the whole cache)."""
 
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int) -> None:
+        super().__init__()
+        self.device = keys.device
+        self.key_buffer, self.value_buffer = keys, values
+        self.keys, self.values = keys[..., :filled, :], values[..., :filled, :]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = self.keys.shape[-2]
+        end = n + key_states.shape[-2]
+        if not self.holds(end):
+            # longer than the buffer, or a cache method rebuilt the keys (batch selection, reordering):
+            # a bigger buffer, started from the current keys/values
+            grow = max(end, 2 * self.key_buffer.shape[-2])
+            self.key_buffer = self.keys.new_empty((*self.keys.shape[:-2], grow, self.keys.shape[-1]))
+            self.value_buffer = self.values.new_empty((*self.values.shape[:-2], grow, self.values.shape[-1]))
+            self.key_buffer[..., :n, :] = self.keys
+            self.value_buffer[..., :n, :] = self.values
+        self.key_buffer[..., n:end, :] = key_states
+        self.value_buffer[..., n:end, :] = value_states
+        self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def holds(self, length: int) -> bool:
+        """Whether the keys/values are still the buffers' first slots and the buffers hold ``length`` slots."""
+        buf = self.key_buffer
+        return (
+            length <= buf.shape[-2]
+            and self.keys.data_ptr() == buf.data_ptr()
+            and self.values.data_ptr() == self.value_buffer.data_ptr()
+            and self.keys.shape[:-2] == buf.shape[:-2]
+        )
+
+
+def _buffer_cache(buffer: torch.Tensor, filled: int) -> DynamicCache:
+    """A ``DynamicCache`` over ``buffer`` (``[layers, 2, B, H, capacity, D]``, its first ``filled`` slots
+    filled) whose steps write their keys/values in place.
+
+    ``DynamicCache`` grows each layer with ``torch.cat`` at every decoding step; here every layer's
+    keys/values are views of ``buffer`` and a step copies only its new slots. It is a ``DynamicCache``
+    (``generate`` treats it as one: no compilation, the same masks and positions).
+
+    Example:
+        >>> buf = torch.zeros(1, 2, 1, 1, 4, 2)
+        >>> cache = _buffer_cache(buf, 1)
+        >>> k, v = cache.update(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2), 0)
+        >>> k.shape[-2], cache.get_seq_length(), buf[0, 0, 0, 0, :, 0].tolist()
+        (3, 3, [0.0, 1.0, 1.0, 0.0])
+    """
     cache = DynamicCache()
-    for layer in range(stacked.shape[0]):
-        cache.update(stacked[layer, 0], stacked[layer, 1], layer)
+    Cache.__init__(cache, layers=[_BufferLayer(buffer[i, 0], buffer[i, 1], filled) for i in range(buffer.shape[0])])
     return cache
 
 
@@ -315,7 +365,10 @@ class TurnCachePolicy(TensorDictModuleBase):
         ref = fresh_stack if fresh_stack is not None else self._store[env_index[0]][1].unsqueeze(2)
         n_layers, _, _, heads, _, dim = ref.shape
         batch, width = len(prompts), max(cached)
-        kv = torch.zeros((n_layers, 2, batch, heads, width, dim), dtype=ref.dtype, device=ref.device)
+        block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
+        # room for the new tokens and every decoding step: generate writes them in place (_buffer_cache)
+        kv = ref.new_empty((n_layers, 2, batch, heads, width + block + self._max_new_tokens(), dim))
+        kv[..., :width, :].zero_()  # holes: masked, but read by the attention (finite values)
         for j, r in enumerate(fresh):
             kv[:, :, r, :, : cached[r]] = fresh_stack[:, :, j, :, : cached[r]]
         del fresh_stack
@@ -328,7 +381,6 @@ class TurnCachePolicy(TensorDictModuleBase):
         self.stats["prefill_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True))
 
         # [cached slots, then holes | new tokens, left-padded]; generate reads the ids after the cache
-        block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
         ids = torch.full((batch, width + block), self._pad_id(), dtype=torch.long)
         mask = torch.zeros((batch, width + block), dtype=torch.long)
         for r, (p, c) in enumerate(zip(prompts, cached, strict=True)):
@@ -336,8 +388,7 @@ class TurnCachePolicy(TensorDictModuleBase):
             ids[r, width + block - n :] = p[c:]
             mask[r, :c] = 1
             mask[r, width + block - n :] = 1
-        cache = _dynamic_cache(kv)
-        del kv
+        cache = _buffer_cache(kv, width)
         kwargs = {**self.generate_kwargs, _forward_kwargs(self.model)[0]: cache}
         out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         start = width + block
@@ -345,12 +396,23 @@ class TurnCachePolicy(TensorDictModuleBase):
         for e in env_index:
             self.release([e])
         if self.kv_cache:
-            self._store_rows(cache, mask, start, prompts, replies, env_index)
+            self._store_rows(kv, cache, mask, start, prompts, replies, env_index)
         return replies
 
-    def _store_rows(self, cache, mask, start, prompts, replies, env_index) -> None:
-        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache."""
-        grown = _stacked(cache)
+    def _max_new_tokens(self) -> int:
+        n = self.generate_kwargs.get("max_new_tokens", getattr(self.model.generation_config, "max_new_tokens", None))
+        return int(n or 0)
+
+    def _store_rows(self, kv, cache, mask, start, prompts, replies, env_index) -> None:
+        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache
+        (``kv``, the buffer it was built on, unless a layer outgrew it)."""
+        seq = cache.get_seq_length()
+        layers = getattr(cache, "layers", [])
+        in_place = all(
+            isinstance(layer, _BufferLayer) and layer.key_buffer.data_ptr() == kv[i, 0].data_ptr() and layer.holds(seq)
+            for i, layer in enumerate(layers)
+        )
+        grown = kv[..., :seq, :] if layers and in_place else _stacked(cache)
         width = grown.shape[-2]
         for r, (p, reply, e) in enumerate(zip(prompts, replies, env_index, strict=True)):
             keep = int(reply.numel()) - 1
