@@ -16,14 +16,17 @@ One call, for ``B`` rows:
    (:func:`~ragen_torchrl.diagnostics.kv_prefix._row_prefix_cache`, the MI diagnostics' prefix
    encoder), as :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper` does;
 2. the rows' caches are assembled into one batch cache (row ``r``'s ``c_r`` cached slots first,
-   then holes) and the rows' new tokens into one left-padded block after it; the attention mask
+   then holes) and the rows' new tokens into one left-padded block after it; the cache is one
+   buffer with room for the block and ``max_new_tokens`` decoding steps, which each forward pass
+   writes into in place (transformers' ``DynamicCache`` concatenates at every step and layer,
+   copying the whole cache each time); the attention mask
    marks the real slots and ``generate`` takes positions from its cumulative sum, so every real
    token keeps the position it has in the row's own sequence;
 3. one ``generate`` call encodes the new tokens (its first forward) and decodes; its sampling
    keywords are the policy's ``generate_kwargs`` unchanged (those of
    :func:`ragen_torchrl.collectors.hf_generate_kwargs`), so a logits processor such as
    :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step;
-4. each row's real slots are cut out of the grown cache and stored under its ``env_index``,
+4. each row's real slots are cut out of the buffer and stored under its ``env_index``,
    unless the total of stored tokens would exceed ``max_cached_tokens`` (the row then re-prefills
    at its next turn; ``stats["rows_over_cap"]`` counts them).
 
@@ -352,7 +355,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         fresh = [r for r, k in enumerate(reuse) if k == 0]
         # cached slots per row: the reused cache, or the fresh prompt minus its last token
         cached = [k if k else int(p.numel()) - 1 for k, p in zip(reuse, prompts, strict=True)]
-        fresh_stack = None
+        prefix_layers: list[tuple[torch.Tensor, torch.Tensor]] = []
         if fresh:
             slot_of: dict[bytes, int] = {}
             row_context = [slot_of.setdefault(prompts[r].numpy().tobytes(), len(slot_of)) for r in fresh]
@@ -360,21 +363,29 @@ class TurnCachePolicy(TensorDictModuleBase):
             for r, c in zip(fresh, row_context, strict=True):
                 contexts[c] = prompts[r]
             prefix_cache, _, _ = _row_prefix_cache(self.model, contexts, row_context)
-            fresh_stack = _stacked(prefix_cache)
+            prefix_layers = _layer_tensors(prefix_cache)  # [fresh rows, H, plen, D], real slots first
             del prefix_cache
-        ref = fresh_stack if fresh_stack is not None else self._store[env_index[0]][1].unsqueeze(2)
-        n_layers, _, _, heads, _, dim = ref.shape
+            ref = prefix_layers[0][0]
+            n_layers, heads, dim = len(prefix_layers), ref.shape[1], ref.shape[-1]
+        else:
+            ref = self._store[env_index[0]][1]  # [layers, 2, H, len, D]
+            n_layers, heads, dim = ref.shape[0], ref.shape[2], ref.shape[-1]
         batch, width = len(prompts), max(cached)
         block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
         # room for the new tokens and every decoding step: generate writes them in place (_buffer_cache)
         kv = ref.new_empty((n_layers, 2, batch, heads, width + block + self._max_new_tokens(), dim))
-        kv[..., :width, :].zero_()  # holes: masked, but read by the attention (finite values)
-        for j, r in enumerate(fresh):
-            kv[:, :, r, :, : cached[r]] = fresh_stack[:, :, j, :, : cached[r]]
-        del fresh_stack
+        if prefix_layers:
+            rows = torch.tensor(fresh, device=kv.device)
+            plen = prefix_layers[0][0].shape[-2]
+            for layer, (keys, values) in enumerate(prefix_layers):
+                kv[layer, 0, :, :, :plen].index_copy_(0, rows, keys)
+                kv[layer, 1, :, :, :plen].index_copy_(0, rows, values)
+        del prefix_layers, ref
         for r, k in enumerate(reuse):
             if k:
                 kv[:, :, r, :, :k] = self._store[env_index[r]][1]
+        for r, c in enumerate(cached):  # holes: masked, but read by the attention (finite values)
+            kv[:, :, r, :, c:width].zero_()
         self.stats["rows_reused"] += batch - len(fresh)
         self.stats["rows_prefilled"] += len(fresh)
         self.stats["new_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True) if k)
