@@ -127,6 +127,17 @@ mean anything; one round each)::
     loss forward    5.437    20.091   11.718
     backward       12.073    32.541   32.544
 
+Decoding into a preallocated KV buffer (``TurnCachePolicy``; transformers' ``DynamicCache``
+concatenated the whole cache at every step and layer), the commit before it and after it side by
+side (2026-12-02, ``--steps 3 --threads 1 --no-multi-turn``, a 2-core machine at load average 10-16;
+ours/TRL by CPU time of the process, per-round ratios after the arrow)::
+
+    model   TRL variant        before   after (rounds)
+    tiny    checkpointing off    0.62   0.56 (0.58, 0.52, 0.57)
+    tiny    checkpointing on     0.56   0.48 (0.46, 0.49, 0.48)
+    2.56M   checkpointing off    0.55   0.47 (0.49, 0.44, 0.49)
+    2.56M   checkpointing on     0.48   0.40 (0.39, 0.42, 0.41)
+
 The first "before" run (2026-11-30, the machine shared with four other jobs, ~0.4 of a core)
 printed ratio 2.01 with every time 10-20x these; only its ratio is comparable.
 """
