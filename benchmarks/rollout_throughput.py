@@ -29,9 +29,18 @@ keywords. For the 5-turn and the single-turn game it prints the sampled tokens p
 processed (every position of every forward pass, padding included) per token that had to be
 processed (each prompt token of a trajectory once, each sampled token once; 1.0 is the limit).
 
+**Preallocated KV buffer** (``--part kv-buffer``): one :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`
+call (the single-turn shape of ``benchmarks/vs_trl.py``: ``--groups`` x ``--group-size`` rows, the rows of a
+group sharing their prompt, the groups a 120-token head, ``--kv-buffer-new-tokens`` sampled tokens, temperature 1),
+decoding into the policy's preallocated buffer (written in place) vs into transformers' ``DynamicCache`` of the
+same slots (``torch.cat`` at every step and layer), on the tiny model or ``--model DIR``. Same seed on both
+sides: the replies must be identical (checked); prints seconds per call and the buffer / DynamicCache ratio per
+repeat (alternating which goes first).
+
 Usage::
 
     python benchmarks/rollout_throughput.py            # both parts: P=8 groups x G=8 FrozenLake, 4 repeats; Sokoban
+    python benchmarks/rollout_throughput.py --part kv-buffer --threads 1 --model /tmp/small-chatml
     python benchmarks/rollout_throughput.py --part turn-cache --repeats 2
     python benchmarks/rollout_throughput.py --quick
 """
@@ -331,6 +340,82 @@ def turn_cache_main(args) -> None:
     counter.close()
 
 
+def kv_buffer_main(args) -> None:
+    """The preallocated-buffer part: one TurnCachePolicy call, buffer vs transformers' DynamicCache."""
+    from tensordict import TensorDict
+    from transformers import DynamicCache
+
+    from ragen_torchrl.collectors import hf_generate_kwargs
+    from ragen_torchrl.models import turn_cache
+
+    if args.model:
+        model, _ = load_pretrained(args.model)
+    else:
+        env = make_env("countdown", num_envs=1)
+        model, _ = load_pretrained(build_tiny_model(tokenizer_corpus(env), TinyModelConfig(), tempfile.mkdtemp()))
+    model.eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    head = torch.randint(vocab // 2, vocab, (120,), generator=gen)
+    prompts = [
+        torch.cat([head, torch.randint(vocab // 2, vocab, (30 + 3 * g,), generator=gen)])
+        for g in range(args.groups)
+        for _ in range(args.group_size)
+    ]
+    rows = len(prompts)
+    td = TensorDict(
+        {
+            "tokens": {"prompt": torch.nested.as_nested_tensor(prompts, layout=torch.jagged)},
+            "env_index": torch.arange(rows),
+        },
+        batch_size=[rows],
+    )
+    buffer_cache = turn_cache._buffer_cache
+
+    def dynamic_cache(buffer, filled):
+        cache = DynamicCache()
+        for layer in range(buffer.shape[0]):
+            cache.update(buffer[layer, 0, ..., :filled, :], buffer[layer, 1, ..., :filled, :], layer)
+        return cache
+
+    def run(kind, seed):
+        turn_cache._buffer_cache = buffer_cache if kind == "buffer" else dynamic_cache
+        policy = turn_cache.TurnCachePolicy(model, generate_kwargs=hf_generate_kwargs(args.kv_buffer_new_tokens, 1.0))
+        torch.manual_seed(seed)
+        t0, c0 = time.perf_counter(), time.process_time()
+        replies = policy(td.clone()).get(("tokens", "response"), as_list=True)
+        return replies, time.perf_counter() - t0, time.process_time() - c0
+
+    print(
+        f"one TurnCachePolicy call: {rows} rows ({args.groups} prompts x {args.group_size}), prompts "
+        f"{min(p.numel() for p in prompts)}-{max(p.numel() for p in prompts)} tokens, "
+        f"{args.kv_buffer_new_tokens} new tokens, temperature 1, {n_params / 1e6:.2f}M parameters "
+        f"({args.model or 'the tiny model'}), {torch.get_num_threads()} threads",
+        flush=True,
+    )
+    run("buffer", 0), run("dynamic", 0)  # untimed warm-up
+    ratios, cpu_ratios = [], []
+    for rep in range(args.repeats):
+        order = ("buffer", "dynamic") if rep % 2 == 0 else ("dynamic", "buffer")
+        res = {kind: run(kind, rep) for kind in order}
+        same = all(torch.equal(a, b) for a, b in zip(res["buffer"][0], res["dynamic"][0], strict=True))
+        if not same:
+            raise AssertionError(f"repeat {rep}: the buffer's replies differ from DynamicCache's")
+        ratios.append(res["buffer"][1] / res["dynamic"][1])
+        cpu_ratios.append(res["buffer"][2] / res["dynamic"][2])
+        print(
+            f"repeat {rep} ({order[0]} first): buffer {res['buffer'][1]:.2f} s, DynamicCache {res['dynamic'][1]:.2f} s, "
+            f"ratio {ratios[-1]:.2f} (CPU time {cpu_ratios[-1]:.2f}); replies identical",
+            flush=True,
+        )
+    turn_cache._buffer_cache = buffer_cache
+    print(
+        f"buffer / DynamicCache seconds per call: median of repeats {statistics.median(ratios):.2f} "
+        f"(CPU time {statistics.median(cpu_ratios):.2f})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=8)
@@ -355,15 +440,21 @@ def main() -> None:
     )
     parser.add_argument(
         "--part",
-        choices=("all", "wrapper", "turn-cache"),
+        choices=("all", "wrapper", "turn-cache", "kv-buffer"),
         default="all",
-        help="wrapper: FrozenLake, torchrl wrapper vs bare loop; turn-cache: Sokoban, KV cache across turns",
+        help="wrapper: FrozenLake, torchrl wrapper vs bare loop; turn-cache: Sokoban, KV cache across turns; "
+        "kv-buffer: one policy call, preallocated KV buffer vs DynamicCache (not part of all)",
     )
+    parser.add_argument("--kv-buffer-new-tokens", type=int, default=64, help="kv-buffer part: new tokens per row")
+    parser.add_argument("--model", default=None, metavar="DIR", help="kv-buffer part: a local checkpoint")
     args = parser.parse_args()
     if args.quick:
         args.groups, args.group_size, args.repeats, args.sft_steps = 4, 4, 2, 20
     torch.set_num_threads(args.threads)
     tensordict.set_list_to_stack(True).set()
+    if args.part == "kv-buffer":
+        kv_buffer_main(args)
+        return
     if args.part in ("all", "turn-cache"):
         turn_cache_main(args)
     if args.part == "turn-cache":

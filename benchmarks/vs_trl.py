@@ -54,6 +54,9 @@ How it is measured
     checked. TRL's step is broken down the same way by wrapping its methods (``_generate``,
     ``_calculate_rewards``, ``_get_per_token_logps_and_entropies`` outside the loss,
     ``compute_loss``, ``accelerator.backward``, ``_clip_grad_norm`` + ``optimizer.step``).
+    Each step's CPU time (``time.process_time``) is recorded beside its wall time and the ratio
+    printed both ways: on a loaded machine a step's wall time is mostly waiting for a core, its
+    CPU time much less so.
     A second table times our multi-turn FrozenLake iteration alone (P=16 x G=4, the default
     ``ragen-train`` batch and update settings: 48 new tokens per turn, mini-batches of 16; started
     from the default run's cached warm start, ``--mt-init random`` for none; MI diagnostics off),
@@ -123,6 +126,17 @@ mean anything; one round each)::
     generation     15.778    51.963   31.077
     loss forward    5.437    20.091   11.718
     backward       12.073    32.541   32.544
+
+Decoding into a preallocated KV buffer (``TurnCachePolicy``; transformers' ``DynamicCache``
+concatenated the whole cache at every step and layer), the commit before it and after it side by
+side (2026-12-02, ``--steps 3 --threads 1 --no-multi-turn``, a 2-core machine at load average 10-16;
+ours/TRL by CPU time of the process, per-round ratios after the arrow)::
+
+    model   TRL variant        before   after (rounds)
+    tiny    checkpointing off    0.62   0.56 (0.58, 0.52, 0.57)
+    tiny    checkpointing on     0.56   0.48 (0.46, 0.49, 0.48)
+    2.56M   checkpointing off    0.55   0.47 (0.49, 0.44, 0.49)
+    2.56M   checkpointing on     0.48   0.40 (0.39, 0.42, 0.41)
 
 The first "before" run (2026-11-30, the machine shared with four other jobs, ~0.4 of a core)
 printed ratio 2.01 with every time 10-20x these; only its ratio is comparable.
@@ -567,7 +581,7 @@ def make_step_timer(sections: Sections, threads: int, after_step):
             if torch.get_num_threads() != threads:
                 raise RuntimeError(f"TRL step runs with {torch.get_num_threads()} threads, expected {threads}")
             sections.reset()
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
             self.t_opt = time.perf_counter()
@@ -576,8 +590,8 @@ def make_step_timer(sections: Sections, threads: int, after_step):
             sections.seconds["optimizer"] += time.perf_counter() - self.t_opt
 
         def on_step_end(self, args, state, control, **kwargs):
-            total = time.perf_counter() - self.t0
-            after_step(state.global_step, breakdown(sections.seconds, total))
+            total, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            after_step(state.global_step, {**breakdown(sections.seconds, total), "cpu": cpu})
 
     return StepTimer()
 
@@ -677,11 +691,17 @@ def run_single_turn(args, cache: str) -> None:
         label = "TRL, checkpointing " + ("on (default)" if checkpointing else "off")
         t_ours, t_trl = mean(r["ours"]), mean([x["total"] for x in r["trl"]])
         per_round = ", ".join(f"{o / t['total']:.2f}" for o, t in zip(r["ours"], r["trl"]))
-        rows.append((label, t_ours, t_trl, per_round, r))
+        cpu = sum(r["ours_cpu"]) / sum(x["cpu"] for x in r["trl"])
+        cpu_rounds = ", ".join(f"{o / t['cpu']:.2f}" for o, t in zip(r["ours_cpu"], r["trl"]))
+        rows.append((label, t_ours, t_trl, per_round, cpu, cpu_rounds))
     print(f"\nseconds per step (mean of {args.steps} timed steps per side after one warm-up each, alternating)")
     print(f"{'TRL variant':<32}{'ours':>8}{'TRL':>8}{'ours/TRL':>10}  per-round ratios")
-    for label, t_ours, t_trl, per_round, _ in rows:
+    for label, t_ours, t_trl, per_round, _, _ in rows:
         print(f"{label:<32}{t_ours:>8.2f}{t_trl:>8.2f}{t_ours / t_trl:>10.2f}  {per_round}")
+    # on a loaded machine the wall time is mostly waiting for a core; the process's CPU time is steadier
+    print(f"{'by CPU time of the process':<32}{'':>16}{'ours/TRL':>10}  per-round ratios")
+    for label, *_, cpu, cpu_rounds in rows:
+        print(f"{label:<32}{'':>16}{cpu:>10.2f}  {cpu_rounds}")
     r = results[False]
     print(
         f"(TRL's own step_time metric (training_step only), checkpointing off: "
@@ -705,12 +725,13 @@ def run_single_turn(args, cache: str) -> None:
 def trl_rounds(args, cache: str, tr, checkpointing: bool, label: str) -> dict[str, list]:
     """``args.steps`` rounds of one TRL step (after one warm-up step) then one of our iterations.
 
-    Returns ``ours`` (our whole-iteration seconds), ``trl`` (TRL step breakdowns),
+    Returns ``ours`` (our whole-iteration seconds), ``ours_cpu`` (their CPU seconds: this process's
+    ``time.process_time``), ``trl`` (TRL step breakdowns, with ``cpu``),
     ``trl_tokens`` (TRL's generated tokens per step) and, when ``checkpointing`` is off,
     ``ours_pieces`` (our instrumented iterations; run once, beside the first TRL variant).
     """
     trl_sec = Sections()
-    out: dict[str, list] = {"ours": [], "trl": [], "trl_tokens": [], "ours_pieces": []}
+    out: dict[str, list] = {"ours": [], "ours_cpu": [], "trl": [], "trl_tokens": [], "ours_pieces": []}
     seen_before = [0]
 
     def after_trl_step(global_step: int, trl_row: dict[str, float]) -> None:
@@ -725,9 +746,14 @@ def trl_rounds(args, cache: str, tr, checkpointing: bool, label: str) -> dict[st
         out["trl"].append(trl_row)
         it = global_step - 1  # TRL's step k used the levels of our iteration k (0-based)
         torch.set_num_threads(args.threads)
+        c0 = time.process_time()
         t_whole, _ = whole_iteration(tr, it)
         out["ours"].append(t_whole)
-        line = f"round {len(out['ours'])}: {label} {trl_row['total']:.2f} s | ours train_iteration {t_whole:.2f} s"
+        out["ours_cpu"].append(time.process_time() - c0)
+        line = (
+            f"round {len(out['ours'])}: {label} {trl_row['total']:.2f} s (CPU {trl_row['cpu']:.2f}) | "
+            f"ours train_iteration {t_whole:.2f} s (CPU {out['ours_cpu'][-1]:.2f})"
+        )
         if not checkpointing:
             pieces = timed_iteration(tr, it)
             out["ours_pieces"].append(pieces)

@@ -120,6 +120,7 @@ def test_trl_step_is_timed_with_generation_and_without_a_logprob_pass(bench, tra
     assert [step for step, _ in rows] == [1]
     row = rows[0][1]
     assert set(bench.PIECES) <= set(row)
+    assert 0 < row["cpu"]  # the process's CPU seconds over the step
     # the pieces ran inside the timed step: generation and the reward are part of a GRPOTrainer step
     assert {"generation", "env", "loss forward", "backward", "optimizer"} <= set(sections.seconds)
     assert "behaviour log-probs" not in sections.seconds  # on-policy: TRL reuses the loss forward

@@ -16,14 +16,17 @@ One call, for ``B`` rows:
    (:func:`~ragen_torchrl.diagnostics.kv_prefix._row_prefix_cache`, the MI diagnostics' prefix
    encoder), as :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper` does;
 2. the rows' caches are assembled into one batch cache (row ``r``'s ``c_r`` cached slots first,
-   then holes) and the rows' new tokens into one left-padded block after it; the attention mask
+   then holes) and the rows' new tokens into one left-padded block after it; the cache is one
+   buffer with room for the block and ``max_new_tokens`` decoding steps, which each forward pass
+   writes into in place (transformers' ``DynamicCache`` concatenates at every step and layer,
+   copying the whole cache each time); the attention mask
    marks the real slots and ``generate`` takes positions from its cumulative sum, so every real
    token keeps the position it has in the row's own sequence;
 3. one ``generate`` call encodes the new tokens (its first forward) and decodes; its sampling
    keywords are the policy's ``generate_kwargs`` unchanged (those of
    :func:`ragen_torchrl.collectors.hf_generate_kwargs`), so a logits processor such as
    :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step;
-4. each row's real slots are cut out of the grown cache and stored under its ``env_index``,
+4. each row's real slots are cut out of the buffer and stored under its ``env_index``,
    unless the total of stored tokens would exceed ``max_cached_tokens`` (the row then re-prefills
    at its next turn; ``stats["rows_over_cap"]`` counts them).
 
@@ -61,6 +64,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ..diagnostics.kv_prefix import _forward_kwargs, _row_prefix_cache
 from ..objectives.shared_prefix import shared_prefix_supported
@@ -124,12 +128,61 @@ def _sequences(out) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out.sequences
 
 
-def _dynamic_cache(stacked: torch.Tensor):
-    from transformers import DynamicCache
+class _BufferLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys/values are the first slots of preallocated ``[B, H, capacity, D]`` buffers:
+    :meth:`update` copies only the new slots where ``DynamicLayer`` concatenates (copying the whole cache)."""
 
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int) -> None:
+        super().__init__()
+        self.device = keys.device
+        self.key_buffer, self.value_buffer = keys, values
+        self.keys, self.values = keys[..., :filled, :], values[..., :filled, :]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = self.keys.shape[-2]
+        end = n + key_states.shape[-2]
+        if not self.holds(end):
+            # longer than the buffer, or a cache method rebuilt the keys (batch selection, reordering):
+            # a bigger buffer, started from the current keys/values
+            grow = max(end, 2 * self.key_buffer.shape[-2])
+            self.key_buffer = self.keys.new_empty((*self.keys.shape[:-2], grow, self.keys.shape[-1]))
+            self.value_buffer = self.values.new_empty((*self.values.shape[:-2], grow, self.values.shape[-1]))
+            self.key_buffer[..., :n, :] = self.keys
+            self.value_buffer[..., :n, :] = self.values
+        self.key_buffer[..., n:end, :] = key_states
+        self.value_buffer[..., n:end, :] = value_states
+        self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def holds(self, length: int) -> bool:
+        """Whether the keys/values are still the buffers' first slots and the buffers hold ``length`` slots."""
+        buf = self.key_buffer
+        return (
+            length <= buf.shape[-2]
+            and self.keys.data_ptr() == buf.data_ptr()
+            and self.values.data_ptr() == self.value_buffer.data_ptr()
+            and self.keys.shape[:-2] == buf.shape[:-2]
+        )
+
+
+def _buffer_cache(buffer: torch.Tensor, filled: int) -> DynamicCache:
+    """A ``DynamicCache`` over ``buffer`` (``[layers, 2, B, H, capacity, D]``, its first ``filled`` slots
+    filled) whose steps write their keys/values in place.
+
+    ``DynamicCache`` grows each layer with ``torch.cat`` at every decoding step; here every layer's
+    keys/values are views of ``buffer`` and a step copies only its new slots. It is a ``DynamicCache``
+    (``generate`` treats it as one: no compilation, the same masks and positions).
+
+    Example:
+        >>> buf = torch.zeros(1, 2, 1, 1, 4, 2)
+        >>> cache = _buffer_cache(buf, 1)
+        >>> k, v = cache.update(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2), 0)
+        >>> k.shape[-2], cache.get_seq_length(), buf[0, 0, 0, 0, :, 0].tolist()
+        (3, 3, [0.0, 1.0, 1.0, 0.0])
+    """
     cache = DynamicCache()
-    for layer in range(stacked.shape[0]):
-        cache.update(stacked[layer, 0], stacked[layer, 1], layer)
+    Cache.__init__(cache, layers=[_BufferLayer(buffer[i, 0], buffer[i, 1], filled) for i in range(buffer.shape[0])])
     return cache
 
 
@@ -302,7 +355,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         fresh = [r for r, k in enumerate(reuse) if k == 0]
         # cached slots per row: the reused cache, or the fresh prompt minus its last token
         cached = [k if k else int(p.numel()) - 1 for k, p in zip(reuse, prompts, strict=True)]
-        fresh_stack = None
+        prefix_layers: list[tuple[torch.Tensor, torch.Tensor]] = []
         if fresh:
             slot_of: dict[bytes, int] = {}
             row_context = [slot_of.setdefault(prompts[r].numpy().tobytes(), len(slot_of)) for r in fresh]
@@ -310,25 +363,35 @@ class TurnCachePolicy(TensorDictModuleBase):
             for r, c in zip(fresh, row_context, strict=True):
                 contexts[c] = prompts[r]
             prefix_cache, _, _ = _row_prefix_cache(self.model, contexts, row_context)
-            fresh_stack = _stacked(prefix_cache)
+            prefix_layers = _layer_tensors(prefix_cache)  # [fresh rows, H, plen, D], real slots first
             del prefix_cache
-        ref = fresh_stack if fresh_stack is not None else self._store[env_index[0]][1].unsqueeze(2)
-        n_layers, _, _, heads, _, dim = ref.shape
+            ref = prefix_layers[0][0]
+            n_layers, heads, dim = len(prefix_layers), ref.shape[1], ref.shape[-1]
+        else:
+            ref = self._store[env_index[0]][1]  # [layers, 2, H, len, D]
+            n_layers, heads, dim = ref.shape[0], ref.shape[2], ref.shape[-1]
         batch, width = len(prompts), max(cached)
-        kv = torch.zeros((n_layers, 2, batch, heads, width, dim), dtype=ref.dtype, device=ref.device)
-        for j, r in enumerate(fresh):
-            kv[:, :, r, :, : cached[r]] = fresh_stack[:, :, j, :, : cached[r]]
-        del fresh_stack
+        block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
+        # room for the new tokens and every decoding step: generate writes them in place (_buffer_cache)
+        kv = ref.new_empty((n_layers, 2, batch, heads, width + block + self._max_new_tokens(), dim))
+        if prefix_layers:
+            rows = torch.tensor(fresh, device=kv.device)
+            plen = prefix_layers[0][0].shape[-2]
+            for layer, (keys, values) in enumerate(prefix_layers):
+                kv[layer, 0, :, :, :plen].index_copy_(0, rows, keys)
+                kv[layer, 1, :, :, :plen].index_copy_(0, rows, values)
+        del prefix_layers, ref
         for r, k in enumerate(reuse):
             if k:
                 kv[:, :, r, :, :k] = self._store[env_index[r]][1]
+        for r, c in enumerate(cached):  # holes: masked, but read by the attention (finite values)
+            kv[:, :, r, :, c:width].zero_()
         self.stats["rows_reused"] += batch - len(fresh)
         self.stats["rows_prefilled"] += len(fresh)
         self.stats["new_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True) if k)
         self.stats["prefill_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True))
 
         # [cached slots, then holes | new tokens, left-padded]; generate reads the ids after the cache
-        block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
         ids = torch.full((batch, width + block), self._pad_id(), dtype=torch.long)
         mask = torch.zeros((batch, width + block), dtype=torch.long)
         for r, (p, c) in enumerate(zip(prompts, cached, strict=True)):
@@ -336,8 +399,7 @@ class TurnCachePolicy(TensorDictModuleBase):
             ids[r, width + block - n :] = p[c:]
             mask[r, :c] = 1
             mask[r, width + block - n :] = 1
-        cache = _dynamic_cache(kv)
-        del kv
+        cache = _buffer_cache(kv, width)
         kwargs = {**self.generate_kwargs, _forward_kwargs(self.model)[0]: cache}
         out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         start = width + block
@@ -345,12 +407,23 @@ class TurnCachePolicy(TensorDictModuleBase):
         for e in env_index:
             self.release([e])
         if self.kv_cache:
-            self._store_rows(cache, mask, start, prompts, replies, env_index)
+            self._store_rows(kv, cache, mask, start, prompts, replies, env_index)
         return replies
 
-    def _store_rows(self, cache, mask, start, prompts, replies, env_index) -> None:
-        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache."""
-        grown = _stacked(cache)
+    def _max_new_tokens(self) -> int:
+        n = self.generate_kwargs.get("max_new_tokens", getattr(self.model.generation_config, "max_new_tokens", None))
+        return int(n or 0)
+
+    def _store_rows(self, kv, cache, mask, start, prompts, replies, env_index) -> None:
+        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache
+        (``kv``, the buffer it was built on, unless a layer outgrew it)."""
+        seq = cache.get_seq_length()
+        layers = getattr(cache, "layers", [])
+        in_place = all(
+            isinstance(layer, _BufferLayer) and layer.key_buffer.data_ptr() == kv[i, 0].data_ptr() and layer.holds(seq)
+            for i, layer in enumerate(layers)
+        )
+        grown = kv[..., :seq, :] if layers and in_place else _stacked(cache)
         width = grown.shape[-2]
         for r, (p, reply, e) in enumerate(zip(prompts, replies, env_index, strict=True)):
             keep = int(reply.numel()) - 1

@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import load_tiny
 from tensordict import TensorDict
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 
 import ragen_torchrl.models.turn_cache as turn_cache
 from ragen_torchrl.collectors import hf_generate_kwargs
@@ -220,6 +220,73 @@ def test_entropy_recorder_sees_the_cached_generation(model_tok):
     assert torch.equal(counts, ref_counts)
     assert torch.allclose(sums, ref_sums, atol=1e-4)
     assert policy.stats["rows_reused"] == 3
+
+
+def _dynamic_cache(buffer, filled):
+    """transformers' own ``DynamicCache`` of the buffer's filled slots (it grows by ``torch.cat``)."""
+    cache = DynamicCache()
+    for layer in range(buffer.shape[0]):
+        cache.update(buffer[layer, 0, ..., :filled, :], buffer[layer, 1, ..., :filled, :], layer)
+    return cache
+
+
+def _two_turns(model, tok, kwargs, seed):
+    """Replies, first-step scores and stored caches of two turns (the second reusing the first's caches)."""
+    first = FirstScores()
+    kwargs = {**kwargs, "logits_processor": LogitsProcessorList([first])}
+    policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    prompts = _first_prompts(tok, 4)
+    out = []
+    for t in range(2):
+        torch.manual_seed(seed + t)
+        replies = policy(_td(prompts, [0, 1, 2, 3])).get(("tokens", "response"), as_list=True)
+        out.append((replies, first.first, {e: policy._store[e][1].clone() for e in policy.cached_rows()}))
+        first.first = None
+        prompts = [torch.cat([p, r, _observation(tok, i, t)]) for i, (p, r) in enumerate(zip(prompts, replies))]
+    assert policy.stats["rows_reused"] == 4
+    return out
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_the_preallocated_buffer_generates_what_a_dynamic_cache_generates(model_tok, monkeypatch, temperature):
+    """Decoding into the preallocated buffer (written in place) against ``generate`` on transformers'
+    ``DynamicCache`` from the same slots: the same greedy replies, the same sampled replies under a fixed
+    seed, the same first-token logits (1e-4) and the same stored keys/values, at a fresh and a reused turn."""
+    model, tok = model_tok
+    kwargs = hf_generate_kwargs(6, temperature)
+    ours = _two_turns(model, tok, kwargs, seed=3)
+    monkeypatch.setattr(turn_cache, "_buffer_cache", _dynamic_cache)
+    ref = _two_turns(model, tok, kwargs, seed=3)
+    for (replies, scores, store), (ref_replies, ref_scores, ref_store) in zip(ours, ref):
+        assert all(torch.equal(a, b) for a, b in zip(replies, ref_replies))
+        assert torch.allclose(scores, ref_scores, atol=1e-4, rtol=0)
+        assert store.keys() == ref_store.keys() and len(store) == 4
+        assert all(torch.allclose(store[e], ref_store[e], atol=1e-5, rtol=0) for e in store)
+
+
+def test_a_buffer_too_short_grows_and_gives_the_same_replies(model_tok, monkeypatch):
+    """No room reserved for the decoding steps: every layer moves to a bigger buffer on the first step;
+    replies still equal the re-prefill's over several turns and the rows' caches are still stored."""
+    model, tok = model_tok
+    monkeypatch.setattr(TurnCachePolicy, "_max_new_tokens", lambda self: 0)
+    kwargs = _greedy()
+    policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+
+    def check(t, ours, ref, *_):
+        assert all(torch.equal(a, b) for a, b in zip(ours, ref))
+
+    _episodes(model, tok, policy, kwargs, check=check)
+    assert policy.stats["rows_reused"] == 4 + 3 + 2
+
+
+def test_a_buffer_layer_after_a_batch_selection_keeps_the_selected_rows():
+    buf = torch.zeros(1, 2, 3, 1, 5, 1)
+    cache = turn_cache._buffer_cache(buf, 1)
+    cache.update(torch.ones(3, 1, 1, 1), torch.ones(3, 1, 1, 1), 0)
+    cache.layers[0].batch_select_indices(torch.tensor([2, 0]))  # keys are no longer views of the buffer
+    keys, _ = cache.update(torch.full((2, 1, 1, 1), 7.0), torch.full((2, 1, 1, 1), 7.0), 0)
+    assert keys.shape == (2, 1, 3, 1) and keys[:, 0, :, 0].tolist() == [[0.0, 1.0, 7.0], [0.0, 1.0, 7.0]]
+    assert buf[0, 0, :, 0, :, 0].tolist() == [[0.0, 1.0, 0.0, 0.0, 0.0]] * 3  # the old buffer is left alone
 
 
 def test_the_cap_falls_back_to_reprefill_with_the_same_replies(model_tok):
