@@ -19,9 +19,9 @@ from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_keys import GLOBAL_PACKAGE
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
 EXPERIMENT_DIR = Path(CONFIG_DIR) / "experiment"
 EXPERIMENTS = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))

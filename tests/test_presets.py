@@ -17,7 +17,7 @@ import torch
 from helpers import SMALL
 from hydra import compose, initialize_config_dir
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .config_paths import CONFIG_DIR, PACKAGE_CONFIG_DIR, config_dir  # noqa: F401 - the CLI's config folder
+from .config_paths import CONFIG_DIR
 
 
 def _config_error(e: BaseException) -> SystemExit:

@@ -197,7 +197,7 @@ def check_unknown_keys(cfg: DictConfig, config_dir: str | os.PathLike | None = N
     no ``config.yaml``.
     """
     if config_dir is None:
-        from .cli import CONFIG_DIR as config_dir
+        from .config_paths import CONFIG_DIR as config_dir
     if not (Path(config_dir) / "config.yaml").is_file():
         return
     allowed = allowed_keys(cfg, config_schema(config_dir))

@@ -31,12 +31,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
-from ..collectors.grouped import turn_cache_counts, turn_cache_metrics
-from ..collectors.vllm_backend import make_rollout_policy
+from ..collectors.grouped import collect_rollouts, turn_cache_counts, turn_cache_metrics
+from ..collectors.rollout_policy import build_rollout_policy
 from ..data.groups import Groups
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import GradSNRProbe
 from ..envs import make_env
+from ..envs.splits import train_level_seeds
 from ..keys import (
     EPISODE_RETURN,
     GROUP_ID,
@@ -46,7 +47,7 @@ from ..keys import (
 from ..models.loading import load_pretrained
 from ..models.priming import prime_text
 from ..objectives import build_algorithm
-from ..objectives.grpo import make_logprob_policy
+from ..objectives.logprobs import make_logprob_policy
 from ..transforms.snr import build_filter, validate_filter_config
 from .checkpoint import (
     LAST,
@@ -71,7 +72,6 @@ from .distributed import (
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
-from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
 from .run_log import (  # noqa: F401 (re-exported: the loop's reporting lives in run_log.py)
     SCALARS_FILE,
     NullLogger,
@@ -177,7 +177,7 @@ class Trainer:
         if backend == "hf":  # the token rollout's per-row KV cache between turns
             sampling["kv_cache"] = bool(rcfg.get("kv_cache", True))
             sampling["max_cached_tokens"] = rcfg.get("kv_cache_max_tokens")
-        self.policy, self.weight_sync = make_rollout_policy(
+        self.policy, self.weight_sync = build_rollout_policy(
             backend,
             self.model,
             self.tokenizer,
@@ -185,7 +185,7 @@ class Trainer:
             temperature=rcfg.temperature,
             **sampling,
         )
-        self.val_policy, _ = make_rollout_policy(  # the same engine (vllm), another temperature
+        self.val_policy, _ = build_rollout_policy(  # the same engine (vllm), another temperature
             backend,
             self.model,
             self.tokenizer,

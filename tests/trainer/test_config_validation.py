@@ -16,7 +16,6 @@ from omegaconf import OmegaConf
 import ragen_torchrl.models.loading as loading
 import ragen_torchrl.trainer.config as config_mod
 import ragen_torchrl.trainer.loop as loop_mod
-from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import (
     ConfigError,
     allowed_keys,
@@ -26,6 +25,7 @@ from ragen_torchrl.trainer.config import (
     unknown_keys,
     validate_config,
 )
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
 
@@ -392,13 +392,6 @@ def test_rollout_backend_vllm_is_a_clear_config_error(tmp_path, monkeypatch):
     assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cpu"), "model.device=cpu", "GPU")
     # vLLM generates from chat histories: the token-level rollout (the default) is the hf backend's
     assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cuda"), "rollout.trajectory=history")
-
-
-def test_rollout_backends_of_the_config_and_the_collectors_agree():
-    from ragen_torchrl.collectors.vllm_backend import ROLLOUT_BACKENDS as BUILT
-    from ragen_torchrl.trainer.config import ROLLOUT_BACKENDS
-
-    assert ROLLOUT_BACKENDS == BUILT
 
 
 def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
