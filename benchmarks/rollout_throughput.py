@@ -233,7 +233,7 @@ def turn_cache_main(args) -> None:
     from ragen_torchrl.keys import NUM_TOKENS, TOKENS_TRAJECTORY
     from ragen_torchrl.models.priming import prime_text
     from ragen_torchrl.trainer.config_paths import CONFIG_DIR
-    from ragen_torchrl.trainer.setup import env_kwargs
+    from ragen_torchrl.trainer.model_setup import env_kwargs
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=["env=sokoban", *args.turn_cache_override])

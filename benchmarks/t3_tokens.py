@@ -61,7 +61,7 @@ from ragen_torchrl.envs.games.situation_puzzles import SituationPuzzlesGame
 from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.models.tiny import train_tokenizer
 from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
-from ragen_torchrl.trainer.loop import env_kwargs, prepare_model
+from ragen_torchrl.trainer.model_setup import env_kwargs, prepare_model
 from ragen_torchrl.transforms.t3 import DEFAULT_PROMPT, ENV_TASKS, T3Truncation, t3_token_stats
 
 #: the CPU-scale presets first (a tiny model learns them in minutes), then the paper-size envs

@@ -152,7 +152,7 @@ def _train(cfg) -> None:
     from .loop import Trainer
 
     if cfg.trainer.get("dry_run"):
-        from .setup import dry_run_report
+        from .model_setup import dry_run_report
 
         try:
             print(dry_run_report(cfg), flush=True)

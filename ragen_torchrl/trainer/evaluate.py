@@ -433,7 +433,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from ..envs import make_env
     from ..models.loading import ModelSourceError, load_pretrained
     from ..models.priming import prime_text
-    from .setup import env_kwargs
+    from .model_setup import env_kwargs
 
     tgt = resolve_target(args.target, args.env)
     cfg = tgt["config"]

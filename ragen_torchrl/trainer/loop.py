@@ -71,11 +71,11 @@ from .distributed import (
 )
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
+from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
-from .run_log import (  # noqa: F401 (re-exported: the loop's reporting lives in run_log.py)
+from .run_log import (
     SCALARS_FILE,
     NullLogger,
-    ResumableTensorboardLogger,
     ValidationPeak,
     conversation_text,
     final_validation_line,
@@ -83,15 +83,13 @@ from .run_log import (  # noqa: F401 (re-exported: the loop's reporting lives in
     iteration_line,
     make_tensorboard_logger,
     run_hparams,
-    skipped_update_reason,
     summarize,
     write_hparams,
     write_scalars_csv,
 )
-from .setup import ENV_META_KEYS, env_kwargs, oversubscribed_threads, prepare_model  # noqa: F401 (re-exported)
 from .stored_config import check_stored_config
 from .summary import SUMMARY_FILE, write_summary
-from .update import minibatch_plan, optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
+from .update import minibatch_plan, optimize, training_batch
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations
 from ragen_torchrl.trainer.loop import Trainer
+from ragen_torchrl.trainer.model_setup import env_kwargs, training_memory
 from ragen_torchrl.trainer.run_log import ValidationPeak
-from ragen_torchrl.trainer.setup import env_kwargs, training_memory
 from ragen_torchrl.trainer.summary import read_summary
 
 
