@@ -24,6 +24,7 @@ from .algorithm import (
     ALGORITHMS,
     LOSS_TERMS,
     Algorithm,
+    AlgorithmFactory,
     PPOAlgorithm,
     available_algorithms,
     build_algorithm,
@@ -42,7 +43,17 @@ from .base import (
 from .dapo import DAPOLoss, DynamicSampler, informative_groups
 from .drgrpo import DrGRPOLoss
 from .gspo import GSPOLoss, sequence_log_ratio, sequence_metrics
-from .logprobs import attach_training_data, compute_behaviour_log_probs, make_logprob_policy, training_view
+from .logprobs import (
+    TRAIN_ON,
+    attach_training_data,
+    behaviour_batch,
+    compute_behaviour_log_probs,
+    make_logprob_policy,
+    masked_mean,
+    token_dist,
+    tokenize_conversations,
+    training_view,
+)
 from .ppo import (
     Critic,
     PPOLoss,
@@ -57,6 +68,7 @@ from .ppo import (
 __all__ = [
     "ALGORITHMS",
     "Algorithm",
+    "AlgorithmFactory",
     "Critic",
     "DAPOLoss",
     "DEFAULT_ENTROPY_COEFF",
@@ -69,9 +81,11 @@ __all__ = [
     "PPOLoss",
     "PPOLossOutput",
     "REF_LOG_PROBS_KEY",
+    "TRAIN_ON",
     "TokenStatsMixin",
     "attach_training_data",
     "available_algorithms",
+    "behaviour_batch",
     "bilevel_gae",
     "build_algorithm",
     "check_dual_clip",
@@ -81,12 +95,15 @@ __all__ = [
     "loss_output_metrics",
     "make_logprob_policy",
     "masked_gae",
+    "masked_mean",
     "masked_token_metrics",
     "masked_whiten",
     "prepare_ppo_batch",
     "register_algorithm",
     "sequence_log_ratio",
     "sequence_metrics",
+    "token_dist",
+    "tokenize_conversations",
     "training_view",
     "value_metrics",
 ]
