@@ -38,7 +38,8 @@ Example:
     >>> from tokenizers import Tokenizer, models, pre_tokenizers
     >>> from transformers import Qwen2Config, Qwen2ForCausalLM
     >>> from ragen_torchrl.diagnostics.cross_scoring import cross_score
-    >>> from ragen_torchrl.diagnostics.mi import equivalence_from_keys, mi_proxies
+    >>> from ragen_torchrl.diagnostics.mi import mi_proxies
+    >>> from ragen_torchrl.diagnostics.mi_sampling import equivalence_from_keys
     >>> words = "<unk> user: assistant: <think> go left right up down the goal is".split()
     >>> tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     >>> tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
