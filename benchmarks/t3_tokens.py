@@ -56,7 +56,8 @@ from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.active.reasoning import ActiveReasoningEnv
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
-from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame, format_vector, split_estimate
+from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame
+from ragen_torchrl.envs.games.preference_questions import format_vector, split_estimate
 from ragen_torchrl.envs.games.situation_puzzles import SituationPuzzlesGame
 from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.models.tiny import train_tokenizer
