@@ -34,9 +34,10 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.collectors.grouped import collect_rollouts
+from ragen_torchrl.envs.splits import train_level_seeds
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
-from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds
 from ragen_torchrl.transforms.snr import build_filter
 
 

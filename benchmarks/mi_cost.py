@@ -163,7 +163,7 @@ def training_share(iterations: int, overrides: list[str] | None = None) -> dict[
     import tensordict
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
     from ragen_torchrl.trainer.loop import Trainer
 
     tensordict.set_list_to_stack(True).set()

@@ -55,14 +55,19 @@ import time
 import tensordict
 import torch
 
-from ragen_torchrl.collectors.grouped import NEUTRAL_GENERATE_KWARGS, NEUTRAL_SAMPLING_KWARGS
+from ragen_torchrl.collectors.grouped import (
+    NEUTRAL_GENERATE_KWARGS,
+    NEUTRAL_SAMPLING_KWARGS,
+    collect_rollouts,
+    make_generation_policy,
+)
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.parsing import parse_response
+from ragen_torchrl.envs.splits import train_level_seeds
 from ragen_torchrl.envs.text_env import sample_seed
 from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
 from ragen_torchrl.trainer.demonstrations import make_demonstrations, tokenizer_corpus
-from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy, train_level_seeds
 from ragen_torchrl.trainer.sft import supervised_finetune
 
 
@@ -236,8 +241,8 @@ def turn_cache_main(args) -> None:
 
     from ragen_torchrl.keys import NUM_TOKENS, TOKENS_TRAJECTORY
     from ragen_torchrl.models.priming import prime_text
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
-    from ragen_torchrl.trainer.setup import env_kwargs
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
+    from ragen_torchrl.trainer.model_setup import env_kwargs
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=["env=sokoban", *args.turn_cache_override])

@@ -51,17 +51,18 @@ import torch
 from tensordict import TensorDict
 from torchrl.data.llm import History
 
+from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.active.reasoning import ActiveReasoningEnv
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
-from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame, format_vector, split_estimate
+from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame
+from ragen_torchrl.envs.games.preference_questions import format_vector, split_estimate
 from ragen_torchrl.envs.games.situation_puzzles import SituationPuzzlesGame
 from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.models.tiny import train_tokenizer
 from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
-from ragen_torchrl.trainer.loop import env_kwargs, prepare_model
-from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
+from ragen_torchrl.trainer.model_setup import env_kwargs, prepare_model
 from ragen_torchrl.transforms.t3 import DEFAULT_PROMPT, ENV_TASKS, T3Truncation, t3_token_stats
 
 #: the CPU-scale presets first (a tiny model learns them in minutes), then the paper-size envs
@@ -170,8 +171,8 @@ def compose_task_config(task: str, overrides: list[str]):
     """The config ``ragen-train env=<task> <overrides>`` would run with."""
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
     from ragen_torchrl.trainer.config import validate_config
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"env={task}", *overrides])

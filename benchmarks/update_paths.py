@@ -45,15 +45,15 @@ from hydra import compose, initialize_config_dir
 from tensordict import lazy_stack
 
 from ragen_torchrl.collectors import collect_rollouts
+from ragen_torchrl.envs.splits import train_level_seeds
 from ragen_torchrl.objectives.logprobs import (
     _wrapper_log_probs,
     attach_training_data,
     compute_behaviour_log_probs,
     training_view,
 )
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
-from ragen_torchrl.trainer.rollout import train_level_seeds
 from ragen_torchrl.trainer.update import minibatch_plan, optimize, scores_shared_prefixes, training_batch
 
 

@@ -162,11 +162,12 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import ragen_torchrl  # noqa: E402
+from ragen_torchrl.collectors.grouped import collect_rollouts  # noqa: E402
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response  # noqa: E402
+from ragen_torchrl.envs.splits import train_level_seeds  # noqa: E402
 from ragen_torchrl.keys import EPISODE_RETURN, GROUP_ID, MASKS_ASSISTANT, NUM_TOKENS, TOKENS_FULL  # noqa: E402
-from ragen_torchrl.objectives.grpo import attach_training_data, compute_behaviour_log_probs  # noqa: E402
+from ragen_torchrl.objectives.logprobs import attach_training_data, compute_behaviour_log_probs  # noqa: E402
 from ragen_torchrl.trainer.early_stop import unfiltered_stats  # noqa: E402
-from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds  # noqa: E402
 from ragen_torchrl.trainer.run_log import summarize  # noqa: E402
 from ragen_torchrl.trainer.update import clip_grad_norms, minibatch_plan, scores_shared_prefixes  # noqa: E402
 
@@ -236,7 +237,7 @@ def compose_config(overrides: list[str]):
     """The trainer's Hydra config with ``overrides`` (composed from the package's config dir)."""
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("config", overrides=overrides)

@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 
-from ragen_torchrl.data import TopVarianceGroupSampler
+from ragen_torchrl.transforms import TopVarianceGroupSampler
 
 
 def main():

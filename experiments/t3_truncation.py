@@ -80,7 +80,7 @@ def compose_config(task: str, arm: str, seed: int, overrides: list[str]):
     """The run's config, composed exactly as ``ragen-train env=TASK t3.enabled=... seed=...``."""
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")

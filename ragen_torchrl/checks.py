@@ -55,7 +55,10 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_number"]
+__all__ = ["UNKNOWN_OPTION", "check_bool", "check_choice", "check_int", "check_number"]
+
+#: the ``check_choice`` message of option-like keys (filter strategies, stop-rule modes)
+UNKNOWN_OPTION = "unknown {name} {value!r}; valid options: {choices}"
 
 
 def _bounds(minimum: Any, maximum: Any) -> str:

@@ -19,8 +19,8 @@ from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import validate_config
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
 GLOBAL_PACKAGE = "@package _global_"
 

@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ragen_torchrl.experiments import EXPERIMENTS, Arm, Experiment, estimate_seconds, main, plan, run_experiment
-from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import validate_config
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
 #: the result sets of the repository (docs/results and the README's Results), each with its command
 REPO_EXPERIMENTS = {

@@ -17,11 +17,11 @@ import torch
 from torchrl.data.llm import History
 
 from ragen_torchrl import keys as K
+from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.objectives.algorithm import PPOAlgorithm
 from ragen_torchrl.objectives.logprobs import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
 from ragen_torchrl.objectives.ppo import Critic, PPOLoss, prepare_ppo_batch
-from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 from ragen_torchrl.transforms.advantage import GroupAdvantage
 from ragen_torchrl.transforms.t3 import T3Truncation
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_torchrl.trainer import cli
+from ragen_torchrl.trainer import config_paths
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,6 @@ def _yaml_files(root: Path) -> set[str]:
 def test_configs_live_at_the_top_level():
     # the checkout's presets are configs/ next to the package (the wheel maps them into it)
     assert SHIPPED == REPO / "configs"
-    assert cli.PACKAGE_CONFIG_DIR == PACKAGE_CONFIG_DIR
     assert (SHIPPED / "config.yaml").is_file()
     for group in GROUPS:
         assert list((SHIPPED / group).glob("*.yaml")), group
@@ -47,13 +46,13 @@ def test_configs_live_at_the_top_level():
 
 def test_config_dir_honours_ragen_config_dir(tmp_path):
     # "RAGEN_CONFIG_DIR still overrides"
-    assert cli.config_dir({}) == cli.PACKAGE_CONFIG_DIR
-    assert cli.config_dir({"RAGEN_CONFIG_DIR": ""}) == cli.PACKAGE_CONFIG_DIR  # unset-like
-    assert cli.config_dir({"RAGEN_CONFIG_DIR": str(tmp_path)}) == str(tmp_path)
+    assert config_paths.config_dir({}) == PACKAGE_CONFIG_DIR
+    assert config_paths.config_dir({"RAGEN_CONFIG_DIR": ""}) == PACKAGE_CONFIG_DIR  # unset-like
+    assert config_paths.config_dir({"RAGEN_CONFIG_DIR": str(tmp_path)}) == str(tmp_path)
     # CONFIG_DIR is read at import: a fresh interpreter with the variable set uses it
     env = {**os.environ, "RAGEN_CONFIG_DIR": str(tmp_path)}
     out = subprocess.run(
-        [sys.executable, "-c", "from ragen_torchrl.trainer.cli import CONFIG_DIR; print(CONFIG_DIR)"],
+        [sys.executable, "-c", "from ragen_torchrl.trainer.config_paths import CONFIG_DIR; print(CONFIG_DIR)"],
         env=env,
         capture_output=True,
         text=True,
@@ -192,7 +191,7 @@ def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_ca
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RAGEN_CONFIG_DIR", "PYTHONPATH")}
     where = subprocess.run(
-        [str(py), "-c", "import ragen_torchrl.trainer.cli as c; print(c.__file__); print(c.CONFIG_DIR)"],
+        [str(py), "-c", "import ragen_torchrl.trainer.config_paths as c; print(c.__file__); print(c.CONFIG_DIR)"],
         env=env,
         cwd=work,
         capture_output=True,

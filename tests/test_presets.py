@@ -17,7 +17,7 @@ import torch
 from helpers import SMALL
 from hydra import compose, initialize_config_dir
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ def env_tiny_model(cfg, cache_dir: str) -> str:
     from ragen_torchrl.envs import make_env
     from ragen_torchrl.models.tiny import TinyModelConfig, build_tiny_model
     from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
-    from ragen_torchrl.trainer.setup import env_kwargs
+    from ragen_torchrl.trainer.model_setup import env_kwargs
 
     m = cfg.model
     sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")

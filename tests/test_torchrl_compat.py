@@ -182,7 +182,7 @@ def test_partial_reset_keeps_t3_counters_of_running_rows():
 # ------------------------------------------------------------------- tiny model runs
 @pytest.fixture
 def generation_policy(tiny_model):
-    from ragen_torchrl.trainer.rollout import make_generation_policy
+    from ragen_torchrl.collectors.grouped import make_generation_policy
 
     model, tok = tiny_model
     return make_generation_policy(model, tok, max_new_tokens=8)

@@ -1,7 +1,7 @@
 """The vLLM rollout backend: everything that runs without vLLM or a GPU.
 
 * without vLLM (or without CUDA) asking for it is a clear error naming the extra and the GPU;
-* ``make_rollout_policy("hf", ...)`` is ``make_generation_policy`` (same replies, no weight sync);
+* ``build_rollout_policy("hf", ...)`` is ``make_generation_policy`` (same replies, no weight sync);
 * vLLM samples as the hf path does (``vllm_sampling_kwargs`` against ``hf_generate_kwargs`` and
   transformers' own defaults) and writes the same assistant messages (``reparse_replies``);
 * ``VLLMWeightSync`` sends every parameter under its Hugging Face name and shape to the engine's
@@ -34,12 +34,12 @@ from ragen_torchrl.collectors import (
     make_generation_policy,
     wrapper_generate_kwargs,
 )
+from ragen_torchrl.collectors.rollout_policy import build_rollout_policy
 from ragen_torchrl.collectors.vllm_backend import (
     VLLMUnavailableError,
     VLLMWeightSync,
     _RolloutvLLMWrapper,
     find_vllm_model,
-    make_rollout_policy,
     make_vllm_generation_policy,
     reparse_replies,
     vllm_engine_kwargs,
@@ -62,7 +62,7 @@ def test_without_vllm_the_builder_names_the_extra_and_the_gpu(monkeypatch, tiny_
     _no_vllm(monkeypatch)
     for build in (
         lambda: make_vllm_generation_policy(model, tok, max_new_tokens=8, temperature=1.0),
-        lambda: make_rollout_policy("vllm", model, tok, max_new_tokens=8, temperature=1.0),
+        lambda: build_rollout_policy("vllm", model, tok, max_new_tokens=8, temperature=1.0),
     ):
         with pytest.raises(VLLMUnavailableError) as err:
             build()
@@ -79,9 +79,9 @@ def test_without_vllm_the_builder_names_the_extra_and_the_gpu(monkeypatch, tiny_
 def test_bad_backend_and_bad_sampling_are_value_errors(tiny_model):
     model, tok = tiny_model
     with pytest.raises(ValueError, match="unknown rollout backend 'sglang'; choose one of: hf, vllm"):
-        make_rollout_policy("sglang", model, tok, max_new_tokens=8, temperature=1.0)
+        build_rollout_policy("sglang", model, tok, max_new_tokens=8, temperature=1.0)
     with pytest.raises(ValueError, match="takes no vLLM options"):
-        make_rollout_policy("hf", model, tok, max_new_tokens=8, temperature=1.0, gpu_memory_utilization=0.5)
+        build_rollout_policy("hf", model, tok, max_new_tokens=8, temperature=1.0, gpu_memory_utilization=0.5)
     # checked before vLLM is looked for, with the hf path's messages
     for kwargs, text in (
         ({"max_new_tokens": 0, "temperature": 1.0}, "max_new_tokens"),
@@ -96,7 +96,7 @@ def test_bad_backend_and_bad_sampling_are_value_errors(tiny_model):
 # ----------------------------------------------------------------------------- hf
 def test_hf_rollout_policy_is_make_generation_policy(tiny_model):
     model, tok = tiny_model
-    policy, sync = make_rollout_policy("hf", model, tok, max_new_tokens=6, temperature=1.0)
+    policy, sync = build_rollout_policy("hf", model, tok, max_new_tokens=6, temperature=1.0)
     reference = make_generation_policy(model, tok, max_new_tokens=6, temperature=1.0)
     assert sync is None and type(policy) is type(reference)
     same = {k: v for k, v in policy.generate_kwargs.items() if k != "logits_processor"}  # its own entropy recorder
@@ -336,7 +336,7 @@ def test_gpu_smoke_script_parses_and_its_model_helper_builds_a_small_model(tmp_p
 def test_vllm_policy_collects_and_follows_the_pushed_weights(tiny_model):  # pragma: no cover - GPU only
     model, tok = tiny_model
     model.cuda()
-    policy, sync = make_rollout_policy(
+    policy, sync = build_rollout_policy(
         "vllm", model, tok, max_new_tokens=8, temperature=0, gpu_memory_utilization=0.2, enforce_eager=True
     )
     env = make_env("frozenlake", num_envs=4)

@@ -1,15 +1,65 @@
 """Data collection: G samples per level, played to the end (:mod:`.grouped`), with the rollout
-policy of either generation backend (:mod:`.vllm_backend`: ``hf`` or ``vllm``).
+policy of either generation backend (:mod:`.rollout_policy`: ``hf`` or ``vllm``; :mod:`.vllm_backend`
+imports vLLM only when an engine is built).
 
 Example:
-    >>> from ragen_torchrl.collectors import collect_rollouts, make_generation_policy, make_rollout_policy
-    >>> callable(collect_rollouts) and callable(make_generation_policy) and callable(make_rollout_policy)
+    >>> from ragen_torchrl.collectors import build_rollout_policy, collect_rollouts, make_generation_policy
+    >>> callable(collect_rollouts) and callable(make_generation_policy) and callable(build_rollout_policy)
     True
 """
 
-# their public names are the package's (vllm_backend imports vLLM only when an engine is built)
-from . import grouped, vllm_backend
-from .grouped import *  # noqa: F403
-from .vllm_backend import *  # noqa: F403
+from __future__ import annotations
 
-__all__ = [*grouped.__all__, *vllm_backend.__all__]
+from .grouped import (
+    POLICY_OUTPUT_KEYS,
+    TOKEN_POLICY_OUTPUT_KEYS,
+    TRAJECTORY_MODES,
+    PolicyContractError,
+    TokenPromptWrapper,
+    check_policy_output,
+    check_sampling,
+    collect_rollouts,
+    hf_generate_kwargs,
+    make_generation_policy,
+    sampling_truncation,
+    turn_cache_counts,
+    turn_cache_metrics,
+    wrapper_generate_kwargs,
+)
+from .rollout_policy import build_rollout_policy
+from .vllm_backend import (
+    VLLMUnavailableError,
+    VLLMWeightSync,
+    find_vllm_model,
+    make_vllm_generation_policy,
+    reparse_replies,
+    require_vllm,
+    vllm_engine_kwargs,
+    vllm_sampling_kwargs,
+)
+
+__all__ = [
+    "POLICY_OUTPUT_KEYS",
+    "TOKEN_POLICY_OUTPUT_KEYS",
+    "TRAJECTORY_MODES",
+    "PolicyContractError",
+    "TokenPromptWrapper",
+    "VLLMUnavailableError",
+    "VLLMWeightSync",
+    "build_rollout_policy",
+    "check_policy_output",
+    "check_sampling",
+    "collect_rollouts",
+    "find_vllm_model",
+    "hf_generate_kwargs",
+    "make_generation_policy",
+    "make_vllm_generation_policy",
+    "reparse_replies",
+    "require_vllm",
+    "sampling_truncation",
+    "turn_cache_counts",
+    "turn_cache_metrics",
+    "vllm_engine_kwargs",
+    "vllm_sampling_kwargs",
+    "wrapper_generate_kwargs",
+]

@@ -5,7 +5,8 @@
 ``rollout.backend=vllm`` generates with a vLLM engine through torchrl's
 :class:`~torchrl.modules.llm.vLLMWrapper`, in the same history mode, so
 :func:`~ragen_torchrl.collectors.collect_rollouts` cannot tell the two apart (the policy contract:
-``("history", "full")`` and ``("tokens", "response")``). :func:`make_rollout_policy` picks one.
+``("history", "full")`` and ``("tokens", "response")``).
+:func:`~ragen_torchrl.collectors.rollout_policy.build_rollout_policy` picks one.
 
 Design:
 
@@ -70,14 +71,12 @@ from torchrl.modules.llm import vLLMWrapper
 
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
-from .grouped import hf_generate_kwargs, make_generation_policy, sampling_truncation, wrapper_generate_kwargs
+from .grouped import hf_generate_kwargs, sampling_truncation, wrapper_generate_kwargs
 
 __all__ = [
-    "ROLLOUT_BACKENDS",
     "VLLMUnavailableError",
     "VLLMWeightSync",
     "find_vllm_model",
-    "make_rollout_policy",
     "make_vllm_generation_policy",
     "reparse_replies",
     "require_vllm",
@@ -86,9 +85,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: generation backends of ``rollout.backend`` (the trainer's config check lists the same)
-ROLLOUT_BACKENDS = ("hf", "vllm")
 
 _INSTALL_HINT = "pip install 'ragen_torchrl[vllm]' (on a machine with a CUDA GPU)"
 
@@ -463,74 +459,3 @@ class VLLMWeightSync:
 
 
 # ----------------------------------------------------------------------------- the choice
-def make_rollout_policy(
-    backend: str,
-    model: torch.nn.Module,
-    tokenizer,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None = None,
-    top_p: float = 1.0,
-    min_p: float | None = None,
-    reply_prime: str = "",
-    engine=None,
-    trajectory: str | None = None,
-    kv_cache: bool = True,
-    max_cached_tokens: int | None = None,
-    **vllm_kwargs,
-):
-    """The rollout policy of ``rollout.backend`` and its weight sync: ``(policy, sync)``.
-
-    * ``"hf"``: :func:`~ragen_torchrl.collectors.make_generation_policy` (generates with ``model``
-      itself, so always current) and ``sync=None``; ``trajectory`` (``rollout.trajectory``, default
-      ``"tokens"``) picks its token-level or history rollout; ``kv_cache`` / ``max_cached_tokens``
-      (``rollout.kv_cache`` / ``rollout.kv_cache_max_tokens``, ``None``: the default cap) set the
-      token-level rollout's per-row KV cache;
-    * ``"vllm"``: :func:`make_vllm_generation_policy` and a :class:`VLLMWeightSync` to
-      :meth:`~VLLMWeightSync.push` after each update. Pass ``engine=policy.model`` of a first vLLM
-      policy to sample at another temperature from the same engine: ``sync`` is then ``None``, the
-      first policy's sync keeps that engine current.
-
-    Raises:
-        ValueError: an unknown backend (lists the choices), or bad ``max_new_tokens``/``temperature``.
-        VLLMUnavailableError: ``"vllm"`` without vLLM or without a CUDA GPU.
-
-    Example:
-        >>> make_rollout_policy("sglang", None, None, max_new_tokens=8, temperature=1.0)
-        Traceback (most recent call last):
-        ...
-        ValueError: unknown rollout backend 'sglang'; choose one of: hf, vllm
-    """
-    sampling = {"top_k": top_k, "top_p": top_p, "min_p": min_p, "reply_prime": reply_prime}
-    if backend not in ROLLOUT_BACKENDS:
-        raise ValueError(f"unknown rollout backend {backend!r}; choose one of: {', '.join(ROLLOUT_BACKENDS)}")
-    if backend == "hf":
-        if engine is not None or vllm_kwargs:
-            raise ValueError(f"rollout backend 'hf' takes no vLLM options, got {sorted(vllm_kwargs) or ['engine']}")
-        policy = make_generation_policy(
-            model,
-            tokenizer,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            trajectory=trajectory or "tokens",
-            kv_cache=kv_cache,
-            **({} if max_cached_tokens is None else {"max_cached_tokens": max_cached_tokens}),
-            **sampling,
-        )
-        return policy, None
-    if trajectory not in (None, "history"):
-        raise ValueError(
-            f"rollout.backend=vllm generates from chat histories; rollout.trajectory={trajectory!r} needs "
-            "rollout.backend=hf (set rollout.trajectory=history)"
-        )
-    policy = make_vllm_generation_policy(
-        model,
-        tokenizer,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        engine=engine,
-        **sampling,
-        **vllm_kwargs,
-    )
-    return policy, (None if engine is not None else VLLMWeightSync(model, policy))

@@ -1,4 +1,4 @@
-"""Batch pieces: a batch's prompt groups (:class:`Groups`), a group-selecting sampler and group-aware mini-batches.
+"""Batch pieces: a batch's prompt groups (:class:`Groups`), padded rows and group-aware mini-batches.
 
 Example:
     >>> import torch
@@ -8,22 +8,14 @@ Example:
     [[0, 1], [2, 3]]
 """
 
-from .. import lazy_exports
+from __future__ import annotations
 
-_EXPORTS = {
-    "Groups": ".groups",
-    "group_codes": ".groups",
-    "per_row_values": ".groups",
-    "TopVarianceGroupSampler": ".group_sampler",
-    "group_minibatches": ".minibatch",
-}
+from .groups import Groups, group_codes, per_row_values
+from .minibatch import group_minibatches
 
-# the same names as _EXPORTS (a literal list, for static tools)
 __all__ = [
     "Groups",
-    "TopVarianceGroupSampler",
     "group_codes",
     "group_minibatches",
     "per_row_values",
 ]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

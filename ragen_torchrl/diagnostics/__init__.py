@@ -1,7 +1,7 @@
 """Diagnostics: template-collapse monitoring (MI proxies, entropy) and gradient-SNR probes.
 
 :class:`CollapseMonitor` works on any Hugging Face causal LM and any batch of trajectory
-records (RAGEN-2, arXiv 2604.06268). Names are imported from their submodules on first use.
+records (RAGEN-2, arXiv 2604.06268).
 
 Example:
     >>> import torch
@@ -11,54 +11,35 @@ Example:
     (2.0, 0.0)
 """
 
-from .. import lazy_exports
+from __future__ import annotations
 
-_EXPORTS = {
-    # collapse monitor (MI proxies + entropy on a batch of conversations)
-    "CollapseMonitor": ".collapse",
-    "turn_pairs": ".collapse",
-    # cross-scoring every reasoning against every context
-    "cross_score": ".cross_scoring",
-    "tree_supported": ".cross_scoring",
-    "METHODS": ".cross_scoring",
-    "DEFAULT_BATCH_SIZE": ".cross_scoring",
-    "PrefixTree": ".prefix_tree",
-    "build_prefix_tree": ".prefix_tree",
-    "chunk_sorted_by_budget": ".prefix_tree",
-    # mutual-information proxies and pair sampling
-    "MIProxyTracker": ".mi",
-    "PairSample": ".mi_sampling",
-    "mi_proxies": ".mi",
-    "equivalence_from_keys": ".mi_sampling",
-    "reasoning_valid_rate": ".mi_sampling",
-    "sample_first_turn_pairs": ".mi_sampling",
-    "sample_trajectory_uniform_pairs": ".mi_sampling",
-    "DEFAULT_MI_EVERY": ".mi",
-    "DEFAULT_MI_NUM_PAIRS": ".mi_sampling",
-    "RETRIEVAL_KS": ".mi",
-    "ZSCORE_EPS": ".mi",
-    # entropy
-    "token_entropy": ".entropy",
-    "entropy_metrics": ".entropy",
-    # gradient SNR per reward-variance bucket
-    "rv_buckets": ".grad_snr",
-    "bucket_grad_norms": ".grad_snr",
-    "GradSNRProbe": ".grad_snr",
-}
+from .collapse import CollapseMonitor, turn_pairs
+from .cross_scoring import DEFAULT_BATCH_SIZE, METHODS, cross_score, tree_supported
+from .entropy import entropy_metrics, token_entropy
+from .grad_snr import GradSNRProbe, bucket_grad_norms, rv_buckets
+from .mi import DEFAULT_MI_EVERY, RETRIEVAL_KS, ZSCORE_EPS, MIProxyTracker, mi_proxies
+from .mi_sampling import (
+    DEFAULT_MI_NUM_PAIRS,
+    PairSample,
+    equivalence_from_keys,
+    reasoning_valid_rate,
+    sample_first_turn_pairs,
+    sample_trajectory_uniform_pairs,
+)
+from .prefix_tree import PrefixTree, build_prefix_tree, chunk_sorted_by_budget
 
-# the same names as _EXPORTS (a literal list, for static tools)
 __all__ = [
+    "CollapseMonitor",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MI_EVERY",
     "DEFAULT_MI_NUM_PAIRS",
-    "METHODS",
-    "RETRIEVAL_KS",
-    "ZSCORE_EPS",
-    "CollapseMonitor",
     "GradSNRProbe",
+    "METHODS",
     "MIProxyTracker",
     "PairSample",
     "PrefixTree",
+    "RETRIEVAL_KS",
+    "ZSCORE_EPS",
     "bucket_grad_norms",
     "build_prefix_tree",
     "chunk_sorted_by_budget",
@@ -74,4 +55,3 @@ __all__ = [
     "tree_supported",
     "turn_pairs",
 ]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

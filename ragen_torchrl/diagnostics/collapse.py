@@ -38,8 +38,8 @@ from ..envs.parsing import THINK_RE
 from ..keys import GROUP_ID, HISTORY_FULL
 from .cross_scoring import METHODS, cross_score
 from .entropy import entropy_metrics
-from .mi import (
-    MIProxyTracker,
+from .mi import MIProxyTracker
+from .mi_sampling import (
     equivalence_from_keys,
     reasoning_valid_rate,
     sample_first_turn_pairs,

@@ -22,7 +22,7 @@ under the current policy. :func:`cross_score` computes it for any Hugging Face c
   (:func:`tree_supported`: sdpa / eager attention, no sliding window), else ``"cached"``.
 
 This module holds the entry point and the naive and cached scorers; the prefix-tree scorer is in
-:mod:`.tree_scoring`, the context KV-cache handling in :mod:`.kv_prefix` and the shared
+:mod:`.tree_scoring`, the context KV-cache handling in :mod:`ragen_torchrl.models.kv_cache` and the shared
 log-probability / entropy pieces in :mod:`.token_scoring`.
 
 Nothing here depends on the trainer: the example below scores a batch of conversations
@@ -38,7 +38,8 @@ Example:
     >>> from tokenizers import Tokenizer, models, pre_tokenizers
     >>> from transformers import Qwen2Config, Qwen2ForCausalLM
     >>> from ragen_torchrl.diagnostics.cross_scoring import cross_score
-    >>> from ragen_torchrl.diagnostics.mi import equivalence_from_keys, mi_proxies
+    >>> from ragen_torchrl.diagnostics.mi import mi_proxies
+    >>> from ragen_torchrl.diagnostics.mi_sampling import equivalence_from_keys
     >>> words = "<unk> user: assistant: <think> go left right up down the goal is".split()
     >>> tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     >>> tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -72,20 +73,18 @@ import torch
 
 from ragen_torchrl.checks import check_choice
 
-# the KV-cache helpers are re-exported for callers (and tests) that import them from here
-from .kv_prefix import (
-    _context_chunks,
-    _forward_kwargs,
-    _output_cache,  # noqa: F401
-    _prefix_mask,
-    _prefix_passes,
-    _select_cache,
+from ..models.kv_cache import (
+    context_chunks,
+    forward_kwargs,
+    model_device,
+    pad_right,
+    prefix_mask,
+    prefix_passes,
+    select_cache,
 )
 from .token_scoring import (
-    _model_device,
     _model_dtype,
     _own_entropy,
-    _pad_right,
     _score_dtype,
     _token_log_probs,
 )
@@ -135,7 +134,7 @@ def _unique(keys: list) -> tuple[list[int], torch.Tensor]:
 
 
 def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
-    device = _model_device(model)
+    device = model_device(model)
     m, n = len(reasonings), len(contexts)
     ent = torch.full((m,), float("nan"))
     ctx_len = torch.tensor([c.numel() for c in contexts])
@@ -147,7 +146,7 @@ def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
         chunk = pairs[start : start + batch_size]
         ii = torch.tensor([p[0] for p in chunk])
         jj = torch.tensor([p[1] for p in chunk])
-        ids, lengths = _pad_right([torch.cat([contexts[j], reasonings[i]]) for i, j in chunk], device)
+        ids, lengths = pad_right([torch.cat([contexts[j], reasonings[i]]) for i, j in chunk], device)
         width = ids.shape[1]
         # Right padding: every real token keeps position 0..len-1 (= what an unpadded forward
         # sees) and the trailing pads are causally invisible to it; the mask hides them anyway.
@@ -173,7 +172,7 @@ def _naive(model, contexts, reasonings, batch_size, ent_cols=None):
 
 
 def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
-    device = _model_device(model)
+    device = model_device(model)
     m, n = len(reasonings), len(contexts)
     ent = torch.full((m,), float("nan"))
     sum_lp = torch.zeros(m, n, dtype=_score_dtype(_model_dtype(model)))
@@ -187,13 +186,13 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
     per_ctx = min(m, batch_size)
     ctx_per_pass = max(1, batch_size // m) if m <= batch_size else 1
     z_chunks = [list(range(s, min(s + per_ctx, m))) for s in range(0, m, per_ctx)]
-    z_padded = [_pad_right([reasonings[i] for i in zc], device) for zc in z_chunks]
+    z_padded = [pad_right([reasonings[i] for i in zc], device) for zc in z_chunks]
     z_index = [torch.tensor(zc) for zc in z_chunks]
 
-    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
-        for local, cols, lens, plen in _context_chunks(pcols, plens, ctx_per_pass):
+    for pcols, plens, base, last_tok in prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
+        for local, cols, lens, plen in context_chunks(pcols, plens, ctx_per_pass):
             cb = local.numel()
-            pmask = _prefix_mask(lens, plen)
+            pmask = prefix_mask(lens, plen)
             for zc, zi, (z_ids, z_lens) in zip(z_chunks, z_index, z_padded):
                 mb = len(zc)
                 rows_ctx = torch.arange(cb, device=device).repeat_interleave(mb)  # context-major
@@ -208,7 +207,7 @@ def _cached(model, contexts, reasonings, batch_size, cache_name, has_logits_to_k
                 pos = (lens[rows_ctx] - 1).unsqueeze(1) + torch.arange(lz + 1, device=device)
                 kwargs = {}
                 if base is not None and plen > 0:
-                    kwargs[cache_name] = _select_cache(base, local[rows_ctx], plen)
+                    kwargs[cache_name] = select_cache(base, local[rows_ctx], plen)
                 out = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs)
                 # Position t (the last context token, then z_0 ...) predicts z_t.
                 logits = out.logits[:, :lz]
@@ -334,7 +333,7 @@ def cross_score(
             raise ValueError(
                 f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}"
             )
-    cache_name, has_logits_to_keep = _forward_kwargs(model)
+    cache_name, has_logits_to_keep = forward_kwargs(model)
     # Identical token sequences score identically, so each distinct context and reasoning is
     # scored once and the matrix is expanded afterwards. Templated reasoning (the thing this
     # diagnostic looks for) repeats a lot, which makes this the cheapest speed-up there is.

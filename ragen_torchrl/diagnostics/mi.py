@@ -14,16 +14,16 @@ This module is the pure, model-free half of the diagnostic:
   per-sequence sums (keys with the ``_seq`` suffix).
 * :class:`MIProxyTracker` adds ``mi_zscore_ema`` (z-score whose denominator is an EMA of the
   spread of the marginal) across training iterations.
-* :func:`sample_first_turn_pairs` / :func:`sample_trajectory_uniform_pairs` choose which
+* :func:`~ragen_torchrl.diagnostics.mi_sampling.sample_first_turn_pairs` / :func:`~ragen_torchrl.diagnostics.mi_sampling.sample_trajectory_uniform_pairs` choose which
   (trajectory, turn) pairs and which prompt columns enter the matrix -- pairs with empty
-  reasoning are dropped *before* sampling, and :func:`reasoning_valid_rate` gives the valid rate
-  to log -- and :func:`equivalence_from_keys` marks columns whose prompts are identical. They
-  live in :mod:`ragen_torchrl.diagnostics.mi_sampling` and are re-exported here.
+  reasoning are dropped *before* sampling, and :func:`~ragen_torchrl.diagnostics.mi_sampling.reasoning_valid_rate` gives the valid rate
+  to log -- and :func:`~ragen_torchrl.diagnostics.mi_sampling.equivalence_from_keys` marks columns whose prompts are identical. They
+  live in :mod:`ragen_torchrl.diagnostics.mi_sampling`.
 
 The matrix itself comes from :func:`ragen_torchrl.diagnostics.cross_scoring.cross_score`.
 
 Defaults of the reference implementation (used by the trainer): compute the proxies every
-:data:`DEFAULT_MI_EVERY` = 5 iterations on :data:`DEFAULT_MI_NUM_PAIRS` = 64 pairs, on the
+:data:`DEFAULT_MI_EVERY` = 5 iterations on :data:`~ragen_torchrl.diagnostics.mi_sampling.DEFAULT_MI_NUM_PAIRS` = 64 pairs, on the
 batch *before* SNR filtering, scored by the pre-update policy.
 
 The proxies are in log-likelihood units of the scorer; they are not exact Shannon
@@ -46,28 +46,12 @@ from typing import Any
 
 import torch
 
-# the pair sampling lives in its own module; re-exported so ``from .mi import ...`` keeps working
-from .mi_sampling import (
-    DEFAULT_MI_NUM_PAIRS,
-    PairSample,
-    equivalence_from_keys,
-    reasoning_valid_rate,
-    sample_first_turn_pairs,
-    sample_trajectory_uniform_pairs,
-)
-
 __all__ = [
     "DEFAULT_MI_EVERY",
-    "DEFAULT_MI_NUM_PAIRS",
     "RETRIEVAL_KS",
     "ZSCORE_EPS",
     "MIProxyTracker",
-    "PairSample",
-    "equivalence_from_keys",
     "mi_proxies",
-    "reasoning_valid_rate",
-    "sample_first_turn_pairs",
-    "sample_trajectory_uniform_pairs",
 ]
 
 #: Compute the MI proxies every this many training iterations (reference default).
@@ -220,7 +204,7 @@ def mi_proxies(
             log-probs; when given, every key below is also returned with a ``_seq`` suffix
             (``mi_estimate_seq``, ``retrieval_accuracy@2_seq``, ...) computed from it.
         col_equivalence: optional ``[N]`` integer class ids; columns sharing an id have
-            identical prompts (see :func:`equivalence_from_keys`), so retrieving any of them
+            identical prompts (see :func:`~ragen_torchrl.diagnostics.mi_sampling.equivalence_from_keys`), so retrieving any of them
             counts as a hit and the chance level is raised accordingly.
 
     Returns:

@@ -1,37 +1,21 @@
 """Teacher-forced log-probabilities and entropies of padded token batches.
 
 The pieces every :func:`~ragen_torchrl.diagnostics.cross_scoring.cross_score` method shares:
-right-padding token sequences, the per-row log-likelihood of the valid positions (log-softmax in
+the per-row log-likelihood of the valid positions (log-softmax in
 at least float32), the mean token entropy of the rows scored under their own context, and the
-device / dtype a model runs in.
+dtype a model runs in.
 
 Example:
     >>> import torch
-    >>> ids, lengths = _pad_right([torch.tensor([5, 6, 7]), torch.tensor([8])], torch.device("cpu"))
-    >>> ids.tolist(), lengths.tolist()
-    ([[5, 6, 7], [8, 0, 0]], [3, 1])
+    >>> _score_dtype(torch.bfloat16), _score_dtype(torch.float64)
+    (torch.float32, torch.float64)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 from .entropy import token_entropy
-
-# Any valid token id works for padding: padded positions are masked out (or, in the cached
-# prefix, causally invisible to real tokens and masked in the second pass).
-_PAD_ID = 0
-
-
-def _pad_right(seqs: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([int(s.numel()) for s in seqs], dtype=torch.long)
-    width = int(lengths.max()) if len(seqs) else 0
-    ids = torch.full((len(seqs), width), _PAD_ID, dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, : s.numel()] = s
-    return ids.to(device), lengths.to(device)
 
 
 def _score_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -52,13 +36,6 @@ def _token_log_probs(logits: torch.Tensor, targets: torch.Tensor, valid: torch.T
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     lp = picked - torch.logsumexp(logits, dim=-1)
     return torch.where(valid, lp, torch.zeros_like(lp)).sum(-1)
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:  # parameter-less wrapper
-        return torch.device("cpu")
 
 
 def _model_dtype(model: torch.nn.Module) -> torch.dtype:

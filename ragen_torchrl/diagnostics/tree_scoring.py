@@ -2,7 +2,7 @@
 
 ``method="tree"``: the reasonings are laid out as prefix trees (:mod:`.prefix_tree`) and each
 tree is scored in one pass per context with a tree attention mask on top of the context's KV
-cache (:mod:`.kv_prefix`), so a prefix shared by several reasonings is computed once.
+cache (:mod:`ragen_torchrl.models.kv_cache`), so a prefix shared by several reasonings is computed once.
 :func:`tree_supported` tells whether a model takes the custom 4-D mask this needs.
 
 Example:
@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import torch
 
+from ..models.kv_cache import (
+    context_chunks,
+    model_device,
+    prefix_mask,
+    prefix_passes,
+    select_cache,
+    shared_prefix_supported,
+)
 from .entropy import token_entropy
-from .kv_prefix import _context_chunks, _prefix_mask, _prefix_passes, _select_cache
 from .prefix_tree import build_prefix_tree, chunk_sorted_by_budget
-from .token_scoring import _model_device, _model_dtype, _score_dtype
+from .token_scoring import _model_dtype, _score_dtype
 
 __all__ = ["tree_supported"]
 
@@ -27,9 +34,8 @@ __all__ = ["tree_supported"]
 def tree_supported(model: torch.nn.Module) -> bool:
     """Whether ``method="tree"`` is exact for ``model``.
 
-    The tree pass hands the model a custom 4-D attention mask, which the ``sdpa`` and
-    ``eager`` attention implementations of ``transformers`` apply as given; flash-attention
-    kernels take no arbitrary mask, and sliding-window layers would not get their window.
+    The tree pass hands the model a custom 4-D attention mask next to the context's KV cache:
+    exact where :func:`~ragen_torchrl.models.kv_cache.shared_prefix_supported` holds.
 
     Example:
         >>> from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -37,19 +43,11 @@ def tree_supported(model: torch.nn.Module) -> bool:
         ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)))
         True
     """
-    config = getattr(model, "config", None)
-    if config is None:
-        return False
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager", None):
-        return False
-    layer_types = getattr(config, "layer_types", None) or ()
-    if any("sliding" in str(t) for t in layer_types):
-        return False
-    return not (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
+    return shared_prefix_supported(model)
 
 
 def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_keep, ent_cols=None):
-    device = _model_device(model)
+    device = model_device(model)
     m, n = len(reasonings), len(contexts)
     ent = torch.full((m,), float("nan"))
     dtype = _model_dtype(model)
@@ -67,7 +65,7 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
     trees = [build_prefix_tree([reasonings[i] for i in g]) for g in groups]
     neg = torch.finfo(dtype).min
 
-    for pcols, plens, base, last_tok in _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
+    for pcols, plens, base, last_tok in prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
         for g, tree in zip(groups, trees):
             gi = torch.tensor(g)
             s_in = tree.num_inputs
@@ -77,7 +75,7 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
             depth = tree.depth.to(device)
             node_parent, node_tokens = tree.node_parent.to(device), tree.node_tokens.to(device)
             path = tree.path.to(device, torch.float64)
-            for local, cols, lens, plen in _context_chunks(pcols, plens, ctx_per_pass):
+            for local, cols, lens, plen in context_chunks(pcols, plens, ctx_per_pass):
                 cb = local.numel()
                 inp = inp_tree.unsqueeze(0).repeat(cb, 1)
                 inp[:, 0] = last_tok[local]
@@ -85,7 +83,7 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
                 # slots each query may see (itself and its ancestors).
                 visible = torch.cat(
                     [
-                        _prefix_mask(lens, plen).bool().unsqueeze(1).expand(cb, s_in, plen),
+                        prefix_mask(lens, plen).bool().unsqueeze(1).expand(cb, s_in, plen),
                         anc.unsqueeze(0).expand(cb, s_in, s_in),
                     ],
                     dim=2,
@@ -94,7 +92,7 @@ def _tree(model, contexts, reasonings, batch_size, cache_name, has_logits_to_kee
                 pos = (lens - 1).unsqueeze(1) + depth.unsqueeze(0)
                 kwargs = {}
                 if base is not None and plen > 0:
-                    kwargs[cache_name] = _select_cache(base, local, plen)
+                    kwargs[cache_name] = select_cache(base, local, plen)
                 out = model(input_ids=inp, attention_mask=mask.unsqueeze(1), position_ids=pos, use_cache=True, **kwargs)
                 logits = out.logits.to(sum_lp.dtype)
                 lse = torch.logsumexp(logits, dim=-1)  # [cb, S]

@@ -2,7 +2,7 @@
 
 The trainer draws training level seeds from ``[0, 2**30)``, validation seeds from
 ``[2**30, 2**31)`` and demonstration seeds from ``[2**31, 2**31 + 2**30)``
-(:mod:`ragen_torchrl.trainer.rollout`, :mod:`ragen_torchrl.trainer.demonstrations`).
+(:func:`train_level_seeds`, :func:`val_level_seeds`, :mod:`ragen_torchrl.trainer.demonstrations`).
 Disjoint seeds are not enough for disjoint *levels*: a 6x6 one-box Sokoban generator,
 for instance, maps 3000 seeds to only ~2400 distinct rooms, so most validation rooms
 would also be trained on. The envs therefore split by *content*:
@@ -42,6 +42,8 @@ from typing import Any, TypeVar
 __all__ = [
     "VAL_SEED_OFFSET",
     "DEMO_SEED_OFFSET",
+    "train_level_seeds",
+    "val_level_seeds",
     "level_split",
     "content_hash",
     "in_val_bucket",
@@ -52,8 +54,8 @@ __all__ = [
     "data_pools",
 ]
 
-#: first validation level seed (same value as ``trainer.rollout.VAL_SEED_OFFSET``; kept
-#: here so the envs do not import the trainer)
+#: training levels use seeds in [0, 2**30); validation levels [2**30, 2**30 + n);
+#: demonstrations [2**31, 2**31 + 2**30): the three sets never overlap
 VAL_SEED_OFFSET = 1 << 30
 #: first demonstration level seed; demonstrations are training data
 DEMO_SEED_OFFSET = 1 << 31
@@ -61,6 +63,28 @@ DEMO_SEED_OFFSET = 1 << 31
 MAX_DRAWS = 10_000
 
 T = TypeVar("T")
+
+
+def train_level_seeds(seed: int, iteration: int, num_groups: int) -> list[int]:
+    """Level seeds of one training iteration (a pure function of seed and iteration, so resuming reproduces them).
+
+    Example:
+        >>> seeds = train_level_seeds(seed=0, iteration=3, num_groups=4)
+        >>> len(seeds), all(s < VAL_SEED_OFFSET for s in seeds)
+        (4, True)
+    """
+    rng = random.Random(seed * 1_000_003 + iteration)
+    return [rng.randrange(VAL_SEED_OFFSET) for _ in range(num_groups)]
+
+
+def val_level_seeds(num_levels: int) -> list[int]:
+    """The fixed validation levels (disjoint from training seeds).
+
+    Example:
+        >>> val_level_seeds(2) == [VAL_SEED_OFFSET, VAL_SEED_OFFSET + 1]
+        True
+    """
+    return [VAL_SEED_OFFSET + i for i in range(num_levels)]
 
 
 def level_split(level_seed: int) -> str:

@@ -23,11 +23,11 @@ a small model, that bookkeeping costs as much as a good part of the generation i
 * the prefill: a prompt group's rows share their whole prompt in their first turn, and every
   prompt starts with the same head (the system prompt). Each distinct prompt is encoded once, on
   top of the head encoded once (the MI diagnostics' prefix encoder,
-  :func:`~ragen_torchrl.diagnostics.kv_prefix._prefix_passes`), and ``generate`` starts from that
+  :func:`~ragen_torchrl.models.kv_cache.prefix_passes`), and ``generate`` starts from that
   KV cache with each row's last prompt token; positions come from the attention mask, so every
   real token has the position it has in the left-padded batch. Same logits up to float
   round-off; ``share_prompt_head=False`` (or a model whose attention takes no padding mask with
-  holes, see :func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_supported`) keeps the
+  holes, see :func:`~ragen_torchrl.models.kv_cache.shared_prefix_supported`) keeps the
   parent's single left-padded prefill.
 
 Everything else (several samples per prompt, padded outputs, token inputs, log-probs) is
@@ -63,9 +63,8 @@ from torchrl.data.llm import History
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.modules.llm.policies.common import ChatHistory, Text, _extract_responses_from_full_histories
 
-from ..diagnostics.kv_prefix import _common_prefix_len, _forward_kwargs, _row_prefix_cache
 from ..envs.messages import chat_dicts
-from ..objectives.shared_prefix import shared_prefix_supported
+from .kv_cache import common_prefix_len, forward_kwargs, row_prefix_cache, shared_prefix_supported
 from .loading import resolved_chat_template
 
 __all__ = ["HistoryTransformersWrapper", "parse_replies", "reply_parser_name"]
@@ -192,7 +191,7 @@ class HistoryTransformersWrapper(TransformersWrapper):
         """``(ids, attention, cache keyword, cache)`` for ``generate``, or ``None`` (the plain prefill).
 
         Every prompt but its last token is encoded into a KV cache, each distinct prompt once and
-        the head all of them share once (:func:`~ragen_torchrl.diagnostics.kv_prefix._prefix_passes`);
+        the head all of them share once (:func:`~ragen_torchrl.models.kv_cache.prefix_passes`);
         row ``r``'s input is then ``[prompt[:-1], right-padded | prompt[-1]]``, so ``generate``
         runs only the last token over the cache. Positions come from the attention mask: every
         real token keeps its position.
@@ -212,20 +211,20 @@ class HistoryTransformersWrapper(TransformersWrapper):
         prompts = [tokens[r, width - n :] for r, n in enumerate(lengths)]
         slot_of: dict[bytes, int] = {}
         row_context = [slot_of.setdefault(p.cpu().numpy().tobytes(), len(slot_of)) for p in prompts]
-        if len(slot_of) == len(prompts) and _common_prefix_len(prompts) < 2:
+        if len(slot_of) == len(prompts) and common_prefix_len(prompts) < 2:
             return None  # nothing shared: the plain prefill is as cheap
         contexts = [None] * len(slot_of)
         for r, c in enumerate(row_context):
             contexts[c] = prompts[r]
         with torch.no_grad():
-            cache, prefix_mask, _ = _row_prefix_cache(self.model, contexts, row_context)
+            cache, prefix_mask, _ = row_prefix_cache(self.model, contexts, row_context)
         plen = prefix_mask.shape[1]
         ids = torch.full((tokens.shape[0], plen + 1), self.padding_value, dtype=tokens.dtype, device=tokens.device)
         for r, p in enumerate(prompts):
             ids[r, : p.numel() - 1] = p[:-1]
             ids[r, plen] = p[-1]
         mask = torch.cat([prefix_mask.to(attention.dtype), torch.ones_like(attention[:, :1])], dim=1)
-        return ids, mask, _forward_kwargs(self.model)[0], cache
+        return ids, mask, forward_kwargs(self.model)[0], cache
 
     def _fast_history_generation(self, td: TensorDictBase) -> bool:
         history = td.get(self.input_key, None)

@@ -13,7 +13,7 @@ One call, for ``B`` rows:
    least one token is new) its cache is reused; otherwise (a new episode, another prompt) the row
    is prefilled from scratch: every such prompt minus its last token is encoded, each distinct
    prompt once and the head they all share (the system prompt) once
-   (:func:`~ragen_torchrl.diagnostics.kv_prefix._row_prefix_cache`, the MI diagnostics' prefix
+   (:func:`~ragen_torchrl.models.kv_cache.row_prefix_cache`, the MI diagnostics' prefix
    encoder), as :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper` does;
 2. the rows' caches are assembled into one batch cache (row ``r``'s ``c_r`` cached slots first,
    then holes) and the rows' new tokens into one left-padded block after it; the cache is one
@@ -33,7 +33,7 @@ One call, for ``B`` rows:
 Each token attends to exactly the tokens before it at the same positions, so the logits are those
 of a left-padded re-prefill up to float round-off (tested within 1e-4, greedy replies equal over
 several turns). A model whose attention takes no padding mask with holes next to a cache
-(:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_supported` is false: flash
+(:func:`~ragen_torchrl.models.kv_cache.shared_prefix_supported` is false: flash
 attention, sliding windows), a prompt shorter than two tokens, or ``kv_cache=False`` use a plain
 left-padded re-prefill (``kv_cache=False`` still shares the prompt head on supported models).
 
@@ -66,9 +66,8 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from ..diagnostics.kv_prefix import _forward_kwargs, _row_prefix_cache
-from ..objectives.shared_prefix import shared_prefix_supported
 from .entropy_recorder import attach_entropy_recorder
+from .kv_cache import forward_kwargs, row_prefix_cache, shared_prefix_supported
 
 __all__ = ["DEFAULT_MAX_CACHED_TOKENS", "TurnCachePolicy", "check_turn_cache_settings", "reusable_length"]
 
@@ -362,7 +361,7 @@ class TurnCachePolicy(TensorDictModuleBase):
             contexts: list[torch.Tensor] = [torch.empty(0)] * len(slot_of)
             for r, c in zip(fresh, row_context, strict=True):
                 contexts[c] = prompts[r]
-            prefix_cache, _, _ = _row_prefix_cache(self.model, contexts, row_context)
+            prefix_cache, _, _ = row_prefix_cache(self.model, contexts, row_context)
             prefix_layers = _layer_tensors(prefix_cache)  # [fresh rows, H, plen, D], real slots first
             del prefix_cache
             ref = prefix_layers[0][0]
@@ -400,7 +399,7 @@ class TurnCachePolicy(TensorDictModuleBase):
             mask[r, :c] = 1
             mask[r, width + block - n :] = 1
         cache = _buffer_cache(kv, width)
-        kwargs = {**self.generate_kwargs, _forward_kwargs(self.model)[0]: cache}
+        kwargs = {**self.generate_kwargs, forward_kwargs(self.model)[0]: cache}
         out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         start = width + block
         replies = self._replies(_sequences(out)[:, start:])

@@ -3,14 +3,11 @@
 * :mod:`.algorithm`: :class:`Algorithm` (one algorithm's loss and data hooks, as the training
   loop calls them), :func:`build_algorithm` (``algo`` config node -> ``Algorithm``) and its
   registry (:func:`register_algorithm`, :func:`available_algorithms`);
-* the losses, torchrl ``LossModule`` subclasses usable on their own: :mod:`.metrics`
-  (``MaskedStatsGRPOLoss``, assistant-token statistics), :mod:`.grpo` (``make_grpo_loss``),
-  :mod:`.drgrpo`, :mod:`.dapo` (with DAPO's dynamic sampling), :mod:`.gspo`, :mod:`.ppo`
+* the losses, torchrl ``LossModule`` subclasses usable on their own: :mod:`.base`
+  (``MaskedStatsGRPOLoss``, the GRPO loss, with assistant-token statistics), :mod:`.drgrpo`, :mod:`.dapo` (with DAPO's dynamic sampling), :mod:`.gspo`, :mod:`.ppo`
   (with the critic and GAE);
 * :mod:`.logprobs`: log-prob plumbing: the scoring actor (``make_logprob_policy``) and the
   behaviour data the losses read (``compute_behaviour_log_probs``, ``attach_training_data``).
-
-Names are imported from their submodules on first use.
 
 Example:
     >>> from ragen_torchrl.objectives import available_algorithms, build_algorithm
@@ -21,92 +18,92 @@ Example:
     ('DrGRPOLoss', 64, None)
 """
 
-from .. import lazy_exports
+from __future__ import annotations
 
-_EXPORTS = {
-    # the training-loop bundle and the algorithm registry
-    "ALGORITHMS": ".algorithm",
-    "LOSS_TERMS": ".algorithm",
-    "Algorithm": ".algorithm",
-    "PPOAlgorithm": ".algorithm",
-    "build_algorithm": ".algorithm",
-    "register_algorithm": ".algorithm",
-    "available_algorithms": ".algorithm",
-    # losses (torchrl LossModules) and their defaults
-    "MaskedStatsGRPOLoss": ".base",
-    "DrGRPOLoss": ".drgrpo",
-    "DAPOLoss": ".dapo",
-    "GSPOLoss": ".gspo",
-    "PPOLoss": ".ppo",
-    "PPOLossOutput": ".ppo",
-    "Critic": ".ppo",
-    "TokenStatsMixin": ".base",
-    "DEFAULT_ENTROPY_COEFF": ".base",
-    "REF_LOG_PROBS_KEY": ".base",
-    "make_grpo_loss": ".grpo",
-    # log-prob plumbing: score conversations, attach behaviour data
-    "make_logprob_policy": ".logprobs",
-    "compute_behaviour_log_probs": ".logprobs",
-    "attach_training_data": ".logprobs",
-    "training_view": ".logprobs",
-    # data hooks and pure functions
-    "DynamicSampler": ".dapo",
-    "informative_groups": ".dapo",
-    "prepare_ppo_batch": ".ppo",
-    "masked_gae": ".ppo",
-    "bilevel_gae": ".ppo",
-    "masked_whiten": ".ppo",
-    "sequence_log_ratio": ".gspo",
-    "dual_clip_gain": ".base",
-    "check_dual_clip": ".base",
-    # metrics
-    "masked_token_metrics": ".base",
-    "loss_output_metrics": ".base",
-    "sequence_metrics": ".gspo",
-    "value_metrics": ".ppo",
-}
+from .algorithm import (
+    ALGORITHMS,
+    LOSS_TERMS,
+    Algorithm,
+    AlgorithmFactory,
+    PPOAlgorithm,
+    available_algorithms,
+    build_algorithm,
+    register_algorithm,
+)
+from .base import (
+    DEFAULT_ENTROPY_COEFF,
+    REF_LOG_PROBS_KEY,
+    MaskedStatsGRPOLoss,
+    TokenStatsMixin,
+    check_dual_clip,
+    dual_clip_gain,
+    loss_output_metrics,
+    masked_token_metrics,
+)
+from .dapo import DAPOLoss, DynamicSampler, informative_groups
+from .drgrpo import DrGRPOLoss
+from .gspo import GSPOLoss, sequence_log_ratio, sequence_metrics
+from .logprobs import (
+    TRAIN_ON,
+    attach_training_data,
+    behaviour_batch,
+    compute_behaviour_log_probs,
+    make_logprob_policy,
+    masked_mean,
+    token_dist,
+    tokenize_conversations,
+    training_view,
+)
+from .ppo import (
+    Critic,
+    PPOLoss,
+    PPOLossOutput,
+    bilevel_gae,
+    masked_gae,
+    masked_whiten,
+    prepare_ppo_batch,
+    value_metrics,
+)
 
-# the same names as _EXPORTS (a literal list, for static tools)
 __all__ = [
-    # the training-loop bundle and the algorithm registry
     "ALGORITHMS",
-    "LOSS_TERMS",
     "Algorithm",
-    "PPOAlgorithm",
-    "build_algorithm",
-    "register_algorithm",
-    "available_algorithms",
-    # losses (torchrl LossModules) and their defaults
-    "MaskedStatsGRPOLoss",
-    "DrGRPOLoss",
+    "AlgorithmFactory",
+    "Critic",
     "DAPOLoss",
+    "DEFAULT_ENTROPY_COEFF",
+    "DrGRPOLoss",
+    "DynamicSampler",
     "GSPOLoss",
+    "LOSS_TERMS",
+    "MaskedStatsGRPOLoss",
+    "PPOAlgorithm",
     "PPOLoss",
     "PPOLossOutput",
-    "Critic",
-    "TokenStatsMixin",
-    "DEFAULT_ENTROPY_COEFF",
     "REF_LOG_PROBS_KEY",
-    "make_grpo_loss",
-    # log-prob plumbing: score conversations, attach behaviour data
-    "make_logprob_policy",
-    "compute_behaviour_log_probs",
+    "TRAIN_ON",
+    "TokenStatsMixin",
     "attach_training_data",
-    "training_view",
-    # data hooks and pure functions
-    "DynamicSampler",
-    "informative_groups",
-    "prepare_ppo_batch",
-    "masked_gae",
+    "available_algorithms",
+    "behaviour_batch",
     "bilevel_gae",
-    "masked_whiten",
-    "sequence_log_ratio",
-    "dual_clip_gain",
+    "build_algorithm",
     "check_dual_clip",
-    # metrics
-    "masked_token_metrics",
+    "compute_behaviour_log_probs",
+    "dual_clip_gain",
+    "informative_groups",
     "loss_output_metrics",
+    "make_logprob_policy",
+    "masked_gae",
+    "masked_mean",
+    "masked_token_metrics",
+    "masked_whiten",
+    "prepare_ppo_batch",
+    "register_algorithm",
+    "sequence_log_ratio",
     "sequence_metrics",
+    "token_dist",
+    "tokenize_conversations",
+    "training_view",
     "value_metrics",
 ]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -54,13 +54,13 @@ INPUT_CONTRACT = """
 
     * ``("tokens", "full")`` ``[T]`` int: the whole conversation's token ids;
     * ``("log_probs", "full")`` ``[T]`` float: behaviour log-probs of those tokens, no grad
-      (:func:`~ragen_torchrl.objectives.grpo.compute_behaviour_log_probs`); a non-finite value
+      (:func:`~ragen_torchrl.objectives.logprobs.compute_behaviour_log_probs`); a non-finite value
       takes its token out of the loss;
     * ``("masks", "all_assistant_mask")`` ``[T]`` bool: the tokens trained (assistant tokens);
     * ``advantage`` ``[1, 1]`` per row (``[B, 1, 1]`` stacked) for GRPO/Dr.GRPO/DAPO/GSPO,
       or ``[T, 1]`` per row for PPO;
     * ``("history", "prompt")``: the conversation (a torchrl ``History``), which the
-      log-prob actor re-scores (:func:`~ragen_torchrl.objectives.grpo.training_view`);
+      log-prob actor re-scores (:func:`~ragen_torchrl.objectives.logprobs.training_view`);
     * with ``kl_to_ref_coeff``: the reference log-probs at ``REF_LOG_PROBS_KEY`` =
       ``("ref_log_probs", "full")`` ``[T]``, aligned with ``("tokens", "full")``.
 
@@ -404,8 +404,8 @@ def masked_aggregate_sum(value: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
     """torchrl's ``GRPOLoss`` plus the per-token stash for masked metrics (the GRPO loss).
 
-    Built with the arguments of :func:`ragen_torchrl.objectives.grpo.make_grpo_loss` it
-    computes the same ``loss_objective`` / ``loss_entropy`` as torchrl; the KL-to-reference
+    Built as :func:`~ragen_torchrl.objectives.build_algorithm` builds GRPO (``masking_strategy="rlhf"``,
+    ``aggregation="prompt_mean"``) it computes the same ``loss_objective`` / ``loss_entropy`` as torchrl; the KL-to-reference
     term (off by default) is averaged over assistant tokens instead of the padded batch, and
     the logged ``entropy`` / ``clip_fraction`` / ``kl_approx`` are assistant-token means.
     Keyword arguments are ``GRPOLoss``'s (``clip_epsilon``, ``entropy_coeff`` = 0.001 here,
@@ -413,7 +413,7 @@ class MaskedStatsGRPOLoss(TokenStatsMixin, GRPOLoss):
     ``dual_clip``. The input contract follows the example.
 
     Example (a hand-built batch; the actor is any module with torchrl's ``_get_rlhf_dist``,
-    normally :func:`~ragen_torchrl.objectives.grpo.make_logprob_policy`):
+    normally :func:`~ragen_torchrl.objectives.logprobs.make_logprob_policy`):
         >>> import math, torch
         >>> from tensordict import TensorDict
         >>> from torch import nn

@@ -51,9 +51,10 @@ from ..keys import (
     TOKENS_LAST_RESPONSE,
     TOKENS_TRAJECTORY,
 )
+from ..models.kv_cache import shared_prefix_supported
 from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
-from .shared_prefix import shared_prefix_logits, shared_prefix_supported
+from .shared_prefix import shared_prefix_logits
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
 __all__ = [

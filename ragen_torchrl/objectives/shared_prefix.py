@@ -10,7 +10,7 @@ does) from three smaller passes, all with gradients:
    (:func:`prefix_groups`: a prompt group of GRPO, or several groups that share a level);
 2. the prefix groups' prompts (minus their last token) are encoded once each, and the head they all
    share (the system prompt) once for the whole batch, into a KV cache
-   (:func:`~ragen_torchrl.diagnostics.kv_prefix._prefix_passes`, the MI diagnostics' prefix
+   (:func:`~ragen_torchrl.models.kv_cache.prefix_passes`, also the MI diagnostics' prefix
    encoder);
 3. every row's rest (the prompt's last token, then everything from its first trained token on)
    runs on top of its group's cache rows.
@@ -23,8 +23,9 @@ samples, a ~180-token prompt, 64-token replies) the model reads about a third of
 The same idea for GRPO training is Prefix Grouper (arXiv 2506.05433).
 
 It needs a model whose attention takes an arbitrary padding mask next to a KV cache (``sdpa`` or
-``eager`` attention, no sliding window: :func:`shared_prefix_supported`); the callers fall back
-to the padded pass otherwise.
+``eager`` attention, no sliding window:
+:func:`~ragen_torchrl.models.kv_cache.shared_prefix_supported`); the callers fall back to the padded
+pass otherwise.
 
 Example:
     >>> import torch
@@ -41,23 +42,10 @@ from collections.abc import Sequence
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..diagnostics.kv_prefix import _forward_kwargs, _row_prefix_cache
-from ..diagnostics.tree_scoring import tree_supported
+from ..models.kv_cache import forward_kwargs, row_prefix_cache
 from .token_distribution import supports_logits_to_keep
 
-__all__ = ["prefix_groups", "shared_prefix_logits", "shared_prefix_supported"]
-
-
-def shared_prefix_supported(model: torch.nn.Module) -> bool:
-    """Whether :func:`shared_prefix_logits` is exact for ``model`` (a KV cache and a padding mask with holes).
-
-    Example:
-        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
-        >>> shared_prefix_supported(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8,
-        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)))
-        True
-    """
-    return tree_supported(model)
+__all__ = ["prefix_groups", "shared_prefix_logits"]
 
 
 def prefix_groups(tokens: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> tuple[list[int], list[int]]:
@@ -95,7 +83,7 @@ def shared_prefix_logits(
     Differentiable: the gradient reaches the model's parameters through every pass.
 
     Args:
-        model: a causal LM with a KV cache (:func:`shared_prefix_supported`).
+        model: a causal LM with a KV cache (:func:`~ragen_torchrl.models.kv_cache.shared_prefix_supported`).
         tokens: one 1-D token tensor per row (unpadded).
         masks: the rows' trained positions (1-D bool, same lengths).
         model_kwargs: extra keyword arguments of the scoring pass.
@@ -128,7 +116,7 @@ def shared_prefix_logits(
         contexts: list[torch.Tensor | None] = [None] * (max(groups) + 1)
         for r in rows:
             contexts[groups[r]] = tokens[r][: firsts[r]]
-        cache, prefix_mask, row_lens = _row_prefix_cache(model, contexts, [groups[r] for r in rows])
+        cache, prefix_mask, row_lens = row_prefix_cache(model, contexts, [groups[r] for r in rows])
         # each row's rest: its prompt's last token, then everything from its first trained token on
         # (rest column j scores token firsts[r] + j)
         rest = [tokens[r][firsts[r] - 1 :] for r in rows]
@@ -139,7 +127,7 @@ def shared_prefix_logits(
         pos = (row_lens - 1).unsqueeze(1) + torch.arange(width, device=device).unsqueeze(0)
         kwargs = dict(model_kwargs)
         if cache is not None:
-            kwargs[_forward_kwargs(model)[0]] = cache
+            kwargs[forward_kwargs(model)[0]] = cache
         attention = torch.cat([prefix_mask, valid.to(device)], dim=1)
         # the LM head only at the columns some row needs
         keep = torch.unique(torch.cat(trained))

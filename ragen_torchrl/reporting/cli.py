@@ -30,7 +30,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .runs import RunError, flatten_config, load_runs, result_set_runs
+from ..flat_config import flatten_config
+from .runs import RunError, load_runs, result_set_runs
 from .stats import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .table import markdown_report
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .runs import Run, flatten_config
+from ..flat_config import flatten_config
+from .runs import Run
 from .stats import (
     DIAGNOSTICS,
     MIN_CORRELATION_N,

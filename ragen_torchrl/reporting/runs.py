@@ -40,13 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..trainer.checkpoint import flatten_config  # noqa: F401 (one copy: the resume check uses it too)
-
 __all__ = [
     "Run",
     "RunError",
     "find_runs",
-    "flatten_config",
     "is_result_set",
     "is_run_dir",
     "load_run",

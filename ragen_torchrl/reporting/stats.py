@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runs import Run, flatten_config
+from ..flat_config import flatten_config
+from .runs import Run
 
 __all__ = [
     "DIAGNOSTICS",

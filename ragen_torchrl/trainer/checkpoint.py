@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..flat_config import flatten_config
 from .config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -310,23 +311,6 @@ def load_latest(ckpt_dir: str | os.PathLike, *, what: str = "resume") -> tuple[d
 
 # -- config comparison on resume -------------------------------------------------------------
 _ABSENT = "<absent>"
-
-
-def flatten_config(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> leaf value (lists are leaves).
-
-    Example:
-        >>> flatten_config({"algo": {"name": "grpo", "clip": [0.2, 0.3]}, "seed": 0})
-        {'algo.name': 'grpo', 'algo.clip': [0.2, 0.3], 'seed': 0}
-    """
-    out: dict[str, Any] = {}
-    for k, v in cfg.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten_config(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def is_protected(key: str) -> bool:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .config_paths import CONFIG_DIR, PACKAGE_CONFIG_DIR, config_dir  # noqa: F401 - the CLI's config folder
+from .config_paths import CONFIG_DIR
 
 
 def _config_error(e: BaseException) -> SystemExit:
@@ -156,7 +156,7 @@ def _train(cfg) -> None:
     from .loop import Trainer
 
     if cfg.trainer.dry_run:
-        from .setup import dry_run_report
+        from .model_setup import dry_run_report
 
         try:
             print(dry_run_report(cfg), flush=True)

@@ -128,7 +128,7 @@ def check_resume(cfg: DictConfig) -> None:
 def check_paths(cfg: DictConfig) -> None:
     """The model source exists, the cache dir is writable, a resumed run has a checkpoint."""
     name = _get(cfg, "model.name_or_path")
-    if name and not _get(cfg, "trainer.dry_run"):  # a dry run loads no weights (see trainer.setup.dry_run_report)
+    if name and not _get(cfg, "trainer.dry_run"):  # a dry run loads no weights (see trainer.model_setup.dry_run_report)
         from ..models.loading import ModelSourceError, check_model_source
 
         try:

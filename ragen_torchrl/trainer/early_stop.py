@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from ..checks import check_bool, check_int
+from ..checks import UNKNOWN_OPTION, check_bool, check_choice, check_int, check_number
 from ..data.groups import Groups
-from ..transforms.group_selection import _check_choice, _check_number, filter_stats
+from ..transforms.group_selection import filter_stats
 from ..transforms.snr import LOSS_SCALE_MODES
 
 __all__ = ["FilterGuard", "ValidationStop", "loss_scale", "stop_stats", "unfiltered_stats"]
@@ -41,8 +41,8 @@ def loss_scale(kept_ratio: float, mode: str = "none") -> float:
         >>> loss_scale(0.25, "none"), loss_scale(0.25, "linear"), loss_scale(0.25, "sqrt")
         (1.0, 0.25, 0.5)
     """
-    _check_choice("loss_scale mode", mode, LOSS_SCALE_MODES)
-    ratio = _check_number("kept_ratio", kept_ratio)
+    check_choice("loss_scale mode", mode, LOSS_SCALE_MODES, message=UNKNOWN_OPTION)
+    ratio = check_number("kept_ratio", kept_ratio, minimum=0.0)
     if ratio > 1.0:
         raise ValueError(f"kept_ratio must be in [0, 1], got {kept_ratio!r}")
     if mode == "none":
@@ -160,7 +160,7 @@ class FilterGuard:
         self.collapse_stop = collapse_stop
         self.warmup = warmup
         self.patience = patience
-        self.ratio = _check_number("ratio", ratio)
+        self.ratio = check_number("ratio", ratio, minimum=0.0)
         self.consecutive_empty = 0
         self.base_std: float | None = None
         self.stop_reason: str | None = None
@@ -285,7 +285,7 @@ class ValidationStop:
     """
 
     def __init__(self, threshold: float = 0.01, patience: int = 5, *, enabled: bool = True):
-        threshold = _check_number("val_stop.threshold", threshold)
+        threshold = check_number("val_stop.threshold", threshold, minimum=0.0)
         if threshold > 1.0:
             raise ValueError(f"val_stop.threshold must be in [0, 1], got {threshold!r}")
         check_int("val_stop.patience", patience, minimum=1)
@@ -312,7 +312,7 @@ class ValidationStop:
 
     def update(self, success: float) -> str | None:
         """Record one validation success rate; return a stop reason or ``None``."""
-        success = _check_number("validation success", success)
+        success = check_number("validation success", success, minimum=0.0)
         if success > 1.0:
             raise ValueError(f"validation success must be a rate in [0, 1], got {success!r}")
         self.last_success = success

@@ -1,7 +1,7 @@
 """Evaluation on the fixed validation levels: the code path of ``Trainer.validate`` and ``ragen-eval``.
 
 :func:`evaluate_policy` plays one episode on each of the first ``num_levels`` validation levels
-(:func:`~ragen_torchrl.trainer.rollout.val_level_seeds`, untruncated: T3 never applies) with
+(:func:`~ragen_torchrl.envs.splits.val_level_seeds`, untruncated: T3 never applies) with
 torch seeded to ``seed`` inside a forked RNG state, so the numbers depend on the policy, the
 levels, the temperature and the seed only (not on what ran before), and the caller's RNG
 stream is left as it was. ``Trainer.validate`` calls it with the run's ``seed``; so does
@@ -49,8 +49,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from ..collectors.grouped import collect_rollouts
+from ..envs.splits import val_level_seeds
 from ..keys import DONE
-from .rollout import collect_rollouts, val_level_seeds
 from .run_log import summarize
 
 __all__ = ["EvalError", "evaluate_policy", "export_policy", "main", "resolve_target", "stats_line"]
@@ -182,7 +183,7 @@ def _compose(overrides: list[str]):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from .cli import CONFIG_DIR
+    from .config_paths import CONFIG_DIR
 
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -198,7 +199,7 @@ def env_presets() -> list[str]:
         >>> "frozenlake" in env_presets()
         True
     """
-    from .cli import CONFIG_DIR
+    from .config_paths import CONFIG_DIR
 
     return sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml"))
 
@@ -428,11 +429,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         EvalError: bad input (the CLI prints it and exits 2).
     """
+    from ..collectors.grouped import make_generation_policy
     from ..envs import make_env
     from ..models.loading import ModelSourceError, load_pretrained
     from ..models.priming import prime_text
-    from .rollout import make_generation_policy
-    from .setup import env_kwargs
+    from .model_setup import env_kwargs
 
     tgt = resolve_target(args.target, args.env)
     cfg = tgt["config"]

@@ -31,12 +31,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
-from ..collectors.grouped import turn_cache_counts, turn_cache_metrics
-from ..collectors.vllm_backend import make_rollout_policy
+from ..collectors.grouped import collect_rollouts, turn_cache_counts, turn_cache_metrics
+from ..collectors.rollout_policy import build_rollout_policy
 from ..data.groups import Groups
 from ..diagnostics.collapse import CollapseMonitor
 from ..diagnostics.grad_snr import GradSNRProbe
 from ..envs import make_env
+from ..envs.splits import train_level_seeds
 from ..keys import (
     EPISODE_RETURN,
     GROUP_ID,
@@ -46,7 +47,7 @@ from ..keys import (
 from ..models.loading import load_pretrained
 from ..models.priming import prime_text
 from ..objectives import build_algorithm
-from ..objectives.grpo import make_logprob_policy
+from ..objectives.logprobs import make_logprob_policy
 from ..transforms.snr import build_filter
 from .checkpoint import (
     LAST,
@@ -70,12 +71,11 @@ from .distributed import (
 )
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
+from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
-from .rollout import collect_rollouts, make_generation_policy, train_level_seeds  # noqa: F401 (re-exported)
-from .run_log import (  # noqa: F401 (re-exported: the loop's reporting lives in run_log.py)
+from .run_log import (
     SCALARS_FILE,
     NullLogger,
-    ResumableTensorboardLogger,
     ValidationPeak,
     conversation_text,
     final_validation_line,
@@ -83,15 +83,13 @@ from .run_log import (  # noqa: F401 (re-exported: the loop's reporting lives in
     iteration_line,
     make_tensorboard_logger,
     run_hparams,
-    skipped_update_reason,
     summarize,
     write_hparams,
     write_scalars_csv,
 )
-from .setup import ENV_META_KEYS, env_kwargs, oversubscribed_threads, prepare_model  # noqa: F401 (re-exported)
 from .stored_config import check_stored_config
 from .summary import SUMMARY_FILE, write_summary
-from .update import minibatch_plan, optimize, scale_advantages, training_batch  # noqa: F401 (scale_advantages re-exported)
+from .update import minibatch_plan, optimize, training_batch
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +174,7 @@ class Trainer:
         if backend == "hf":  # the token rollout's per-row KV cache between turns
             sampling["kv_cache"] = bool(rcfg.kv_cache)
             sampling["max_cached_tokens"] = rcfg.kv_cache_max_tokens
-        self.policy, self.weight_sync = make_rollout_policy(
+        self.policy, self.weight_sync = build_rollout_policy(
             backend,
             self.model,
             self.tokenizer,
@@ -184,7 +182,7 @@ class Trainer:
             temperature=rcfg.temperature,
             **sampling,
         )
-        self.val_policy, _ = make_rollout_policy(  # the same engine (vllm), another temperature
+        self.val_policy, _ = build_rollout_policy(  # the same engine (vllm), another temperature
             backend,
             self.model,
             self.tokenizer,

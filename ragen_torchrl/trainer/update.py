@@ -84,8 +84,8 @@ def scores_shared_prefixes(loss_module: Any) -> bool:
     The behaviour and reference passes then do the same (their other positions are never read).
 
     Example:
-        >>> from ragen_torchrl.objectives.grpo import make_grpo_loss
-        >>> scores_shared_prefixes(make_grpo_loss(None)), scores_shared_prefixes(object())
+        >>> from ragen_torchrl.objectives import build_algorithm
+        >>> scores_shared_prefixes(build_algorithm({"name": "grpo"}, None, None).loss_module), scores_shared_prefixes(object())
         (True, False)
     """
     return all(

@@ -3,9 +3,8 @@
 * record transforms (on trajectory records, e.g. as replay-buffer write-time transforms):
   :class:`GroupAdvantage`, :class:`OverlongPenalty`, :class:`SNRFilter`;
 * env transforms: :class:`T3Truncation` (through ``TransformedEnv`` /
-  :class:`RowTransformedEnv`) and its stall rules.
-
-Names are imported from their submodules on first use.
+  :class:`~ragen_torchrl.envs.RowTransformedEnv`) and its stall rules;
+* a replay-buffer sampler with the SNR filter's selection: :class:`TopVarianceGroupSampler`.
 
 Example:
     >>> import torch
@@ -19,93 +18,71 @@ Example:
     2
 """
 
-from .. import lazy_exports
+from __future__ import annotations
 
-_EXPORTS = {
-    # group advantage and reward shaping
-    "GroupAdvantage": ".advantage",
-    "group_advantage": ".advantage",
-    "OverlongPenalty": ".overlong",
-    "overlong_penalty": ".overlong",
-    "RecordTransform": ".records",
-    # SNR-aware filtering (RAGEN-2, arXiv 2604.06268)
-    "SNRFilter": ".snr",
-    "FilterGuard": "..trainer.early_stop",
-    "ValidationStop": "..trainer.early_stop",
-    "build_filter": ".snr",
-    "check_filter_value": ".group_selection",
-    "GroupSelection": ".group_selection",
-    "group_scores": ".group_selection",
-    "loss_scale": "..trainer.early_stop",
-    "select_groups": ".group_selection",
-    "stop_stats": "..trainer.early_stop",
-    "unfiltered_stats": "..trainer.early_stop",
-    "validate_filter_config": ".snr",
-    "FILTER_CONFIG_DEFAULTS": ".snr",
-    "STRATEGIES": ".group_selection",
-    "MODES": ".group_selection",
-    "METRICS": ".group_selection",
-    "ENTROPY_METRICS": ".group_selection",
-    "LOSS_SCALE_MODES": ".snr",
-    # T3 truncation
-    "T3Truncation": ".t3",
-    "DEFAULT_PROMPT": ".t3",
-    "PAPER_DEFAULTS": ".t3_rules",
-    "PREFERENCE_RULES": ".t3_rules",
-    "TASK_NAMES": ".t3_rules",
-    "RowTransformedEnv": ".t3",
-    "t3_config_defaults": ".t3",
-    "t3_token_stats": ".t3",
-    "StallRule": ".t3_rules",
-    "AnyRule": ".t3_rules",
-    "ConsecutiveUnknownRule": ".t3_rules",
-    "EstimateDriftRule": ".t3_rules",
-    "OutsideHypothesisRule": ".t3_rules",
-    "ShrinkStallRule": ".t3_rules",
-    "SimilarityDecreaseRule": ".t3_rules",
-    "make_rule": ".t3_rules",
-}
+from .advantage import GroupAdvantage, group_advantage
+from .group_sampler import TopVarianceGroupSampler
+from .group_selection import (
+    ENTROPY_METRICS,
+    METRICS,
+    MODES,
+    STRATEGIES,
+    GroupSelection,
+    check_filter_value,
+    group_scores,
+    select_groups,
+)
+from .overlong import OverlongPenalty, overlong_penalty
+from .records import RecordTransform
+from .snr import FILTER_CONFIG_DEFAULTS, LOSS_SCALE_MODES, SNRFilter, build_filter, validate_filter_config
+from .t3 import DEFAULT_PROMPT, T3Truncation, t3_config_defaults, t3_token_stats
+from .t3_rules import (
+    PAPER_DEFAULTS,
+    PREFERENCE_RULES,
+    TASK_NAMES,
+    AnyRule,
+    ConsecutiveUnknownRule,
+    EstimateDriftRule,
+    OutsideHypothesisRule,
+    ShrinkStallRule,
+    SimilarityDecreaseRule,
+    StallRule,
+    make_rule,
+)
 
-# the same names as _EXPORTS (a literal list, for static tools)
 __all__ = [
+    "AnyRule",
+    "ConsecutiveUnknownRule",
     "DEFAULT_PROMPT",
     "ENTROPY_METRICS",
+    "EstimateDriftRule",
     "FILTER_CONFIG_DEFAULTS",
+    "GroupAdvantage",
+    "GroupSelection",
     "LOSS_SCALE_MODES",
     "METRICS",
     "MODES",
-    "PAPER_DEFAULTS",
-    "PREFERENCE_RULES",
-    "STRATEGIES",
-    "TASK_NAMES",
-    "AnyRule",
-    "ConsecutiveUnknownRule",
-    "EstimateDriftRule",
-    "FilterGuard",
-    "GroupSelection",
-    "GroupAdvantage",
     "OutsideHypothesisRule",
     "OverlongPenalty",
+    "PAPER_DEFAULTS",
+    "PREFERENCE_RULES",
     "RecordTransform",
-    "RowTransformedEnv",
     "SNRFilter",
+    "STRATEGIES",
     "ShrinkStallRule",
     "SimilarityDecreaseRule",
     "StallRule",
     "T3Truncation",
-    "ValidationStop",
+    "TASK_NAMES",
+    "TopVarianceGroupSampler",
     "build_filter",
     "check_filter_value",
     "group_advantage",
     "group_scores",
-    "loss_scale",
     "make_rule",
     "overlong_penalty",
     "select_groups",
-    "stop_stats",
     "t3_config_defaults",
     "t3_token_stats",
-    "unfiltered_stats",
     "validate_filter_config",
 ]
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

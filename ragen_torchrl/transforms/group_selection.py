@@ -8,7 +8,7 @@
 * :class:`GroupSelection` -- the six selection settings, checked once, as one frozen value.
 
 No TorchRL here: :class:`~ragen_torchrl.transforms.snr.SNRFilter` (a transform) and
-:class:`~ragen_torchrl.data.group_sampler.TopVarianceGroupSampler` (a sampler) wrap these, and the
+:class:`~ragen_torchrl.transforms.group_sampler.TopVarianceGroupSampler` (a sampler) wrap these, and the
 trainer's stop rules (:mod:`ragen_torchrl.trainer.early_stop`) read the same statistics.
 
 Example:

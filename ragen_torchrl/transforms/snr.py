@@ -30,7 +30,7 @@ that preset). Every rule except softmax top-p and ``eps > 0`` selects the same g
 rewards are multiplied by a positive constant; softmax(std) is kept as the reference computes it.
 
 The sampler counterpart (draw mini-batches only from the top groups of a persistent buffer) is
-:class:`ragen_torchrl.data.group_sampler.TopVarianceGroupSampler`.
+:class:`ragen_torchrl.transforms.group_sampler.TopVarianceGroupSampler`.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ transform in eval mode when it is attached, so the ``nn.Module`` train/eval mode
 switch.)
 
 Sub-batches: the env steps only running rows; a plain ``TransformedEnv`` checks that the input
-has the full batch size and would reject them, so wrap with :class:`RowTransformedEnv` (which
+has the full batch size and would reject them, so wrap with :class:`~ragen_torchrl.envs.RowTransformedEnv` (which
 ``ActiveReasoningEnv.append_transform`` does for you).
 
 Token accounting (:func:`t3_token_stats`) and per-task defaults (:func:`t3_config_defaults`)
@@ -72,7 +72,6 @@ from torchrl.data import Bounded, Composite
 from torchrl.data.llm import History
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
-from ..envs.text_env import RowTransformedEnv  # noqa: F401 (re-exported: it lives with TextGameEnv)
 from ..keys import (
     DONE,
     ENV_INDEX,
@@ -97,7 +96,6 @@ from .t3_rules import PAPER_DEFAULTS, StallRule, _canonical, make_rule
 
 __all__ = [
     "DEFAULT_PROMPT",
-    "RowTransformedEnv",
     "T3Truncation",
     "t3_config_defaults",
     "t3_token_stats",

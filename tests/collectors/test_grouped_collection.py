@@ -12,8 +12,7 @@ import torch
 from tensordict import lazy_stack
 from torchrl.data.llm import History
 
-import ragen_torchrl.trainer.rollout as trainer_rollout
-from ragen_torchrl.collectors import PolicyContractError, collect_rollouts, make_generation_policy
+from ragen_torchrl.collectors import PolicyContractError, collect_rollouts
 from ragen_torchrl.envs import make_env
 
 INVALID = "<answer>fly</answer>"  # no FrozenLake action: every turn is malformed
@@ -34,13 +33,6 @@ def scripted(text: str, n_tokens: int, *, write_tokens: bool = True, write_histo
         return td
 
     return policy
-
-
-def test_the_public_module_is_the_trainers():
-    # the trainer and its tests import through trainer.rollout: same objects, not copies
-    assert trainer_rollout.collect_rollouts is collect_rollouts
-    assert trainer_rollout.make_generation_policy is make_generation_policy
-    assert collect_rollouts.__module__ == "ragen_torchrl.collectors.grouped"
 
 
 def test_scripted_policy_numbers_by_hand():

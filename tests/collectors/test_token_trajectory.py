@@ -18,8 +18,8 @@ from torchrl.data.llm import History
 
 from ragen_torchrl import keys as K
 from ragen_torchrl.collectors.grouped import PolicyContractError, collect_rollouts, make_generation_policy
+from ragen_torchrl.collectors.rollout_policy import build_rollout_policy
 from ragen_torchrl.collectors.token_trajectory import TokenTrajectories, env_turn_text
-from ragen_torchrl.collectors.vllm_backend import make_rollout_policy
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.models.loading import wrapper_chat_template
 from ragen_torchrl.models.priming import primed_chat_template
@@ -236,13 +236,13 @@ def test_the_switch_and_its_errors(tiny_model):
     model, tok = tiny_model
     assert make_generation_policy(model, tok).input_mode == "tokens"  # the default
     assert make_generation_policy(model, tok, trajectory="history").input_mode == "history"
-    assert make_rollout_policy("hf", model, tok, max_new_tokens=4, temperature=1.0)[0].input_mode == "tokens"
-    hist, _ = make_rollout_policy("hf", model, tok, max_new_tokens=4, temperature=1.0, trajectory="history")
+    assert build_rollout_policy("hf", model, tok, max_new_tokens=4, temperature=1.0)[0].input_mode == "tokens"
+    hist, _ = build_rollout_policy("hf", model, tok, max_new_tokens=4, temperature=1.0, trajectory="history")
     assert hist.input_mode == "history"
     with pytest.raises(ValueError, match="rollout.trajectory must be one of tokens, history, got 'text'"):
         make_generation_policy(model, tok, trajectory="text")
     with pytest.raises(ValueError, match="rollout.backend=vllm generates from chat histories"):
-        make_rollout_policy("vllm", model, tok, max_new_tokens=4, temperature=1.0, trajectory="tokens")
+        build_rollout_policy("vllm", model, tok, max_new_tokens=4, temperature=1.0, trajectory="tokens")
 
     def silent(td):  # a token-prompt policy that writes no reply ids
         return td
@@ -255,8 +255,8 @@ def test_the_switch_and_its_errors(tiny_model):
 def test_a_bad_trajectory_value_is_a_config_error(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
     from ragen_torchrl.trainer.config import ConfigError, validate_config
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"model.cache_dir={tmp_path}", "rollout.trajectory=text"])

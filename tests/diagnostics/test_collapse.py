@@ -172,8 +172,8 @@ def test_monitor_with_no_reasoning_reports_zero_valid_rate(tiny_model):
 
 def test_monitor_on_random_model_rollouts(tiny_model):
     """Records straight from collect_rollouts of an untrained model: garbage replies, no crash."""
+    from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
     from ragen_torchrl.envs import make_env
-    from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 
     model, tok = tiny_model
     env = make_env("frozenlake", num_envs=4, max_turn=2)

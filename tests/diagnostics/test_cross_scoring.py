@@ -131,16 +131,16 @@ def test_cached_equals_naive_bfloat16(method):
 
 
 def test_select_cache_leaves_the_base_cache_untouched(model):
-    from ragen_torchrl.diagnostics.cross_scoring import _forward_kwargs, _output_cache, _select_cache
+    from ragen_torchrl.models.kv_cache import forward_kwargs, output_cache, select_cache
 
-    cache_name, _ = _forward_kwargs(model)
+    cache_name, _ = forward_kwargs(model)
     with torch.no_grad():
-        base = _output_cache(model(input_ids=torch.randint(VOCAB, (2, 6)), use_cache=True))
+        base = output_cache(model(input_ids=torch.randint(VOCAB, (2, 6)), use_cache=True))
         if not hasattr(base, "layers"):
             pytest.skip("per-layer cache objects need transformers >= 4.56")
         before = [layer.keys.clone() for layer in base.layers]
         for index in (torch.tensor([1, 1, 1]), torch.tensor([0, 1, 1, 0])):  # expand / gather
-            sel = _select_cache(base, index, 4)
+            sel = select_cache(base, index, 4)
             assert sel.get_seq_length() == 4 and sel.layers[0].keys.shape[0] == len(index)
             torch.testing.assert_close(sel.layers[0].keys, before[0][index, :, :4])
             # a forward appends to the selected cache, never to the base one

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from ragen_torchrl.diagnostics import entropy as entropy_mod
 from ragen_torchrl.diagnostics import mi as mi_mod
 from ragen_torchrl.diagnostics.entropy import entropy_metrics, token_entropy
-from ragen_torchrl.diagnostics.mi import (
-    MIProxyTracker,
+from ragen_torchrl.diagnostics.mi import MIProxyTracker, mi_proxies
+from ragen_torchrl.diagnostics.mi_sampling import (
+    DEFAULT_MI_NUM_PAIRS,
     equivalence_from_keys,
-    mi_proxies,
     sample_first_turn_pairs,
     sample_trajectory_uniform_pairs,
 )
@@ -436,7 +436,7 @@ def test_trajectory_uniform_sampler_is_uniform_over_trajectories():
 
 def test_defaults_documented():
     assert mi_mod.DEFAULT_MI_EVERY == 5
-    assert mi_mod.DEFAULT_MI_NUM_PAIRS == 64
+    assert DEFAULT_MI_NUM_PAIRS == 64
 
 
 # ------------------------------------------------------------------ entropy (by hand)

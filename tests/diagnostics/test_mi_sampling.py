@@ -23,9 +23,9 @@ from tensordict import TensorDict
 from torchrl.data.llm import History
 
 from ragen_torchrl.diagnostics.collapse import CollapseMonitor
-from ragen_torchrl.diagnostics.mi import (
+from ragen_torchrl.diagnostics.mi import mi_proxies
+from ragen_torchrl.diagnostics.mi_sampling import (
     equivalence_from_keys,
-    mi_proxies,
     reasoning_valid_rate,
     sample_first_turn_pairs,
     sample_trajectory_uniform_pairs,

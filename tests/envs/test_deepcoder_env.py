@@ -23,7 +23,7 @@ from ragen_torchrl.envs.deepcoder import DeepCoderEnv  # noqa: E402
 from ragen_torchrl.envs.games.deepcoder_data import shipped_problems  # noqa: E402
 from ragen_torchrl.envs.parsing import parse_response  # noqa: E402
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET  # noqa: E402
-from ragen_torchrl.trainer.cli import CONFIG_DIR  # noqa: E402
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR  # noqa: E402
 from ragen_torchrl.trainer.demonstrations import make_demonstrations  # noqa: E402
 
 VAL = VAL_SEED_OFFSET

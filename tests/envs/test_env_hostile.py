@@ -21,7 +21,8 @@ from torchrl.data.llm import History
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.games import guess_numbers, metamathqa
 from ragen_torchrl.envs.games.circuit_decoding import CircuitDecodingGame
-from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame, parse_compare, parse_pair
+from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame
+from ragen_torchrl.envs.games.preference_questions import parse_compare, parse_pair
 from ragen_torchrl.envs.parsing import INT_CLAMP, MAX_REPLY_CHARS, safe_int
 from ragen_torchrl.envs.text_env import ENV_ERROR_MESSAGE
 

@@ -8,13 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_torchrl.envs.games.base import TextGame
-from ragen_torchrl.envs.games.countdown import (
-    CountdownGame,
-    CountdownProblem,
-    ExpressionError,
-    evaluate_expression,
-    load_countdown_file,
-)
+from ragen_torchrl.envs.games.countdown import CountdownGame, CountdownProblem, load_countdown_file
+from ragen_torchrl.envs.games.countdown_expressions import ExpressionError, evaluate_expression
 
 
 # --------------------------------------------------------------------------- parser

@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragen_torchrl.envs.games.circuit_decoding import (
-    CircuitDecodingGame,
-    candidate_classes,
-    enumerate_family,
-    parse_formula,
-    truth_table,
-)
+from ragen_torchrl.envs.games.circuit_decoding import CircuitDecodingGame
+from ragen_torchrl.envs.games.circuit_formulas import candidate_classes, enumerate_family, parse_formula, truth_table
 from ragen_torchrl.envs.games.guess_numbers import (
     ALL_CODES,
     GuessNumbersGame,
@@ -28,11 +23,9 @@ from ragen_torchrl.envs.games.movie_recommendation import (
     generate_catalog,
     load_catalog,
 )
-from ragen_torchrl.envs.games.preference_estimation import (
-    PreferenceEstimationGame,
-    cosine,
-    parse_vector,
-)
+from ragen_torchrl.envs.games.preference_belief import cosine
+from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame
+from ragen_torchrl.envs.games.preference_questions import parse_vector
 from ragen_torchrl.envs.games.situation_puzzles import (
     PUZZLES,
     HFJudge,

@@ -20,7 +20,7 @@ from ragen_torchrl.envs.games import retrieval
 from ragen_torchrl.envs.games.searchqa_world import generate_world
 from ragen_torchrl.envs.searchqa import SearchQAEnv
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations
 
 tensordict.set_list_to_stack(True).set()

@@ -13,10 +13,10 @@ from tensordict import TensorDict
 from torchrl.data.llm import History
 
 from ragen_torchrl import keys as K
+from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.models.priming import THINK_PRIME, primed_chat_template, unmask_primed
 from ragen_torchrl.objectives.logprobs import _prompt_assistant_masks, make_logprob_policy, tokenize_conversations
-from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 from ragen_torchrl.trainer.sft import tokenize_conversations as sft_tokenize
 
 

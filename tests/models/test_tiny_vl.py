@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from ragen_torchrl.envs.visual import IMAGE_TEXT, VisualFrozenLakeEnv, image_chat
 from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model, load_tiny_vl, tiny_image_processor
 from ragen_torchrl.models.vision import VLConversation, score_conversation
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
 SIZES = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
 VISION = dict(vision_depth=1, vision_embed_dim=16, vision_num_heads=2, max_image_tokens=64)

@@ -14,6 +14,7 @@ from tensordict import TensorDict, lazy_stack
 from torchrl.data.llm import History
 
 from ragen_torchrl import keys as K
+from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.models.loading import wrapper_chat_template
 from ragen_torchrl.objectives import ALGORITHMS, build_algorithm
@@ -23,7 +24,6 @@ from ragen_torchrl.objectives.logprobs import (
     make_logprob_policy,
     tokenize_conversations,
 )
-from ragen_torchrl.trainer.rollout import collect_rollouts, make_generation_policy
 
 REPLIES = ["<think>down</think><answer>Down</answer>", "<answer>Left</answer>", "<answer>Right</answer>"]
 

@@ -28,7 +28,6 @@ from ragen_torchrl.objectives import ALGORITHMS, PPOAlgorithm, build_algorithm
 from ragen_torchrl.objectives.base import MaskedStatsGRPOLoss, masked_token_metrics
 from ragen_torchrl.objectives.dapo import DAPOLoss
 from ragen_torchrl.objectives.drgrpo import DrGRPOLoss
-from ragen_torchrl.objectives.grpo import make_grpo_loss
 from ragen_torchrl.objectives.gspo import GSPOLoss, sequence_metrics
 from ragen_torchrl.objectives.ppo import (
     Critic,
@@ -409,7 +408,7 @@ def test_behaviour_log_probs_with_an_unpadded_wrapper(tiny_model, pad_output):
         for key in padded[i].keys(True, True):
             torch.testing.assert_close(rows[i].get(key), padded[i].get(key))
     # the loss runs with that wrapper too; ratio 1: GRPO loss = -mean(A) = 0, nothing clipped
-    out = make_grpo_loss(actor)(attach_training_data(recs, rows))
+    out = build_algorithm({"name": "grpo"}, actor, None).loss_module(attach_training_data(recs, rows))
     assert out.loss_objective.item() == pytest.approx(0.0, abs=1e-6)
     assert out.clip_fraction.item() == 0.0
 
@@ -611,17 +610,11 @@ def test_a_registered_objective_is_built_from_its_config(monkeypatch):
     assert build_algorithm({"name": "grpo", "clip_high": 0.5}, actor, model).name == "no_clip_grpo"
 
 
-def test_the_registry_is_restored_and_old_import_paths_still_work():
-    import ragen_torchrl.objectives.grpo as grpo
-    import ragen_torchrl.objectives.logprobs as logprobs
+def test_the_registry_is_restored():
     from ragen_torchrl.objectives import available_algorithms, build_algorithm
 
     assert available_algorithms() == list(ALGORITHMS) == ["grpo", "drgrpo", "dapo", "gspo", "ppo"]
     assert type(build_algorithm({"name": "grpo"}, None, None).loss_module) is MaskedStatsGRPOLoss
-    # objectives.grpo keeps re-exporting the log-prob plumbing under the old names
-    for name in ("make_logprob_policy", "compute_behaviour_log_probs", "training_view", "attach_training_data"):
-        assert getattr(grpo, name) is getattr(logprobs, name)
-    assert grpo.masked_mean is logprobs.masked_mean
 
 
 # --------------------------------------------------------------------------- PPO on the tiny policy

@@ -111,7 +111,7 @@ def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
 def test_a_trainer_iteration_is_the_same_with_and_without_the_shortcut(ragen_cache_dir, tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
     from ragen_torchrl.trainer.loop import Trainer
 
     runs = {}

@@ -14,9 +14,10 @@ from tensordict import TensorDict
 from torchrl.data.llm import History
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from ragen_torchrl.models.kv_cache import shared_prefix_supported
 from ragen_torchrl.objectives import ALGORITHMS
 from ragen_torchrl.objectives.logprobs import attach_training_data, compute_behaviour_log_probs, make_logprob_policy
-from ragen_torchrl.objectives.shared_prefix import prefix_groups, shared_prefix_logits, shared_prefix_supported
+from ragen_torchrl.objectives.shared_prefix import prefix_groups, shared_prefix_logits
 from ragen_torchrl.objectives.token_distribution import masked_position_logits
 from ragen_torchrl.trainer.update import minibatch_plan, optimize, scores_shared_prefixes, training_batch
 

@@ -305,7 +305,7 @@ def test_report_on_two_real_smoke_runs(ragen_cache_dir, tmp_path):
     from helpers import SMALL
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
     from ragen_torchrl.trainer.loop import Trainer
 
     dirs = []

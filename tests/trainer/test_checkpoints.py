@@ -38,7 +38,8 @@ from ragen_torchrl.trainer.checkpoint import (
     save_rotating,
 )
 from ragen_torchrl.trainer.config import ConfigError
-from ragen_torchrl.trainer.loop import Trainer, iteration_line
+from ragen_torchrl.trainer.loop import Trainer
+from ragen_torchrl.trainer.run_log import iteration_line
 
 
 def fake_state(it: int) -> dict:

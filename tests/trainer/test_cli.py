@@ -17,7 +17,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from test_trainer import base_overrides, scalars
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR, PreflightCallback
+from ragen_torchrl.trainer.cli import PreflightCallback
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
 
 def run_cli(script: str, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:

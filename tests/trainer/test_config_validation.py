@@ -16,7 +16,6 @@ from omegaconf import OmegaConf
 import ragen_torchrl.models.loading as loading
 import ragen_torchrl.trainer.config as config_mod
 import ragen_torchrl.trainer.loop as loop_mod
-from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import (
     ConfigError,
     estimate_iteration_tokens,
@@ -24,6 +23,7 @@ from ragen_torchrl.trainer.config import (
     unknown_keys,
     validate_config,
 )
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.config_schema import schema_tree, typed_config
 from ragen_torchrl.trainer.loop import Trainer
 
@@ -430,13 +430,6 @@ def test_rollout_backend_vllm_is_a_clear_config_error(tmp_path, monkeypatch):
     assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cuda"), "rollout.trajectory=history")
 
 
-def test_rollout_backends_of_the_config_and_the_collectors_agree():
-    from ragen_torchrl.collectors.vllm_backend import ROLLOUT_BACKENDS as BUILT
-    from ragen_torchrl.trainer.config import ROLLOUT_BACKENDS
-
-    assert ROLLOUT_BACKENDS == BUILT
-
-
 def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
     # vLLM records no generation entropy: ranking groups by it would rank zeros (checked before the install)
     assert_rejected(
@@ -464,8 +457,9 @@ def test_typed_env_node_adds_only_keys_the_env_accepts(preset, tmp_path):
     # the env node the trainer passes builds the same env as the preset alone
     import inspect
 
+    from ragen_torchrl.trainer.model_setup import env_kwargs
+
     from ragen_torchrl.envs import _REGISTRY
-    from ragen_torchrl.trainer.setup import env_kwargs
 
     raw = make_cfg(tmp_path, f"env={preset}")
     typed = typed_config(raw)

@@ -136,7 +136,7 @@ def test_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, name):
 def _cfg(cache_dir, *extra):
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.cli import CONFIG_DIR
+    from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose("config", overrides=["trainer=smoke", f"model.cache_dir={cache_dir}", *TINY_RUN, *extra])

@@ -11,7 +11,7 @@ import torch
 from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.evaluate import main as eval_main
 from ragen_torchrl.trainer.loop import Trainer
 from ragen_torchrl.trainer.summary import OPTIONAL_KEYS, SUMMARY_KEYS, read_summary, write_summary

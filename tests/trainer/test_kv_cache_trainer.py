@@ -11,7 +11,7 @@ from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.evaluate import main as eval_main
 from ragen_torchrl.trainer.loop import Trainer
 
@@ -70,7 +70,7 @@ def test_the_trainer_rolls_out_the_same_with_and_without_the_cache(runs):
 
 
 def test_ragen_eval_honours_the_rollout_keys(runs, monkeypatch, capsys):
-    import ragen_torchrl.trainer.rollout as rollout_module
+    import ragen_torchrl.collectors.grouped as rollout_module
 
     run_dir = runs[True][0]
     seen = []

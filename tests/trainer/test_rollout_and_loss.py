@@ -11,22 +11,17 @@ import torch
 from tensordict import TensorDict
 from torchrl.data.llm import History
 
+from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
+from ragen_torchrl.envs.splits import VAL_SEED_OFFSET, train_level_seeds, val_level_seeds
 from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.models.tiny import EOT_TOKEN
-from ragen_torchrl.objectives.grpo import (
+from ragen_torchrl.objectives import build_algorithm
+from ragen_torchrl.objectives.logprobs import (
     attach_training_data,
     compute_behaviour_log_probs,
-    make_grpo_loss,
     make_logprob_policy,
     training_view,
-)
-from ragen_torchrl.trainer.rollout import (
-    VAL_SEED_OFFSET,
-    collect_rollouts,
-    make_generation_policy,
-    train_level_seeds,
-    val_level_seeds,
 )
 from ragen_torchrl.transforms.advantage import GroupAdvantage
 
@@ -267,7 +262,7 @@ def test_retokenized_mask_covers_every_assistant_turn(model_tok, records):
 def test_importance_ratio_is_one_before_any_update(train_batch, model_tok):
     model, _ = model_tok
     actor, _, batch = train_batch
-    loss_module = make_grpo_loss(actor, clip_epsilon=0.2, entropy_coeff=0.001)
+    loss_module = build_algorithm({"name": "grpo", "entropy_coeff": 0.001}, actor, model).loss_module
     mb = batch[torch.tensor([0, 3, 1, 4])]
     out = loss_module(mb)
     assert abs(out.kl_approx.item()) < 1e-5
@@ -295,7 +290,7 @@ def test_ratio_moves_after_an_update(model_tok, train_batch):
     actor, _, batch = train_batch
     state = {k: v.clone() for k, v in model.state_dict().items()}
     try:
-        loss_module = make_grpo_loss(actor, clip_epsilon=0.2, entropy_coeff=0.0)
+        loss_module = build_algorithm({"name": "grpo", "entropy_coeff": 0.0}, actor, model).loss_module
         opt = torch.optim.SGD(model.parameters(), lr=5.0)
         out = loss_module(batch)
         out.loss_objective.sum().backward()

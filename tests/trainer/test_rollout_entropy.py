@@ -11,10 +11,11 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from ragen_torchrl.collectors.grouped import _generate, collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
+from ragen_torchrl.envs.splits import train_level_seeds
 from ragen_torchrl.envs.text_env import sample_seed
 from ragen_torchrl.models.loading import load_pretrained
-from ragen_torchrl.trainer.rollout import _generate, collect_rollouts, make_generation_policy, train_level_seeds
 
 
 @pytest.fixture(scope="module")

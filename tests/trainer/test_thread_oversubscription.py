@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ragen_torchrl.trainer.setup import oversubscribed_threads
+from ragen_torchrl.trainer.model_setup import oversubscribed_threads
 
 
 def test_warns_only_when_threads_and_load_exceed_the_cores():

@@ -17,8 +17,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.models.loading import load_pretrained
-from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.config import ConfigError
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import torch
 from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
-from ragen_torchrl.trainer.cli import CONFIG_DIR
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,8 @@ def test_dapo_refill_collects_any_number_of_groups(ragen_cache_dir, tmp_path, mi
 def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     # RAGEN-2 reference: the kept-ratio scale multiplies the advantages; entropy/KL are not scaled
     trainer = make_trainer(ragen_cache_dir, tmp_path, "trainer.prompts_per_iter=2", "algo.kl_coeff=0.01")
-    from ragen_torchrl.trainer.rollout import collect_rollouts, train_level_seeds
+    from ragen_torchrl.collectors.grouped import collect_rollouts
+    from ragen_torchrl.envs.splits import train_level_seeds
 
     torch.manual_seed(1)
     records = collect_rollouts(trainer.env, trainer.policy, train_level_seeds(0, 0, 2), trainer.G)

@@ -20,12 +20,13 @@ from omegaconf import OmegaConf
 
 import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.envs import make_env
-from ragen_torchrl.trainer.cli import CONFIG_DIR, _train
+from ragen_torchrl.trainer.cli import _train
 from ragen_torchrl.trainer.config import validate_config
+from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations
 from ragen_torchrl.trainer.loop import Trainer
+from ragen_torchrl.trainer.model_setup import env_kwargs, training_memory
 from ragen_torchrl.trainer.run_log import ValidationPeak
-from ragen_torchrl.trainer.setup import env_kwargs, training_memory
 from ragen_torchrl.trainer.summary import read_summary
 
 

@@ -17,12 +17,11 @@ from tensordict import TensorDict  # noqa: E402
 from torchrl.data.llm import History  # noqa: E402
 from torchrl.envs import TransformedEnv  # noqa: E402
 
-from ragen_torchrl.envs import make_env  # noqa: E402
+from ragen_torchrl.envs import RowTransformedEnv, make_env  # noqa: E402
 from ragen_torchrl.envs.games.guess_numbers import ALL_CODES, _fb  # noqa: E402
-from ragen_torchrl.envs.games.preference_estimation import cosine  # noqa: E402
+from ragen_torchrl.envs.games.preference_belief import cosine  # noqa: E402
 from ragen_torchrl.transforms.t3 import (  # noqa: E402
     DEFAULT_PROMPT,
-    RowTransformedEnv,
     T3Truncation,
     t3_config_defaults,
     t3_token_stats,

@@ -35,7 +35,7 @@ identified, ``success`` = all of them. A missing or unparsable piece scores 0 fo
 ``max_turns`` = 10.
 
 The formulas (evaluation, families, parsing) are in
-:mod:`~ragen_torchrl.envs.games.circuit_formulas`; their public names are re-exported here.
+:mod:`~ragen_torchrl.envs.games.circuit_formulas`.
 
 Example:
     >>> game = CircuitDecodingGame(["x1 AND x2", "NOT x3"])
@@ -52,15 +52,11 @@ import re
 from typing import Any, Sequence
 
 from ragen_torchrl.checks import check_choice
-from ragen_torchrl.envs.games import circuit_formulas
-from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-exported)
-    FAMILIES,
-    OPS,
+from ragen_torchrl.envs.games.circuit_formulas import (
     Formula,
     assignments,
     candidate_classes,
     enumerate_family,
-    evaluate,
     formula_text,
     parse_formula,
     truth_table,
@@ -68,7 +64,7 @@ from ragen_torchrl.envs.games.circuit_formulas import (  # noqa: F401 (re-export
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 
 # the game, and the formula names (importable from here as before the split)
-__all__ = ["CircuitDecodingGame", *circuit_formulas.__all__]
+__all__ = ["CircuitDecodingGame"]
 
 
 #: ``NAME = formula`` / ``NAME: formula``; the formula is cut by :func:`_formula_body`, not by

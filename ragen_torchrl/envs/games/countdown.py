@@ -12,7 +12,7 @@ One turn: the answer is an equation such as ``(25 + 50) + 7`` (optionally follow
 Expressions are evaluated by a small recursive-descent parser with exact rational
 arithmetic (:class:`fractions.Fraction`), never ``eval``
 (:mod:`~ragen_torchrl.envs.games.countdown_expressions`); data files are read by
-:mod:`~ragen_torchrl.envs.games.records`. Their public names are re-exported here.
+:mod:`~ragen_torchrl.envs.games.records`.
 
 Example:
     >>> game = CountdownGame(target=24, numbers=[3, 4, 6])
@@ -32,21 +32,16 @@ from fractions import Fraction
 from typing import Any, NamedTuple, Sequence
 
 from ragen_torchrl.envs.games.base import TextGame
-from ragen_torchrl.envs.games.countdown_expressions import (  # noqa: F401 (the limits are re-exported)
-    MAX_EXPRESSION_CHARS,
-    MAX_NESTING,
+from ragen_torchrl.envs.games.countdown_expressions import (
     ExpressionError,
     evaluate_expression,
 )
-from ragen_torchrl.envs.games.records import iter_records, read_records
+from ragen_torchrl.envs.games.records import iter_records
 
 __all__ = [
     "CountdownGame",
     "CountdownProblem",
-    "ExpressionError",
-    "evaluate_expression",
     "load_countdown_file",
-    "read_records",
     "score_answer",
 ]
 

@@ -52,7 +52,6 @@ from ragen_torchrl.envs.parsing import safe_int
 __all__ = [
     "MovieRecommendationGame",
     "generate_catalog",
-    "least_squares_estimate",
     "load_catalog",
 ]
 
@@ -186,35 +185,6 @@ def load_catalog(path: str | os.PathLike) -> Catalog:
     if len(dims) != 1:
         raise ValueError(f"{where}: 'attributes' lengths differ ({sorted(dims)}); {_FIELDS_HINT}")
     return catalog
-
-
-def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """Gaussian elimination with partial pivoting; ``None`` if singular."""
-    n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
-    for col in range(n):
-        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
-        if abs(m[piv][col]) < 1e-12:
-            return None
-        m[col], m[piv] = m[piv], m[col]
-        for r in range(n):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                if f:
-                    m[r] = [x - f * y for x, y in zip(m[r], m[col])]
-    return [m[i][n] / m[i][i] for i in range(n)]
-
-
-def least_squares_estimate(
-    rows: Sequence[Sequence[float]], targets: Sequence[float], ridge: float = 1e-6
-) -> list[float] | None:
-    """Ridge least squares ``(XᵀX + ridge·I)⁻¹ Xᵀy``; ``None`` without rows."""
-    if not rows:
-        return None
-    d = len(rows[0])
-    xtx = [[sum(r[i] * r[j] for r in rows) + (ridge if i == j else 0.0) for j in range(d)] for i in range(d)]
-    xty = [sum(r[i] * y for r, y in zip(rows, targets)) for i in range(d)]
-    return _solve(xtx, xty)
 
 
 def _norm_title(text: str) -> str:

@@ -30,7 +30,7 @@ posterior mean of a sample-based belief (see :class:`PreferencePosterior`) in ev
 The question protocol (parsing and answering) is in
 :mod:`~ragen_torchrl.envs.games.preference_questions`, the vectors and the belief in
 :mod:`~ragen_torchrl.envs.games.preference_belief` and the part shared with MovieRecommendation in
-:mod:`~ragen_torchrl.envs.games.preference_game`; their names are re-exported here.
+:mod:`~ragen_torchrl.envs.games.preference_game`.
 
 Example:
     >>> game = PreferenceEstimationGame([[1.0, 0.0], [0.0, 1.0]], [0.8, 0.6])
@@ -48,21 +48,15 @@ import random
 from typing import Any, Sequence
 
 from ragen_torchrl.envs.games.preference_belief import (
-    PreferencePosterior,
-    comparison_estimate,
     cosine,
     dot,
     norm,
-    normalize,  # noqa: F401 (re-exported)
     random_unit,
 )
 from ragen_torchrl.envs.games.preference_game import PreferenceQuestionGame
 from ragen_torchrl.envs.games.preference_questions import (
-    EQUAL_TOL,  # noqa: F401 (re-exported)
     ask_pair,
     format_vector,
-    pair_answer,
-    parse_compare,  # noqa: F401 (re-exported)
     parse_pair,
     parse_vector,
     split_estimate,
@@ -70,14 +64,6 @@ from ragen_torchrl.envs.games.preference_questions import (
 
 __all__ = [
     "PreferenceEstimationGame",
-    "PreferencePosterior",
-    "comparison_estimate",
-    "cosine",
-    "format_vector",
-    "pair_answer",
-    "parse_pair",
-    "parse_vector",
-    "split_estimate",
 ]
 
 Vector = list[float]

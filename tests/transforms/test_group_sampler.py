@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDict, lazy_stack
 from torchrl.data import LazyStackStorage, LazyTensorStorage, ReplayBuffer
 
-from ragen_torchrl.data.group_sampler import TopVarianceGroupSampler
+from ragen_torchrl.transforms.group_sampler import TopVarianceGroupSampler
 
 tensordict.set_list_to_stack(True).set()
 

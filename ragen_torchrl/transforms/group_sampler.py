@@ -19,7 +19,7 @@ from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
-from ragen_torchrl.transforms.snr import SNRFilter, filter_arguments
+from .snr import SNRFilter, filter_arguments
 
 __all__ = ["TopVarianceGroupSampler"]
 

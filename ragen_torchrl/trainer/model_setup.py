@@ -79,7 +79,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
 
     Example:
         >>> from hydra import compose, initialize_config_dir
-        >>> from ragen_torchrl.trainer.cli import CONFIG_DIR
+        >>> from ragen_torchrl.trainer.config_paths import CONFIG_DIR
         >>> with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         ...     cfg = compose("config", overrides=["model.name_or_path=/models/qwen", "sft.enabled=false"])
         >>> prepare_model(cfg, env=None)

@@ -1,14 +1,18 @@
-"""Encode each context once and hand its KV cache to the scoring passes.
+"""KV-cache helpers shared by generation, the loss's shared-prefix pass and the MI cross-scoring.
 
-The cached and tree methods of :func:`~ragen_torchrl.diagnostics.cross_scoring.cross_score`
-encode the context prefixes ``x_j[:-1]`` once (:func:`_prefix_passes`, a head shared by all
-prefixes of a pass encoded only once), then score reasonings on top of row-selected copies of
-that cache (:func:`_select_cache`: the base cache is never modified). Also here: the
-``transformers`` 4.x / 5.x differences in the cache keyword and output attribute.
+Distinct contexts are encoded once (:func:`prefix_passes`: a head shared by all prefixes of a pass
+encoded only once; :func:`row_prefix_cache`: one cache row per batch row), and later passes run on
+top of row-selected copies of that cache (:func:`select_cache`: the base cache is never modified).
+Users: the MI cross-scoring (:mod:`ragen_torchrl.diagnostics.cross_scoring`), the loss's shared
+prompt pass (:mod:`ragen_torchrl.objectives.shared_prefix`) and generation that reuses each row's
+cache (:mod:`ragen_torchrl.models.history_wrapper`, :mod:`ragen_torchrl.models.turn_cache`).
+Also here: the ``transformers`` 4.x / 5.x differences in the cache keyword and output attribute
+(:func:`forward_kwargs`, :func:`output_cache`) and whether a model's attention takes the
+custom masks these passes need (:func:`shared_prefix_supported`).
 
 Example:
     >>> import torch
-    >>> _prefix_mask(torch.tensor([4, 2]), 3).tolist()   # real cached slots x_j[:-1]
+    >>> prefix_mask(torch.tensor([4, 2]), 3).tolist()   # real cached slots x_j[:-1]
     [[1, 1, 1], [1, 0, 0]]
 """
 
@@ -21,10 +25,82 @@ from typing import Any
 
 import torch
 
-from .token_scoring import _model_device, _pad_right
+__all__ = [
+    "common_prefix_len",
+    "context_chunks",
+    "forward_kwargs",
+    "model_device",
+    "output_cache",
+    "pad_right",
+    "prefix_mask",
+    "prefix_passes",
+    "row_prefix_cache",
+    "select_cache",
+    "shared_prefix_supported",
+]
+
+# Any valid token id works for padding: padded positions are masked out (or, in the cached
+# prefix, causally invisible to real tokens and masked in the second pass).
+_PAD_ID = 0
 
 
-def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
+def pad_right(seqs: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token sequences into ``[B, max_len]`` ids, with each row's length.
+
+    Example:
+        >>> import torch
+        >>> ids, lengths = pad_right([torch.tensor([5, 6, 7]), torch.tensor([8])], torch.device("cpu"))
+        >>> ids.tolist(), lengths.tolist()
+        ([[5, 6, 7], [8, 0, 0]], [3, 1])
+    """
+    lengths = torch.tensor([int(s.numel()) for s in seqs], dtype=torch.long)
+    width = int(lengths.max()) if len(seqs) else 0
+    ids = torch.full((len(seqs), width), _PAD_ID, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : s.numel()] = s
+    return ids.to(device), lengths.to(device)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (CPU for a parameter-less wrapper).
+
+    Example:
+        >>> import torch
+        >>> model_device(torch.nn.Linear(2, 2))
+        device(type='cpu')
+    """
+    try:
+        return next(model.parameters()).device
+    except StopIteration:  # parameter-less wrapper
+        return torch.device("cpu")
+
+
+def shared_prefix_supported(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s attention applies an arbitrary mask next to a KV cache.
+
+    The shared-prefix passes hand the model a padding mask with holes or a custom 4-D tree mask,
+    which the ``sdpa`` and ``eager`` attention implementations of ``transformers`` apply as given;
+    flash-attention kernels take no arbitrary mask, and sliding-window layers would not get their
+    window.
+
+    Example:
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> shared_prefix_supported(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8,
+        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)))
+        True
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager", None):
+        return False
+    layer_types = getattr(config, "layer_types", None) or ()
+    if any("sliding" in str(t) for t in layer_types):
+        return False
+    return not (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
+
+
+def forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
     """Name of the cache keyword and whether ``logits_to_keep`` is accepted.
 
     transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name still works with
@@ -39,7 +115,7 @@ def _forward_kwargs(model: torch.nn.Module) -> tuple[str, bool]:
     return cache_name, "logits_to_keep" in params
 
 
-def _output_cache(out: Any) -> Any:
+def output_cache(out: Any) -> Any:
     cache = getattr(out, "cache", None)  # transformers >= 5
     if cache is None:
         cache = getattr(out, "past_key_values", None)
@@ -62,7 +138,7 @@ def _rows_of(t: torch.Tensor, index: torch.Tensor, prefix_len: int) -> torch.Ten
     return t.index_select(0, index)
 
 
-def _select_cache(cache: Any, index: torch.Tensor, prefix_len: int) -> Any:
+def select_cache(cache: Any, index: torch.Tensor, prefix_len: int) -> Any:
     """A new cache whose batch row ``r`` is row ``index[r]`` of ``cache``; ``cache`` is untouched.
 
     The forward pass appends the reasoning's keys/values to the cache it is given, so the
@@ -99,7 +175,7 @@ def _select_cache(cache: Any, index: torch.Tensor, prefix_len: int) -> Any:
     return sel
 
 
-def _common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
+def common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
     """Number of leading tokens shared by every sequence."""
     n = min(int(t.numel()) for t in seqs)
     if n == 0:
@@ -110,13 +186,13 @@ def _common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
 
 
 def _checked_cache(out: Any) -> Any:
-    cache = _output_cache(out)
+    cache = output_cache(out)
     if cache is None:
         raise RuntimeError("model did not return a KV cache; use method='naive'")
     return cache
 
 
-def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
+def prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
     """Encode the context prefixes ``x_j[:-1]``, longest first, up to ``batch_size`` per pass.
 
     Yields ``(cols, lens, base, last_tok)``: the context indices of the pass (sorted by
@@ -127,7 +203,7 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
     ``x[:-1]`` is cached: no ragged per-context logit row has to be gathered from the prefix
     pass (a ``[B, |x|, V]`` tensor for real vocabularies).
     """
-    device = _model_device(model)
+    device = model_device(model)
     ctx_len = torch.tensor([c.numel() for c in contexts])
     # Sorted by length so contexts of similar length share passes (little padding).
     ctx_order = torch.argsort(ctx_len, descending=True, stable=True)
@@ -147,15 +223,15 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
             # then leak into the cache through later layers.)
             # Chat-templated contexts share a long head (system prompt, instructions): it is
             # encoded once, and each context's rest on top of it (right-padded the same way).
-            shared = _common_prefix_len(prefixes) if len(prefixes) > 1 else 0
+            shared = common_prefix_len(prefixes) if len(prefixes) > 1 else 0
             if shared >= 2:
                 out = model(input_ids=prefixes[0][:shared].unsqueeze(0).to(device), use_cache=True, **kwargs)
-                head = _select_cache(
+                head = select_cache(
                     _checked_cache(out), torch.zeros(len(prefixes), dtype=torch.long, device=device), shared
                 )
                 del out
                 rest = [p[shared:] for p in prefixes]
-                rest_ids, _ = _pad_right(rest, device)
+                rest_ids, _ = pad_right(rest, device)
                 if rest_ids.shape[1] == 0:  # the prefixes are all the shared head
                     yield cols, lens, head, last_tok
                     continue
@@ -168,24 +244,24 @@ def _prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
                     **kwargs,
                 )
             else:
-                prefix, _ = _pad_right(prefixes, device)
+                prefix, _ = pad_right(prefixes, device)
                 out = model(input_ids=prefix, use_cache=True, **kwargs)
             base = _checked_cache(out)
             del out
         yield cols, lens, base, last_tok
 
 
-def _row_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Sequence[int]):
+def row_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Sequence[int]):
     """Each row's context minus its last token in one KV cache, every distinct context encoded once.
 
     ``contexts`` are distinct; row ``r`` reads ``contexts[row_context[r]]``. One
-    :func:`_prefix_passes` pass over all of them (their shared head encoded once). Returns
+    :func:`prefix_passes` pass over all of them (their shared head encoded once). Returns
     ``(cache, mask, lens)``: the rows' cache (``None`` when every context is one token long), the
     ``[B, plen]`` mask of its real slots and each row's context length. Gradients flow through the
     cache when grad is enabled (the loss's shared-prefix pass).
     """
-    cache_name, has_logits_to_keep = _forward_kwargs(model)
-    cols, lens, base, _ = next(iter(_prefix_passes(model, contexts, len(contexts), has_logits_to_keep, cache_name)))
+    cache_name, has_logits_to_keep = forward_kwargs(model)
+    cols, lens, base, _ = next(iter(prefix_passes(model, contexts, len(contexts), has_logits_to_keep, cache_name)))
     slot = torch.empty(len(contexts), dtype=torch.long)
     slot[cols.cpu()] = torch.arange(cols.numel())
     rows = slot[torch.as_tensor(list(row_context), dtype=torch.long)].to(lens.device)
@@ -193,15 +269,15 @@ def _row_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Sequ
     if base is None:
         return None, row_lens.new_zeros((rows.numel(), 0)), row_lens
     plen = int(lens.max()) - 1
-    return _select_cache(base, rows, plen), _prefix_mask(row_lens, plen), row_lens
+    return select_cache(base, rows, plen), prefix_mask(row_lens, plen), row_lens
 
 
-def _prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
+def prefix_mask(lens: torch.Tensor, plen: int) -> torch.Tensor:
     """``[B, plen]`` 0/1 mask of the real (unpadded) cached prefix slots ``x_j[:-1]``."""
     return (torch.arange(plen, device=lens.device).unsqueeze(0) < (lens - 1).unsqueeze(1)).long()
 
 
-def _context_chunks(pcols: torch.Tensor, plens: torch.Tensor, per_pass: int):
+def context_chunks(pcols: torch.Tensor, plens: torch.Tensor, per_pass: int):
     """Split one prefix pass's contexts into scoring passes of ``per_pass`` contexts.
 
     Yields ``(local, cols, lens, plen)``: row indices into the prefix cache (on the model's

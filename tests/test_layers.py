@@ -1,0 +1,108 @@
+"""The package's import structure: layers that import one way (``[tool.importlinter]`` in pyproject.toml),
+no import cycle between modules, and no private name imported from another package.
+
+Imports inside functions count: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ragen_torchrl"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph("ragen_torchrl", cache_dir=None)
+
+
+def test_the_import_linter_contracts_are_kept():
+    from importlinter.cli import lint_imports
+
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_no_import_cycle_between_modules(graph):
+    cycles = []
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back is not None:
+                cycles.append(" -> ".join((importer, *back)))
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def subpackage(module: str) -> str:
+    """``ragen_torchrl.<first part>``: the unit across which private names may not travel."""
+    return ".".join(module.split(".")[:2])
+
+
+def module_name(path: Path) -> tuple[str, bool]:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    is_package = parts[-1] == "__init__"
+    return ".".join(parts[:-1] if is_package else parts), is_package
+
+
+def imported_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def private_imports(path: Path) -> list[str]:
+    """``from <another ragen_torchrl package> import _name`` statements of one file."""
+    module, is_package = module_name(path)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = imported_from(node, module, is_package)
+        if not source.startswith("ragen_torchrl") or subpackage(source) == subpackage(module):
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                found.append(f"{module}:{node.lineno} imports {alias.name} from {source}")
+    return found
+
+
+def test_private_import_check_by_hand(tmp_path):
+    # the check itself, on hand-written imports: relative and absolute, same and other package
+    fake = PACKAGE / "models" / "example.py"
+    assert imported_from(
+        ast.parse("from ..diagnostics.x import _f").body[0], "ragen_torchrl.models.example", False
+    ) == ("ragen_torchrl.diagnostics.x")
+    assert (
+        imported_from(ast.parse("from .x import _f").body[0], "ragen_torchrl.models", True) == "ragen_torchrl.models.x"
+    )
+    assert module_name(fake) == ("ragen_torchrl.models.example", False)
+    assert subpackage("ragen_torchrl.models.kv_cache") == "ragen_torchrl.models"
+
+
+def test_no_private_name_is_imported_across_packages():
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in private_imports(path)]
+    assert not found, "\n".join(found)
+
+
+def test_every_package_init_has_explicit_exports():
+    # one style: explicit imports and a literal __all__; no module-level __getattr__ (lazy exports)
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        names = {
+            getattr(t, "id", None)
+            for node in tree.body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        }
+        functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        rel = init.relative_to(ROOT)
+        assert "__all__" in names, f"{rel} has no __all__"
+        assert "__getattr__" not in functions | names, f"{rel} exports lazily"
+        stars = [n for n in tree.body if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
+        assert not stars, f"{rel} star-imports"
