@@ -11,6 +11,7 @@ import torch
 from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
+from ragen_torchrl.keys import MASKS_ASSISTANT
 from ragen_torchrl.trainer.cli import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
@@ -55,8 +56,12 @@ def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     records = collect_rollouts(trainer.env, trainer.policy, train_level_seeds(0, 0, 2), trainer.G)
     # give the groups within-group variance so the advantages are not all zero
     records.set("episode_return", torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.2, 0.0]))
-    full, _ = trainer._training_batch(records, 1.0)
-    half, _ = trainer._training_batch(records, 0.5)
+    full, full_stats = trainer._training_batch(records, 1.0)
+    half, half_stats = trainer._training_batch(records, 0.5)
+    # the batch's statistics come back with it: the scale, its rows and the tokens the loss trains on
+    assert (full_stats["loss_scale"], half_stats["loss_scale"]) == (1.0, 0.5)
+    assert full_stats["trajectories"] == 8.0
+    assert full_stats["assistant_tokens"] == float(full.get(MASKS_ASSISTANT).sum()) > 0
     for a, b in zip(full.get("advantage", as_list=True), half.get("advantage", as_list=True)):
         torch.testing.assert_close(b, 0.5 * a)
     out_full, out_half = trainer.loss_module(full), trainer.loss_module(half)
@@ -217,4 +222,4 @@ def test_dapo_skipped_update_counts_as_empty(ragen_cache_dir, tmp_path, monkeypa
     assert [h["stop/consecutive_empty"] for h in trainer.history] == [1.0, 2.0]
     assert trainer.stop_reason == "empty_selection: 2 consecutive iterations kept no group"
     assert trainer.guard.base_std is None and not trainer.guard._window
-    assert trainer.empty_iterations == 2
+    assert not [k for h in trainer.history for k in h if k.startswith("train/")]  # no update ran
