@@ -180,6 +180,15 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def own_parts(self, num_parts: int) -> list[int]:
+        """The collection parts this process plays: part r on rank r, every part in a single process.
+
+        Example:
+            >>> Distributed().own_parts(3), Distributed(rank=1, world_size=2).own_parts(2)
+            ([0, 1, 2], [1])
+        """
+        return [self.rank] if self.enabled else list(range(num_parts))
+
     @classmethod
     def from_env(cls, device: str = "cpu", environ: dict | None = None) -> Distributed:
         """Join the process group torchrun's ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` describe.

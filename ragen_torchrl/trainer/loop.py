@@ -51,7 +51,6 @@ from .checkpoint import (
     LAST,
     check_resume_config,
     load_latest,
-    read_checkpoint,
     restore_rng_state,
     rng_state,
     save_rotating,
@@ -361,9 +360,8 @@ class Trainer:
         bounds = shard_bounds(len(seeds), self.shards)
         piece = -(-self.P // self.shards)  # at most this many groups per rollout call (one env size)
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        mine = [self.dist.rank] if self.dist.enabled else range(len(bounds))
         parts = []
-        for p in mine:
+        for p in self.dist.own_parts(len(bounds)):
             start, end = bounds[p]
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(part_seed(int(self.cfg.seed), self.iteration, p, stream))
@@ -672,10 +670,6 @@ class Trainer:
         self.dist.barrier()  # no rank runs ahead of a checkpoint it may have to resume from
         self.clock.enter(outer)
         return path
-
-    def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint file (a damaged one raises an error naming it)."""
-        self._apply_checkpoint(read_checkpoint(path), path)
 
     def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
         load_full_state(self.model, self.optimizer, state["model"], state["optimizer"], sharded=self.fsdp)
