@@ -1,4 +1,6 @@
-"""The training loop: rollout -> (filter) -> advantage -> behaviour log-probs -> update.
+"""The training loop. One iteration (:meth:`Trainer.train_iteration`) is the pipeline collect ->
+diagnose -> filter -> advantages -> update, each step returning ``(data, stats)``; the stats
+become the iteration's scalars (:class:`~ragen_torchrl.trainer.metrics.Metrics`).
 
 :class:`Trainer` is driven by a composed Hydra config (``configs/config.yaml``); the CLI
 (``ragen-train``) is a thin wrapper. It can also be used directly::
