@@ -485,12 +485,13 @@ class Trainer:
             probe = self.grad_snr is not None and self.grad_snr.should_run(self.iteration)
             self.clock.enter("update")
             with metrics.timer("update"):
-                train, stats = self._advantage_step(kept, on_policy_first=not probe)
-            metrics.add("train", stats)
+                train, batch_stats = self._advantage_step(kept, on_policy_first=not probe)
             if probe:
                 metrics.update(self._grad_snr(kept, train.batch))
         with metrics.timer("update"):
             metrics.add("train", self._update_step(train))
+        # after the mini-batch means: the whole batch's count replaces theirs (train/assistant_tokens)
+        metrics.add("train", batch_stats)
         if self.weight_sync is not None:  # the next rollout samples from the updated weights
             with metrics.timer("weight_sync"):
                 self.weight_sync.push()

@@ -71,6 +71,19 @@ def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     torch.testing.assert_close(out_half.loss_kl_to_ref, out_full.loss_kl_to_ref)
 
 
+def test_iteration_logs_the_whole_batch_counts_not_mini_batch_means(ragen_cache_dir, tmp_path, monkeypatch):
+    # 8 rows in mini-batches of 4: the loss metrics are means over the 2 steps, but
+    # train/assistant_tokens and train/trajectories count the whole trained batch
+    trainer = make_trainer(ragen_cache_dir, tmp_path, "trainer.prompts_per_iter=2", "algo.mini_batch_size=4")
+    trained = []
+    update_step = trainer._update_step
+    monkeypatch.setattr(trainer, "_update_step", lambda train: trained.append(train.batch) or update_step(train))
+    stats = trainer.train_iteration()
+    assert stats["train/optimizer_steps"] == 2.0
+    assert stats["train/trajectories"] == 8.0
+    assert stats["train/assistant_tokens"] == float(trained[0].get(MASKS_ASSISTANT).sum())
+
+
 def _tiny_run(cache_dir, tmp_path, *extra):
     # the smallest run shape: these tests are about the stop rules, not the batch
     return make_trainer(cache_dir, tmp_path, "trainer.prompts_per_iter=2", "trainer.group_size=2", *extra)
