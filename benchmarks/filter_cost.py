@@ -38,13 +38,16 @@ from ragen_torchrl.collectors.grouped import collect_rollouts
 from ragen_torchrl.envs.splits import train_level_seeds
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
+from ragen_torchrl.trainer.update import optimize, training_batch
 from ragen_torchrl.transforms.snr import build_filter
 
 
 def timed_update(trainer: Trainer, batch) -> float:
     t0 = time.perf_counter()
-    train_batch, _ = trainer._training_batch(batch)
-    trainer._update(train_batch)
+    train_batch, _ = training_batch(batch, trainer.algorithm, trainer.actor, trainer.ref_actor)
+    optimize(
+        train_batch, trainer.loss_module, trainer.algorithm, trainer.optimizer, trainer.cfg.algo, dist=trainer.dist
+    )
     return time.perf_counter() - t0
 
 
@@ -89,15 +92,15 @@ def main() -> None:
         t_full = timed_update(trainer, records)
         restore()
         t0 = time.perf_counter()
-        kept = snr(records)
+        kept, stats = snr.filter(records)
         t_filter = time.perf_counter() - t0
-        ratio = snr.last_stats["kept_ratio"]
+        ratio = stats["kept_ratio"]
         t_kept = timed_update(trainer, kept) if kept is not None else 0.0
         share = t_filter / (t_rollout + t_filter + t_kept)
         rows.append((t_full, t_kept, t_filter, ratio, share))
         print(
             f"batch {r}: rollout {t_rollout:.2f}s | no filter update {t_full:.2f}s | {args.preset}: kept "
-            f"{snr.last_stats['kept_groups']:.0f}/{snr.last_stats['num_groups']:.0f} groups, filter "
+            f"{stats['kept_groups']:.0f}/{stats['num_groups']:.0f} groups, filter "
             f"{t_filter * 1e3:.2f} ms, update {t_kept:.2f}s",
             flush=True,
         )

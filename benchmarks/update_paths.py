@@ -59,7 +59,7 @@ from ragen_torchrl.trainer.update import minibatch_plan, optimize, scores_shared
 
 def before(tr: Trainer, records, plan) -> dict:
     batch = tr.algorithm.advantage(records)
-    batch = tr.algorithm.prepare(attach_training_data(batch, _wrapper_log_probs(tr.actor, batch, 32)))
+    batch, _ = tr.algorithm.prepare(attach_training_data(batch, _wrapper_log_probs(tr.actor, batch, 32)))
     tr.loss_module.score_stored_tokens = False
     try:
         return optimize(batch, tr.loss_module, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan)
@@ -77,7 +77,7 @@ def ragged(tr: Trainer, records, plan) -> dict:
     recs = obj.advantage(records)
     shared = scores_shared_prefixes(obj.loss_module)
     beh = compute_behaviour_log_probs(tr.actor, recs, skip=plan[0][0], shared_prefix=shared, train_on=obj.train_on)
-    batch = obj.prepare(lazy_stack([row.update(b) for row, b in zip(training_view(recs).unbind(0), beh.unbind(0))]))
+    batch, _ = obj.prepare(lazy_stack([row.update(b) for row, b in zip(training_view(recs).unbind(0), beh.unbind(0))]))
     return optimize(batch, tr.loss_module, obj, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
 
 

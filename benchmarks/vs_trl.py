@@ -398,7 +398,7 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
             train_on=tr.algorithm.train_on,
         )
     batch = attach_training_data(batch, behaviour)
-    batch = tr.algorithm.prepare(batch)
+    batch, _ = tr.algorithm.prepare(batch)
     # optimize
     clip_groups = tr.algorithm.grad_clip_groups(float(algo.max_grad_norm))
     steps = 0

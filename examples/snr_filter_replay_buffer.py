@@ -21,12 +21,14 @@ def main():
         batch_size=[6],
     )
     # write-time filter: extend() keeps whole groups by reward variance (RAGEN-2: top_p 0.9)
-    rb = ReplayBuffer(storage=LazyTensorStorage(64), transform=SNRFilter(), batch_size=4)
+    filt = SNRFilter()
+    rb = ReplayBuffer(storage=LazyTensorStorage(64), transform=filt, batch_size=4)
     rb.extend(records)
-    print(rb[:]["group_id"].tolist(), rb.transform[0].last_stats["kept_ratio"])
+    _, stats = filt.filter(records)  # the same rule called directly returns its statistics too
+    print(rb[:]["group_id"].tolist(), stats["kept_ratio"])
     # -> [0, 0, 2, 2] 0.666...  (group 1 has no reward variance: never written)
     batch = GroupAdvantage()(rb[:])  # group-normalised advantage over the kept, whole groups
-    return rb, batch
+    return rb, batch, stats
 
 
 if __name__ == "__main__":

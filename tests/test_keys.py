@@ -189,7 +189,7 @@ def test_ppo_set_keys_renames_the_value_keys_end_to_end(model_tok, train_batch):
     objective = PPOAlgorithm("ppo", loss, model, critic_lr=1e-4, gae={})
     renamed = batch.clone().exclude(K.ADVANTAGE)  # PPO's advantage is its GAE, written by prepare
     renamed.rename_key_(K.EPISODE_RETURN, "ret")
-    renamed = objective.prepare(renamed)  # writes the keys the loss was told to read
+    renamed, _ = objective.prepare(renamed)  # writes the keys the loss was told to read
     present = set(renamed.keys(True))
     assert {"old_v", "v_tgt", "adv_tok"} <= present
     assert not {K.STATE_VALUE, K.VALUE_TARGET, K.ADVANTAGE, K.EPISODE_RETURN} & present

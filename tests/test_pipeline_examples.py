@@ -46,11 +46,11 @@ def test_every_example_is_tested_and_shown_in_the_docs():
 
 
 def test_snr_filter_replay_buffer(example):
-    rb, batch = example("snr_filter_replay_buffer")["main"]()
+    rb, batch, stats = example("snr_filter_replay_buffer")["main"]()
     # RAGEN-2: keep groups by reward variance until top_p 0.9 of the total; variances 0.5, 0, 2:
     # 0.9 * 2.5 = 2.25 -> group 2 (2.0), then group 0 (2.5 >= 2.25); group 1 (no variance) never
     assert rb[:]["group_id"].tolist() == [0, 0, 2, 2]
-    assert rb.transform[0].last_stats["kept_ratio"] == pytest.approx(2 / 3)
+    assert stats["kept_ratio"] == pytest.approx(2 / 3)
     # the advantage over whole kept groups: (R - mean) / std, std unbiased = 1/sqrt(2) and sqrt(2)
     adv = batch["advantage"].reshape(-1).tolist()
     assert adv == pytest.approx([1 / math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2), 1 / math.sqrt(2)], abs=1e-5)

@@ -8,9 +8,9 @@ bundles everything the training loop needs for one algorithm:
 * ``dynamic_sampling``: ``None``, or DAPO's ``refill(records, collect_more) -> (records, stats)``.
 * ``advantage(records)``: group advantage ``(N, 1, 1)`` (GRPO/DAPO/GSPO: std-normalised,
   Dr.GRPO: ``R - mean``); PPO: unchanged (GAE needs tokens and values).
-* ``prepare(batch)``: after behaviour (and reference) log-probs are attached, before the
-  update. PPO computes old values, GAE advantages and value targets; others: identity.
-  Statistics go to ``prepare_stats``.
+* ``prepare(batch) -> (batch, stats)``: after behaviour (and reference) log-probs are attached,
+  before the update. PPO computes old values, GAE advantages and value targets (and returns
+  their statistics); others: identity, no statistics.
 * ``loss_module``: the torchrl ``LossModule``; ``out = loss_module(minibatch)``.
 * ``total_loss(out)``: the sum of every ``loss_*`` term of ``out``.
 * ``metrics(out, minibatch)``: floats for logging: loss terms, and entropy / KL / clip
@@ -112,7 +112,6 @@ class Algorithm:
         self.advantage_transform = advantage_transform
         self.reward_transform = reward_transform
         self.dynamic_sampling = dynamic_sampling
-        self.prepare_stats: dict[str, float] = {}
 
     #: the token ids the update trains (``algo.train_on``): ``"generated"``, the ids the policy
     #: read and sampled; ``"retokenized"``, the decoded conversation tokenised again
@@ -138,10 +137,9 @@ class Algorithm:
             return self.advantage_transform.write(records, groups)
         return self.advantage_transform(records)
 
-    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """Per-batch work after the behaviour log-probs are attached (identity here)."""
-        self.prepare_stats = {}
-        return batch
+    def prepare(self, batch: TensorDictBase) -> tuple[TensorDictBase, dict[str, float]]:
+        """Per-batch work after the behaviour log-probs are attached, and its statistics (identity, none here)."""
+        return batch, {}
 
     # -- parameters ------------------------------------------------------------------------
     def parameters(self) -> Iterator[nn.Parameter]:
@@ -242,11 +240,12 @@ class PPOAlgorithm(Algorithm):
         self.gae = dict(gae)
         self.chunk_size = int(chunk_size)
 
-    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """Old values, GAE advantages (``[L, 1]`` per row) and value targets."""
+    def prepare(self, batch: TensorDictBase) -> tuple[TensorDictBase, dict[str, float]]:
+        """Old values, GAE advantages (``[L, 1]`` per row) and value targets; the statistics of
+        :func:`~ragen_torchrl.objectives.ppo.prepare_ppo_batch`."""
         backbone = None if self.critic.backbone is not None else self.model.base_model
         keys = self.loss_module.tensor_keys  # renamed with loss_module.set_keys(...)
-        batch, self.prepare_stats = prepare_ppo_batch(
+        return prepare_ppo_batch(
             batch,
             self.critic,
             backbone=backbone,
@@ -258,7 +257,6 @@ class PPOAlgorithm(Algorithm):
             tokens_key=keys.action,
             **self.gae,
         )
-        return batch
 
     def parameters(self) -> Iterator[nn.Parameter]:
         return self.critic.parameters()

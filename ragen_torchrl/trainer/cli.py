@@ -186,7 +186,7 @@ def _sft(cfg) -> None:
         trainer = Trainer(cfg, _run_dir())
     except (ConfigError, ModelSourceError) as e:
         raise _config_error(e) from None
-    stats = trainer.validate(step=0)
+    stats, _ = trainer.validate(step=0)
     print(f"warm-started model: {trainer.model_path}")
     print(
         f"validation success {stats['success']:.3f} ± {stats['success_stderr']:.3f}, "

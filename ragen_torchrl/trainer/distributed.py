@@ -57,6 +57,7 @@ __all__ = [
     "part_seed",
     "shard_bounds",
     "share_weight",
+    "unscored_rows",
     "unit_count",
 ]
 
@@ -101,6 +102,34 @@ def part_seed(seed: int, iteration: int, part: int, stream: int = 0) -> int:
 def local_rows(idx: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
     """This rank's rows of a mini-batch: every ``world_size``-th, from position ``rank``."""
     return torch.as_tensor(idx).reshape(-1)[rank::world_size]
+
+
+def unscored_rows(
+    plan: list[list[torch.Tensor]], num_rows: int, world_size: int, rank: int, on_policy: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(rows without behaviour log-probs, rows without reference log-probs)`` on this rank; None: none.
+
+    A rank scores only the rows it trains on (its :func:`local_rows` of every mini-batch of
+    ``plan``); ``on_policy``, the rows of a mini-batch trained on the rollout policy itself, need no
+    behaviour log-probs on any rank. A single process (``world_size=1``) scores every other row.
+
+    Example:
+        >>> plan = [[torch.tensor([0, 1]), torch.tensor([2, 3])]]
+        >>> [t.tolist() for t in unscored_rows(plan, 5, world_size=2, rank=1, on_policy=torch.tensor([0, 1]))]
+        [[0, 1, 2, 4], [0, 2, 4]]
+        >>> unscored_rows(plan, 5, world_size=1, rank=0, on_policy=torch.tensor([0, 1]))
+        (tensor([0, 1]), None)
+    """
+    if world_size == 1:
+        return on_policy, None
+    mine = torch.zeros(num_rows, dtype=torch.bool)
+    for epoch in plan:
+        for idx in epoch:
+            mine[local_rows(idx, world_size, rank)] = True
+    unscored = ~mine
+    if on_policy is not None:
+        unscored[torch.as_tensor(on_policy).reshape(-1)] = True
+    return torch.nonzero(unscored).reshape(-1), torch.nonzero(~mine).reshape(-1)
 
 
 def loss_unit(loss_module: Any) -> str:
@@ -150,6 +179,15 @@ class Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def own_parts(self, num_parts: int) -> list[int]:
+        """The collection parts this process plays: part r on rank r, every part in a single process.
+
+        Example:
+            >>> Distributed().own_parts(3), Distributed(rank=1, world_size=2).own_parts(2)
+            ([0, 1, 2], [1])
+        """
+        return [self.rank] if self.enabled else list(range(num_parts))
 
     @classmethod
     def from_env(cls, device: str = "cpu", environ: dict | None = None) -> Distributed:
@@ -318,6 +356,53 @@ def optimizer_state_by_position(state: dict, optimizer: torch.optim.Optimizer, m
         "state": {index[n]: v for n, v in state["state"].items()},
         "param_groups": [dict(g, params=[index[n] for n in g["params"]]) for g in state["param_groups"]],
     }
+
+
+def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> tuple[dict, dict]:
+    """``(model state, optimizer state)`` as one process's whole state dicts (optimizer parameters numbered).
+
+    For an FSDP2-``sharded`` model the full states are gathered to CPU through
+    ``torch.distributed.checkpoint``'s state-dict API: a collective (every rank calls it); rank 0 gets
+    the optimizer state, the rank that writes it.
+    """
+    if not sharded:
+        return model.state_dict(), optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optim_state = get_state_dict(
+        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    if optim_state:  # filled on rank 0 only (cpu_offload)
+        optim_state = optimizer_state_by_position(optim_state, optimizer, model)
+    return model_state, optim_state
+
+
+def load_full_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict, sharded: bool
+) -> None:
+    """Load :func:`full_state`'s state dicts (whole, any world size) into ``model`` and ``optimizer``."""
+    if not sharded:
+        model.load_state_dict(model_state)
+        optimizer.load_state_dict(optim_state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=model_state,
+        optim_state_dict=optimizer_state_by_name(optim_state, optimizer, model),
+        options=StateDictOptions(full_state_dict=True),
+    )
+
+
+def full_model_state(model: torch.nn.Module, sharded: bool) -> dict | None:
+    """An FSDP2-``sharded`` model's whole state gathered to CPU (a collective), for rank 0 to export; else None."""
+    if not sharded:
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 # -- FSDP2 -----------------------------------------------------------------------------------

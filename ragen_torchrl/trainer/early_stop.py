@@ -9,9 +9,9 @@
 * :class:`ValidationStop` -- stop on sustained low validation success.
 * :func:`loss_scale` -- the optional kept-ratio scale of the task term.
 
-They read the statistics that :class:`~ragen_torchrl.transforms.snr.SNRFilter` logs
-(``last_stats``) or, in the trainer, :func:`stop_stats`, and are configured by the
-``trainer.early_stop`` config node (with or without a filter).
+They read the statistics that :meth:`SNRFilter.filter <ragen_torchrl.transforms.snr.SNRFilter.filter>`
+returns or, in the trainer, :func:`stop_stats`, and are configured by the ``trainer.early_stop``
+config node (with or without a filter).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def unfiltered_stats(returns=None, group_ids=None, *, groups: Groups | None = No
 
     RAGEN-2 (arXiv 2604.06268, §4 setup) applies its early stops to the unfiltered baseline too,
     so a run with ``filter=none`` still needs :class:`FilterGuard`'s input. This computes the same
-    keys as :attr:`SNRFilter.last_stats` from the raw episode returns with every group kept:
+    keys as the statistics of :meth:`SNRFilter.filter` from the raw episode returns with every group kept:
     ``kept_ratio`` 1, ``empty_after_filter`` 0 (1 only for a batch with no trajectory at all), and
     the reward statistics (``in_group_std_mean``, ``zero_variance_groups``, ``heterogeneity``, ...)
     exactly as the filter computes them. Feed the result to :meth:`FilterGuard.update`.
@@ -101,10 +101,10 @@ def stop_stats(returns=None, group_ids=None, *, skipped: bool, groups: Groups | 
 
 
 class FilterGuard:
-    """Stop rules of SNR-aware filtering, fed with :attr:`SNRFilter.last_stats` every iteration.
+    """Stop rules of SNR-aware filtering, fed with the statistics of :meth:`SNRFilter.filter` every iteration.
 
     RAGEN-2 (arXiv 2604.06268) applies these stops to every arm, the unfiltered baseline
-    included: without a filter, feed :func:`unfiltered_stats` instead of ``last_stats``. The
+    included: without a filter, feed :func:`unfiltered_stats` instead. The
     trainer feeds :func:`stop_stats`: the rollout batch before DAPO's dynamic sampling, and
     whether the update was skipped (by dynamic sampling or the filter).
 
@@ -189,11 +189,11 @@ class FilterGuard:
         """Record one iteration's filter statistics; return a stop reason or ``None``.
 
         ``stats`` needs ``empty_after_filter`` and ``in_group_std_mean``
-        (:attr:`SNRFilter.last_stats` or :func:`unfiltered_stats`).
+        (:meth:`SNRFilter.filter`'s statistics or :func:`unfiltered_stats`).
         """
         missing = [k for k in ("empty_after_filter", "in_group_std_mean") if k not in stats]
         if missing:
-            raise KeyError(f"FilterGuard.update needs SNRFilter.last_stats keys {missing}")
+            raise KeyError(f"FilterGuard.update needs the filter statistics {missing}")
         empty = bool(stats["empty_after_filter"])
         std = float(stats["in_group_std_mean"])
         self.consecutive_empty = self.consecutive_empty + 1 if empty else 0
@@ -294,7 +294,6 @@ class ValidationStop:
         self.patience = patience
         self.enabled = enabled
         self.consecutive_low = 0
-        self.last_success: float | None = None
         self.stop_reason: str | None = None
 
     @classmethod
@@ -315,7 +314,6 @@ class ValidationStop:
         success = check_number("validation success", success, minimum=0.0)
         if success > 1.0:
             raise ValueError(f"validation success must be a rate in [0, 1], got {success!r}")
-        self.last_success = success
         self.consecutive_low = self.consecutive_low + 1 if success < self.threshold else 0
         if not self.enabled or self.consecutive_low < self.patience:
             return None
@@ -339,12 +337,10 @@ class ValidationStop:
         """Counters to checkpoint."""
         return {
             "consecutive_low": self.consecutive_low,
-            "last_success": self.last_success,
             "stop_reason": self.stop_reason,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore counters saved by :meth:`state_dict`."""
         self.consecutive_low = int(state["consecutive_low"])
-        self.last_success = state["last_success"]
         self.stop_reason = state["stop_reason"]

@@ -1,4 +1,6 @@
-"""The training loop: rollout -> (filter) -> advantage -> behaviour log-probs -> update.
+"""The training loop. One iteration (:meth:`Trainer.train_iteration`) is the pipeline collect ->
+diagnose -> filter -> advantages -> update, each step returning ``(data, stats)``; the stats
+become the iteration's scalars (:class:`~ragen_torchrl.trainer.metrics.Metrics`).
 
 :class:`Trainer` is driven by a composed Hydra config (``configs/config.yaml``); the CLI
 (``ragen-train``) is a thin wrapper. It can also be used directly::
@@ -23,7 +25,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensordict
@@ -41,19 +43,17 @@ from ..envs.splits import train_level_seeds
 from ..keys import (
     EPISODE_RETURN,
     GROUP_ID,
-    MASKS_ASSISTANT,
     TRAJECTORY_REFITS,
 )
 from ..models.loading import load_pretrained
 from ..models.priming import prime_text
 from ..objectives import build_algorithm
 from ..objectives.logprobs import make_logprob_policy
-from ..transforms.snr import build_filter
+from ..transforms.snr import build_filter, keep_rows
 from .checkpoint import (
     LAST,
     check_resume_config,
     load_latest,
-    read_checkpoint,
     restore_rng_state,
     rng_state,
     save_rotating,
@@ -61,16 +61,18 @@ from .checkpoint import (
 from .config import ConfigError, check_run_dir, validate_config
 from .distributed import (
     Distributed,
+    full_model_state,
+    full_state,
     gathered,
-    local_rows,
-    optimizer_state_by_name,
-    optimizer_state_by_position,
+    load_full_state,
     part_seed,
     shard_bounds,
     shard_model,
+    unscored_rows,
 )
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
+from .metrics import Metrics
 from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
 from .run_log import (
@@ -92,6 +94,23 @@ from .summary import SUMMARY_FILE, write_summary
 from .update import minibatch_plan, optimize, training_batch
 
 log = logging.getLogger(__name__)
+
+
+class KeptGroups(NamedTuple):
+    """What the filter step hands on: the groups the update trains on."""
+
+    sampled: TensorDictBase  # the batch the SNR filter saw (after DAPO's dynamic sampling)
+    batch: TensorDictBase  # its kept groups' rows
+    groups: Groups  # the kept groups
+    scale: float  # the filter's kept-ratio loss scale
+
+
+class TrainingBatch(NamedTuple):
+    """What the advantage step hands to :func:`~ragen_torchrl.trainer.update.optimize`."""
+
+    batch: TensorDictBase  # the dense training batch
+    plan: list[list[torch.Tensor]]  # the row indices of every mini-batch of every epoch
+    on_policy_first: bool  # the first mini-batch trains on the rollout policy itself
 
 
 class Trainer:
@@ -120,7 +139,6 @@ class Trainer:
             check_run_dir(run_dir, "run_dir")
         self.run_dir = Path(resume if resume else run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.ckpt_path = self.ckpt_dir / LAST
         self.resumed_from: Path | None = None
         resume_state = None
         if resume:
@@ -226,7 +244,6 @@ class Trainer:
         self.guard = FilterGuard.from_config(cfg.trainer.early_stop)
         self.val_stop = ValidationStop.from_config(cfg.trainer.early_stop)
         self.val_peak = ValidationPeak()  # RAGEN-2's table metric: the best validation of the run
-        self.empty_iterations = 0
         self.stop_reason: str | None = None
 
         mi = cfg.diagnostics.mi
@@ -338,9 +355,8 @@ class Trainer:
         bounds = shard_bounds(len(seeds), self.shards)
         piece = -(-self.P // self.shards)  # at most this many groups per rollout call (one env size)
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        mine = [self.dist.rank] if self.dist.enabled else range(len(bounds))
         parts = []
-        for p in mine:
+        for p in self.dist.own_parts(len(bounds)):
             start, end = bounds[p]
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(part_seed(int(self.cfg.seed), self.iteration, p, stream))
@@ -392,7 +408,9 @@ class Trainer:
         return self._val_envs[levels]
 
     @torch.no_grad()
-    def validate(self, step: int, *, stop_rule: bool = True, levels: int | None = None) -> dict[str, float]:
+    def validate(
+        self, step: int, *, stop_rule: bool = True, levels: int | None = None
+    ) -> tuple[dict[str, float], dict[str, float]]:
         """Greedy-ish (temperature ``val_temperature``) rollouts on the fixed held-out levels.
 
         Runs :func:`~ragen_torchrl.trainer.evaluate.evaluate_policy` (the code path of
@@ -402,8 +420,11 @@ class Trainer:
         With ``stop_rule`` the success rate feeds the sustained-low-validation stop
         (``trainer.early_stop.val_stop``); a stop reason is kept in :attr:`stop_reason`. Every validation
         updates the run's peak (:attr:`val_peak`, logged as ``val/peak_success``). ``levels``: the
-        first ``levels`` levels of the fixed set (default all ``trainer.val_levels``). The scalars
-        logged (``val/*``, and ``stop/*`` with the stop rule) are kept in :attr:`last_validation_scalars`.
+        first ``levels`` levels of the fixed set (default all ``trainer.val_levels``).
+
+        Returns:
+            ``(stats, scalars)``: the validation's statistics and the scalars it logged at ``step``
+            (``val/*``, and ``stop/*`` with the stop rule).
         """
         outer = self.clock.enter("validation")
         levels = int(self.cfg.trainer.val_levels) if levels is None else int(levels)
@@ -419,40 +440,173 @@ class Trainer:
                     desc=f"validation (iteration {step})",
                 )
         stats = self.dist.broadcast_object(stats)
-        logged = {f"val/{k}": v for k, v in stats.items()}
+        logged = Metrics().add("val", stats)
         self.val_peak.update(step, stats)
         if self.val_peak.success is not None:
-            logged["val/peak_success"] = self.val_peak.success
+            logged.add("val", {"peak_success": self.val_peak.success})
         if stop_rule:
             reason = self.val_stop.update(stats["success"])
-            logged.update({f"stop/{k}": float(v) for k, v in self.val_stop.metrics().items()})
+            logged.add("stop", self.val_stop.metrics())
             if reason and not self.stop_reason:
                 self.stop_reason = reason
-        for k, v in logged.items():
+        for k, v in logged.scalars.items():
             self.logger.log_scalar(k, v, step=step)
-        self.last_validation_scalars = logged
         n_text = int(self.cfg.trainer.log_text_samples)
         for i in range(min(n_text, records.batch_size[0]) if records is not None else 0):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
         self.clock.enter(outer)
-        return stats
+        return stats, logged.scalars
 
     # -- one iteration -------------------------------------------------------------------
-    def _update(self, batch: TensorDictBase, plan=None, on_policy_first: bool = False) -> dict[str, float]:
+    def train_iteration(self) -> dict[str, float]:
+        """One iteration, as its pipeline: collect -> diagnose -> filter -> advantages -> update; its scalars.
+
+        Each step returns ``(data, stats)``; the stats become the iteration's scalars, which
+        :meth:`fit` logs. When the filter or DAPO's dynamic sampling keeps no group, the iteration
+        ends after the filter step and its ``*/skipped_update`` scalar says which.
+        """
+        metrics = Metrics()
+        with self._gathered():  # FSDP2: generation and scoring run on the gathered weights
+            records, stats = self._collect_step()
+            metrics.update(stats)
+            metrics.update(self._diagnose(records))
+            kept, stats = self._filter_step(records)
+            metrics.update(stats)
+            if kept is None:
+                return metrics.finish()
+            # the gradient-SNR probe scores every row with the loss, so it needs all behaviour log-probs
+            probe = self.grad_snr is not None and self.grad_snr.should_run(self.iteration)
+            self.clock.enter("update")
+            with metrics.timer("update"):
+                train, batch_stats = self._advantage_step(kept, on_policy_first=not probe)
+            if probe:
+                metrics.update(self._grad_snr(kept, train.batch))
+        with metrics.timer("update"):
+            metrics.add("train", self._update_step(train))
+        # after the mini-batch means: the whole batch's count replaces theirs (train/assistant_tokens)
+        metrics.add("train", batch_stats)
+        if self.weight_sync is not None:  # the next rollout samples from the updated weights
+            with metrics.timer("weight_sync"):
+                self.weight_sync.push()
+        device = next(self.model.parameters()).device
+        if device.type == "cuda":  # this rank's peak since the start (what sizes a GPU run)
+            metrics.add("memory", {"max_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30})
+        return metrics.finish()
+
+    def _collect_step(self) -> tuple[TensorDictBase, dict[str, float]]:
+        """The iteration's P groups x G rollouts (reward-shaped) and their statistics."""
+        self.clock.enter("rollout")
+        metrics = Metrics()
+        with metrics.timer("rollout"):
+            seeds = train_level_seeds(int(self.cfg.seed), self.iteration, self.P)
+            kv_before = turn_cache_counts(self.policy)
+            records = self.algorithm.shape_rewards(self._collect(seeds))
+        metrics.add("rollout", summarize(records))
+        kv = turn_cache_metrics(kv_before, turn_cache_counts(self.policy))  # this rank's rows: summed over ranks
+        metrics.update(dict(zip(kv, self.dist.sum_floats(kv.values()))))
+        if TRAJECTORY_REFITS in records.keys():  # token rows re-tokenised from the rendered conversation
+            metrics.add("rollout", {"trajectory_refits": records.get(TRAJECTORY_REFITS).sum()})
+        # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start
+        errors = sum(getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values())
+        metrics.add("rollout", {"env_errors_total": self.dist.sum_floats([errors])[0]})
+        return records, metrics.scalars
+
+    def _diagnose(self, records: TensorDictBase) -> dict[str, float]:
+        """Diagnostics of the batch as sampled: T3's token accounting, the MI proxies (pre-update policy)."""
+        stats = {}
+        if self.t3_enabled or getattr(self.val_env, "task_name", ""):
+            # token accounting on every active-reasoning run, so a run without T3 is the baseline
+            # of one with it (no truncation column there: nothing was truncated)
+            from ..transforms.t3 import t3_token_stats
+
+            stats.update(t3_token_stats(records, self.env.max_turn))
+        self.clock.enter("diagnostics")
+        if self.collapse is not None and self.collapse.should_run(self.iteration):
+            stats.update(self.collapse(records))
+        return stats
+
+    def _filter_step(self, records: TensorDictBase) -> tuple[KeptGroups | None, dict[str, float]]:
+        """DAPO's dynamic sampling, the SNR filter and the early-stop rules; ``(None, stats)``: no update.
+
+        Every reason to skip the update ends here, in one place (the iteration line says which).
+        """
+        metrics = Metrics()
+        # the stop rules read the batch as sampled: dynamic sampling keeps only groups with signal
+        # (the group statistics of a batch are computed once, in Groups, and shared by every reader)
+        sampled = groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
+        skip = None
+        if self.algorithm.dynamic_sampling is not None:
+            self.clock.enter("rollout")  # DAPO's refills are rollouts
+            records, stats = self.algorithm.dynamic_sampling(records, self._collect_more)
+            metrics.update(stats)
+            if records is None:
+                skip = "dapo/skipped_update"  # no informative group even after the refills
+            else:
+                groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
+        self.clock.enter("filter")
+        batch, scale = records, 1.0
+        if skip is None and self.snr is None:
+            metrics.add("filter", unfiltered_stats(groups=groups))
+        elif skip is None:
+            with metrics.timer("filter"):
+                mask, stats = self.snr.row_mask(records, groups)
+                batch = keep_rows(records, mask)
+            metrics.add("filter", stats)
+            if batch is None:
+                skip = "filter/skipped_update"  # nothing carries signal: skip the update rather than train on noise
+            else:
+                scale = loss_scale(stats["kept_ratio"], self.filter_cfg["loss_scale"])
+                groups = groups.take(mask)  # whole groups: their moments stand
+        self.stop_reason = self.stop_reason or self.guard.update(stop_stats(groups=sampled, skipped=skip is not None))
+        metrics.add("stop", self.guard.metrics())
+        if skip is not None:
+            return None, metrics.update({skip: 1.0}).scalars
+        return KeptGroups(records, batch, groups, scale), metrics.scalars
+
+    def _advantage_step(self, kept: KeptGroups, on_policy_first: bool) -> tuple[TrainingBatch, dict[str, float]]:
+        """The training batch of the kept groups (advantages, behaviour and reference log-probs) and
+        its mini-batch plan, drawn first: with one epoch the first mini-batch trains on the policy
+        that generated it (``on_policy_first``), so its rows need no behaviour pass."""
+        a = self.cfg.algo
+        on_policy_first = on_policy_first and bool(a.on_policy_first_minibatch) and int(a.update_epochs) == 1
+        plan = minibatch_plan(kept.groups, a)
+        on_policy = plan[0][0] if on_policy_first and plan and plan[0] else None
+        skip, skip_ref = unscored_rows(
+            plan, kept.batch.batch_size[0], self.dist.world_size, self.dist.rank, on_policy=on_policy
+        )
+        batch, stats = self._training_batch(
+            kept.batch, kept.scale, skip_behaviour=skip, skip_reference=skip_ref, groups=kept.groups
+        )
+        return TrainingBatch(batch, plan, on_policy_first), stats
+
+    def _update_step(self, train: TrainingBatch) -> dict[str, float]:
+        """The optimizer steps over the training batch's mini-batches; their mean metrics."""
+        self.clock.enter("update")
         return optimize(
-            batch,
+            train.batch,
             self.loss_module,
             self.algorithm,
             self.optimizer,
             self.cfg.algo,
-            plan=plan,
-            on_policy_first=on_policy_first,
+            plan=train.plan,
+            on_policy_first=train.on_policy_first,
             dist=self.dist,
         )
 
+    def _grad_snr(self, kept: KeptGroups, batch: TensorDictBase) -> dict[str, float]:
+        """RAGEN-2 §3.1's gradient-SNR diagnostic, on every row of the batch the filter saw."""
+        self.clock.enter("diagnostics")
+        metrics = Metrics()
+        with metrics.timer("grad_snr"):
+            # the diagnostic needs every RV bucket, so it scores the unfiltered batch (every row of it)
+            whole = batch.batch_size[0] == kept.sampled.batch_size[0] and not self.dist.enabled
+            full = batch if whole else self._training_batch(kept.sampled)[0]
+            metrics.update(self.grad_snr(full))
+        return metrics.scalars
+
     def _training_batch(
         self, records: TensorDictBase, scale: float = 1.0, skip_behaviour=None, skip_reference=None, groups=None
-    ) -> tuple[TensorDictBase, TensorDictBase]:
+    ) -> tuple[TensorDictBase, dict[str, float]]:
         return training_batch(
             records,
             self.algorithm,
@@ -472,137 +626,6 @@ class Trainer:
         seeds = train_level_seeds(int(self.cfg.seed) + 7919 * self._refills, self.iteration, num_groups)
         return self.algorithm.shape_rewards(self._collect(seeds, stream=self._refills))
 
-    def train_iteration(self) -> dict[str, float]:
-        t0 = time.time()
-        with self._gathered():  # FSDP2: generation and scoring run on the gathered weights
-            stats, prepared = self._prepare_iteration(t0)
-        if prepared is None:
-            stats["timing/total"] = time.time() - t0
-            return stats
-        batch, behaviour, scale, plan, on_policy_first, t_prepare = prepared
-        self.clock.enter("update")
-        t1 = time.time()
-        train = self._update(batch, plan, on_policy_first)
-        t_update = t_prepare + time.time() - t1
-        if self.weight_sync is not None:  # the next rollout samples from the updated weights
-            t_s = time.time()
-            self.weight_sync.push()
-            stats["timing/weight_sync"] = time.time() - t_s
-        stats.update({f"train/{k}": v for k, v in train.items()})
-        stats["train/loss_scale"] = scale
-        stats.update({f"train/{k}": float(v) for k, v in self.algorithm.prepare_stats.items()})
-        stats["train/trajectories"] = float(batch.batch_size[0])  # trained samples, after any filter
-        stats["train/assistant_tokens"] = float(sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True)))
-        stats["timing/update"] = t_update
-        stats["timing/total"] = time.time() - t0
-        device = next(self.model.parameters()).device
-        if device.type == "cuda":  # this rank's peak since the start (what sizes a GPU run)
-            stats["memory/max_allocated_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-        return stats
-
-    def _prepare_iteration(self, t0: float) -> tuple[dict[str, float], tuple | None]:
-        """Rollout, diagnostics, filter and the training batch; ``(stats, None)`` when the update is skipped."""
-        it = self.iteration
-        self.clock.enter("rollout")
-        seeds = train_level_seeds(int(self.cfg.seed), it, self.P)
-        kv_before = turn_cache_counts(self.policy)
-        records = self.algorithm.shape_rewards(self._collect(seeds))
-        t_rollout = time.time() - t0
-        stats = {f"rollout/{k}": v for k, v in summarize(records).items()}
-        kv = turn_cache_metrics(kv_before, turn_cache_counts(self.policy))  # this rank's rows: summed over ranks
-        stats.update(zip(kv, self.dist.sum_floats(kv.values())))
-        if TRAJECTORY_REFITS in records.keys():  # token rows re-tokenised from the rendered conversation
-            stats["rollout/trajectory_refits"] = float(records.get(TRAJECTORY_REFITS).sum())
-        stats["timing/rollout"] = t_rollout
-        # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start
-        stats["rollout/env_errors_total"] = self.dist.sum_floats(
-            [sum(getattr(getattr(e, "base_env", e), "env_error_count", 0) for e in self._train_envs.values())]
-        )[0]
-        if self.t3_enabled or getattr(self.val_env, "task_name", ""):
-            # token accounting on every active-reasoning run, so a run without T3 is the baseline
-            # of one with it (no truncation column there: nothing was truncated)
-            from ..transforms.t3 import t3_token_stats
-
-            stats.update(t3_token_stats(records, self.env.max_turn))
-
-        # MI proxies on the pre-filter batch, scored by the pre-update policy
-        self.clock.enter("diagnostics")
-        if self.collapse is not None and self.collapse.should_run(it):
-            stats.update(self.collapse(records))
-
-        # every reason to skip the update ends here, in one place (the iteration line says which)
-        skip = None
-        # the stop rules read the batch as sampled: dynamic sampling keeps only groups with signal
-        # (the group statistics of a batch are computed once, in Groups, and shared by every reader)
-        sampled = groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
-        self.clock.enter("rollout")  # DAPO's refills are rollouts
-        if self.algorithm.dynamic_sampling is not None:
-            records, ds_stats = self.algorithm.dynamic_sampling(records, self._collect_more)
-            stats.update({k if "/" in k else f"dapo/{k}": float(v) for k, v in ds_stats.items()})
-            if records is None:
-                skip = "dapo/skipped_update"  # no informative group even after the refills
-            else:
-                groups = Groups.from_values(records.get(GROUP_ID), records.get(EPISODE_RETURN))
-
-        self.clock.enter("filter")
-        batch, scale = records, 1.0
-        if skip is None and self.snr is None:
-            fstats = unfiltered_stats(groups=groups)
-            stats.update({f"filter/{k}": float(v) for k, v in fstats.items()})
-        elif skip is None:
-            t_f = time.time()
-            batch = self.snr.filter(records, groups)
-            stats.update({f"filter/{k}": float(v) for k, v in self.snr.last_stats.items()})
-            stats["timing/filter"] = time.time() - t_f
-            if batch is None:
-                # nothing carries signal: skip the update rather than train on noise
-                skip = "filter/skipped_update"
-            else:
-                scale = loss_scale(self.snr.last_stats["kept_ratio"], self.filter_cfg["loss_scale"])
-                groups = groups.take(self.snr.last_row_mask)  # whole groups: their moments stand
-        self.stop_reason = self.stop_reason or self.guard.update(stop_stats(groups=sampled, skipped=skip is not None))
-        stats.update({f"stop/{k}": float(v) for k, v in self.guard.metrics().items()})
-        if skip is not None:
-            stats[skip] = 1.0
-            self.empty_iterations += 1
-            return stats, None
-
-        self.clock.enter("update")
-        t1 = time.time()
-        probe = self.grad_snr is not None and self.grad_snr.should_run(it)
-        a = self.cfg.algo
-        # one epoch: the first mini-batch trains on the policy that generated it, so its rows need
-        # no behaviour pass (the probe scores every row with the loss, so it needs them all)
-        on_policy_first = bool(a.on_policy_first_minibatch) and int(a.update_epochs) == 1 and not probe
-        plan = minibatch_plan(groups, a)
-        skip = plan[0][0] if on_policy_first and plan and plan[0] else None
-        skip_ref = None
-        if self.dist.enabled:
-            # each rank scores only the rows it trains on (its share of every mini-batch)
-            n = batch.batch_size[0]
-            mine = torch.zeros(n, dtype=torch.bool)
-            for epoch in plan:
-                for idx in epoch:
-                    mine[local_rows(idx, self.dist.world_size, self.dist.rank)] = True
-            skip_ref = torch.nonzero(~mine).reshape(-1)
-            unscored = ~mine
-            if skip is not None:
-                unscored[torch.as_tensor(skip).reshape(-1)] = True
-            skip = torch.nonzero(unscored).reshape(-1)
-        batch, behaviour = self._training_batch(
-            batch, scale, skip_behaviour=skip, skip_reference=skip_ref, groups=groups
-        )
-        t_prepare = time.time() - t1
-        if probe:
-            t_g = time.time()
-            self.clock.enter("diagnostics")
-            # the diagnostic needs every RV bucket, so it scores the unfiltered batch (every row of it)
-            whole = batch.batch_size[0] == records.batch_size[0] and not self.dist.enabled
-            full = batch if whole else self._training_batch(records)[0]
-            stats.update(self.grad_snr(full))
-            stats["timing/grad_snr"] = time.time() - t_g
-        return stats, (batch, behaviour, scale, plan, on_policy_first, t_prepare)
-
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything a resumed run needs to continue exactly as an uninterrupted one.
@@ -611,16 +634,7 @@ class Trainer:
         ``torch.distributed.checkpoint``'s state-dict API (a collective: every rank calls this), so
         a checkpoint is one file that any number of ranks, or ``ragen-eval``, can load.
         """
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-            model_state, optim_state = get_state_dict(
-                self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
-            if optim_state:  # filled on rank 0 only (cpu_offload): the rank that writes it
-                optim_state = optimizer_state_by_position(optim_state, self.optimizer, self.model)
-        else:
-            model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
+        model_state, optim_state = full_state(self.model, self.optimizer, sharded=self.fsdp)
         return {
             "iteration": self.iteration,
             "model": model_state,
@@ -634,7 +648,6 @@ class Trainer:
             "collapse": self.collapse.state_dict() if self.collapse is not None else None,
             # DAPO's refill counter seeds the refill levels: without it a resumed run draws others
             "refills": self._refills,
-            "empty_iterations": self.empty_iterations,
             "model_path": self.model_path,
             "clock": self.clock.state_dict(),
             "scalars": self.logger.scalars,  # every scalar logged so far: scalars.csv of a resumed run
@@ -654,26 +667,9 @@ class Trainer:
         self.clock.enter(outer)
         return path
 
-    def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint file (a damaged one raises an error naming it)."""
-        self._apply_checkpoint(read_checkpoint(path), path)
-
     def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-            set_state_dict(
-                self.model,
-                self.optimizer,
-                model_state_dict=state["model"],
-                optim_state_dict=optimizer_state_by_name(state["optimizer"], self.optimizer, self.model),
-                options=StateDictOptions(full_state_dict=True),
-            )
-            self.algorithm.load_state_dict(state.get("objective") or {})
-        else:
-            self.model.load_state_dict(state["model"])
-            self.algorithm.load_state_dict(state.get("objective") or {})
-            self.optimizer.load_state_dict(state["optimizer"])
+        load_full_state(self.model, self.optimizer, state["model"], state["optimizer"], sharded=self.fsdp)
+        self.algorithm.load_state_dict(state.get("objective") or {})
         restore_rng_state(state["rng"])
         self.history = state.get("history", [])
         if state.get("guard"):
@@ -684,7 +680,6 @@ class Trainer:
         if self.collapse is not None and state.get("collapse"):
             self.collapse.load_state_dict(state["collapse"])
         self._refills = int(state.get("refills", 0))
-        self.empty_iterations = int(state.get("empty_iterations", 0))
         self.clock.load_state_dict(state.get("clock"))
         self.logger.load_scalars(state.get("scalars"))
         self.iteration = int(state["iteration"]) + 1
@@ -709,7 +704,7 @@ class Trainer:
         self.clock.enter("other")
         val_start = None
         if self.iteration == 0:
-            val_start = self.validate(step=0)
+            val_start, _ = self.validate(step=0)
             self._print(
                 f"[val] iteration 0: success {val_start['success']:.3f} ± {val_start['success_stderr']:.3f}, "
                 f"return {val_start['reward_mean']:.3f}, format-valid {val_start['format_valid']:.3f}",
@@ -729,8 +724,8 @@ class Trainer:
             self._print(iteration_line(step, total, stats), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
-                v = self.validate(step=step, levels=self.periodic_val_levels())
-                self.history[-1].update(self.last_validation_scalars)
+                v, scalars = self.validate(step=step, levels=self.periodic_val_levels())
+                self.history[-1].update(scalars)
                 self._print(
                     f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f} "
                     f"({v['num_trajectories']:.0f} levels), peak {self.val_peak.success:.3f}",
@@ -745,23 +740,17 @@ class Trainer:
             if self.stop_reason:
                 break
         if total > 0:
-            val_end = self.validate(step=self.iteration, stop_rule=False)
+            val_end, scalars = self.validate(step=self.iteration, stop_rule=False)
             if self.history and self.history[-1]["iteration"] == self.iteration:
-                self.history[-1].update(self.last_validation_scalars)
+                self.history[-1].update(scalars)
         self.logger.experiment.flush()
         self.clock.enter("export")
         final_policy = None
-        full_state = None
-        if self.fsdp:  # the whole model, gathered to CPU (a collective), for rank 0 to export
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-            full_state = get_model_state_dict(
-                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
+        whole = full_model_state(self.model, sharded=self.fsdp)  # FSDP2: gathered (a collective) for rank 0
         if self.dist.is_main:
             try:
                 final_policy = str(
-                    export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=full_state)
+                    export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=whole)
                 )
             except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy
                 log.error("could not write the final policy to %s: %s", self.run_dir / POLICY_DIR, e)

@@ -103,7 +103,7 @@ def training_batch(
     skip_behaviour: torch.Tensor | None = None,
     skip_reference: torch.Tensor | None = None,
     groups: Groups | None = None,
-) -> tuple[TensorDictBase, TensorDictBase]:
+) -> tuple[TensorDictBase, dict[str, float]]:
     """Advantage, behaviour (and reference) log-probs and the algorithm's own preparation.
 
     Args:
@@ -122,9 +122,10 @@ def training_batch(
             advantages read their moments); built from the records when None.
 
     Returns:
-        ``(batch, behaviour)``: the dense training batch the loss reads (left-padded ``[N, T]``
-        token columns and one value per row, :mod:`ragen_torchrl.data.dense`) and the dense
-        behaviour output (:func:`~ragen_torchrl.objectives.logprobs.behaviour_batch`).
+        ``(batch, stats)``: the dense training batch the loss reads (left-padded ``[N, T]``
+        token columns and one value per row, :mod:`ragen_torchrl.data.dense`) and its statistics:
+        the algorithm's preparation's (PPO's value statistics), ``loss_scale`` (``scale``),
+        ``trajectories`` (rows) and ``assistant_tokens`` (the tokens the loss trains on).
     """
     records = algorithm.advantage(records, groups)
     shared = scores_shared_prefixes(algorithm.loss_module)
@@ -135,10 +136,12 @@ def training_batch(
         scored = batch if isinstance(ref_actor, TransformersWrapper) else records
         ref = behaviour_batch(ref_actor, scored, skip=skip_reference, shared_prefix=shared)
         batch.set(REF_LOG_PROBS_FULL, ref.get(LOG_PROBS_FULL))
-    batch = algorithm.prepare(batch)
+    batch, prepared = algorithm.prepare(batch)
     if scale != 1.0:
         batch = scale_advantages(batch, scale)
-    return batch, behaviour
+    tokens = sum(int(m.sum()) for m in behaviour.get(MASKS_ASSISTANT, as_list=True))
+    stats = {"loss_scale": scale, **prepared, "trajectories": batch.batch_size[0], "assistant_tokens": tokens}
+    return batch, {k: float(v) for k, v in stats.items()}
 
 
 def micro_batches(rows: torch.Tensor, micro_batch_size: int | None) -> list[torch.Tensor]:

@@ -34,7 +34,7 @@ from .group_selection import (
 )
 from .overlong import OverlongPenalty, overlong_penalty
 from .records import RecordTransform
-from .snr import FILTER_CONFIG_DEFAULTS, LOSS_SCALE_MODES, SNRFilter, build_filter, validate_filter_config
+from .snr import FILTER_CONFIG_DEFAULTS, LOSS_SCALE_MODES, SNRFilter, build_filter, keep_rows, validate_filter_config
 from .t3 import DEFAULT_PROMPT, T3Truncation, t3_config_defaults, t3_token_stats
 from .t3_rules import (
     PAPER_DEFAULTS,
@@ -76,6 +76,7 @@ __all__ = [
     "TASK_NAMES",
     "TopVarianceGroupSampler",
     "build_filter",
+    "keep_rows",
     "check_filter_value",
     "group_advantage",
     "group_scores",

@@ -42,7 +42,8 @@ class TopVarianceGroupSampler(Sampler):
     Group ids are global: rows of the same ``group_id`` written in different ``extend`` calls form
     one group. Give each rollout's groups fresh ids if they should stay apart.
 
-    ``last_stats`` holds the filter statistics (see ``SNRFilter``) of the last recomputation.
+    :meth:`selection` returns the kept rows with the filter statistics of the stored groups (see
+    ``SNRFilter``).
 
     Keyword Args:
         without_replacement: sample in shuffled epochs over the kept rows. Defaults to False.
@@ -77,7 +78,7 @@ class TopVarianceGroupSampler(Sampler):
         self._kept_rows = torch.empty(0, dtype=torch.long)
         self._epoch: torch.Tensor | None = None
         self._epoch_pos = 0
-        self.last_stats: dict[str, float] = {}
+        self._stats: dict[str, float] = {}
 
     @classmethod
     def from_config(cls, cfg: Mapping, **kwargs) -> TopVarianceGroupSampler:
@@ -105,13 +106,31 @@ class TopVarianceGroupSampler(Sampler):
     def extend(self, index: torch.Tensor) -> None:
         self._writes += 1
 
-    def kept_rows(self, storage: Storage) -> torch.Tensor:
-        """Storage indices of the rows of the kept groups (recomputed only after a write)."""
+    def selection(self, storage: Storage) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(storage indices of the kept groups' rows, filter statistics of the stored groups)``.
+
+        Recomputed only after a write; ``{}`` statistics for an empty storage.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+            >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=TopVarianceGroupSampler())
+            >>> _ = rb.extend(TensorDict(group_id=torch.tensor([0, 0, 1, 1]),
+            ...                          episode_return=torch.tensor([0.0, 1.0, 1.0, 1.0]), batch_size=[4]))
+            >>> rows, stats = rb.sampler.selection(rb.storage)
+            >>> rows.tolist(), stats["kept_groups"], stats["num_groups"]
+            ([0, 1], 1.0, 2.0)
+        """
         key = (self._writes, len(storage))
         if key != self._cache_key:
             self._recompute(storage)
             self._cache_key = key
-        return self._kept_rows
+        return self._kept_rows, self._stats
+
+    def kept_rows(self, storage: Storage) -> torch.Tensor:
+        """Storage indices of the rows of the kept groups (recomputed only after a write)."""
+        return self.selection(storage)[0]
 
     def _recompute(self, storage: Storage) -> None:
         if getattr(storage, "ndim", 1) != 1:
@@ -119,14 +138,14 @@ class TopVarianceGroupSampler(Sampler):
         self._epoch, self._epoch_pos = None, 0
         if len(storage) == 0:
             self._kept_rows = torch.empty(0, dtype=torch.long)
-            self.last_stats = {}
+            self._stats = {}
             return
         content = storage.get(torch.arange(len(storage)))
         if not isinstance(content, TensorDictBase):
             raise TypeError(
                 f"{type(self).__name__} needs TensorDict content in the storage, got {type(content).__name__}"
             )
-        mask, self.last_stats = self._filter.row_mask(content)
+        mask, self._stats = self._filter.row_mask(content)
         self._kept_rows = torch.nonzero(mask).flatten()
 
     # -- the Sampler API -------------------------------------------------------------------------
@@ -134,12 +153,12 @@ class TopVarianceGroupSampler(Sampler):
         return int(self.kept_rows(storage).numel())
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        rows = self.kept_rows(storage)
+        rows, stats = self.selection(storage)
         if rows.numel() == 0:
             raise RuntimeError(
                 f"{type(self).__name__}: no group of the {len(storage)} stored rows was selected "
                 f"(strategy={self.strategy}, value={self.value}); nothing to sample. "
-                f"Stats: {self.last_stats}"
+                f"Stats: {stats}"
             )
         if not self.without_replacement:
             pick = torch.randint(rows.numel(), (batch_size,), generator=self._rng)
@@ -160,7 +179,7 @@ class TopVarianceGroupSampler(Sampler):
         self._cache_key = None
         self._kept_rows = torch.empty(0, dtype=torch.long)
         self._epoch, self._epoch_pos = None, 0
-        self.last_stats = {}
+        self._stats = {}
 
     def state_dict(self) -> dict[str, Any]:
         # The kept set is a pure function of the storage content, so it is recomputed after a

@@ -12,7 +12,7 @@ Layers, from pure to integrated:
 * :func:`select_groups` / :func:`group_scores` -- the pure statistics and selection
   (:mod:`ragen_torchrl.transforms.group_selection`, re-exported here).
 * :class:`SNRFilter` -- a replay-buffer write-time transform (``_inv_call``) that drops whole
-  groups from a TensorDict of trajectory records, and logs ``last_stats``.
+  groups from a TensorDict of trajectory records; :meth:`SNRFilter.filter` also returns the statistics.
 * :func:`validate_filter_config` / :func:`build_filter` -- the Hydra ``filter`` config group.
 
 The training-loop side (the early-stop rules ``FilterGuard`` / ``ValidationStop``, which also run
@@ -75,9 +75,31 @@ __all__ = [
     "select_groups",
     "group_scores",
     "SNRFilter",
+    "keep_rows",
     "validate_filter_config",
     "build_filter",
 ]
+
+
+def keep_rows(td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase | None:
+    """The rows of ``td`` where ``mask`` is True, in order; ``td`` itself when all are, ``None`` when none is.
+
+    Integer indexing (not a boolean mask) keeps lazy stacks lazy and ragged entries intact.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict(group_id=torch.tensor([0, 0, 1, 1]), batch_size=[4])
+        >>> keep_rows(td, torch.tensor([False, False, True, True]))["group_id"].tolist()
+        [1, 1]
+        >>> keep_rows(td, torch.ones(4, dtype=torch.bool)) is td, keep_rows(td, torch.zeros(4, dtype=torch.bool))
+        (True, None)
+    """
+    if not bool(mask.any()):
+        return None
+    if bool(mask.all()):
+        return td
+    return td[torch.nonzero(mask).flatten()]
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,7 +123,7 @@ class SNRFilter(Transform):
         Compose(advantage_transform, SNRFilter())  # extend() runs SNRFilter, then the advantage
 
     Any transform listed after the filter runs before it and may hand it ``None``; the filter then
-    returns ``None`` and leaves ``last_stats`` untouched.
+    returns ``None``.
 
     **Direct calls and sampling.** ``filt(td)`` (``forward``) and ``_call`` apply the same filter,
     so the transform also works outside a buffer. But ``rb.sample()`` calls ``forward`` on every
@@ -110,14 +132,13 @@ class SNRFilter(Transform):
     instance has been used as a write-time transform (``_inv_call``), after which ``forward`` passes
     data through unchanged.
 
-    ``last_stats`` (floats) after each filtering call: ``num_groups``, ``kept_groups``,
+    The statistics (floats) :meth:`filter` and :meth:`row_mask` return: ``num_groups``, ``kept_groups``,
     ``kept_ratio`` (kept / groups), ``num_trajectories``, ``kept_trajectories``,
     ``zero_variance_groups`` (reward std exactly 0: all returns of the group equal), ``in_group_std_mean``/``_max`` (reward std over
     all groups), ``kept_in_group_std_mean``/``_max`` (over kept groups, 0 when none),
     ``empty_after_filter`` (0/1) and ``heterogeneity`` = Std(RV)/Mean(RV), RV the unbiased
     within-group reward variance, Std the population std over groups (0 when Mean(RV) is 0).
     Filtering helps when heterogeneity is large; near 0 it discards data uniformly.
-    ``last_row_mask`` is the boolean mask of kept input rows.
 
     Args:
         metric, strategy, value, mode, include_zero, eps, largest: see :func:`group_scores` and
@@ -148,7 +169,8 @@ class SNRFilter(Transform):
         >>> filt = SNRFilter()  # variance: group 0 -> 0.5, group 1 -> 0, group 2 -> 2.0
         >>> filt(td)["group_id"]  # threshold 0.9 * 2.5 = 2.25: groups 2 then 0
         tensor([0, 0, 2, 2])
-        >>> filt.last_stats["kept_groups"], filt.last_stats["zero_variance_groups"]
+        >>> kept, stats = filt.filter(td)  # the same rule, with its statistics
+        >>> stats["kept_groups"], stats["zero_variance_groups"]
         (2.0, 1.0)
     """
 
@@ -184,8 +206,6 @@ class SNRFilter(Transform):
         self.entropy_key = entropy_key
         self.length_key = length_key
         self.filter_on_forward = filter_on_forward
-        self.last_stats: dict[str, float] = {}
-        self.last_row_mask: torch.Tensor | None = None
         self._used_at_write_time = False
 
     # the selection settings live in one checked, frozen value; read-only here
@@ -258,41 +278,40 @@ class SNRFilter(Transform):
             self._read(td, self.group_key), self._read(td, self.return_key), name=str(self.return_key)
         )
 
-    def filter(self, td: TensorDictBase | None, groups: Groups | None = None) -> TensorDictBase | None:
-        """Drop the unselected groups; ``None`` in or nothing kept gives ``None``.
+    def filter(
+        self, td: TensorDictBase | None, groups: Groups | None = None
+    ) -> tuple[TensorDictBase | None, dict[str, float]]:
+        """``(the kept groups' rows, statistics)``; ``None`` in or nothing kept gives ``None`` rows.
+
+        The statistics are :meth:`row_mask`'s (``{}`` for ``None`` in). The torchrl hooks
+        (``forward``, ``_inv_call``, ``_call``) return the rows alone.
 
         Examples:
             >>> import torch
             >>> from tensordict import TensorDict
             >>> td = TensorDict(group_id=torch.tensor([0, 0]), episode_return=torch.ones(2),
             ...                 batch_size=[2])
-            >>> SNRFilter().filter(td) is None  # a constant group has no signal
-            True
+            >>> kept, stats = SNRFilter().filter(td)
+            >>> kept is None, stats["zero_variance_groups"]  # a constant group has no signal
+            (True, 1.0)
         """
         if td is None:
-            return None
+            return None, {}
         mask, stats = self.row_mask(td, groups)
-        self.last_stats = stats
-        self.last_row_mask = mask
-        if not bool(mask.any()):
-            return None
-        if bool(mask.all()):
-            return td
-        # Integer indexing (not a boolean mask) keeps lazy stacks lazy and ragged entries intact.
-        return td[torch.nonzero(mask).flatten()]
+        return keep_rows(td, mask), stats
 
     # -- the torchrl hooks -------------------------------------------------------------------------
     def _inv_call(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
         self._used_at_write_time = True
-        return self.filter(tensordict)
+        return self.filter(tensordict)[0]
 
     def forward(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
         if self.filter_on_forward is False or (self.filter_on_forward is None and self._used_at_write_time):
             return tensordict
-        return self.filter(tensordict)
+        return self.filter(tensordict)[0]
 
     def _call(self, next_tensordict: TensorDictBase | None) -> TensorDictBase | None:
-        return self.filter(next_tensordict)
+        return self.filter(next_tensordict)[0]
 
     def __repr__(self) -> str:
         return (

@@ -118,7 +118,7 @@ def test_round_tripping_replies_give_the_same_grpo_losses_and_gradients(tiny_mod
     for name, recs in zip(("tokens", "history"), both_ways(tok, "frozenlake", "<think>")):
         obj = algo_objective("grpo", model, tok, actor, 4)[0]
         recs = obj.advantage(obj.shape_rewards(recs))
-        batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+        batch, _ = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
         model.zero_grad()
         out = obj.loss_module(batch)
         obj.total_loss(out).backward()

@@ -16,7 +16,6 @@ import pytest
 import tensordict
 import torch
 from hydra import compose, initialize_config_dir
-from ragen_torchrl.trainer.model_setup import env_kwargs
 from tensordict import TensorDict
 from torchrl.data.llm import History
 from torchrl.envs.utils import check_env_specs
@@ -26,6 +25,7 @@ from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.games.render import FROZENLAKE_PALETTE, SOKOBAN_PALETTE, Tile, frozenlake_board, render_board
 from ragen_torchrl.envs.visual import IMAGE_TEXT, VisualFrozenLakeEnv, VisualSokobanEnv, image_chat
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
+from ragen_torchrl.trainer.model_setup import env_kwargs
 
 ICE, HOLE, GOAL, RED = (200, 230, 255), (20, 40, 90), (80, 200, 80), (220, 40, 40)
 ROOM = "#####\n#PXO#\n#####"

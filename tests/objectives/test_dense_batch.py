@@ -53,8 +53,8 @@ def test_losses_and_gradients_equal_the_ragged_batch(tiny_model, name, path):
     behaviour = compute_behaviour_log_probs(actor, recs, shared_prefix=compact and shared)
     for row in behaviour.unbind(0):  # a reference policy's log-probs (any values aligned with the tokens)
         row.set(("ref_log_probs", "full"), row.get(LOG_PROBS_FULL).nan_to_num(0.0) - 0.05)
-    ragged = obj.prepare(_ragged(recs, behaviour))
-    dense = obj.prepare(attach_training_data(recs, behaviour))
+    ragged, _ = obj.prepare(_ragged(recs, behaviour))
+    dense, _ = obj.prepare(attach_training_data(recs, behaviour))
     assert dense.get(TOKENS_FULL).ndim == 2  # one padded [N, T] batch
     for rows in (torch.arange(4), torch.tensor([3, 0]), torch.tensor([1])):
         out_r, g_r = _loss_and_grads(obj, ragged[rows])

@@ -117,7 +117,7 @@ def test_round_tripping_replies_give_the_same_losses_and_gradients(tiny_model, n
         assert obj.train_on == train_on
         recs = obj.advantage(obj.shape_rewards(scripted_records(tok)))
         beh = compute_behaviour_log_probs(actor, recs, train_on=obj.train_on)
-        batch = obj.prepare(attach_training_data(recs, beh))
+        batch, _ = obj.prepare(attach_training_data(recs, beh))
         model.zero_grad()
         out = obj.loss_module(batch)
         obj.total_loss(out).backward()

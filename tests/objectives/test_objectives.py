@@ -647,7 +647,7 @@ def scripted_batch(obj, actor):
     ).to_lazystack(0)
     recs.set(("history", "full"), History.from_chats(SCRIPTED))
     recs = obj.advantage(obj.shape_rewards(recs))
-    return obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    return obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))[0]
 
 
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "ppo"])
@@ -766,7 +766,7 @@ def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
         L = batch[i].get(("tokens", "full")).shape[0]
         assert batch[i].get("advantage").shape == (L, 1)
         assert batch[i].get("state_value").shape == batch[i].get("value_target").shape == (L,)
-    assert "ppo/explained_variance_old" in obj.prepare_stats
+    assert "ppo/explained_variance_old" in obj.prepare(batch)[1]  # prepare returns its statistics
 
     out = obj.loss_module(batch)
     stash = obj.loss_module.token_stats

@@ -51,8 +51,8 @@ def test_loss_and_gradients_equal_the_separate_behaviour_pass(tiny_model, name):
     actor = make_logprob_policy(model, tok)
     obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(records()))
-    old = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
-    new = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs, skip=torch.arange(4))))
+    old, _ = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    new, _ = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs, skip=torch.arange(4))))
 
     model.zero_grad()
     out_old = obj.loss_module(old)
@@ -147,7 +147,7 @@ def test_scoring_stored_tokens_equals_the_wrappers_history_path(tiny_model, name
     actor = make_logprob_policy(model, tok)
     obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(records()))
-    batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    batch, _ = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
 
     # the distributions: the stored-token path vs torchrl's history path
     mine = token_dist(actor, batch)
@@ -211,7 +211,7 @@ def test_logits_at_the_assistant_positions_only_give_the_same_loss_gradients_and
     actor = make_logprob_policy(model, tok)
     obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(records()))
-    batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    batch, _ = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
     runs = {}
     for compact in (False, True):
         obj.loss_module.compact_logits = compact

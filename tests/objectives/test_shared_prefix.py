@@ -200,7 +200,7 @@ def test_every_loss_gives_the_same_terms_gradients_and_metrics(tiny_model, name)
     actor = make_logprob_policy(model, tok)
     obj, _ = _objective(name, model, tok, actor)
     recs = obj.advantage(obj.shape_rewards(grouped_records()))
-    batch = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
+    batch, _ = obj.prepare(attach_training_data(recs, compute_behaviour_log_probs(actor, recs)))
     runs = {}
     for shared in (False, True):
         obj.loss_module.shared_prefix = shared

@@ -264,11 +264,9 @@ def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path,
     real = trainer.snr
 
     class KeepsNothing:
-        last_stats = property(lambda self: real.last_stats)
-
-        def filter(self, records, groups=None):
-            real.filter(records, groups)
-            return None
+        def row_mask(self, records, groups=None):
+            mask, stats = real.row_mask(records, groups)
+            return torch.zeros_like(mask), stats
 
     trainer.snr = KeepsNothing()
     trainer.fit()

@@ -457,9 +457,8 @@ def test_typed_env_node_adds_only_keys_the_env_accepts(preset, tmp_path):
     # the env node the trainer passes builds the same env as the preset alone
     import inspect
 
-    from ragen_torchrl.trainer.model_setup import env_kwargs
-
     from ragen_torchrl.envs import _REGISTRY
+    from ragen_torchrl.trainer.model_setup import env_kwargs
 
     raw = make_cfg(tmp_path, f"env={preset}")
     typed = typed_config(raw)

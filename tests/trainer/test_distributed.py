@@ -31,6 +31,7 @@ from ragen_torchrl.trainer.distributed import (
     part_seed,
     shard_bounds,
     share_weight,
+    unscored_rows,
 )
 from ragen_torchrl.trainer.update import micro_batches, minibatch_plan, optimize, training_batch
 
@@ -75,6 +76,27 @@ def test_rank_rows_and_micro_batches_deal_round_robin():
     assert [m.tolist() for m in micro_batches(idx, 100)] == [idx.tolist()]
     assert sorted(sum((m.tolist() for m in micro_batches(idx, 4)), [])) == sorted(idx.tolist())
     assert share_weight(3, 12) == 0.25 and share_weight(0, 0) == 0.0
+
+
+def test_each_rank_scores_only_the_rows_it_trains_on():
+    # two epochs over 6 rows; rank r of 2 trains on positions r, r+2, ... of every mini-batch
+    plan = [[torch.tensor([4, 1, 0]), torch.tensor([2, 5, 3])], [torch.tensor([0, 3]), torch.tensor([5, 2, 1, 4])]]
+    # rank 0: {4, 0} + {2, 3} + {0} + {5, 1} = {0, 1, 2, 3, 4, 5}; rank 1: {1} + {5} + {3} + {2, 4}
+    assert [t.tolist() for t in unscored_rows(plan, 7, world_size=2, rank=0)] == [[6], [6]]
+    behaviour, reference = unscored_rows(plan, 7, world_size=2, rank=1)
+    assert behaviour.tolist() == reference.tolist() == [0, 6]
+    # the on-policy first mini-batch needs no behaviour pass on any rank, but still its reference pass
+    behaviour, reference = unscored_rows(plan, 7, world_size=2, rank=1, on_policy=torch.tensor([4, 1, 0]))
+    assert behaviour.tolist() == [0, 1, 4, 6] and reference.tolist() == [0, 6]
+    # one process scores every row except the on-policy ones
+    assert unscored_rows(plan, 7, world_size=1, rank=0) == (None, None)
+    on_policy = torch.tensor([4, 1, 0])
+    assert unscored_rows(plan, 7, world_size=1, rank=0, on_policy=on_policy) == (on_policy, None)
+
+
+def test_each_rank_plays_its_own_collection_part():
+    assert Distributed().own_parts(3) == [0, 1, 2]
+    assert [Distributed(rank=r, world_size=3).own_parts(3) for r in range(3)] == [[0], [1], [2]]
 
 
 def test_loss_unit_follows_the_aggregation():

@@ -11,6 +11,7 @@ import torch
 from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
+from ragen_torchrl.keys import MASKS_ASSISTANT
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 
@@ -56,8 +57,12 @@ def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     records = collect_rollouts(trainer.env, trainer.policy, train_level_seeds(0, 0, 2), trainer.G)
     # give the groups within-group variance so the advantages are not all zero
     records.set("episode_return", torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.2, 0.0]))
-    full, _ = trainer._training_batch(records, 1.0)
-    half, _ = trainer._training_batch(records, 0.5)
+    full, full_stats = trainer._training_batch(records, 1.0)
+    half, half_stats = trainer._training_batch(records, 0.5)
+    # the batch's statistics come back with it: the scale, its rows and the tokens the loss trains on
+    assert (full_stats["loss_scale"], half_stats["loss_scale"]) == (1.0, 0.5)
+    assert full_stats["trajectories"] == 8.0
+    assert full_stats["assistant_tokens"] == float(full.get(MASKS_ASSISTANT).sum()) > 0
     for a, b in zip(full.get("advantage", as_list=True), half.get("advantage", as_list=True)):
         torch.testing.assert_close(b, 0.5 * a)
     out_full, out_half = trainer.loss_module(full), trainer.loss_module(half)
@@ -65,6 +70,19 @@ def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     torch.testing.assert_close(out_half.loss_objective, 0.5 * out_full.loss_objective)
     torch.testing.assert_close(out_half.loss_entropy, out_full.loss_entropy)
     torch.testing.assert_close(out_half.loss_kl_to_ref, out_full.loss_kl_to_ref)
+
+
+def test_iteration_logs_the_whole_batch_counts_not_mini_batch_means(ragen_cache_dir, tmp_path, monkeypatch):
+    # 8 rows in mini-batches of 4: the loss metrics are means over the 2 steps, but
+    # train/assistant_tokens and train/trajectories count the whole trained batch
+    trainer = make_trainer(ragen_cache_dir, tmp_path, "trainer.prompts_per_iter=2", "algo.mini_batch_size=4")
+    trained = []
+    update_step = trainer._update_step
+    monkeypatch.setattr(trainer, "_update_step", lambda train: trained.append(train.batch) or update_step(train))
+    stats = trainer.train_iteration()
+    assert stats["train/optimizer_steps"] == 2.0
+    assert stats["train/trajectories"] == 8.0
+    assert stats["train/assistant_tokens"] == float(trained[0].get(MASKS_ASSISTANT).sum())
 
 
 def _tiny_run(cache_dir, tmp_path, *extra):
@@ -218,4 +236,4 @@ def test_dapo_skipped_update_counts_as_empty(ragen_cache_dir, tmp_path, monkeypa
     assert [h["stop/consecutive_empty"] for h in trainer.history] == [1.0, 2.0]
     assert trainer.stop_reason == "empty_selection: 2 consecutive iterations kept no group"
     assert trainer.guard.base_std is None and not trainer.guard._window
-    assert trainer.empty_iterations == 2
+    assert not [k for h in trainer.history for k in h if k.startswith("train/")]  # no update ran

@@ -74,9 +74,9 @@ def test_unfiltered_stats_by_hand():
     assert s["heterogeneity"] == pytest.approx(math.sqrt(13 / 18) / (5 / 6))
     # same keys as the filter logs, and the same reward statistics as a keep-everything filter
     keep_all = SNRFilter(value=1.0, include_zero=True)
-    keep_all(records())
-    assert set(s) == set(keep_all.last_stats)
-    assert s == pytest.approx(keep_all.last_stats)
+    _, kept_stats = keep_all.filter(records())
+    assert set(s) == set(kept_stats)
+    assert s == pytest.approx(kept_stats)
     # string group ids and the (N, 1, 1) reward shape work as in the filter
     s2 = unfiltered_stats(torch.tensor(RETURNS).reshape(6, 1, 1), ["a", "a", "b", "b", "c", "c"])
     assert s2 == pytest.approx(s)
@@ -208,7 +208,7 @@ def test_paper_text_and_reference_presets_select_differently():
     # the zero-std group 1 included
     ref = build_filter(load("snr_reference"))
     assert ref(td)["group_id"].tolist() == GROUPS
-    assert ref.last_stats["kept_groups"] == 3.0 and paper.last_stats["kept_groups"] == 2.0
+    assert ref.filter(td)[1]["kept_groups"] == 3.0 and paper.filter(td)[1]["kept_groups"] == 2.0
 
 
 def test_top_k_preset_includes_zero_variance_groups():

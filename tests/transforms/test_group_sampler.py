@@ -38,7 +38,7 @@ def test_samples_only_top_groups_and_recomputes_after_write():
     sample, info = rb.sample(return_info=True)
     assert set(info["index"].tolist()) <= {0, 1, 4, 5}
     assert set(sample["group_id"].tolist()) == {0, 2}  # 64 draws from 4 rows: both groups appear
-    assert rb.sampler.last_stats["kept_groups"] == 2.0
+    assert rb.sampler.selection(rb.storage)[1]["kept_groups"] == 2.0
     # group 3 {0, 10}: variance 50. Scores .5, 0, 2, 50, sum 52.5,
     # thr .9 * 52.5 - .01 = 47.24: 50 >= thr -> group 3 alone -> rows 6, 7
     rb.extend(batch([3, 3], [0.0, 10.0]))
@@ -133,7 +133,7 @@ def test_state_dict_dumps_loads_and_empty(tmp_path):
     other.load_state_dict(rb.sampler.state_dict())
     assert other.kept_rows(rb.storage).tolist() == [0, 1, 4, 5]
     rb.empty()
-    assert not rb.can_sample() and rb.sampler.last_stats == {}
+    assert not rb.can_sample() and rb.sampler.selection(rb.storage)[1] == {}
 
 
 def test_from_config_and_validation():

@@ -81,8 +81,10 @@ def test_direct_call_keeps_whole_groups_and_stats():
     assert out.get("group_id").tolist() == [0, 0, 2, 2]
     assert out.get("text").tolist() == [f"trajectory {i}" for i in KEPT_ROWS]
     assert [row["tokens"].tolist() for row in out.unbind(0)] == [list(range(i + 1)) for i in KEPT_ROWS]
-    assert filt.last_row_mask.tolist() == [True, True, False, False, True, True]
-    s = filt.last_stats
+    mask, s = filt.row_mask(records())
+    assert mask.tolist() == [True, True, False, False, True, True]
+    kept, stats = filt.filter(records())
+    assert kept.get("group_id").tolist() == [0, 0, 2, 2] and stats == s
     assert all(isinstance(v, float) for v in s.values())
     assert s["num_groups"] == 3 and s["kept_groups"] == 2
     assert s["kept_ratio"] == pytest.approx(2 / 3)
@@ -101,21 +103,23 @@ def test_all_kept_returns_input_and_nothing_kept_returns_none():
     filt = SNRFilter(value=1.0, include_zero=True)
     td = dense()
     assert filt(td) is td
-    assert filt.last_stats["kept_ratio"] == 1.0
+    assert filt.filter(td)[1]["kept_ratio"] == 1.0
     const = dense([0, 0, 1, 1], [1.0, 1.0, 0.0, 0.0])
-    assert filt.filter(const) is not None  # include_zero + p >= 1 keeps zero groups too
+    assert filt.filter(const)[0] is not None  # include_zero + p >= 1 keeps zero groups too
     filt = SNRFilter()
     assert filt(const) is None
-    assert filt.last_stats["empty_after_filter"] == 1.0
-    assert filt.last_stats["kept_ratio"] == 0.0 and filt.last_stats["heterogeneity"] == 0.0
-    assert filt(None) is None and filt._inv_call(None) is None
+    kept, stats = filt.filter(const)
+    assert kept is None and stats["empty_after_filter"] == 1.0
+    assert stats["kept_ratio"] == 0.0 and stats["heterogeneity"] == 0.0
+    assert filt(None) is None and filt._inv_call(None) is None and filt.filter(None) == (None, {})
 
 
 def test_empty_batch():
     filt = SNRFilter()
     empty = TensorDict(group_id=torch.zeros(0, dtype=torch.long), episode_return=torch.zeros(0), batch_size=[0])
     assert filt(empty) is None
-    assert filt.last_stats["num_groups"] == 0.0 and filt.last_stats["empty_after_filter"] == 1.0
+    kept, stats = filt.filter(empty)
+    assert kept is None and stats["num_groups"] == 0.0 and stats["empty_after_filter"] == 1.0
 
 
 def test_string_group_ids_and_metric_columns():
@@ -148,7 +152,7 @@ def test_in_replay_buffer_write_time():
     assert sample.batch_size == torch.Size([4])
     # a batch of constant groups is dropped entirely at write time
     rb.extend(records([5, 5], [1.0, 1.0]))
-    assert len(rb) == 4 and filt.last_stats["empty_after_filter"] == 1.0
+    assert len(rb) == 4
 
 
 def test_filter_on_forward_switch():
@@ -185,7 +189,7 @@ def test_none_passes_through_compose():
     rb = ReplayBuffer(storage=LazyStackStorage(100), transform=Compose(rec, filt, DropAll()))
     index = rb.extend(records())
     assert len(rb) == 0 and index.numel() == 0
-    assert rec.seen == [None] and filt.last_stats == {}
+    assert rec.seen == [None]
     # and the filter's own None reaches the next transform
     rec = Recorder()
     rb = ReplayBuffer(storage=LazyStackStorage(100), transform=Compose(rec, SNRFilter()))

@@ -60,7 +60,7 @@ def test_snr_filter_default_keeps_the_small_variance_groups():
     td = TensorDict(group_id=ids, episode_return=returns.float(), batch_size=[returns.numel()])
     out = SNRFilter()(td)
     assert out is not None and out["group_id"].unique().tolist() == [0, 1, 2]
-    assert SNRFilter().filter(td).batch_size[0] == 12
+    assert SNRFilter().filter(td)[0].batch_size[0] == 12
 
 
 def test_any_variance_keeps_a_group_at_every_scale():
