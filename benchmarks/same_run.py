@@ -46,7 +46,7 @@ def run(iterations: int, overrides: list[str], threads: int) -> dict:
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
         with initialize_config_dir(config_dir=str(PACKAGE_CONFIG_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[f"model.cache_dir={tmp}/cache", *overrides])
+            cfg = compose("config", overrides=[f"model.cache_dir={tmp}/cache", f"model.threads={threads}", *overrides])
         trainer = Trainer(cfg, f"{tmp}/run")
         out = {"overrides": overrides, "threads": threads, "iterations": []}
         for _ in range(iterations):

@@ -41,6 +41,7 @@ Example:
     >>> import torch
     >>> from tensordict import TensorDict
     >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+    >>> _ = torch.manual_seed(0)  # random weights: without a seed a row may pick the end token early
     >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, intermediate_size=8,
     ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, eos_token_id=15, pad_token_id=0))
     >>> policy = TurnCachePolicy(model, generate_kwargs={"max_new_tokens": 3, "do_sample": False})
