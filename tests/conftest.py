@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import tensordict
@@ -72,3 +73,19 @@ def ragen_cache_dir(tmp_path_factory) -> str:
     rename, so two workers building one entry at once is safe.
     """
     return str(_run_dir(tmp_path_factory, "ragen_cache"))
+
+
+@pytest.fixture(autouse=True)
+def _package_loggers_reach_caplog():
+    """Each test starts with the package's loggers enabled and propagating to the root logger.
+
+    A logging configuration applied by an earlier test in the same process (``dictConfig`` disables
+    every logger that already exists unless told otherwise) must not decide whether a later test's
+    ``caplog`` sees our log records.
+    """
+    logging.disable(logging.NOTSET)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("ragen_torchrl") and isinstance(logger, logging.Logger):
+            logger.disabled = False
+            logger.propagate = True
+    yield
