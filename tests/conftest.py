@@ -80,8 +80,8 @@ def _package_loggers_reach_caplog():
     """Each test starts with the package's loggers enabled and propagating to the root logger.
 
     A logging configuration applied by an earlier test in the same process (``dictConfig`` disables
-    every logger that already exists unless told otherwise) must not decide whether a later test's
-    ``caplog`` sees our log records.
+    every logger that already exists unless told otherwise; import-linter's CLI does that) must not
+    decide whether a later test's ``caplog`` sees our log records.
     """
     logging.disable(logging.NOTSET)
     for name, logger in list(logging.root.manager.loggerDict.items()):
