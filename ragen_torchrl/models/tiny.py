@@ -134,7 +134,13 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512):
     return hf
 
 
-def _fingerprint(corpus: list[str], cfg: TinyModelConfig) -> str:
+def build_fingerprint(corpus: list[str], cfg) -> str:
+    """The cache key of a tiny model: its size config (a dataclass) and the tokenizer corpus.
+
+    Example:
+        >>> build_fingerprint(["a b"], TinyModelConfig()) == build_fingerprint(["a b"], TinyModelConfig())
+        True
+    """
     h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode())
     for line in corpus:
         h.update(line.encode("utf-8", "replace"))
@@ -158,7 +164,7 @@ def build_tiny_model(
     corpus = list(corpus)
     if not corpus:
         raise ValueError("the tokenizer corpus is empty")
-    target = Path(cache_dir).expanduser() / f"tiny-qwen2-{_fingerprint(corpus, cfg)}"
+    target = Path(cache_dir).expanduser() / f"tiny-qwen2-{build_fingerprint(corpus, cfg)}"
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return str(target)
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)

@@ -34,14 +34,12 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .tiny import train_tokenizer
+from .tiny import build_fingerprint, train_tokenizer
 
 __all__ = [
     "TINY_VL_PREFIX",
@@ -167,14 +165,6 @@ def tiny_image_processor(max_image_tokens: int = 256):
     )
 
 
-def _fingerprint(corpus: list[str], cfg: TinyVLConfig) -> str:
-    h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode())
-    for line in corpus:
-        h.update(line.encode("utf-8", "replace"))
-        h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
 def build_tiny_vl_model(
     corpus: Iterable[str], cfg: TinyVLConfig | None = None, cache_dir: str | os.PathLike = "."
 ) -> str:
@@ -190,7 +180,7 @@ def build_tiny_vl_model(
     corpus = list(corpus)
     if not corpus:
         raise ValueError("the tokenizer corpus is empty")
-    target = Path(cache_dir).expanduser() / f"{TINY_VL_PREFIX}{_fingerprint(corpus, cfg)}"
+    target = Path(cache_dir).expanduser() / f"{TINY_VL_PREFIX}{build_fingerprint(corpus, cfg)}"
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return str(target)
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)
