@@ -204,7 +204,7 @@ def test_build_tiny_model_returns_cached_path_without_rebuilding(tiny_model_dir,
 
 
 def test_cache_key_depends_on_config_and_corpus():
-    fp = tiny_mod._fingerprint
+    fp = tiny_mod.build_fingerprint
     base = TinyModelConfig(**SMALL)
     assert fp(["a", "b"], base) == fp(["a", "b"], TinyModelConfig(**SMALL))
     assert fp(["a", "b"], base) != fp(["a", "c"], base)
