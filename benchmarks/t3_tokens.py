@@ -53,7 +53,7 @@ from torchrl.data.llm import History
 
 from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
-from ragen_torchrl.envs.active.reasoning import ActiveReasoningEnv
+from ragen_torchrl.envs.active.env import ActiveReasoningEnv
 from ragen_torchrl.envs.games.interactive import InteractiveGame
 from ragen_torchrl.envs.games.movie_recommendation import MovieRecommendationGame
 from ragen_torchrl.envs.games.preference_estimation import PreferenceEstimationGame

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+from ..models.sampling import check_sampling, sampling_truncation
 from .grouped import (
     POLICY_OUTPUT_KEYS,
     TOKEN_POLICY_OUTPUT_KEYS,
@@ -17,11 +18,9 @@ from .grouped import (
     PolicyContractError,
     TokenPromptWrapper,
     check_policy_output,
-    check_sampling,
     collect_rollouts,
     hf_generate_kwargs,
     make_generation_policy,
-    sampling_truncation,
     turn_cache_counts,
     turn_cache_metrics,
     wrapper_generate_kwargs,

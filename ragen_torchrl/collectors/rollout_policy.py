@@ -5,7 +5,7 @@ is :func:`~ragen_torchrl.collectors.make_generation_policy`, the ``vllm`` one co
 sync (:mod:`ragen_torchrl.collectors.vllm_backend`, which imports vLLM only when an engine is built).
 
 The backends' names are the config vocabulary of ``rollout.backend``
-(:data:`ragen_torchrl.trainer.config.ROLLOUT_BACKENDS`, checked before any model is loaded).
+(:data:`ragen_torchrl.trainer.config_schema.ROLLOUT_BACKENDS`, checked before any model is loaded).
 
 Example:
     >>> build_rollout_policy("sglang", None, None, max_new_tokens=8, temperature=1.0)

@@ -71,7 +71,8 @@ from torchrl.modules.llm import vLLMWrapper
 
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
-from .grouped import hf_generate_kwargs, sampling_truncation, wrapper_generate_kwargs
+from ..models.sampling import sampling_truncation
+from .grouped import hf_generate_kwargs, wrapper_generate_kwargs
 
 __all__ = [
     "VLLMUnavailableError",

@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from .collapse import CollapseMonitor, turn_pairs
-from .cross_scoring import DEFAULT_BATCH_SIZE, METHODS, cross_score, tree_supported
+from .cross_scoring import DEFAULT_BATCH_SIZE, METHODS, cross_score
 from .entropy import entropy_metrics, token_entropy
 from .grad_snr import GradSNRProbe, bucket_grad_norms, rv_buckets
 from .mi import DEFAULT_MI_EVERY, RETRIEVAL_KS, ZSCORE_EPS, MIProxyTracker, mi_proxies
@@ -27,6 +27,7 @@ from .mi_sampling import (
     sample_trajectory_uniform_pairs,
 )
 from .prefix_tree import PrefixTree, build_prefix_tree, chunk_sorted_by_budget
+from .tree_scoring import tree_supported
 
 __all__ = [
     "CollapseMonitor",

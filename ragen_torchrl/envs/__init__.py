@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .active.reasoning import (
+from .active.tasks import (
     CircuitDecodingEnv,
     GuessNumbersEnv,
     MovieRecommendationEnv,

@@ -12,7 +12,7 @@ and the one before it, ``prev.pt``, so a damaged newest file never loses the run
   stale ``last.tmp`` that the next resume removes.
 * **read** (:func:`load_latest`): ``last.pt`` first; a damaged one is reported by name
   (logged as an error) and ``prev.pt`` is used instead. :class:`NoCheckpointError`
-  (a :class:`~ragen_torchrl.trainer.config.ConfigError`: the CLI exits 2) when no file loads.
+  (a :class:`~ragen_torchrl.trainer.config_checks.ConfigError`: the CLI exits 2) when no file loads.
 * **config** (:func:`check_resume_config`): the config stored in the checkpoint is compared
   with the one given on resume. Changes that alter what the run means (:data:`PROTECTED`:
   seed, algorithm, env, batch shape P x G, filter, model, warm start, T3, validation set)
@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from ..flat_config import flatten_config
-from .config import ConfigError
+from .config_checks import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,9 @@ def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
     """
     from omegaconf import OmegaConf, open_dict
 
-    from .config import ConfigError, check_run_dir, validate_config
+    from .config import validate_config
+    from .config_checks import ConfigError
+    from .config_paths import check_run_dir
 
     task = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False))
     run_dir = OmegaConf.select(cfg, dir_key, throw_on_missing=False)
@@ -124,7 +126,8 @@ class PreflightCallback(_Callback):
         """Multirun (``-m``): check the sweep dir and every job's config before the first job."""
         from omegaconf import OmegaConf
 
-        from .config import ConfigError, check_run_dir
+        from .config_checks import ConfigError
+        from .config_paths import check_run_dir
 
         sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", throw_on_missing=False)
         try:
@@ -152,7 +155,7 @@ def _run_dir() -> str:
 
 def _train(cfg) -> None:
     from ..models.loading import ModelSourceError
-    from .config import ConfigError
+    from .config_checks import ConfigError
     from .loop import Trainer
 
     if cfg.trainer.dry_run:
@@ -177,7 +180,8 @@ def _train(cfg) -> None:
 
 def _sft(cfg) -> None:
     from ..models.loading import ModelSourceError
-    from .config import ConfigError, validate_config
+    from .config import validate_config
+    from .config_checks import ConfigError
     from .loop import Trainer
 
     try:

@@ -38,34 +38,26 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile  # noqa: F401 (tests patch tempfile.mkstemp through this module)
 
 from omegaconf import DictConfig, ListConfig
 
-# the vocabulary, the unknown-key check and the path checks live in their own modules; they are
-# re-exported here, where every caller has always imported them from
-from .config_checks import (  # noqa: F401
+from .config_checks import (
     LIMITS,
     MAX_ITERATION_TOKENS,
     MAX_ROWS,
     TINY_MAX_POSITIONS,
     ConfigError,
-    MissingPathError,
     _get,
     _has,
     _is_number,
     _limit_error,
-    check_bool,
-    check_choice,
     check_finite,
-    check_float_range,
     check_positive_float,
     check_positive_int,
-    check_probability,
 )
-from .config_keys import check_unknown_keys, unknown_keys  # noqa: F401
-from .config_paths import check_paths, check_resume, check_run_dir, check_writable_dir  # noqa: F401
-from .config_schema import ROLLOUT_BACKENDS, check_fields, typed_config  # noqa: F401
+from .config_keys import check_unknown_keys
+from .config_paths import check_paths
+from .config_schema import check_fields, typed_config
 
 #: algorithms whose advantage compares a sample with its group (a group of one has A = 0)
 GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")

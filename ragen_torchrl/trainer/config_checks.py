@@ -110,7 +110,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _limit_error(key: str, value: Any, limit: int) -> ConfigError:
-    return ConfigError(f"{key}={value!r} exceeds the limit {limit} (ragen_torchrl.trainer.config.LIMITS)")
+    return ConfigError(f"{key}={value!r} exceeds the limit {limit} (ragen_torchrl.trainer.config_checks.LIMITS)")
 
 
 def check_positive_int(

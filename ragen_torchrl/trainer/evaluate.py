@@ -218,7 +218,7 @@ def _run_config(run_dir: Path) -> tuple[dict[str, Any], tuple | None]:
     """The run's config (summary.json, else its checkpoint, else Hydra's ``.hydra/config.yaml``,
     each checked by :func:`~ragen_torchrl.trainer.stored_config.check_stored_config`, never
     resolved) and the checkpoint read for it (``None`` when none was read)."""
-    from .config import ConfigError
+    from .config_checks import ConfigError
     from .stored_config import check_stored_config, load_yaml_config
     from .summary import read_summary
 
@@ -243,7 +243,7 @@ def _run_config(run_dir: Path) -> tuple[dict[str, Any], tuple | None]:
 
 def _latest_checkpoint(run_dir: Path, *, required: bool = True):
     from .checkpoint import checkpoint_files, load_latest
-    from .config import ConfigError
+    from .config_checks import ConfigError
 
     if not checkpoint_files(run_dir / "checkpoints"):
         if required:
@@ -299,7 +299,7 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
         raise EvalError(f"{target}: no such file or directory")
     if path.is_file():
         from .checkpoint import DamagedCheckpointError, UnsafeCheckpointError, read_checkpoint
-        from .config import ConfigError
+        from .config_checks import ConfigError
         from .stored_config import check_stored_config
 
         try:

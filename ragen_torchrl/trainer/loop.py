@@ -58,7 +58,9 @@ from .checkpoint import (
     rng_state,
     save_rotating,
 )
-from .config import ConfigError, check_run_dir, validate_config
+from .config import validate_config
+from .config_checks import ConfigError
+from .config_paths import check_run_dir
 from .distributed import (
     Distributed,
     full_model_state,

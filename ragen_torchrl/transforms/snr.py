@@ -9,8 +9,8 @@ step cheaper.
 
 Layers, from pure to integrated:
 
-* :func:`select_groups` / :func:`group_scores` -- the pure statistics and selection
-  (:mod:`ragen_torchrl.transforms.group_selection`, re-exported here).
+* :func:`~ragen_torchrl.transforms.group_selection.select_groups` /
+  :func:`~ragen_torchrl.transforms.group_selection.group_scores` -- the pure statistics and selection.
 * :class:`SNRFilter` -- a replay-buffer write-time transform (``_inv_call``) that drops whole
   groups from a TensorDict of trajectory records; :meth:`SNRFilter.filter` also returns the statistics.
 * :func:`validate_filter_config` / :func:`build_filter` -- the Hydra ``filter`` config group.
@@ -45,35 +45,23 @@ from torchrl.envs.transforms import Transform
 from ..checks import check_bool
 from ..data.groups import Groups
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
-
-# the pure statistics and selection; re-exported here, where users of the filter look first
 from .group_selection import (
     ENTROPY_METRICS,
     METRICS,
-    MODES,
     STRATEGIES,
     GroupSelection,
     _check_choice,
     _check_selection_args,
     check_filter_value,
     filter_stats,
-    group_scores,
     scores_of,
-    select_groups,
 )
 
 LOSS_SCALE_MODES = ("none", "linear", "sqrt")
 
 __all__ = [
-    "STRATEGIES",
-    "MODES",
-    "METRICS",
-    "ENTROPY_METRICS",
     "LOSS_SCALE_MODES",
     "FILTER_CONFIG_DEFAULTS",
-    "check_filter_value",
-    "select_groups",
-    "group_scores",
     "SNRFilter",
     "keep_rows",
     "validate_filter_config",

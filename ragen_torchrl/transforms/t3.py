@@ -1,7 +1,7 @@
 """T3: truncate belief-trapped trajectories during training (REFERENCE §3).
 
 :class:`T3Truncation` is a torchrl env :class:`~torchrl.envs.transforms.Transform` for the
-active-reasoning envs (:mod:`ragen_torchrl.envs.active.reasoning`). After every step it feeds,
+active-reasoning envs (:mod:`ragen_torchrl.envs.active`). After every step it feeds,
 per row (addressed by ``env_index``), the env's ``progress`` and turn info to the task's stall
 rule (:func:`ragen_torchrl.transforms.t3_rules.make_rule`). What happens when the rule fires is
 what the reference implementation does (it never masks tokens afterwards; the trajectory is

@@ -255,7 +255,8 @@ def test_the_switch_and_its_errors(tiny_model):
 def test_a_bad_trajectory_value_is_a_config_error(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.config import ConfigError, validate_config
+    from ragen_torchrl.trainer.config import validate_config
+    from ragen_torchrl.trainer.config_checks import ConfigError
     from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

@@ -249,7 +249,7 @@ def test_tree_equals_naive_on_shared_prefixes(model, batch_size):
 
 
 def test_tree_is_the_default_where_supported_and_refused_where_not(model):
-    from ragen_torchrl.diagnostics.cross_scoring import tree_supported
+    from ragen_torchrl.diagnostics.tree_scoring import tree_supported
 
     assert tree_supported(model)
     ctx, zs = _templated(9)

@@ -28,7 +28,8 @@ from tensordict import TensorDict
 from torchrl.data.llm import History
 
 from ragen_torchrl.envs import available_envs, make_env
-from ragen_torchrl.envs.active.reasoning import ActiveReasoningEnv, parse_active_reply
+from ragen_torchrl.envs.active.env import ActiveReasoningEnv
+from ragen_torchrl.envs.active.reply import parse_active_reply
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS, parse_response
 from ragen_torchrl.envs.text_env import TextGameEnv
 

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_torchrl.envs.games.base import TextGame
-from ragen_torchrl.envs.games.sokoban import ACTIONS, SokobanGame
+from ragen_torchrl.envs.games.sokoban import SokobanGame
+from ragen_torchrl.envs.games.sokoban_search import ACTIONS
 
 CORRIDOR = """
 ######

@@ -16,13 +16,8 @@ from tensordict import TensorDict  # noqa: E402
 from torchrl.data.llm import History  # noqa: E402
 
 from ragen_torchrl.envs import available_envs, make_env  # noqa: E402
-from ragen_torchrl.envs.active.reasoning import (  # noqa: E402
-    INVALID_REPLY,
-    INVALID_REPLY_END,
-    LAST_TURN_PROMPT,
-    ActiveReasoningEnv,
-    parse_active_reply,
-)
+from ragen_torchrl.envs.active.env import ActiveReasoningEnv  # noqa: E402
+from ragen_torchrl.envs.active.reply import INVALID_REPLY, INVALID_REPLY_END, LAST_TURN_PROMPT, parse_active_reply  # noqa: E402
 from ragen_torchrl.envs.parsing import MAX_REPLY_CHARS  # noqa: E402
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR  # noqa: E402
 from ragen_torchrl.trainer.demonstrations import make_demonstrations, tokenizer_corpus  # noqa: E402

@@ -409,7 +409,8 @@ def test_bad_settings_and_inputs_raise(model_tok):
 def test_bad_config_values_name_the_key(tmp_path, override, text):
     from hydra import compose, initialize_config_dir
 
-    from ragen_torchrl.trainer.config import ConfigError, validate_config
+    from ragen_torchrl.trainer.config import validate_config
+    from ragen_torchrl.trainer.config_checks import ConfigError
     from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

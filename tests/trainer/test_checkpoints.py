@@ -37,7 +37,7 @@ from ragen_torchrl.trainer.checkpoint import (
     remove_stale_tmp,
     save_rotating,
 )
-from ragen_torchrl.trainer.config import ConfigError
+from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.loop import Trainer
 from ragen_torchrl.trainer.run_log import iteration_line
 

@@ -15,14 +15,11 @@ from omegaconf import OmegaConf
 
 import ragen_torchrl.models.loading as loading
 import ragen_torchrl.trainer.config as config_mod
+import ragen_torchrl.trainer.config_paths as config_paths
 import ragen_torchrl.trainer.loop as loop_mod
-from ragen_torchrl.trainer.config import (
-    ConfigError,
-    estimate_iteration_tokens,
-    estimate_tiny_model_bytes,
-    unknown_keys,
-    validate_config,
-)
+from ragen_torchrl.trainer.config import estimate_iteration_tokens, estimate_tiny_model_bytes, validate_config
+from ragen_torchrl.trainer.config_checks import ConfigError
+from ragen_torchrl.trainer.config_keys import check_unknown_keys, unknown_keys
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.config_schema import schema_tree, typed_config
 from ragen_torchrl.trainer.loop import Trainer
@@ -238,7 +235,7 @@ def test_unknown_keys_against_the_selected_group_options(tmp_path):
 
 def test_an_env_registered_at_run_time_may_have_any_keys():
     # no dataclass knows its keys: they go to its builder as they are
-    config_mod.check_unknown_keys({"env": {"name": "my_env", "anything": 1}})
+    check_unknown_keys({"env": {"name": "my_env", "anything": 1}})
     cfg = typed_config({"env": {"name": "my_env", "anything": 1}})
     assert cfg.env.anything == 1 and cfg.trainer.val_levels == 512
 
@@ -354,11 +351,11 @@ def test_read_only_dirs_are_reported_by_path(tmp_path, monkeypatch):
     def refuse(*args, dir=None, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(config_mod.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(config_paths.tempfile, "mkstemp", refuse)
     with pytest.raises(ConfigError, match=rf"model\.cache_dir={ro}/cache is not writable: cannot create files in {ro}"):
-        config_mod.check_writable_dir(ro / "cache", "model.cache_dir")
+        config_paths.check_writable_dir(ro / "cache", "model.cache_dir")
     with pytest.raises(ConfigError, match=rf"hydra\.run\.dir={ro} is not writable"):
-        config_mod.check_run_dir(ro)
+        config_paths.check_run_dir(ro)
     assert list(ro.iterdir()) == []  # nothing was created
 
 

@@ -172,7 +172,7 @@ def _cfg(cache_dir, *extra):
     ],
 )
 def test_distributed_settings_that_cannot_run_are_config_errors(ragen_cache_dir, tmp_path, extra, message):
-    from ragen_torchrl.trainer.config import ConfigError
+    from ragen_torchrl.trainer.config_checks import ConfigError
     from ragen_torchrl.trainer.loop import Trainer
 
     with pytest.raises(ConfigError, match=message):
@@ -181,7 +181,8 @@ def test_distributed_settings_that_cannot_run_are_config_errors(ragen_cache_dir,
 
 
 def test_rollout_shards_is_validated_with_the_config(ragen_cache_dir):
-    from ragen_torchrl.trainer.config import ConfigError, validate_config
+    from ragen_torchrl.trainer.config import validate_config
+    from ragen_torchrl.trainer.config_checks import ConfigError
 
     with pytest.raises(ConfigError, match="rollout.shards"):
         validate_config(_cfg(ragen_cache_dir, "rollout.shards=0"))

@@ -236,7 +236,8 @@ def test_max_optimizer_steps_stops_the_run_at_the_cap(ragen_cache_dir, tmp_path)
 
 @pytest.mark.parametrize("value", [0, -3, 1.5, "many"])
 def test_max_optimizer_steps_must_be_a_positive_integer(value, tmp_path):
-    from ragen_torchrl.trainer.config import ConfigError, validate_config
+    from ragen_torchrl.trainer.config import validate_config
+    from ragen_torchrl.trainer.config_checks import ConfigError
 
     cfg = make_cfg(str(tmp_path), f"trainer.max_optimizer_steps={value}")
     # a non-integer is caught by the typed field, a non-positive integer by the field's check

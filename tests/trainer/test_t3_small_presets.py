@@ -23,7 +23,8 @@ from ragen_torchrl.envs.games.guess_numbers import (
     is_valid_code,
 )
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET
-from ragen_torchrl.trainer.config import ConfigError, validate_config
+from ragen_torchrl.trainer.config import validate_config
+from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations
 

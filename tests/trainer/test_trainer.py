@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.models.loading import load_pretrained
-from ragen_torchrl.trainer.config import ConfigError
+from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.loop import Trainer
 

@@ -28,7 +28,7 @@ from ragen_torchrl.trainer.checkpoint import (
     rng_state,
     save_rotating,
 )
-from ragen_torchrl.trainer.config import ConfigError
+from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.evaluate import main as eval_main
 from ragen_torchrl.trainer.summary import SUMMARY_KEYS
 

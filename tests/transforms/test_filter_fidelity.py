@@ -15,12 +15,8 @@ from tensordict import TensorDict
 
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.trainer.early_stop import FilterGuard, ValidationStop, unfiltered_stats
-from ragen_torchrl.transforms.snr import (
-    SNRFilter,
-    build_filter,
-    check_filter_value,
-    validate_filter_config,
-)
+from ragen_torchrl.transforms.group_selection import check_filter_value
+from ragen_torchrl.transforms.snr import SNRFilter, build_filter, validate_filter_config
 
 CONFIG_DIR = Path(PACKAGE_CONFIG_DIR) / "filter"
 GROUPS = [0, 0, 1, 1, 2, 2]

@@ -17,7 +17,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from ragen_torchrl.transforms.snr import METRICS, SNRFilter, group_scores, select_groups
+from ragen_torchrl.transforms.group_selection import METRICS, group_scores, select_groups
+from ragen_torchrl.transforms.snr import SNRFilter
 
 REWARD_METRICS = ("reward_std", "reward_variance", "reward_mean")
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_torchrl.trainer.early_stop import FilterGuard, loss_scale
-from ragen_torchrl.transforms.snr import group_scores, select_groups
+from ragen_torchrl.transforms.group_selection import group_scores, select_groups
 
 
 def sel(scores, **kw):

@@ -3,7 +3,7 @@
 :class:`ActiveReasoningEnv` maps a reply (:mod:`.reply`) to the game core's
 ``step("interact:" + query)`` / ``step("answer:" + answer)``, shows the game's feedback at the
 top of the next user message and writes the per-turn T3 keys; the rules are described in
-:mod:`ragen_torchrl.envs.active.reasoning`. The tasks themselves (GuessNumbers, ...) are in
+:mod:`ragen_torchrl.envs.active`. The tasks themselves (GuessNumbers, ...) are in
 :mod:`.tasks`.
 
 Example:
