@@ -33,6 +33,7 @@ from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf resolves typin
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..options import FILTER_CONFIG_DEFAULTS, AlgoOptions, DynamicSamplingOptions, OverlongOptions
 from .config_checks import (
     LIMITS,
     ConfigError,
@@ -209,11 +210,17 @@ class TrainerConfig:
 
 
 # ------------------------------------------------------------------------------------------- algo
+# the defaults of the algo node live with the algorithms (a partial algo dict gets the same ones)
+_ALGO, _OVERLONG, _DS = AlgoOptions(), OverlongOptions(), DynamicSamplingOptions()
+
+
 @dataclass
 class OverlongConfig:
-    enabled: bool = setting(False, "DAPO's soft overlong punishment", check_bool)
-    max_length: Optional[int] = setting(None, "L_max; null = algo.max_length", _opt_pos_int)
-    cache_length: int = setting(0, "L_cache: the penalty ramps from 0 to -1 over the last L_cache tokens")
+    enabled: bool = setting(_OVERLONG.enabled, "DAPO's soft overlong punishment", check_bool)
+    max_length: Optional[int] = setting(_OVERLONG.max_length, "L_max; null = algo.max_length", _opt_pos_int)
+    cache_length: int = setting(
+        _OVERLONG.cache_length, "L_cache: the penalty ramps from 0 to -1 over the last L_cache tokens"
+    )
 
 
 @dataclass
@@ -221,50 +228,58 @@ class AlgoConfig:
     """Settings every algorithm reads (GRPO, Dr.GRPO, GSPO; PPO and DAPO add their own)."""
 
     name: str = setting(
-        "grpo", "the objective: grpo | drgrpo | dapo | gspo | ppo (or one registered with register_algorithm)"
+        _ALGO.name, "the objective: grpo | drgrpo | dapo | gspo | ppo (or one registered with register_algorithm)"
     )
-    lr: float = setting(2.0e-4, "AdamW learning rate (the actor's)", partial(check_positive_float, maximum=1.0))
-    weight_decay: float = setting(0.0, "AdamW weight decay", _unit)
-    clip_epsilon: Any = setting(0.2, "ratio clip: a number or (eps_low, eps_high) for clip-higher")
-    entropy_coeff: float = setting(0.001, "weight of the entropy bonus", _nonneg_float)
-    kl_coeff: float = setting(0.0, "KL to the frozen reference policy (k3); 0 = off", _nonneg_float)
-    update_epochs: int = setting(1, "passes over each iteration's batch (every algorithm)", check_positive_int)
+    lr: float = setting(_ALGO.lr, "AdamW learning rate (the actor's)", partial(check_positive_float, maximum=1.0))
+    weight_decay: float = setting(_ALGO.weight_decay, "AdamW weight decay", _unit)
+    clip_epsilon: Any = setting(
+        _ALGO.clip_epsilon,
+        "ratio clip: a number or (eps_low, eps_high) for clip-higher; null = the algorithm's own "
+        "(grpo, drgrpo, ppo 0.2; dapo (0.2, 0.28); gspo (3e-4, 4e-4))",
+    )
+    entropy_coeff: float = setting(_ALGO.entropy_coeff, "weight of the entropy bonus", _nonneg_float)
+    kl_coeff: float = setting(_ALGO.kl_coeff, "KL to the frozen reference policy (k3); 0 = off", _nonneg_float)
+    update_epochs: int = setting(
+        _ALGO.update_epochs, "passes over each iteration's batch (every algorithm)", check_positive_int
+    )
     on_policy_first_minibatch: bool = setting(
-        True,
+        _ALGO.on_policy_first_minibatch,
         "the first mini-batch (policy unchanged) uses its own log-probs as behaviour: no separate pass over its rows",
         check_bool,
     )
     train_on: str = setting(
-        "generated",
+        _ALGO.train_on,
         "generated: train the ids the policy sampled | retokenized: the decoded conversation tokenised again (RAGEN's reference)",
         _choice("generated", "retokenized"),
     )
     shared_prefix: bool = setting(
-        True,
+        _ALGO.shared_prefix,
         "a prompt shared by several rows of a mini-batch runs through the model once (same losses up to round-off)",
         check_bool,
     )
-    mini_batch_size: int = setting(16, "trajectories per optimizer step", check_positive_int)
+    mini_batch_size: int = setting(_ALGO.mini_batch_size, "trajectories per optimizer step", check_positive_int)
     mini_batch_by: str = setting(
-        "group",
+        _ALGO.mini_batch_by,
         "how mini-batches are drawn: group = whole prompt groups per step (shared tokens cancel) | row = shuffled rows",
         _choice("group", "row"),
     )
     micro_batch_size: Optional[int] = setting(
-        None,
+        _ALGO.micro_batch_size,
         "rows per forward/backward within a mini-batch (gradient accumulation, same gradient); null = the whole mini-batch",
         _opt_pos_int,
     )
-    max_grad_norm: float = setting(1.0, "gradient-norm clip", _nonneg_float)
+    max_grad_norm: float = setting(_ALGO.max_grad_norm, "gradient-norm clip", _nonneg_float)
     dual_clip: Optional[float] = setting(
-        None, "null = off; 3.0 = verl dual-clip for A < 0 (token-level objectives only)"
+        _ALGO.dual_clip, "null = off; 3.0 = verl dual-clip for A < 0 (token-level objectives only)"
     )
-    adv_eps: float = setting(1.0e-6, "added to the group std of a normalised advantage")
+    adv_eps: float = setting(_ALGO.adv_eps, "added to the group std of a normalised advantage")
     aggregation: Optional[str] = setting(
-        None, "loss aggregation; null = the objective's own (token_mean, prompt_mean, ...)"
+        _ALGO.aggregation, "loss aggregation; null = the objective's own (token_mean, prompt_mean, ...)"
     )
     max_length: Optional[int] = setting(
-        None, "L_max: the generation budget of one trajectory (rollout.max_new_tokens x env.max_turn)", _opt_pos_int
+        _ALGO.max_length,
+        "L_max: the generation budget of one trajectory (rollout.max_new_tokens x env.max_turn)",
+        _opt_pos_int,
     )
     overlong: OverlongConfig = _node(OverlongConfig, "soft overlong punishment (DAPO)")
 
@@ -274,48 +289,54 @@ class PPOAlgoConfig(AlgoConfig):
     """PPO with a critic (also ``algo=dapo_ragen``)."""
 
     critic: str = setting(
-        "separate",
+        _ALGO.critic,
         "separate: own trunk (verl/RAGEN) | head: Linear on the policy's last hidden states",
         _choice("separate", "head"),
     )
     critic_path: Optional[str] = setting(
-        None, "separate only: a model to start the critic trunk from (null = copy of the policy)"
+        _ALGO.critic_path, "separate only: a model to start the critic trunk from (null = copy of the policy)"
     )
-    critic_lr: float = setting(1.0e-3, "the critic's learning rate", partial(check_positive_float, maximum=1.0))
+    critic_lr: float = setting(
+        _ALGO.critic_lr, "the critic's learning rate", partial(check_positive_float, maximum=1.0)
+    )
     critic_grad_clip: Optional[float] = setting(
-        1.0,
-        "the critic's own gradient-norm clip (0 = none)",
+        _ALGO.critic_grad_clip,
+        "the critic's own gradient-norm clip (0 = none); null = the actor's max_grad_norm",
         partial(check_positive_float, allow_zero=True, optional=True),
     )
-    critic_chunk_size: int = setting(32, "rows per no-grad value pass", _opt_pos_int)
+    critic_chunk_size: int = setting(_ALGO.critic_chunk_size, "rows per no-grad value pass", _opt_pos_int)
     value_clip: Optional[float] = setting(
-        0.5, "|V - V_old| clip range; null = no clipping", partial(check_positive_float, optional=True)
+        _ALGO.value_clip, "|V - V_old| clip range; null = no clipping", partial(check_positive_float, optional=True)
     )
-    value_coeff: float = setting(1.0, "weight of the value loss", _nonneg_float)
-    gamma: float = setting(1.0, "token-level discount", _unit)
-    lam: float = setting(1.0, "token-level GAE lambda", _unit)
-    bi_level: bool = setting(False, "turn-level GAE first, then token level inside each turn", check_bool)
-    turn_gamma: float = setting(0.95, "bi-level: discount between turns", _unit)
-    turn_lam: float = setting(1.0, "bi-level: GAE lambda between turns", _unit)
-    whiten_advantages: bool = setting(True, "standardise advantages over the batch's assistant tokens", check_bool)
+    value_coeff: float = setting(_ALGO.value_coeff, "weight of the value loss", _nonneg_float)
+    gamma: float = setting(_ALGO.gamma, "token-level discount", _unit)
+    lam: float = setting(_ALGO.lam, "token-level GAE lambda", _unit)
+    bi_level: bool = setting(_ALGO.bi_level, "turn-level GAE first, then token level inside each turn", check_bool)
+    turn_gamma: float = setting(_ALGO.turn_gamma, "bi-level: discount between turns", _unit)
+    turn_lam: float = setting(_ALGO.turn_lam, "bi-level: GAE lambda between turns", _unit)
+    whiten_advantages: bool = setting(
+        _ALGO.whiten_advantages, "standardise advantages over the batch's assistant tokens", check_bool
+    )
 
 
 @dataclass
 class DynamicSamplingConfig:
-    enabled: bool = setting(True, "drop groups without signal and refill with new rollouts", check_bool)
-    max_extra_rollouts: int = setting(3, "refill rollouts per iteration at most; a shortfall is logged", _nonneg_int)
+    enabled: bool = setting(_DS.enabled, "drop groups without signal and refill with new rollouts", check_bool)
+    max_extra_rollouts: int = setting(
+        _DS.max_extra_rollouts, "refill rollouts per iteration at most; a shortfall is logged", _nonneg_int
+    )
     oversample: float = setting(
-        1.0,
+        _DS.oversample,
         "each refill asks for ceil(missing groups x oversample) groups",
         partial(check_float_range, low=1.0, high=100.0),
     )
     criterion: str = setting(
-        "success",
+        _DS.criterion,
         "success: drop groups that all succeed or all fail | return: drop groups whose shaped returns are all equal",
         _lazy_choice("..objectives.dapo", "CRITERIA"),
     )
     tol: float = setting(
-        1.0e-6, "values closer than this count as equal", partial(check_positive_float, allow_zero=True, maximum=1.0)
+        _DS.tol, "values closer than this count as equal", partial(check_positive_float, allow_zero=True, maximum=1.0)
     )
 
 
@@ -445,19 +466,25 @@ class DiagnosticsConfig:
 class FilterConfig:
     """SNR-aware filtering (RAGEN-2 §3.3); checked as a whole by ``transforms.snr.validate_filter_config``."""
 
-    name: str = setting("snr_top_p", "the preset's name")
-    enabled: bool = setting(True, "false: every group is used (filter=none)")
+    name: str = setting(FILTER_CONFIG_DEFAULTS["name"], "the preset's name")
+    enabled: bool = setting(FILTER_CONFIG_DEFAULTS["enabled"], "false: every group is used (filter=none)")
     metric: str = setting(
-        "reward_variance",
+        FILTER_CONFIG_DEFAULTS["metric"],
         "reward_variance | reward_std | reward_mean | entropy | entropy_std | entropy_variance | length",
     )
-    strategy: str = setting("top_p", "top_p (0,1] | top_k (0,1] fraction | top_k_abs positive int | min_p [0,1]")
-    value: float = setting(0.9, "the strategy's threshold or budget")
-    mode: str = setting("linear", "top_p only: linear (paper text) | softmax (reference code)")
-    include_zero: bool = setting(False, "are zero-score groups candidates at all?")
-    largest: bool = setting(True, "true keeps high scores (the method); false is the 'smallest' ablation")
-    eps: float = setting(0.0, "absolute slack on the top_p linear threshold: 0 = paper")
-    loss_scale: str = setting("none", "none | linear | sqrt: scale the advantages by the kept-group ratio")
+    strategy: str = setting(
+        FILTER_CONFIG_DEFAULTS["strategy"], "top_p (0,1] | top_k (0,1] fraction | top_k_abs positive int | min_p [0,1]"
+    )
+    value: float = setting(FILTER_CONFIG_DEFAULTS["value"], "the strategy's threshold or budget")
+    mode: str = setting(FILTER_CONFIG_DEFAULTS["mode"], "top_p only: linear (paper text) | softmax (reference code)")
+    include_zero: bool = setting(FILTER_CONFIG_DEFAULTS["include_zero"], "are zero-score groups candidates at all?")
+    largest: bool = setting(
+        FILTER_CONFIG_DEFAULTS["largest"], "true keeps high scores (the method); false is the 'smallest' ablation"
+    )
+    eps: float = setting(FILTER_CONFIG_DEFAULTS["eps"], "absolute slack on the top_p linear threshold: 0 = paper")
+    loss_scale: str = setting(
+        FILTER_CONFIG_DEFAULTS["loss_scale"], "none | linear | sqrt: scale the advantages by the kept-group ratio"
+    )
 
 
 # ------------------------------------------------------------------------------------------- model

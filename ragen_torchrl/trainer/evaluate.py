@@ -339,8 +339,19 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
     if env is not None:
         OmegaConf.set_struct(cfg, False)
         cfg.env = _env_node(env)
-    out["config"] = cfg
+    out["config"] = _typed(cfg)
     return out
+
+
+def _typed(cfg) -> Any:
+    """``cfg`` merged onto the typed schema once: a key a stored config lacks gets its default."""
+    from .config_checks import ConfigError
+    from .config_schema import typed_config
+
+    try:
+        return typed_config(cfg)
+    except ConfigError as e:
+        raise EvalError(f"the run's config does not fit the schema: {_one_line(e)}") from None
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -350,11 +361,15 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
 
 def _set(cfg, key: str, value: Any) -> None:
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     missing = object()
     if OmegaConf.select(cfg, key, default=missing) is missing:
         raise EvalError(f"-o {key}=...: no such config key")
-    OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    try:
+        OmegaConf.update(cfg, key, value, merge=False)
+    except OmegaConfBaseException as e:  # a value of the wrong type for the key's field
+        raise EvalError(f"-o {key}={value!r}: {_one_line(e)}") from None
 
 
 def _parse_value(text: str) -> Any:
@@ -450,25 +465,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         _set(cfg, "trainer.val_temperature", float(args.temperature))
     if args.seed is not None:
         _set(cfg, "seed", int(args.seed))
-    try:
-        levels = _bounded_int(cfg.trainer.val_levels, "trainer.val_levels")
-        temperature = float(cfg.trainer.val_temperature)
-        seed = int(cfg.seed)
-        env_name = str(cfg.env.name)
-        max_new_tokens = _bounded_int(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
-        chunk = _bounded_int(cfg.rollout.get("chunk_size", 128), "rollout.chunk_size")
-        # as the run rolled out; a run's config from before these keys has none: the defaults
-        rollout_mode = {"trajectory": str(cfg.rollout.get("trajectory") or "tokens")}
-        rollout_mode["kv_cache"] = cfg.rollout.get("kv_cache", True)
-        if cfg.rollout.get("kv_cache_max_tokens") is not None:
-            rollout_mode["max_cached_tokens"] = cfg.rollout.get("kv_cache_max_tokens")
-    except EvalError:
-        raise
-    except Exception as e:  # a config without the keys, or values of the wrong type
-        raise EvalError(
-            f"the config lacks a usable trainer.val_levels/val_temperature/seed/env.name/rollout.max_new_tokens: "
-            f"{_one_line(e)}"
-        ) from None
+    levels = _bounded_int(cfg.trainer.val_levels, "trainer.val_levels")
+    temperature = float(cfg.trainer.val_temperature)
+    seed = int(cfg.seed)
+    env_name = str(cfg.env.name)
+    max_new_tokens = _bounded_int(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
+    chunk = _bounded_int(cfg.rollout.chunk_size, "rollout.chunk_size")
+    # as the run rolled out
+    rollout_mode = {
+        "trajectory": str(cfg.rollout.trajectory),
+        "kv_cache": cfg.rollout.kv_cache,
+        "max_cached_tokens": cfg.rollout.kv_cache_max_tokens,
+    }
     if not math.isfinite(temperature) or temperature < 0:
         raise EvalError(f"--temperature must be >= 0, got {temperature}")
 
@@ -476,9 +484,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         env = make_env(env_name, num_envs=levels, **env_kwargs(cfg.env))
     except (TypeError, ValueError, KeyError) as e:
         raise EvalError(f"env={env_name}: {e}") from None
-    if cfg.model.get("threads"):
+    if cfg.model.threads:
         torch.set_num_threads(int(cfg.model.threads))
-    device, dtype = str(cfg.model.get("device", "auto")), str(cfg.model.get("dtype", "auto"))
+    device, dtype = str(cfg.model.device), str(cfg.model.dtype)
     try:
         if tgt["policy"] is not None:
             model, tokenizer = load_pretrained(str(tgt["policy"]), device, dtype)
@@ -500,8 +508,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             tokenizer,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
-            # as the run was trained; a run's config from before the switch has none: no priming
-            reply_prime=prime_text(bool(cfg.rollout.get("prime_think", False))),
+            reply_prime=prime_text(bool(cfg.rollout.prime_think)),  # as the run was trained
             **rollout_mode,
         )
     except ValueError as e:  # a bad rollout.trajectory / kv_cache / kv_cache_max_tokens (names the key)

@@ -143,8 +143,9 @@ def warm_start(
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
-    ``sft_cfg`` keys: ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``,
-    ``reasoning`` (``grounded``, the default, or ``shuffled``; see :mod:`.demonstrations`).
+    ``sft_cfg``: the typed ``sft`` node's keys but ``enabled`` (:class:`~ragen_torchrl.trainer.config_schema.SFTConfig`):
+    ``episodes``, ``noise``, ``noise_kind``, ``steps``, ``batch_size``, ``lr``, ``seed``, ``reasoning``
+    (``grounded`` or ``shuffled``; see :mod:`.demonstrations`).
     ``env_config`` (the env's constructor arguments) is part of the cache key: two sizes of one
     game must not share a warm start. ``reply_prime`` (``rollout.prime_think``) is left out of the
     targets, and is part of the cache key.
@@ -156,7 +157,7 @@ def warm_start(
     if env_config:
         env_desc += ":" + json.dumps(env_config, sort_keys=True, default=str)
     key_cfg = dict(sft_cfg)
-    reasoning = str(key_cfg.get("reasoning", "grounded"))
+    reasoning = str(key_cfg["reasoning"])
     if reasoning == "grounded":
         # the default leaves the key as it was before the switch existed: cached warm starts stay valid
         key_cfg.pop("reasoning", None)
@@ -171,7 +172,7 @@ def warm_start(
         env,
         int(sft_cfg["episodes"]),
         noise=float(sft_cfg["noise"]),
-        noise_kind=str(sft_cfg.get("noise_kind", "uniform")),
+        noise_kind=str(sft_cfg["noise_kind"]),
         seed=int(sft_cfg["seed"]),
         progress=True,
         reasoning=reasoning,

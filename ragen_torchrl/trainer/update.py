@@ -29,6 +29,7 @@ from ..data.groups import Groups
 from ..data.minibatch import group_minibatches
 from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, MASKS_ASSISTANT, REF_LOG_PROBS_FULL
 from ..objectives.logprobs import attach_training_data, behaviour_batch
+from ..options import algo_options
 from .distributed import Distributed, local_rows, loss_unit, share_weight, unit_count
 
 __all__ = [
@@ -198,14 +199,15 @@ def optimize(
     if plan is None:
         plan = minibatch_plan(batch.get(GROUP_ID), algo)
     dist = dist or Distributed()
-    micro = algo.get("micro_batch_size") if hasattr(algo, "get") else None
+    opts = algo_options(algo)
+    micro = opts.micro_batch_size
     split = dist.enabled or bool(micro)
     unit = loss_unit(loss_module) if split else "rows"
     params = algorithm.trainable_parameters()
     sharded = any(_is_dtensor(p) for p in params)  # FSDP2: every rank must run as many forwards
     sums: dict[str, float] = {}
     steps = skipped = 0
-    clip_groups = algorithm.grad_clip_groups(float(algo.max_grad_norm))
+    clip_groups = algorithm.grad_clip_groups(float(opts.max_grad_norm))
     for epoch, batches in enumerate(plan):
         for k, idx in enumerate(batches):
             on_policy = on_policy_first and epoch == 0 and k == 0 and hasattr(loss_module, "current_as_behaviour")

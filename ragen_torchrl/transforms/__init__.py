@@ -34,7 +34,7 @@ from .group_selection import (
 )
 from .overlong import OverlongPenalty, overlong_penalty
 from .records import RecordTransform
-from .snr import FILTER_CONFIG_DEFAULTS, LOSS_SCALE_MODES, SNRFilter, build_filter, keep_rows, validate_filter_config
+from .snr import LOSS_SCALE_MODES, SNRFilter, build_filter, keep_rows, validate_filter_config
 from .t3 import DEFAULT_PROMPT, T3Truncation, t3_config_defaults, t3_token_stats
 from .t3_rules import (
     PAPER_DEFAULTS,
@@ -56,7 +56,6 @@ __all__ = [
     "DEFAULT_PROMPT",
     "ENTROPY_METRICS",
     "EstimateDriftRule",
-    "FILTER_CONFIG_DEFAULTS",
     "GroupAdvantage",
     "GroupSelection",
     "LOSS_SCALE_MODES",

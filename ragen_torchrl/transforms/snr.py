@@ -45,6 +45,7 @@ from torchrl.envs.transforms import Transform
 from ..checks import check_bool
 from ..data.groups import Groups
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
+from ..options import FILTER_CONFIG_DEFAULTS
 from .group_selection import (
     ENTROPY_METRICS,
     METRICS,
@@ -61,7 +62,6 @@ LOSS_SCALE_MODES = ("none", "linear", "sqrt")
 
 __all__ = [
     "LOSS_SCALE_MODES",
-    "FILTER_CONFIG_DEFAULTS",
     "SNRFilter",
     "keep_rows",
     "validate_filter_config",
@@ -312,19 +312,6 @@ class SNRFilter(Transform):
 # --------------------------------------------------------------------------------------------
 # config
 # --------------------------------------------------------------------------------------------
-#: Defaults of the ``filter`` config node: the paper's rule (RAGEN-2 §3.3, the ``snr_top_p`` preset).
-FILTER_CONFIG_DEFAULTS: dict[str, Any] = {
-    "name": "snr_top_p",
-    "enabled": True,
-    "metric": "reward_variance",
-    "strategy": "top_p",
-    "value": 0.9,
-    "mode": "linear",
-    "include_zero": False,
-    "largest": True,
-    "eps": 0.0,
-    "loss_scale": "none",
-}
 #: keys that left the ``filter`` node: the early stops run with and without a filter
 MOVED_FILTER_KEYS = {
     "grad_snr": "diagnostics.grad_snr (a diagnostic, run with or without a filter)",
@@ -352,7 +339,7 @@ def _merge_checked(node: Any, defaults: Mapping[str, Any], where: str) -> dict[s
 def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     """Check a ``filter`` config node and return it as a plain dict with defaults filled in.
 
-    Keys (all optional, defaults in :data:`FILTER_CONFIG_DEFAULTS`): ``name``, ``enabled``,
+    Keys (all optional, defaults in :data:`~ragen_torchrl.options.FILTER_CONFIG_DEFAULTS`): ``name``, ``enabled``,
     ``metric``, ``strategy``, ``value``, ``mode``, ``include_zero``, ``largest``, ``eps``,
     ``loss_scale``. Unknown keys are errors (they are usually typos); a key that moved
     (:data:`MOVED_FILTER_KEYS`: the early stops are ``trainer.early_stop``) is named with its new

@@ -259,12 +259,22 @@ def test_the_filter_node_is_validated_once_per_validate_config(tmp_path, monkeyp
     assert len(calls) == 1
 
 
+def test_algo_schema_defaults_are_the_algo_options():
+    # one place for every algo default: the typed config of any algorithm takes AlgoOptions' values
+    import dataclasses
+
+    from ragen_torchrl.options import AlgoOptions
+
+    cfg = typed_config({"algo": {"name": "registered_later"}})  # every built-in key: the widest schema
+    assert OmegaConf.to_container(cfg.algo) == dataclasses.asdict(AlgoOptions(name="registered_later"))
+
+
 def test_filter_schema_defaults_are_the_filter_defaults():
     # the dataclass and the library's build_filter({...}) default to the same rule (snr_top_p)
     import dataclasses
 
+    from ragen_torchrl.options import FILTER_CONFIG_DEFAULTS
     from ragen_torchrl.trainer.config_schema import FilterConfig
-    from ragen_torchrl.transforms.snr import FILTER_CONFIG_DEFAULTS
 
     assert dataclasses.asdict(FilterConfig()) == FILTER_CONFIG_DEFAULTS
 

@@ -214,3 +214,26 @@ def test_ragen_eval_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         lines = [line for line in err.splitlines() if line.startswith("ragen-eval: error: ")]
         assert len(lines) == 1 and message in lines[0], (argv, err)
         assert "Traceback" not in err
+
+
+def test_a_stored_config_is_merged_onto_the_schema_once(tmp_path):
+    """A run's stored config (here one with a few keys) is typed once: every key it lacks reads its
+    schema default, and an override of the wrong type is a one-line error naming the key."""
+    from ragen_torchrl.trainer.evaluate import EvalError, _set, resolve_target
+
+    config = {"seed": 3, "env": {"name": "frozenlake"}, "rollout": {"max_new_tokens": 8}}
+    state = {"iteration": 0, "model": {}, "optimizer": {}, "rng": {}, "config": config, "model_path": "x"}
+    torch.save(state, tmp_path / "last.pt")
+    cfg = resolve_target(tmp_path / "last.pt")["config"]
+    assert cfg.seed == 3 and cfg.rollout.max_new_tokens == 8
+    assert (cfg.rollout.chunk_size, cfg.rollout.kv_cache, cfg.rollout.kv_cache_max_tokens) == (128, True, 262144)
+    assert (cfg.rollout.trajectory, cfg.rollout.prime_think, cfg.model.device, cfg.model.threads) == (
+        "tokens",
+        True,
+        "auto",
+        2,
+    )
+    _set(cfg, "rollout.chunk_size", 8)
+    assert cfg.rollout.chunk_size == 8
+    with pytest.raises(EvalError, match=r"-o rollout.chunk_size='many'"):
+        _set(cfg, "rollout.chunk_size", "many")

@@ -12,8 +12,9 @@ from tensordict import TensorDict, lazy_stack
 from torchrl.data import LazyStackStorage, LazyTensorStorage, ReplayBuffer
 from torchrl.envs.transforms import Compose, Transform
 
+from ragen_torchrl.options import FILTER_CONFIG_DEFAULTS
 from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
-from ragen_torchrl.transforms.snr import FILTER_CONFIG_DEFAULTS, SNRFilter, build_filter, validate_filter_config
+from ragen_torchrl.transforms.snr import SNRFilter, build_filter, validate_filter_config
 
 tensordict.set_list_to_stack(True).set()
 
