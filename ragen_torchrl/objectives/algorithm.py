@@ -44,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -54,10 +55,10 @@ from torchrl.objectives import LossModule
 
 from ..checks import check_choice
 from ..data.groups import Groups
+from ..options import AlgoOptions, algo_options
 from ..transforms.advantage import GroupAdvantage
 from ..transforms.overlong import OverlongPenalty
 from .base import (
-    DEFAULT_ENTROPY_COEFF,
     MaskedStatsGRPOLoss,
     check_dual_clip,
     loss_output_metrics,
@@ -190,16 +191,17 @@ class Algorithm:
     def metrics(self, out, minibatch: TensorDictBase | None = None) -> dict[str, float]:
         """Loss terms and ``ESS`` from ``out``; entropy, KL and clip fraction over assistant tokens.
 
-        Reads the per-token tensors stashed by the most recent ``loss_module`` forward, so
-        call it right after computing ``out``. ``entropy`` / ``kl_approx`` /
-        ``clip_fraction`` equal the loss output's own fields (assistant-token means; torchrl's
-        ``GRPOLoss`` would average over padding too); the stash adds ``kl_k3``, ratio and
-        dual-clip statistics.
+        The per-token statistics come from ``out.token_stats`` (a
+        :class:`~ragen_torchrl.objectives.base.TokenStatsLossOutput`; a loss output without them
+        gives the loss terms only). ``entropy`` / ``kl_approx`` / ``clip_fraction`` equal the loss
+        output's own fields (assistant-token means; torchrl's ``GRPOLoss`` would average over padding
+        too); ``token_stats`` adds ``kl_k3``, ratio and dual-clip statistics.
         """
         vals = loss_output_metrics(out)
         vals["loss"] = float(self.total_loss(out).detach())
-        stash = getattr(self.loss_module, "token_stats", None)
-        if stash:
+        stash = getattr(out, "token_stats", None)
+        if stash is not None and not stash.is_empty():
+            stash = stash.to_dict()
             vals.update(masked_token_metrics(**stash))
             vals.update(sequence_metrics(stash))
             vals.update(value_metrics(stash))
@@ -291,71 +293,50 @@ def _clip(value, default):
     return vals
 
 
-def _choice(value, allowed, key: str) -> str:
-    return check_choice(key, str(value), allowed)
-
-
-def _node(cfg, key) -> dict[str, Any]:
-    sub = cfg.get(key)
-    if sub is None:
-        return {}
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(sub):
-            return OmegaConf.to_container(sub, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(sub)
-
-
-def _reward_transform(cfg) -> OverlongPenalty | None:
+def _reward_transform(opts: AlgoOptions) -> OverlongPenalty | None:
     """DAPO's overlong punishment when ``algo.overlong.enabled`` (any algorithm may turn it on)."""
-    overlong = _node(cfg, "overlong")
-    if not overlong.get("enabled", False):
+    overlong = opts.overlong
+    if not overlong.enabled:
         return None
-    max_length = overlong.get("max_length") or cfg.get("max_length")
+    max_length = overlong.max_length or opts.max_length
     if max_length is None:
         raise ValueError("algo.overlong needs max_length (or algo.max_length): the generation budget")
-    return OverlongPenalty(int(max_length), int(overlong.get("cache_length", 0)))
+    return OverlongPenalty(int(max_length), int(overlong.cache_length))
 
 
-def _common(cfg) -> tuple[dict[str, Any], float, OverlongPenalty | None]:
+def _common(opts: AlgoOptions) -> tuple[dict[str, Any], float, OverlongPenalty | None]:
     """What every built-in algorithm reads: ``(loss kwargs, adv_eps, reward transform)``.
 
     The loss kwargs: entropy bonus, KL to the reference, dual clip, assistant-only masking
     and the optional ``aggregation`` override.
     """
-    entropy_coeff = float(cfg.get("entropy_coeff", DEFAULT_ENTROPY_COEFF))
-    kl_coeff = float(cfg.get("kl_coeff", 0.0) or 0.0)
-    adv_eps = float(cfg.get("adv_eps", 1e-6))
+    entropy_coeff = float(opts.entropy_coeff)
+    kl_coeff = float(opts.kl_coeff or 0.0)
     common = dict(
-        dual_clip=check_dual_clip(cfg.get("dual_clip")),
+        dual_clip=check_dual_clip(opts.dual_clip),
         entropy_bonus=entropy_coeff > 0,
         entropy_coeff=entropy_coeff,
         kl_to_ref_coeff=kl_coeff if kl_coeff > 0 else None,
         masking_strategy="rlhf",  # assistant tokens only: observations are never trained
     )
-    aggregation = cfg.get("aggregation")
-    if aggregation is not None:
-        common["aggregation"] = str(aggregation)
-    return common, adv_eps, _reward_transform(cfg)
+    if opts.aggregation is not None:
+        common["aggregation"] = str(opts.aggregation)
+    return common, float(opts.adv_eps), _reward_transform(opts)
 
 
-def _build_critic(cfg, model: nn.Module) -> Critic:
+def _build_critic(opts: AlgoOptions, model: nn.Module) -> Critic:
     # default separate: a value head on the policy trunk lets the value loss train the policy
-    mode = str(cfg.get("critic", "separate"))
+    mode = str(opts.critic)
     if model is None:
         raise ValueError("PPO needs the policy model to build its critic")
     param = next(model.parameters())
     if mode == "head":
         critic = Critic(int(model.config.hidden_size))
     elif mode == "separate":
-        path = cfg.get("critic_path")
-        if path:
+        if opts.critic_path:
             from transformers import AutoModel
 
-            backbone = AutoModel.from_pretrained(str(path), dtype=param.dtype)
+            backbone = AutoModel.from_pretrained(str(opts.critic_path), dtype=param.dtype)
         else:
             # the policy's own starting trunk, trained separately from here on
             backbone = copy.deepcopy(model.base_model)
@@ -369,35 +350,35 @@ def _build_critic(cfg, model: nn.Module) -> Critic:
 # ----------------------------------------------------------------------------- built-in algorithms
 # the loss classes already default to REF_LOG_PROBS_KEY: where the loop stores the frozen
 # reference policy's log-probs (aligned with the tokens)
-def _grpo(cfg, actor, model, tokenizer=None) -> Algorithm:
-    common, adv_eps, reward_transform = _common(cfg)
+def _grpo(opts: AlgoOptions, actor, model, tokenizer=None) -> Algorithm:
+    common, adv_eps, reward_transform = _common(opts)
     common.setdefault("aggregation", "prompt_mean")
-    loss = MaskedStatsGRPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2), **common)
+    loss = MaskedStatsGRPOLoss(actor, clip_epsilon=_clip(opts.clip_epsilon, 0.2), **common)
     advantage = GroupAdvantage(scale="std", eps=adv_eps)
     return Algorithm("grpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
 
 
-def _drgrpo(cfg, actor, model, tokenizer=None) -> Algorithm:
-    common, adv_eps, reward_transform = _common(cfg)
-    max_length = cfg.get("max_length")
-    if max_length is None:
+def _drgrpo(opts: AlgoOptions, actor, model, tokenizer=None) -> Algorithm:
+    common, adv_eps, reward_transform = _common(opts)
+    if opts.max_length is None:
         raise ValueError("algo.max_length (L_max, the generation budget of a trajectory) is required for drgrpo")
-    loss = DrGRPOLoss(actor, max_length=int(max_length), clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2), **common)
+    clip = _clip(opts.clip_epsilon, 0.2)
+    loss = DrGRPOLoss(actor, max_length=int(opts.max_length), clip_epsilon=clip, **common)
     advantage = GroupAdvantage(scale="none", eps=adv_eps)  # Dr.GRPO: R - mean, no std
     return Algorithm("drgrpo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
 
 
-def _dapo(cfg, actor, model, tokenizer=None) -> Algorithm:
-    common, adv_eps, reward_transform = _common(cfg)
-    loss = DAPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), (0.2, 0.28)), **common)
-    ds = _node(cfg, "dynamic_sampling")
+def _dapo(opts: AlgoOptions, actor, model, tokenizer=None) -> Algorithm:
+    common, adv_eps, reward_transform = _common(opts)
+    loss = DAPOLoss(actor, clip_epsilon=_clip(opts.clip_epsilon, (0.2, 0.28)), **common)
+    ds = opts.dynamic_sampling
     sampler = None
-    if ds.get("enabled", True):
+    if ds.enabled:
         sampler = DynamicSampler(
-            max_extra_rollouts=int(ds.get("max_extra_rollouts", 3)),
-            oversample=float(ds.get("oversample", 1.0)),
-            tol=float(ds.get("tol", 1e-6)),
-            criterion=_choice(ds.get("criterion", "success"), DS_CRITERIA, "algo.dynamic_sampling.criterion"),
+            max_extra_rollouts=int(ds.max_extra_rollouts),
+            oversample=float(ds.oversample),
+            tol=float(ds.tol),
+            criterion=check_choice("algo.dynamic_sampling.criterion", str(ds.criterion), DS_CRITERIA),
             reward_transform=reward_transform,
         )
     return Algorithm(
@@ -410,47 +391,48 @@ def _dapo(cfg, actor, model, tokenizer=None) -> Algorithm:
     )
 
 
-def _gspo(cfg, actor, model, tokenizer=None) -> Algorithm:
-    common, adv_eps, reward_transform = _common(cfg)
-    loss = GSPOLoss(actor, clip_epsilon=_clip(cfg.get("clip_epsilon"), (3e-4, 4e-4)), **common)
+def _gspo(opts: AlgoOptions, actor, model, tokenizer=None) -> Algorithm:
+    common, adv_eps, reward_transform = _common(opts)
+    loss = GSPOLoss(actor, clip_epsilon=_clip(opts.clip_epsilon, (3e-4, 4e-4)), **common)
     advantage = GroupAdvantage(scale="std", eps=adv_eps)
     return Algorithm("gspo", loss, model, advantage_transform=advantage, reward_transform=reward_transform)
 
 
-def _ppo(cfg, actor, model, tokenizer=None) -> Algorithm:
-    common, _, reward_transform = _common(cfg)  # PPO's advantage is GAE (in prepare), not the group one
-    critic = _build_critic(cfg, model)
-    value_clip = cfg.get("value_clip", 0.5)
+def _ppo(opts: AlgoOptions, actor, model, tokenizer=None) -> Algorithm:
+    common, _, reward_transform = _common(opts)  # PPO's advantage is GAE (in prepare), not the group one
+    critic = _build_critic(opts, model)
     loss = PPOLoss(
         actor,
         critic,
         policy_model=model,
-        clip_epsilon=_clip(cfg.get("clip_epsilon"), 0.2),
-        value_clip=None if value_clip is None else float(value_clip),
-        value_coeff=float(cfg.get("value_coeff", 1.0)),
+        clip_epsilon=_clip(opts.clip_epsilon, 0.2),
+        value_clip=None if opts.value_clip is None else float(opts.value_clip),
+        value_coeff=float(opts.value_coeff),
         **common,
     )
     gae = dict(
-        gamma=float(cfg.get("gamma", 1.0)),
-        lam=float(cfg.get("lam", 1.0)),
-        bi_level=bool(cfg.get("bi_level", False)),
-        turn_gamma=float(cfg.get("turn_gamma", 0.95)),
-        turn_lam=float(cfg.get("turn_lam", 1.0)),
-        whiten=bool(cfg.get("whiten_advantages", True)),
+        gamma=float(opts.gamma),
+        lam=float(opts.lam),
+        bi_level=bool(opts.bi_level),
+        turn_gamma=float(opts.turn_gamma),
+        turn_lam=float(opts.turn_lam),
+        whiten=bool(opts.whiten_advantages),
     )
     return PPOAlgorithm(
         "ppo",
         loss,
         model,
-        critic_lr=float(cfg.get("critic_lr", cfg.get("lr", 1e-5))),
-        critic_grad_clip=cfg.get("critic_grad_clip"),
+        critic_lr=float(opts.critic_lr),
+        critic_grad_clip=opts.critic_grad_clip,
         gae=gae,
-        chunk_size=int(cfg.get("critic_chunk_size", 32)),
+        chunk_size=int(opts.critic_chunk_size),
         reward_transform=reward_transform,
     )
 
 
 # ----------------------------------------------------------------------------- the registry
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(AlgoOptions))
+
 AlgorithmFactory = Callable[..., Algorithm]
 """``factory(algo_cfg, actor, model, tokenizer=None) -> Algorithm``: what :func:`register_algorithm` takes."""
 
@@ -462,6 +444,7 @@ _REGISTRY: dict[str, AlgorithmFactory] = {
     "ppo": _ppo,
 }
 
+_BUILT_IN = dict(_REGISTRY)
 ALGORITHMS = tuple(_REGISTRY)
 """The built-in algorithms; :func:`available_algorithms` also lists those registered later."""
 
@@ -469,7 +452,9 @@ ALGORITHMS = tuple(_REGISTRY)
 def register_algorithm(name: str, factory: AlgorithmFactory) -> AlgorithmFactory:
     """Register ``factory(algo_cfg, actor, model, tokenizer=None) -> Algorithm`` under ``name``.
 
-    :func:`build_algorithm` then builds it for ``algo.name: <name>`` (matched lower-case).
+    :func:`build_algorithm` then builds it for ``algo.name: <name>`` (matched lower-case), passing
+    the ``algo`` node as given: the factory reads its own keys (the built-in algorithms get the node
+    merged onto :class:`~ragen_torchrl.options.AlgoOptions`, where an unknown key is an error).
     Registering an existing name replaces its factory. Returns ``factory``.
 
     Example:
@@ -509,13 +494,15 @@ def build_algorithm(algo_cfg, actor, model, tokenizer=None) -> Algorithm:
     """The :class:`Algorithm` of ``algo_cfg.name`` (one of :func:`available_algorithms`; default ``grpo``).
 
     Args:
-        algo_cfg: the ``algo`` config node (``configs/algo/*.yaml``) or a plain dict.
+        algo_cfg: the ``algo`` config node (``configs/algo/*.yaml``), a plain dict with some of its keys
+            (the others get their :class:`~ragen_torchrl.options.AlgoOptions` default) or
+            an ``AlgoOptions``.
         actor: the log-prob ``TransformersWrapper`` (``make_logprob_policy``).
         model: the policy model inside ``actor`` (optimizer groups, PPO's critic).
         tokenizer: unused by the built-in algorithms; passed on to every factory.
 
     Raises:
-        ValueError: an unknown name (the message lists the valid ones) or a bad option.
+        ValueError: an unknown name (the message lists the valid ones), an unknown key or a bad option.
 
     Common keys: ``clip_epsilon`` (number or ``[low, high]``), ``entropy_coeff``,
     ``kl_coeff`` (> 0 reads reference log-probs from ``REF_LOG_PROBS_KEY`` =
@@ -543,16 +530,23 @@ def build_algorithm(algo_cfg, actor, model, tokenizer=None) -> Algorithm:
         ...
         ValueError: unknown algo.name 'reinforce'; choose one of grpo, drgrpo, dapo, gspo, ppo
     """
-    name = str(algo_cfg.get("name", "grpo")).lower()
+    if isinstance(algo_cfg, AlgoOptions):
+        name = algo_cfg.name
+    else:
+        name = algo_cfg["name"] if "name" in algo_cfg else AlgoOptions.name
+    name = str(name).lower()
     try:
         factory = _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown algo.name {name!r}; choose one of {', '.join(available_algorithms())}") from None
-    algorithm = factory(algo_cfg, actor, model, tokenizer)
-    algorithm.train_on = check_choice("algo.train_on", algo_cfg.get("train_on", "generated"), TRAIN_ON)
-    shared = algo_cfg.get("shared_prefix", None)
-    if shared is not None:
-        if not isinstance(shared, bool):
-            raise ValueError(f"algo.shared_prefix must be true or false, got {shared!r}")
-        algorithm.loss_module.shared_prefix = shared
+    if factory is _BUILT_IN.get(name):
+        opts = algo_options(algo_cfg)
+        algorithm = factory(opts, actor, model, tokenizer)
+    else:  # a registered algorithm reads the node as given (its own keys too)
+        algorithm = factory(algo_cfg, actor, model, tokenizer)
+        opts = algo_options({k: v for k, v in dict(algo_cfg).items() if k in _OPTION_NAMES})
+    algorithm.train_on = check_choice("algo.train_on", opts.train_on, TRAIN_ON)
+    if not isinstance(opts.shared_prefix, bool):
+        raise ValueError(f"algo.shared_prefix must be true or false, got {opts.shared_prefix!r}")
+    algorithm.loss_module.shared_prefix = opts.shared_prefix
     return algorithm

@@ -3,11 +3,12 @@
 torchrl's ``GRPOLoss`` logs ``entropy``, ``kl_approx`` and ``clip_fraction`` as plain means
 over the padded ``[B, T]`` mini-batch, so padding and observation tokens (where the
 log-weight is 0 and the entropy is 0) dilute them, and by how much depends on how long the
-conversations of the mini-batch are. :class:`TokenStatsMixin` keeps the per-token tensors
-of the last forward (detached) next to the loss mask, :func:`masked_token_metrics`
-averages them over that mask, and the mixin writes those masked averages into the loss
-output's ``entropy``, ``clip_fraction`` and ``kl_approx`` fields, so a loss used on its own
-reports the numbers over assistant tokens. The ``loss_*`` terms are torchrl's.
+conversations of the mini-batch are. :class:`TokenStatsMixin` returns the per-token tensors
+of each forward (detached) with the loss mask in the output's ``token_stats``
+(:class:`TokenStatsLossOutput`), :func:`masked_token_metrics` averages them over that mask, and
+the mixin writes those masked averages into the loss output's ``entropy``, ``clip_fraction`` and
+``kl_approx`` fields, so a loss used on its own reports the numbers over assistant tokens. The
+``loss_*`` terms are torchrl's.
 
 The mixin also replaces torchrl's KL-to-reference term by a masked one: torchrl averages
 the k3 estimator over every position of the padded batch, which makes the size of the
@@ -31,18 +32,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from tensordict import NestedKey, TensorDictBase, is_tensor_collection
+from tensordict import NestedKey, TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.utils import expand_as_right
 from torchrl.modules.llm import TransformersWrapper
 from torchrl.objectives.llm import GRPOLoss
+from torchrl.objectives.llm.grpo import LLMLossOutput
 
 from ..data.dense import trim_padding
 from ..keys import MASKS_ASSISTANT, MASKS_ATTENTION, REF_LOG_PROBS_FULL
+from ..options import AlgoOptions
 from .logprobs import token_dist
 
 #: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
 #: (torchrl's ``GRPOLoss`` defaults to 0.01)
-DEFAULT_ENTROPY_COEFF = 0.001
+DEFAULT_ENTROPY_COEFF = AlgoOptions.entropy_coeff
 #: where every loss reads the frozen reference policy's log-probs (aligned with
 #: ``("tokens", "full")``: per row unpadded, or ``[B, T]`` left-padded); torchrl's default is ``("next", "ref_log_probs", "full")``
 REF_LOG_PROBS_KEY = REF_LOG_PROBS_FULL
@@ -98,8 +101,8 @@ def masked_token_metrics(
     Returns ``assistant_tokens`` and, for the tensors given: ``kl_approx`` (k1,
     ``mean(log pi_old - log pi_theta)``, the estimator torchrl logs), ``kl_k3``
     (``mean(r - 1 - log r)``), ``ratio_mean``, ``ratio_max``, ``entropy``,
-    ``clip_fraction``, ``dual_clip_fraction`` and ``kl_to_ref``. Extra keyword tensors are ignored, so the
-    stash of :class:`TokenStatsMixin` can be passed as ``**stash``.
+    ``clip_fraction``, ``dual_clip_fraction`` and ``kl_to_ref``. Extra keyword tensors are ignored, so a
+    loss output's ``token_stats`` (:class:`TokenStatsLossOutput`) can be passed as ``**out.token_stats``.
     """
     mask = mask.bool()
     out = {"assistant_tokens": float(mask.sum())}
@@ -130,14 +133,27 @@ def loss_output_metrics(out) -> dict[str, float]:
     return vals
 
 
-class TokenStatsMixin:
-    """Mixin for ``GRPOLoss`` subclasses: stash per-token internals, mask the KL term.
+class TokenStatsLossOutput(LLMLossOutput):
+    """A GRPO-style loss output plus ``token_stats``: the forward's per-token tensors, detached.
 
-    After each forward, ``self.token_stats`` holds detached ``[B, T]`` tensors: ``mask``
+    ``token_stats`` is a ``TensorDict`` (batch size ``[]``) of ``[B, T]`` tensors: ``mask``
     (assistant tokens with a finite behaviour log-prob), ``log_weight``, ``clipped``, and
-    ``entropy`` / ``kl_to_ref`` when those terms are computed. Subclasses that compute
-    more (GSPO's sequence ratio, PPO's values) add entries with :meth:`_stash`.
-    Put the mixin first in the bases: ``class MyLoss(TokenStatsMixin, GRPOLoss)``.
+    ``entropy`` / ``kl_to_ref`` / ``dual_clipped`` when those terms are computed, plus what a
+    subclass adds (GSPO's ``sequence_log_ratio`` ``[B]``, PPO's values). It is not a ``loss_*`` term:
+    the total loss and :func:`loss_output_metrics` skip it.
+    """
+
+    token_stats: TensorDictBase | None = None
+
+
+class TokenStatsMixin:
+    """Mixin for ``GRPOLoss`` subclasses: return per-token internals, mask the KL term.
+
+    Each forward returns a :class:`TokenStatsLossOutput` whose ``token_stats`` holds that forward's
+    detached per-token tensors (the mask, ``log_weight``, ``clipped``, ...). While the forward runs,
+    torchrl's hooks collect them with :meth:`_stash`; subclasses that compute more (GSPO's sequence
+    ratio) stash them too, or add them to the output (PPO's values). Nothing is kept on the module
+    after the call. Put the mixin first in the bases: ``class MyLoss(TokenStatsMixin, GRPOLoss)``.
 
     The mixin also adds verl's **dual-clip** (arXiv 1912.09729) to the token-level clipped
     objective: keyword ``dual_clip=c`` (``None``, the default, = off; the RAGEN reference
@@ -156,7 +172,7 @@ class TokenStatsMixin:
     a finite behaviour log-prob), not over the padded ``[B, T]`` batch.
     """
 
-    token_stats: dict[str, torch.Tensor]
+    output_type = TokenStatsLossOutput
 
     @dataclass
     class _AcceptedKeys(GRPOLoss._AcceptedKeys):
@@ -225,10 +241,14 @@ class TokenStatsMixin:
                 "compute_behaviour_log_probs + attach_training_data write tokens, log-probs and masks; "
                 "a group advantage transform writes 'advantage'; rename keys with set_keys)"
             )
-        out = super().forward(tensordict)
+        try:
+            out = super().forward(tensordict)
+        finally:
+            # the scratch of this call only: the statistics leave with the output
+            stats = self.__dict__.pop("_token_scratch", {})
+        out.token_stats = TensorDict(stats, batch_size=[])
         # torchrl averages these three over the padded [B, T] batch (padding and observation
         # tokens count as 0); report them over the tokens the loss trains on instead
-        stats = self.token_stats
         mask = stats["mask"].bool()
         m = mask.to(torch.float32)
         n = m.sum().clamp_min(1)
@@ -246,7 +266,8 @@ class TokenStatsMixin:
         return out
 
     def _stash(self, **tensors: torch.Tensor) -> None:
-        stats = self.__dict__.setdefault("token_stats", {})
+        """Keep detached per-token tensors of the running forward for its output's ``token_stats``."""
+        stats = self.__dict__.setdefault("_token_scratch", {})
         for k, v in tensors.items():
             stats[k] = v.detach()
 
@@ -255,8 +276,8 @@ class TokenStatsMixin:
             log_weight, dist, kl_approx, mask = self._on_policy_log_weight(tensordict)
         else:
             log_weight, dist, kl_approx, mask = super()._log_weight(tensordict, adv_shape)
-        # a fresh stash per forward: nothing from the previous mini-batch leaks into metrics
-        self.__dict__["token_stats"] = {}
+        # a fresh scratch per forward: nothing from the previous mini-batch leaks into metrics
+        self.__dict__["_token_scratch"] = {}
         self._stash(mask=mask, log_weight=log_weight.squeeze(-1))
         return log_weight, dist, kl_approx, mask
 
@@ -300,8 +321,8 @@ class TokenStatsMixin:
 
     @property
     def _loss_mask(self) -> torch.Tensor:
-        """Mask of the current forward (set by ``_log_weight``)."""
-        return self.token_stats["mask"]
+        """Mask of the running forward (set by ``_log_weight``)."""
+        return self.__dict__["_token_scratch"]["mask"]
 
     def _get_entropy(self, dist, adv_shape: torch.Size):
         entropy = super()._get_entropy(dist, adv_shape)

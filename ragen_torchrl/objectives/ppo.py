@@ -53,7 +53,6 @@ from tensordict import LazyStackedTensorDict, NestedKey, TensorDictBase, lazy_st
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from torchrl.objectives.llm import GRPOLoss
-from torchrl.objectives.llm.grpo import LLMLossOutput
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from ..data.dense import pad_left, trim_padding
@@ -66,7 +65,7 @@ from ..keys import (
     TOKENS_FULL,
     VALUE_TARGET,
 )
-from .base import INPUT_CONTRACT, TokenStatsMixin
+from .base import INPUT_CONTRACT, TokenStatsLossOutput, TokenStatsMixin
 
 #: default keys of the old values and value targets (``PPOLoss`` reads ``tensor_keys.value``
 #: / ``tensor_keys.value_target``; rename them with ``set_keys``)
@@ -367,7 +366,7 @@ def prepare_ppo_batch(
 
 
 # ----------------------------------------------------------------------------- loss
-class PPOLossOutput(LLMLossOutput):
+class PPOLossOutput(TokenStatsLossOutput):
     """GRPO-style output plus the critic terms."""
 
     loss_critic: torch.Tensor | None = None
@@ -468,7 +467,7 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
             if hook is not None:
                 hook.remove()
 
-        mask = self._loss_mask
+        mask = out.token_stats["mask"]
         if self.critic.backbone is None:
             hidden = captured.get("hidden")
             if hidden is None or hidden.shape[:2] != mask.shape:
@@ -499,7 +498,9 @@ class PPOLoss(TokenStatsMixin, GRPOLoss):
             )
         per_token, vclipped = clipped_value_loss(values, old, target, self.value_clip)
         loss_critic = self.value_coeff * self._aggregate_loss_value(per_token.unsqueeze(-1), mask, tensordict=td)
-        self._stash(values=values, old_values=old, value_target=target, value_clipped=vclipped)
+        out.token_stats.update(
+            {"values": values.detach(), "old_values": old, "value_target": target, "value_clipped": vclipped}
+        )
         m = mask.to(values.dtype)
         out.loss_critic = loss_critic
         out.explained_variance = torch.tensor(explained_variance(values, target, mask))

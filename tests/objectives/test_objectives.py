@@ -137,6 +137,26 @@ def test_masked_stats_grpo_equals_torchrl_grpo():
     torch.testing.assert_close(g1, g2)
 
 
+def test_the_loss_returns_its_token_stats_and_keeps_none():
+    """The per-token statistics travel in the output (detached); nothing of the call stays on the module."""
+    loss, out, _ = run(MaskedStatsGRPOLoss, clip_epsilon=0.2, aggregation="token_mean")
+    stats = out.token_stats
+    assert torch.equal(stats["mask"], MASK)
+    assert not stats["log_weight"].requires_grad
+    # log r at the assistant tokens, by hand from RATIOS (1 elsewhere)
+    expected = {bt: math.log(r) for bt, r in RATIOS.items()}
+    for (b, t), lw in expected.items():
+        assert stats["log_weight"][b, t].item() == pytest.approx(lw)
+    # clipped: r = 1.5 twice and r = 0.5 twice are outside [0.8, 1.2]; r = 1.1 is not
+    assert stats["clipped"][MASK].sum().item() == 4
+    assert "token_stats" not in vars(loss) and "_token_scratch" not in vars(loss)
+    m = build_algorithm({"name": "grpo"}, None, None).metrics(out)
+    assert m["clip_fraction"] == pytest.approx(4 / 5) and m["assistant_tokens"] == 5.0
+    # a loss output without token statistics (a plain torchrl loss) gives the loss terms only
+    _, plain, _ = run(GRPOLoss, clip_epsilon=0.2, aggregation="token_mean")
+    assert "kl_k3" not in build_algorithm({"name": "grpo"}, None, None).metrics(plain)
+
+
 def test_dapo_clip_higher_and_token_mean_by_hand():
     loss, out, grad = run(DAPOLoss)  # defaults: clip (0.2, 0.28), token_mean
     assert (loss.clip_epsilon_low.item(), loss.clip_epsilon_high.item()) == pytest.approx((0.2, 0.28))
@@ -166,7 +186,7 @@ def test_dual_clip_by_hand(dual_clip):
     if dual_clip is None:
         coefs[(1, 3)] = 4.0 / 5
     torch.testing.assert_close(grad, grad_matrix(coefs), rtol=0, atol=1e-6)
-    m = masked_token_metrics(**loss.token_stats)
+    m = masked_token_metrics(**out.token_stats)
     assert m.get("dual_clip_fraction", 0.0) == pytest.approx(0.2 if dual_clip else 0.0)
     # the pure function agrees token by token
     from ragen_torchrl.objectives.base import dual_clip_gain
@@ -261,7 +281,7 @@ def test_gspo_sequence_ratio_clipping_and_gradient_by_hand():
     assert g[0].abs().sum() == 0 and g[1].abs().sum() == 0
     assert g[2, 1:].tolist() == pytest.approx([-0.5 * s[2] / 12] * 3, abs=1e-9)
     assert g[3, 1:].tolist() == pytest.approx([1.0 * s[3] / 12] * 3, abs=1e-9)
-    m = loss.token_stats
+    m = out.token_stats
     assert m["sequence_log_ratio"].tolist() == pytest.approx([5e-4, -4e-4, 1e-4, 6e-4], abs=1e-9)
     # clip fraction counts ratios outside the range (as torchrl does, whichever branch the min
     # picks): sequences 0, 1 and 3, i.e. 9 of the 12 assistant tokens
@@ -577,6 +597,21 @@ def test_build_objective_rejects_bad_configs():
         build_algorithm({"name": "ppo", "critic": "shared"}, None, nn.Linear(2, 2))
 
 
+def test_build_algorithm_fills_each_default_once_and_rejects_unknown_keys():
+    # a partial dict: every other option is AlgoOptions' default, the clip the algorithm's own
+    obj = build_algorithm({"name": "dapo"}, None, None)
+    assert (obj.loss_module.clip_epsilon_low.item(), obj.loss_module.clip_epsilon_high.item()) == pytest.approx(
+        (0.2, 0.28)
+    )
+    assert obj.loss_module.entropy_coeff == pytest.approx(0.001) and obj.train_on == "generated"
+    gspo = build_algorithm({"name": "gspo", "dynamic_sampling": {"tol": 0.5}}, None, None).loss_module
+    assert (gspo.clip_epsilon_low.item(), gspo.clip_epsilon_high.item()) == pytest.approx((3e-4, 4e-4))
+    with pytest.raises(ValueError, match=r"unknown key algo\.entropy_coef; valid keys: name, lr"):
+        build_algorithm({"name": "grpo", "entropy_coef": 0.1}, None, None)
+    with pytest.raises(ValueError, match=r"unknown key algo\.overlong\.lenght; valid keys: enabled"):
+        build_algorithm(OmegaConf.create({"name": "grpo", "overlong": {"lenght": 3}}), None, None)
+
+
 def test_a_registered_objective_is_built_from_its_config(monkeypatch):
     """register_algorithm adds an algorithm without editing the package; build_algorithm dispatches to it."""
     from ragen_torchrl.objectives import Algorithm, available_algorithms, register_algorithm
@@ -769,7 +804,7 @@ def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
     assert "ppo/explained_variance_old" in obj.prepare(batch)[1]  # prepare returns its statistics
 
     out = obj.loss_module(batch)
-    stash = obj.loss_module.token_stats
+    stash = out.token_stats
     mask = stash["mask"]
     # same parameters: the loss's values are the old ones, the ratio is 1
     torch.testing.assert_close(stash["values"][mask], stash["old_values"][mask], rtol=0, atol=1e-5)
