@@ -61,6 +61,11 @@ __all__ = [
     "IS_ANSWER",
     "IS_QUERY",
     "KEY_TABLE",
+    "KV_COUNT_KEYS",
+    "KV_OVER_CAP",
+    "KV_PREFILLED",
+    "KV_PREFILL_TOKENS",
+    "KV_REUSED",
     "KeyInfo",
     "LEVEL_KEYS",
     "LEVEL_SEED",
@@ -162,6 +167,17 @@ T3_KEYS = (TRUNCATED_BY_T3, T3_RULE_FIRED)
 TOKENS_RESPONSE: NestedKey = ("tokens", "response")
 #: long, one 1-D tensor per row: the prompt token ids the policy generated from (optional)
 TOKENS_PROMPT: NestedKey = ("tokens", "prompt")
+#: long ``(B,)`` from a turn-cache policy, summed over the episode ``(N,)`` in a record: 1 when the
+#: row's KV cache from its previous turn was reused
+KV_REUSED: NestedKey = ("turn_cache", "reused")
+#: long ``(B,)`` / ``(N,)``: 1 when the row was encoded from scratch
+KV_PREFILLED: NestedKey = ("turn_cache", "prefilled")
+#: long ``(B,)`` / ``(N,)``: 1 when the row's cache was not stored (the cap on cached tokens)
+KV_OVER_CAP: NestedKey = ("turn_cache", "over_cap")
+#: long ``(B,)`` / ``(N,)``: prompt tokens encoded (a reused row's new tokens, a fresh row's whole prompt)
+KV_PREFILL_TOKENS: NestedKey = ("turn_cache", "prefill_tokens")
+#: the per-row counts a turn-cache policy writes
+KV_COUNT_KEYS = (KV_REUSED, KV_PREFILLED, KV_OVER_CAP, KV_PREFILL_TOKENS)
 
 # ----------------------------------------------------------------------------- trajectory records
 #: float ``(N,)``: summed rewards incl. format penalties (never normalised)
@@ -249,6 +265,10 @@ KEY_TABLE: tuple[KeyInfo, ...] = (
     _k(T3_RULE_FIRED, "t3 record", "bool", "(B,) / (N,)", "the T3 stall rule fired (this turn / at some turn)"),
     _k(TOKENS_RESPONSE, "policy", "long", "[R] per row", "the reply's generated token ids (counted into num_tokens)"),
     _k(TOKENS_PROMPT, "policy", "long", "[P] per row", "the prompt ids the reply was generated from (optional; torchrl's wrappers write it)"),
+    _k(KV_REUSED, "policy record", "long", "(B,) / (N,)", "turn-cache policy (rollout.kv_cache): 1 when the row's KV cache from its previous turn was reused; in a record, summed over the episode's turns"),
+    _k(KV_PREFILLED, "policy record", "long", "(B,) / (N,)", "turn-cache policy: 1 when the row was encoded from scratch; in a record, summed over the turns"),
+    _k(KV_OVER_CAP, "policy record", "long", "(B,) / (N,)", "turn-cache policy: 1 when the row's cache was not stored (rollout.kv_cache_max_tokens); in a record, summed over the turns"),
+    _k(KV_PREFILL_TOKENS, "policy record", "long", "(B,) / (N,)", "turn-cache policy: prompt tokens encoded (a reused row's new tokens, a fresh row's whole prompt); in a record, summed over the turns"),
     _k(EPISODE_RETURN, "record", "float", "(N,)", "summed rewards incl. format penalties (what filters and advantages read; never normalised)"),
     _k(NUM_TURNS, "record", "long", "(N,)", "turns taken"),
     _k(NUM_TOKENS, "record", "long", "(N,)", "tokens generated"),

@@ -28,7 +28,7 @@ from ragen_torchrl.transforms.t3 import T3Truncation
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tensordict_contract.md"
 TABLE_KEYS = {info.key for info in K.KEY_TABLE}
 #: module constants that are collections of keys, not keys
-KEY_SETS = {"GROUPS", "LEVEL_KEYS", "T3_KEYS", "KEY_TABLE"}
+KEY_SETS = {"GROUPS", "LEVEL_KEYS", "T3_KEYS", "KV_COUNT_KEYS", "KEY_TABLE"}
 
 
 def _constants() -> dict[str, object]:

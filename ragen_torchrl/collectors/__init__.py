@@ -21,7 +21,6 @@ from .grouped import (
     collect_rollouts,
     hf_generate_kwargs,
     make_generation_policy,
-    turn_cache_counts,
     turn_cache_metrics,
     wrapper_generate_kwargs,
 )
@@ -56,7 +55,6 @@ __all__ = [
     "reparse_replies",
     "require_vllm",
     "sampling_truncation",
-    "turn_cache_counts",
     "turn_cache_metrics",
     "vllm_engine_kwargs",
     "vllm_sampling_kwargs",

@@ -80,6 +80,7 @@ from ..keys import (
     GROUP_ID,
     HISTORY_FULL,
     HISTORY_PROMPT,
+    KV_COUNT_KEYS,
     LEVEL_SEED,
     MASKS_TRAJECTORY,
     NUM_TOKENS,
@@ -117,7 +118,6 @@ __all__ = [
     "collect_rollouts",
     "hf_generate_kwargs",
     "make_generation_policy",
-    "turn_cache_counts",
     "turn_cache_metrics",
     "sampling_truncation",
     "wrapper_generate_kwargs",
@@ -373,42 +373,31 @@ def make_generation_policy(
     return policy
 
 
-#: TurnCachePolicy counters logged per iteration, as ``rollout/<name>``
-TURN_CACHE_METRICS = {
-    "kv_rows_reused": "rows_reused",
-    "kv_rows_prefilled": "rows_prefilled",
-    "kv_rows_over_cap": "rows_over_cap",
-    "kv_prefill_tokens": "prefill_tokens",
-}
+#: the per-trajectory turn-cache counts of a record (:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`), logged per
+#: iteration summed over the records, as ``rollout/<name>``
+TURN_CACHE_METRICS = dict(
+    zip(("kv_rows_reused", "kv_rows_prefilled", "kv_rows_over_cap", "kv_prefill_tokens"), KV_COUNT_KEYS)
+)
 
 
-def turn_cache_counts(policy) -> dict[str, int]:
-    """A copy of the policy's turn-cache counters (``{}`` for a policy without a KV cache between turns).
-
-    Example:
-        >>> turn_cache_counts(lambda td: td)
-        {}
-    """
-    cache = getattr(policy, "turn_cache", None)
-    return dict(cache.stats) if cache is not None else {}
-
-
-def turn_cache_metrics(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
-    """The turn-cache counters gained between two :func:`turn_cache_counts` (one iteration's rollouts),
-    named ``rollout/kv_...``; ``{}`` when the policy has no turn cache.
+def turn_cache_metrics(records: TensorDictBase) -> dict[str, float]:
+    """The turn-cache counts of one iteration's records summed over them, named ``rollout/kv_...``
+    (``{}`` when the policy had no turn cache: the records hold no counts).
 
     Example:
-        >>> b = dict(rows_reused=2, rows_prefilled=4, rows_over_cap=0, prefill_tokens=100)
-        >>> a = dict(rows_reused=9, rows_prefilled=8, rows_over_cap=1, prefill_tokens=160)
-        >>> turn_cache_metrics(b, a)
-        {'rollout/kv_rows_reused': 7.0, 'rollout/kv_rows_prefilled': 4.0, 'rollout/kv_rows_over_cap': 1.0, \
-'rollout/kv_prefill_tokens': 60.0}
-        >>> turn_cache_metrics({}, {})
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> counts = {("turn_cache", "reused"): torch.tensor([3, 4]), ("turn_cache", "prefilled"): torch.tensor([1, 1]),
+        ...           ("turn_cache", "over_cap"): torch.tensor([0, 1]), ("turn_cache", "prefill_tokens"): torch.tensor([50, 60])}
+        >>> turn_cache_metrics(TensorDict(counts, batch_size=[2]))
+        {'rollout/kv_rows_reused': 7.0, 'rollout/kv_rows_prefilled': 2.0, 'rollout/kv_rows_over_cap': 1.0, \
+'rollout/kv_prefill_tokens': 110.0}
+        >>> turn_cache_metrics(TensorDict(batch_size=[2]))
         {}
     """
-    if not after:
+    if KV_COUNT_KEYS[0] not in records.keys(include_nested=True):
         return {}
-    return {f"rollout/{tag}": float(after[k] - before.get(k, 0)) for tag, k in TURN_CACHE_METRICS.items()}
+    return {f"rollout/{tag}": float(records.get(key).sum()) for tag, key in TURN_CACHE_METRICS.items()}
 
 
 def token_prompt_template(policy) -> str | None:
@@ -512,6 +501,8 @@ def collect_rollouts(
     ``("tokens", "trajectory")`` and ``("masks", "trajectory_assistant")`` (each row's whole token
     sequence and its sampled positions: what the update trains with ``algo.train_on=generated``,
     :func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`) and ``trajectory_refits``.
+    A policy that reports per-row turn-cache counts (:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`, a
+    :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`) has them summed over each trajectory's turns.
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
@@ -559,6 +550,7 @@ def collect_rollouts(
         traj.start(td[ENV_INDEX].tolist(), chat_dicts(td.get(HISTORY_PROMPT)))
     final_ids: list = [None] * n
     final_mask: list = [None] * n
+    kv_counts: dict = {}  # the turn-cache counts of each row, summed over its turns
     while td is not None and td.batch_size[0] > 0:
         if traj is None:
             out, h_sum, h_count = _generate(policy, td, chunk_size)
@@ -583,6 +575,9 @@ def collect_rollouts(
             t3_cut[idx] |= nxt[TRUNCATED_BY_T3].reshape(-1)
         if T3_RULE_FIRED in nxt.keys():
             t3_fired[idx] |= nxt[T3_RULE_FIRED].reshape(-1)
+        if KV_COUNT_KEYS[0] in out.keys(include_nested=True):
+            for key in KV_COUNT_KEYS:
+                kv_counts.setdefault(key, torch.zeros(n, dtype=torch.long)).index_add_(0, idx, out.get(key).reshape(-1))
         response_ids = out.get(TOKENS_RESPONSE, as_list=True)
         tokens[idx] += torch.tensor([len(t) for t in response_ids], dtype=torch.long)
         done = nxt[DONE].reshape(-1)
@@ -621,6 +616,8 @@ def collect_rollouts(
         batch_size=[n],
     ).to_lazystack(0)
     records.set(HISTORY_FULL, lazy_stack(final))
+    for key, counts in kv_counts.items():
+        records.set(key, counts)
     if all(p is not None for p in last_prompt):
         for row, p, r in zip(records.tensordicts, last_prompt, last_response):
             row.set(TOKENS_LAST_PROMPT, p)

@@ -28,7 +28,15 @@ One call, for ``B`` rows:
    :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step;
 4. each row's real slots are cut out of the buffer and stored under its ``env_index``,
    unless the total of stored tokens would exceed ``max_cached_tokens`` (the row then re-prefills
-   at its next turn; ``stats["rows_over_cap"]`` counts them).
+   at its next turn; the output's ``("turn_cache", "over_cap")`` marks them).
+
+Besides the replies, each call writes its per-row counts into the TensorDict it returns
+(:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`, long ``(B,)``): ``("turn_cache", "reused")`` /
+``("turn_cache", "prefilled")`` (1 when the row's stored cache was reused / the row was encoded from
+scratch), ``("turn_cache", "over_cap")`` (1 when its cache was not stored because of the cap) and
+``("turn_cache", "prefill_tokens")`` (the prompt tokens encoded for it: a reused row's new tokens, a
+fresh row's whole prompt). The collector sums them per trajectory
+(:func:`~ragen_torchrl.collectors.collect_rollouts`).
 
 Each token attends to exactly the tokens before it at the same positions, so the logits are those
 of a left-padded re-prefill up to float round-off (tested within 1e-4, greedy replies equal over
@@ -48,14 +56,16 @@ Example:
     >>> prompts = [torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 5])]
     >>> td = TensorDict({"tokens": {"prompt": torch.nested.as_nested_tensor(prompts, layout=torch.jagged)},
     ...     "env_index": torch.tensor([0, 1])}, batch_size=[2])
-    >>> replies = policy(td).get(("tokens", "response"), as_list=True)
-    >>> [r.numel() for r in replies], policy.stats["rows_prefilled"]
-    ([3, 3], 2)
+    >>> out = policy(td)
+    >>> replies = out.get(("tokens", "response"), as_list=True)
+    >>> [r.numel() for r in replies], out["turn_cache", "prefilled"].tolist()
+    ([3, 3], [1, 1])
     >>> nxt = [torch.cat([p, r, torch.tensor([6, 7])]) for p, r in zip(prompts, replies)]
     >>> td = TensorDict({"tokens": {"prompt": torch.nested.as_nested_tensor(nxt, layout=torch.jagged)},
     ...     "env_index": torch.tensor([0, 1])}, batch_size=[2])
-    >>> _ = policy(td); policy.stats["rows_reused"]   # turn 2 encodes only the reply's last token and [6, 7]
-    2
+    >>> out = policy(td)   # turn 2 encodes only the reply's last token and [6, 7]
+    >>> out["turn_cache", "reused"].tolist(), out["turn_cache", "prefill_tokens"].tolist()
+    ([1, 1], [3, 3])
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from ..keys import KV_OVER_CAP, KV_PREFILL_TOKENS, KV_PREFILLED, KV_REUSED
 from .entropy_recorder import attach_entropy_recorder
 from .kv_cache import forward_kwargs, row_prefix_cache, shared_prefix_supported
 
@@ -204,11 +215,8 @@ class TurnCachePolicy(TensorDictModuleBase):
             (``policy.entropy_recorder``), as :func:`ragen_torchrl.collectors.make_generation_policy` does.
 
     The stored caches belong to the weights that computed them: when a parameter has been written since
-    (an optimizer step), the next call clears them. ``stats`` counts, since construction: ``rows_reused`` / ``rows_prefilled`` (rows generated from a stored
-    cache / encoded from scratch), ``rows_over_cap`` (rows not stored because of the cap), ``new_tokens``
-    (prompt tokens encoded over a reused cache), ``prefill_tokens`` (prompt tokens the rows needed encoded:
-    a reused row's new tokens, a fresh row's whole prompt), ``cached_tokens`` (stored now), ``weight_changes``
-    (calls that found the weights updated and cleared every cache).
+    (an optimizer step), the next call clears them. Each call returns its per-row counts with the replies
+    (``("turn_cache", ...)``, see the module docstring); ``cached_tokens`` is the number of tokens stored now.
     """
 
     def __init__(
@@ -234,15 +242,8 @@ class TurnCachePolicy(TensorDictModuleBase):
         self.out_keys = [response_key]
         #: env_index -> (the tokens the cache covers, its [layers, 2, H, len, D] keys/values)
         self._store: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.stats = dict(
-            rows_reused=0,
-            rows_prefilled=0,
-            rows_over_cap=0,
-            new_tokens=0,
-            prefill_tokens=0,
-            cached_tokens=0,
-            weight_changes=0,
-        )
+        #: tokens stored now, over every row (bounded by ``max_cached_tokens``)
+        self.cached_tokens = 0
         self._weights_seen = self._weights_version()
         self.entropy_recorder = attach_entropy_recorder(self) if record_entropy else None
 
@@ -254,18 +255,18 @@ class TurnCachePolicy(TensorDictModuleBase):
             >>> from transformers import Qwen2Config, Qwen2ForCausalLM
             >>> p = TurnCachePolicy(Qwen2ForCausalLM(Qwen2Config(vocab_size=8, hidden_size=8, intermediate_size=8,
             ...     num_hidden_layers=1, num_attention_heads=2)))
-            >>> p.release([3]); p.stats["cached_tokens"]
+            >>> p.release([3]); p.cached_tokens
             0
         """
         for e in env_indices:
             entry = self._store.pop(int(e), None)
             if entry is not None:
-                self.stats["cached_tokens"] -= int(entry[0].numel())
+                self.cached_tokens -= int(entry[0].numel())
 
     def clear(self) -> None:
         """Forget every row's cache (a new collection)."""
         self._store.clear()
-        self.stats["cached_tokens"] = 0
+        self.cached_tokens = 0
 
     def _weights_version(self) -> int:
         # every in-place write to a parameter (an optimizer step, load_state_dict) bumps its version counter
@@ -338,19 +339,28 @@ class TurnCachePolicy(TensorDictModuleBase):
         version = self._weights_version()
         if version != self._weights_seen:  # the stored keys/values belong to the old weights
             self.clear()
-            self.stats["weight_changes"] += 1
             self._weights_seen = version
+        over_cap = torch.zeros(len(prompts), dtype=torch.long)
         if self._cache_usable(prompts):
-            replies = self._cached_generate(prompts, env_index, device)
+            replies, reuse = self._cached_generate(prompts, env_index, device, over_cap)
         else:
             self.release(env_index)
-            self.stats["rows_prefilled"] += len(prompts)
-            self.stats["prefill_tokens"] += sum(int(p.numel()) for p in prompts)
+            reuse = [0] * len(prompts)
             replies = self._plain_generate(prompts, device)
+        reused = torch.tensor([int(k > 0) for k in reuse], dtype=torch.long)
         tensordict.set(self.response_key, torch.nested.as_nested_tensor(replies, layout=torch.jagged))
+        tensordict.set(KV_REUSED, reused)
+        tensordict.set(KV_PREFILLED, 1 - reused)
+        tensordict.set(KV_OVER_CAP, over_cap)
+        tensordict.set(
+            KV_PREFILL_TOKENS, torch.tensor([int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True)])
+        )
         return tensordict
 
-    def _cached_generate(self, prompts: list[torch.Tensor], env_index: list[int], device) -> list[torch.Tensor]:
+    def _cached_generate(
+        self, prompts: list[torch.Tensor], env_index: list[int], device, over_cap: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[int]]:
+        """The replies and each row's reused cache length (0: encoded from scratch); marks ``over_cap``."""
         reuse = [reusable_length(self._store.get(e, (None,))[0], p) for e, p in zip(env_index, prompts, strict=True)]
         fresh = [r for r, k in enumerate(reuse) if k == 0]
         # cached slots per row: the reused cache, or the fresh prompt minus its last token
@@ -386,10 +396,6 @@ class TurnCachePolicy(TensorDictModuleBase):
                 kv[:, :, r, :, :k] = self._store[env_index[r]][1]
         for r, c in enumerate(cached):  # holes: masked, but read by the attention (finite values)
             kv[:, :, r, :, c:width].zero_()
-        self.stats["rows_reused"] += batch - len(fresh)
-        self.stats["rows_prefilled"] += len(fresh)
-        self.stats["new_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True) if k)
-        self.stats["prefill_tokens"] += sum(int(p.numel()) - k for p, k in zip(prompts, reuse, strict=True))
 
         # [cached slots, then holes | new tokens, left-padded]; generate reads the ids after the cache
         ids = torch.full((batch, width + block), self._pad_id(), dtype=torch.long)
@@ -407,16 +413,17 @@ class TurnCachePolicy(TensorDictModuleBase):
         for e in env_index:
             self.release([e])
         if self.kv_cache:
-            self._store_rows(kv, cache, mask, start, prompts, replies, env_index)
-        return replies
+            self._store_rows(kv, cache, mask, start, prompts, replies, env_index, over_cap)
+        return replies, reuse
 
     def _max_new_tokens(self) -> int:
         n = self.generate_kwargs.get("max_new_tokens", getattr(self.model.generation_config, "max_new_tokens", None))
         return int(n or 0)
 
-    def _store_rows(self, kv, cache, mask, start, prompts, replies, env_index) -> None:
+    def _store_rows(self, kv, cache, mask, start, prompts, replies, env_index, over_cap: torch.Tensor) -> None:
         """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache
-        (``kv``, the buffer it was built on, unless a layer outgrew it)."""
+        (``kv``, the buffer it was built on, unless a layer outgrew it); a row over the cap is marked in
+        ``over_cap``."""
         seq = cache.get_seq_length()
         layers = getattr(cache, "layers", [])
         in_place = all(
@@ -430,9 +437,9 @@ class TurnCachePolicy(TensorDictModuleBase):
             if start + keep > width:  # a cache class that grew differently: nothing trustworthy to keep
                 continue
             tokens = torch.cat([p, reply[:keep]])
-            if self.stats["cached_tokens"] + tokens.numel() > self.max_cached_tokens:
-                self.stats["rows_over_cap"] += 1
+            if self.cached_tokens + tokens.numel() > self.max_cached_tokens:
+                over_cap[r] = 1
                 continue
             slots = torch.cat([torch.nonzero(mask[r]).reshape(-1), torch.arange(start, start + keep)])
             self._store[e] = (tokens, grown[:, :, r].index_select(-2, slots.to(grown.device)))
-            self.stats["cached_tokens"] += int(tokens.numel())
+            self.cached_tokens += int(tokens.numel())

@@ -33,7 +33,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDictBase, lazy_stack
 
-from ..collectors.grouped import collect_rollouts, turn_cache_counts, turn_cache_metrics
+from ..collectors.grouped import collect_rollouts, turn_cache_metrics
 from ..collectors.rollout_policy import build_rollout_policy
 from ..data.groups import Groups
 from ..diagnostics.collapse import CollapseMonitor
@@ -501,11 +501,9 @@ class Trainer:
         metrics = Metrics()
         with metrics.timer("rollout"):
             seeds = train_level_seeds(int(self.cfg.seed), self.iteration, self.P)
-            kv_before = turn_cache_counts(self.policy)
             records = self.algorithm.shape_rewards(self._collect(seeds))
         metrics.add("rollout", summarize(records))
-        kv = turn_cache_metrics(kv_before, turn_cache_counts(self.policy))  # this rank's rows: summed over ranks
-        metrics.update(dict(zip(kv, self.dist.sum_floats(kv.values()))))
+        metrics.update(turn_cache_metrics(records))  # the records of every rank
         if TRAJECTORY_REFITS in records.keys():  # token rows re-tokenised from the rendered conversation
             metrics.add("rollout", {"trajectory_refits": records.get(TRAJECTORY_REFITS).sum()})
         # rows whose env step raised (an env bug the rollout survived; see TextGameEnv), since the start

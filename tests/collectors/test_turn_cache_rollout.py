@@ -13,7 +13,6 @@ from ragen_torchrl import keys as K
 from ragen_torchrl.collectors.grouped import (
     collect_rollouts,
     make_generation_policy,
-    turn_cache_counts,
     turn_cache_metrics,
 )
 from ragen_torchrl.envs import make_env
@@ -48,9 +47,12 @@ def test_greedy_rollouts_equal_with_and_without_the_cache(tiny_model, env_name):
     plain, off = _rollout(model, tok, env_name, False, 0.0)
     assert policy.turn_cache is not None and off.turn_cache is None
     assert int(cached.get(K.NUM_TURNS).max()) >= 2  # multi-turn: later turns read the cache
-    stats = policy.turn_cache.stats
-    assert stats["rows_reused"] == int(cached.get(K.NUM_TURNS).sum()) - len(cached)  # every turn after the first
-    assert stats["rows_prefilled"] == len(cached) and stats["rows_over_cap"] == 0
+    turns = cached.get(K.NUM_TURNS)
+    # per trajectory: the first turn encoded from scratch, every later turn read the cache
+    assert cached.get(K.KV_PREFILLED).tolist() == [1] * len(cached)
+    assert cached.get(K.KV_REUSED).tolist() == (turns - 1).tolist()
+    assert int(cached.get(K.KV_OVER_CAP).sum()) == 0
+    assert K.KV_REUSED not in plain.keys(include_nested=True)  # no turn cache, no counts
     assert policy.turn_cache.cached_rows() == []  # every finished row released its cache
     _same_records(cached, plain)
 
@@ -62,7 +64,7 @@ def test_sampled_rollouts_match_the_reprefill(tiny_model, seed):
     model, tok = tiny_model
     cached, policy = _rollout(model, tok, "sokoban", True, 1.0, seed=seed)
     plain, _ = _rollout(model, tok, "sokoban", False, 1.0, seed=seed)
-    assert policy.turn_cache.stats["rows_reused"] > 0
+    assert int(cached.get(K.KV_REUSED).sum()) > 0
     _same_records(cached, plain)
 
 
@@ -93,8 +95,8 @@ def test_the_first_new_token_logits_equal_the_reprefill_mid_rollout(tiny_model):
             return out
 
     torch.manual_seed(2)
-    collect_rollouts(make_env("sokoban", num_envs=4, max_turn=3), Spy(), LEVELS, G)
-    assert policy.turn_cache.stats["rows_reused"] > 0 and len(seen) >= 2
+    recs = collect_rollouts(make_env("sokoban", num_envs=4, max_turn=3), Spy(), LEVELS, G)
+    assert int(recs.get(K.KV_REUSED).sum()) > 0 and len(seen) >= 2
     for prompts, scores in seen:
         for prompt, row in zip(prompts, scores, strict=True):
             torch.testing.assert_close(row, model(prompt[None]).logits[0, -1], atol=1e-4, rtol=0)
@@ -164,10 +166,14 @@ def test_the_switch_and_its_errors(tiny_model):
 def test_turn_cache_metrics_per_iteration(tiny_model):
     model, tok = tiny_model
     policy = make_generation_policy(model, tok, max_new_tokens=4, temperature=0.0)
-    before = turn_cache_counts(policy)
     recs = collect_rollouts(make_env("sokoban", num_envs=4, max_turn=3), policy, LEVELS, G)
-    m = turn_cache_metrics(before, turn_cache_counts(policy))
+    m = turn_cache_metrics(recs)
     turns = int(recs.get(K.NUM_TURNS).sum())
     assert m["rollout/kv_rows_prefilled"] == 4 and m["rollout/kv_rows_reused"] == turns - 4
     assert m["rollout/kv_rows_over_cap"] == 0 and m["rollout/kv_prefill_tokens"] > 0
-    assert turn_cache_counts(make_generation_policy(model, tok, kv_cache=False)) == {}
+    # the prefill tokens of a trajectory: its first prompt whole, then each later turn's new tokens
+    # (the previous reply's last token, which generate never encodes, and the env's next message)
+    first = [int(r.get(K.TOKENS_TRAJECTORY).numel()) for r in recs.unbind(0)]
+    assert all(0 < int(n) <= f for n, f in zip(recs.get(K.KV_PREFILL_TOKENS), first))
+    off = make_generation_policy(model, tok, kv_cache=False)
+    assert turn_cache_metrics(collect_rollouts(make_env("sokoban", num_envs=4, max_turn=3), off, LEVELS, G)) == {}

@@ -9,6 +9,8 @@ both paths get) and rows finish at different turns.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 from helpers import load_tiny
@@ -17,6 +19,7 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 
 import ragen_torchrl.models.turn_cache as turn_cache
 from ragen_torchrl.collectors import hf_generate_kwargs
+from ragen_torchrl.keys import KV_COUNT_KEYS
 from ragen_torchrl.models.entropy_recorder import EntropyRecorder
 from ragen_torchrl.models.turn_cache import TurnCachePolicy, check_turn_cache_settings, reusable_length
 
@@ -113,6 +116,21 @@ def _observation(tok, r, t):
     return torch.tensor(tok(text, add_special_tokens=False)["input_ids"])
 
 
+def _counting(policy) -> Counter:
+    """The per-row turn-cache counts of every output ``policy`` returns, summed (keyed ``reused``, ...)."""
+    totals = Counter()
+    call = policy.forward
+
+    def forward(td):
+        out = call(td)
+        for key in KV_COUNT_KEYS:
+            totals[key[-1]] += int(out.get(key).sum())
+        return out
+
+    policy.forward = forward
+    return totals
+
+
 def _episodes(model, tok, policy, kwargs, *, turns=4, last_turn=(3, 1, 2, 3, 0), processors=(), check=None):
     """Plays rows over ``turns`` turns with ``policy``; at each turn compares with the re-prefill reference.
 
@@ -161,6 +179,7 @@ def test_greedy_replies_equal_the_reprefill_over_turns(model_tok):
     force = ForceEos(tok.eos_token_id, 2, pick=lambda p: p.numel() % 2 == 0)
     kwargs = _greedy(processors=[force])
     policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    counts = _counting(policy)
     history = _episodes(model, tok, policy, kwargs, processors=[force])
     ended = 0
     for running, ours, ref in history:
@@ -171,10 +190,10 @@ def test_greedy_replies_equal_the_reprefill_over_turns(model_tok):
     assert 0 < ended < sum(len(h[0]) for h in history)
     assert [len(h[0]) for h in history] == [5, 4, 3, 2]  # rows finish at different turns
     # every row was fresh at turn 0 and reused its cache at every later turn
-    assert policy.stats["rows_prefilled"] == 5
-    assert policy.stats["rows_reused"] == 4 + 3 + 2
+    assert counts["prefilled"] == 5
+    assert counts["reused"] == 4 + 3 + 2
     assert policy.cached_rows() == []  # every finished row was released
-    assert policy.stats["cached_tokens"] == 0
+    assert policy.cached_tokens == 0
 
 
 def test_sampling_first_token_logits_equal_the_reprefill(model_tok):
@@ -185,6 +204,7 @@ def test_sampling_first_token_logits_equal_the_reprefill(model_tok):
     kwargs = hf_generate_kwargs(5, 1.0)
     kwargs["logits_processor"] = LogitsProcessorList([first])
     policy = TurnCachePolicy(model, generate_kwargs=kwargs, record_entropy=True)
+    counts = _counting(policy)
     assert isinstance(policy.entropy_recorder, EntropyRecorder)
     compared = []
 
@@ -195,13 +215,14 @@ def test_sampling_first_token_logits_equal_the_reprefill(model_tok):
     torch.manual_seed(0)
     _episodes(model, tok, policy, kwargs, processors=[first], check=check)
     assert compared == [0, 1, 2, 3]
-    assert policy.stats["rows_reused"] > 0
+    assert counts["reused"] > 0
 
 
 def test_entropy_recorder_sees_the_cached_generation(model_tok):
     model, tok = model_tok
     kwargs = hf_generate_kwargs(5, 1.0)
     policy = TurnCachePolicy(model, generate_kwargs=kwargs, record_entropy=True)
+    kv = _counting(policy)
     prompts = _first_prompts(tok, 3)
     torch.manual_seed(1)
     replies = policy(_td(prompts, [0, 1, 2])).get(("tokens", "response"), as_list=True)
@@ -219,7 +240,7 @@ def test_entropy_recorder_sees_the_cached_generation(model_tok):
     assert all(torch.equal(a, b) for a, b in zip(replies, ref))  # same RNG stream, same logits up to round-off
     assert torch.equal(counts, ref_counts)
     assert torch.allclose(sums, ref_sums, atol=1e-4)
-    assert policy.stats["rows_reused"] == 3
+    assert kv["reused"] == 3
 
 
 def _dynamic_cache(buffer, filled):
@@ -235,6 +256,7 @@ def _two_turns(model, tok, kwargs, seed):
     first = FirstScores()
     kwargs = {**kwargs, "logits_processor": LogitsProcessorList([first])}
     policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    counts = _counting(policy)
     prompts = _first_prompts(tok, 4)
     out = []
     for t in range(2):
@@ -243,7 +265,7 @@ def _two_turns(model, tok, kwargs, seed):
         out.append((replies, first.first, {e: policy._store[e][1].clone() for e in policy.cached_rows()}))
         first.first = None
         prompts = [torch.cat([p, r, _observation(tok, i, t)]) for i, (p, r) in enumerate(zip(prompts, replies))]
-    assert policy.stats["rows_reused"] == 4
+    assert counts["reused"] == 4
     return out
 
 
@@ -271,12 +293,13 @@ def test_a_buffer_too_short_grows_and_gives_the_same_replies(model_tok, monkeypa
     monkeypatch.setattr(TurnCachePolicy, "_max_new_tokens", lambda self: 0)
     kwargs = _greedy()
     policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    counts = _counting(policy)
 
     def check(t, ours, ref, *_):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref))
 
     _episodes(model, tok, policy, kwargs, check=check)
-    assert policy.stats["rows_reused"] == 4 + 3 + 2
+    assert counts["reused"] == 4 + 3 + 2
 
 
 def test_a_buffer_layer_after_a_batch_selection_keeps_the_selected_rows():
@@ -294,15 +317,16 @@ def test_the_cap_falls_back_to_reprefill_with_the_same_replies(model_tok):
     kwargs = _greedy()
     cap = 90  # about one row's conversation: the others are not stored
     policy = TurnCachePolicy(model, generate_kwargs=kwargs, max_cached_tokens=cap)
+    counts = _counting(policy)
 
     def check(t, ours, ref, *_):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref))
-        assert policy.stats["cached_tokens"] <= cap
+        assert policy.cached_tokens <= cap
 
     _episodes(model, tok, policy, kwargs, check=check)
-    assert policy.stats["rows_over_cap"] > 0
-    assert policy.stats["rows_reused"] > 0  # some rows fit
-    assert policy.stats["rows_prefilled"] > 5  # over-cap rows re-prefilled at later turns
+    assert counts["over_cap"] > 0
+    assert counts["reused"] > 0  # some rows fit
+    assert counts["prefilled"] > 5  # over-cap rows re-prefilled at later turns
 
 
 def test_release_and_clear_free_the_rows(model_tok):
@@ -312,17 +336,17 @@ def test_release_and_clear_free_the_rows(model_tok):
     replies = policy(_td(prompts, [4, 7, 9])).get(("tokens", "response"), as_list=True)
     sizes = {e: p.numel() + r.numel() - 1 for e, p, r in zip([4, 7, 9], prompts, replies)}
     assert policy.cached_rows() == [4, 7, 9]
-    assert policy.stats["cached_tokens"] == sum(sizes.values())
+    assert policy.cached_tokens == sum(sizes.values())
     policy.release([7, 123])  # an unknown row is ignored
     assert policy.cached_rows() == [4, 9]
-    assert policy.stats["cached_tokens"] == sizes[4] + sizes[9]
+    assert policy.cached_tokens == sizes[4] + sizes[9]
     # the released row prefills from scratch at its next turn
     nxt = torch.cat([prompts[1], replies[1], _observation(tok, 1, 0)])
-    before = policy.stats["rows_prefilled"]
-    policy(_td([nxt], [7]))
-    assert policy.stats["rows_prefilled"] == before + 1
+    out = policy(_td([nxt], [7]))
+    assert out["turn_cache", "prefilled"].tolist() == [1] and out["turn_cache", "reused"].tolist() == [0]
+    assert out["turn_cache", "prefill_tokens"].tolist() == [nxt.numel()]  # the whole prompt, encoded again
     policy.clear()
-    assert policy.cached_rows() == [] and policy.stats["cached_tokens"] == 0
+    assert policy.cached_rows() == [] and policy.cached_tokens == 0
 
 
 def test_a_weight_update_clears_the_caches(tiny_model):
@@ -331,6 +355,7 @@ def test_a_weight_update_clears_the_caches(tiny_model):
     model, tok = tiny_model
     kwargs = _greedy(5)
     policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    counts = _counting(policy)
     prompts = _first_prompts(tok, 2)
     replies = policy(_td(prompts, [0, 1])).get(("tokens", "response"), as_list=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -338,7 +363,7 @@ def test_a_weight_update_clears_the_caches(tiny_model):
     opt.step()
     nxt = [torch.cat([p, r, _observation(tok, i, 0)]) for i, (p, r) in enumerate(zip(prompts, replies))]
     got = policy(_td(nxt, [0, 1])).get(("tokens", "response"), as_list=True)
-    assert policy.stats["weight_changes"] == 1 and policy.stats["rows_reused"] == 0
+    assert counts["reused"] == 0 and counts["prefilled"] == 4  # the second turn re-prefilled both rows
     ref = _reprefill(model, nxt, kwargs, tok.pad_token_id, tok.eos_token_id)
     assert all(torch.equal(a, b) for a, b in zip(got, ref))
 
@@ -347,24 +372,26 @@ def test_a_new_episode_on_a_slot_is_prefilled_from_scratch(model_tok):
     model, tok = model_tok
     kwargs = _greedy(5)
     policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    counts = _counting(policy)
     a, b = _first_prompts(tok, 2)
     policy(_td([a], [0]))
     got = policy(_td([b], [0])).get(("tokens", "response"), as_list=True)  # not an extension of a's
-    assert policy.stats["rows_reused"] == 0 and policy.stats["rows_prefilled"] == 2
+    assert counts["reused"] == 0 and counts["prefilled"] == 2
     assert torch.equal(got[0], _reprefill(model, [b], kwargs, tok.pad_token_id, tok.eos_token_id)[0])
-    assert policy.stats["cached_tokens"] == b.numel() + got[0].numel() - 1
+    assert policy.cached_tokens == b.numel() + got[0].numel() - 1
 
 
 def test_kv_cache_off_stores_nothing_and_gives_the_same_replies(model_tok):
     model, tok = model_tok
     kwargs = _greedy()
     policy = TurnCachePolicy(model, generate_kwargs=kwargs, kv_cache=False)
+    counts = _counting(policy)
 
     def check(t, ours, ref, *_):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref))
 
     _episodes(model, tok, policy, kwargs, check=check)
-    assert policy.stats["rows_reused"] == 0 and policy.cached_rows() == []
+    assert counts["reused"] == 0 and policy.cached_rows() == []
 
 
 def test_a_model_without_masked_cache_attention_reprefills(model_tok, monkeypatch):
@@ -372,12 +399,13 @@ def test_a_model_without_masked_cache_attention_reprefills(model_tok, monkeypatc
     monkeypatch.setattr(turn_cache, "shared_prefix_supported", lambda model: False)
     kwargs = _greedy()
     policy = TurnCachePolicy(model, generate_kwargs=kwargs)
+    counts = _counting(policy)
 
     def check(t, ours, ref, *_):
         assert all(torch.equal(a, b) for a, b in zip(ours, ref))
 
     _episodes(model, tok, policy, kwargs, check=check)
-    assert policy.stats["rows_reused"] == 0 and policy.cached_rows() == []
+    assert counts["reused"] == 0 and policy.cached_rows() == []
 
 
 def test_reusable_length():
