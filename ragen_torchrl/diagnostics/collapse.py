@@ -92,9 +92,9 @@ class CollapseMonitor:
         method: :func:`cross_score` method (default ``"auto"``: the prefix-tree path where
             the model supports it).
         dtype: score in this dtype (e.g. ``"float32"`` for a bfloat16 policy; see
-            :func:`cross_score`); ``None`` = the model's own. Text policies only: a
-            vision-language policy is scored in its own dtype (``method`` and ``dtype`` do not
-            apply to it).
+            :func:`cross_score`); ``None`` = the model's own. A vision-language policy has one
+            scoring path (:func:`~ragen_torchrl.diagnostics.vl_scoring.cross_score_vl`): ``method``
+            does not apply to it.
     """
 
     def __init__(
@@ -171,7 +171,7 @@ class CollapseMonitor:
         if self.processor is None:
             scored = cross_score(self.model, distinct, zs, entropy_cols=own, method=self.method, dtype=self.dtype)
         else:
-            scored = cross_score_vl(self.model, distinct, zs, entropy_cols=own)
+            scored = cross_score_vl(self.model, distinct, zs, entropy_cols=own, dtype=self.dtype)
         mean_lp, sum_lp = scored[0][:, equiv], scored[1][:, equiv]
         metrics = self.trackers[name](mean_lp, sample.true_cols, seq_log_probs=sum_lp, col_equivalence=equiv)
         out.update(metrics)

@@ -48,7 +48,7 @@ from ..envs.visual import image_chat
 from ..models.kv_cache import forward_kwargs, model_device, output_cache, pad_right, select_cache
 from ..models.vision import VLProcessor
 from .cross_scoring import _unique, _validate
-from .token_scoring import _model_dtype, _own_entropy, _score_dtype, _token_log_probs
+from .token_scoring import _model_dtype, _own_entropy, _score_dtype, _scoring_model, _token_log_probs
 
 __all__ = ["VLContext", "cross_score_vl", "vl_context", "vl_context_key"]
 
@@ -195,6 +195,7 @@ def cross_score_vl(
     *,
     batch_size: int = 64,
     entropy_cols: Sequence[int] | torch.Tensor | None = None,
+    dtype: torch.dtype | str | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Teacher-forced log-likelihood of every reasoning under every image-holding context.
 
@@ -208,6 +209,9 @@ def cross_score_vl(
         batch_size: maximum number of reasonings per forward pass.
         entropy_cols: optional ``[M]`` column index per reasoning; then a third output holds each
             reasoning's mean token entropy under that column's context.
+        dtype: score with a temporary copy of the model in this dtype (e.g. ``"float32"`` for a
+            bfloat16 policy), as :func:`~ragen_torchrl.diagnostics.cross_scoring.cross_score` does;
+            ``None`` (default): the model's own.
 
     Returns:
         ``(mean_lp, sum_lp)`` (and the ``[M]`` entropies with ``entropy_cols``), float32 CPU
@@ -216,10 +220,11 @@ def cross_score_vl(
 
     Raises:
         ValueError: empty inputs, a context whose image tokens and images disagree, an empty or
-            non-integer reasoning, bad ``entropy_cols`` or ``batch_size``.
+            non-integer reasoning, bad ``entropy_cols``, ``batch_size`` or ``dtype``.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    model = _scoring_model(model, dtype)
     ctx = _validate_contexts(contexts, model.config.image_token_id)
     zs = _validate("reasonings", reasonings)
     ent_cols = None

@@ -113,6 +113,17 @@ def test_each_distinct_context_is_encoded_once_and_images_tell_columns_apart(vl_
     assert not torch.allclose(mean_lp[:, 0], mean_lp[:, 1])  # the image changes the scores
 
 
+def test_dtype_scores_with_a_copy_in_that_dtype(vl_dir):
+    model, processor = load_tiny_vl(vl_dir)
+    contexts = [vl_context(processor, [("user", TEXT)], [noise(k, 56, 56)]) for k in range(2)]
+    reasonings = [ids_of(processor, w) for w in WORDS[:3]]
+    mean32, _ = cross_score_vl(model, contexts, reasonings)
+    mean64, sum64 = cross_score_vl(model, contexts, reasonings, dtype="float64")
+    assert mean64.dtype == sum64.dtype == torch.float64 and mean32.dtype == torch.float32
+    assert torch.allclose(mean64, mean32.double(), atol=1e-4)
+    assert next(model.parameters()).dtype == torch.float32  # the policy itself is untouched
+
+
 # --------------------------------------------------------------------------- MI proxies with images
 def train_colour_naming(vl_dir, *, shuffled: bool, steps: int = 60, seed: int = 0):
     """A fresh tiny VL model trained to answer each solid image with a reasoning naming a colour word:
@@ -211,6 +222,8 @@ def test_bad_input_gets_a_clear_error(vl_dir):
         cross_score_vl(model, [ctx], z, entropy_cols=[3])
     with pytest.raises(ValueError, match="batch_size"):
         cross_score_vl(model, [ctx], z, batch_size=0)
+    with pytest.raises(ValueError, match="dtype must be a floating torch dtype"):
+        cross_score_vl(model, [ctx], z, dtype="int8")
     records, images = colour_records(1)
     with pytest.raises(ValueError, match="images= is required"):
         CollapseMonitor(model, processor, every=1)(records)
