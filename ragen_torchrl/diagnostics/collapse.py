@@ -184,8 +184,9 @@ class CollapseMonitor:
         """All ``collapse/`` metrics for one batch (pre-filter, pre-update).
 
         ``images`` (vision-language policies only, and required there): per trajectory of
-        ``records``, its images in the order of its user messages (uint8 ``[3, H, W]`` each;
-        user message ``n`` shows image ``n``).
+        ``records``, its images in the order of its user messages (uint8 ``[3, H, W]`` each, in a
+        list or stacked ``[T, 3, H, W]``; user message ``n`` shows image ``n``; extra images, e.g.
+        the final board, are ignored).
 
         Per scheme: ``valid_rate`` (share of non-empty reasoning, :func:`reasoning_valid_rate`),
         ``reasoning_length`` (mean tokens of the scored reasoning; 0 when none is valid) and,

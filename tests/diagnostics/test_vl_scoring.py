@@ -205,6 +205,16 @@ def test_mi_proxies_see_whether_the_reasoning_reads_the_image(vl_dir, shuffled):
         assert traj["retrieval_accuracy"] == 1.0
 
 
+def test_monitor_takes_each_trajectorys_images_as_a_list_or_a_stacked_tensor(vl_dir):
+    model, processor = load_tiny_vl(vl_dir)
+    records, images = colour_records(1)
+    as_lists = CollapseMonitor(model, processor, num_pairs=4, every=1, seed=0)(records, images=images)
+    stacked = [torch.stack(i) for i in images]  # [T, 3, H, W] uint8 per trajectory
+    as_tensors = CollapseMonitor(model, processor, num_pairs=4, every=1, seed=0)(records, images=stacked)
+    drop = "timing/mi_seconds"
+    assert {k: v for k, v in as_lists.items() if k != drop} == {k: v for k, v in as_tensors.items() if k != drop}
+
+
 # --------------------------------------------------------------------------- errors
 def test_bad_input_gets_a_clear_error(vl_dir):
     model, processor = load_tiny_vl(vl_dir)
