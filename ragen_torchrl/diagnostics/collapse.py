@@ -56,7 +56,7 @@ from .mi_sampling import (
     sample_first_turn_pairs,
     sample_trajectory_uniform_pairs,
 )
-from .vl_scoring import cross_score_vl, vl_context, vl_context_key
+from .vl_scoring import VLContext, cross_score_vl, vl_context, vl_context_key
 
 __all__ = ["CollapseMonitor", "turn_pairs"]
 
@@ -128,7 +128,7 @@ class CollapseMonitor:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return torch.tensor(self.tokenizer(text + self.think_tag, add_special_tokens=False)["input_ids"])
 
-    def _vl_context(self, messages: list[dict], images) -> object:
+    def _vl_context(self, messages: list[dict], images) -> VLContext:
         # user message n shows the trajectory's image n, so a context holds the first (#user) images
         n_user = sum(m["role"] == "user" for m in messages)
         if len(images) < n_user:
