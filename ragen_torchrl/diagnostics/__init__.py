@@ -28,6 +28,7 @@ from .mi_sampling import (
 )
 from .prefix_tree import PrefixTree, build_prefix_tree, chunk_sorted_by_budget
 from .tree_scoring import tree_supported
+from .vl_scoring import VLContext, cross_score_vl, vl_context, vl_context_key
 
 __all__ = [
     "CollapseMonitor",
@@ -40,11 +41,13 @@ __all__ = [
     "PairSample",
     "PrefixTree",
     "RETRIEVAL_KS",
+    "VLContext",
     "ZSCORE_EPS",
     "bucket_grad_norms",
     "build_prefix_tree",
     "chunk_sorted_by_budget",
     "cross_score",
+    "cross_score_vl",
     "entropy_metrics",
     "equivalence_from_keys",
     "mi_proxies",
@@ -55,4 +58,6 @@ __all__ = [
     "token_entropy",
     "tree_supported",
     "turn_pairs",
+    "vl_context",
+    "vl_context_key",
 ]

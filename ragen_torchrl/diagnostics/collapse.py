@@ -19,10 +19,20 @@ uniform turn; each draw its own column, ``N = num_pairs``). Columns with identic
 are equivalent (a hit on any counts; chance rises accordingly) and are scored once;
 ``distinct_columns`` logs how many distinct prompts were scored.
 
+With a vision-language policy (a :class:`~ragen_torchrl.models.vision.VLProcessor` in place of the
+tokenizer) the images are part of X: each user message of a conversation shows one image, the
+monitor is called with every trajectory's images (``monitor(records, images=...)``), a context
+holds the images of its user messages, columns are equivalent only when tokens *and* images agree,
+and the matrix comes from :func:`~ragen_torchrl.diagnostics.vl_scoring.cross_score_vl` (each
+context's images through the vision tower once). The metrics are the same.
+
 Example (outside any trainer)::
 
     monitor = CollapseMonitor(model, tokenizer, num_pairs=64)
     metrics = monitor(records)          # {"collapse/first_turn/mi_estimate": ..., ...}
+
+    vl_monitor = CollapseMonitor(vl_model, vl_processor, num_pairs=64)
+    metrics = vl_monitor(records, images=images)   # images[b] = trajectory b's images, one per user message
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from ragen_torchrl.checks import check_choice
 
 from ..envs.parsing import THINK_RE
 from ..keys import GROUP_ID, HISTORY_FULL
+from ..models.vision import VLProcessor
 from .cross_scoring import METHODS, cross_score
 from .entropy import entropy_metrics
 from .mi import MIProxyTracker
@@ -45,6 +56,7 @@ from .mi_sampling import (
     sample_first_turn_pairs,
     sample_trajectory_uniform_pairs,
 )
+from .vl_scoring import VLContext, cross_score_vl, vl_context, vl_context_key
 
 __all__ = ["CollapseMonitor", "turn_pairs"]
 
@@ -68,8 +80,11 @@ class CollapseMonitor:
     """Computes ``collapse/`` metrics every ``every`` calls (see module docstring).
 
     Args:
-        model: the scoring policy (pre-update), any HF causal LM.
-        tokenizer: its tokenizer (with a chat template).
+        model: the scoring policy (pre-update), any HF causal LM, or a Qwen2-VL-style
+            vision-language model (then ``tokenizer`` is its processor).
+        tokenizer: its tokenizer (with a chat template), or a
+            :class:`~ragen_torchrl.models.vision.VLProcessor` for a vision-language policy, whose
+            contexts hold images (the monitor is then called with ``images=``).
         num_pairs: pairs per scheme (paper: 64).
         every: compute on iterations ``0, every, 2*every, ...`` (paper: 5).
         seed: sampling seed.
@@ -77,7 +92,9 @@ class CollapseMonitor:
         method: :func:`cross_score` method (default ``"auto"``: the prefix-tree path where
             the model supports it).
         dtype: score in this dtype (e.g. ``"float32"`` for a bfloat16 policy; see
-            :func:`cross_score`); ``None`` = the model's own.
+            :func:`cross_score`); ``None`` = the model's own. A vision-language policy has one
+            scoring path (:func:`~ragen_torchrl.diagnostics.vl_scoring.cross_score_vl`): ``method``
+            does not apply to it.
     """
 
     def __init__(
@@ -96,6 +113,9 @@ class CollapseMonitor:
             raise ValueError(f"num_pairs and every must be >= 1, got {num_pairs}, {every}")
         check_choice("method", method, METHODS)
         self.method, self.dtype = method, dtype
+        self.processor = tokenizer if isinstance(tokenizer, VLProcessor) else None
+        if self.processor is not None:
+            tokenizer = self.processor.tokenizer
         self.model, self.tokenizer = model, tokenizer
         self.num_pairs, self.every, self.think_tag = num_pairs, every, think_tag
         self.generator = torch.Generator().manual_seed(seed)
@@ -108,15 +128,26 @@ class CollapseMonitor:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return torch.tensor(self.tokenizer(text + self.think_tag, add_special_tokens=False)["input_ids"])
 
+    def _vl_context(self, messages: list[dict], images) -> VLContext:
+        # user message n shows the trajectory's image n, so a context holds the first (#user) images
+        n_user = sum(m["role"] == "user" for m in messages)
+        if len(images) < n_user:
+            raise ValueError(f"a conversation has {n_user} user messages but only {len(images)} images")
+        return vl_context(
+            self.processor, [(m["role"], m["content"]) for m in messages], images[:n_user], self.think_tag
+        )
+
     def _reasoning_ids(self, text: str) -> torch.Tensor:
         return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
-    def _scheme(self, name, sample, pairs_of, z_ids, group_ids) -> dict[str, float]:
+    def _scheme(self, name, sample, pairs_of, z_ids, group_ids, images=None) -> dict[str, float]:
         ctx_cache: dict[tuple[int, int], torch.Tensor] = {}
 
         def ctx(t: int, k: int) -> torch.Tensor:
             if (t, k) not in ctx_cache:
-                ctx_cache[(t, k)] = self._context_ids(pairs_of[t][k][0])
+                messages = pairs_of[t][k][0]
+                vl = self.processor is not None
+                ctx_cache[(t, k)] = self._vl_context(messages, images[t]) if vl else self._context_ids(messages)
             return ctx_cache[(t, k)]
 
         contexts = [ctx(t, k) for t, k in zip(sample.col_traj_idx.tolist(), sample.col_turn_idx.tolist())]
@@ -125,7 +156,10 @@ class CollapseMonitor:
         out = {"reasoning_length": float(sum(len(z) for z in zs) / len(zs))}
         # identical prompts (e.g. one trajectory-uniform draw repeated) are equivalent columns:
         # each distinct one is scored once and its scores copied into all of its columns
-        equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
+        if self.processor is None:
+            equiv = equivalence_from_keys([tuple(c.tolist()) for c in contexts])
+        else:
+            equiv = equivalence_from_keys([vl_context_key(c) for c in contexts])
         first = {}
         for j, c in enumerate(equiv.tolist()):
             first.setdefault(c, j)
@@ -134,7 +168,10 @@ class CollapseMonitor:
         own = equiv[sample.true_cols] if name == "trajectory" else None
         # the trajectory scheme also yields each reasoning's entropy under its own prompt,
         # read off the same cross-scoring passes (no extra forward)
-        scored = cross_score(self.model, distinct, zs, entropy_cols=own, method=self.method, dtype=self.dtype)
+        if self.processor is None:
+            scored = cross_score(self.model, distinct, zs, entropy_cols=own, method=self.method, dtype=self.dtype)
+        else:
+            scored = cross_score_vl(self.model, distinct, zs, entropy_cols=own, dtype=self.dtype)
         mean_lp, sum_lp = scored[0][:, equiv], scored[1][:, equiv]
         metrics = self.trackers[name](mean_lp, sample.true_cols, seq_log_probs=sum_lp, col_equivalence=equiv)
         out.update(metrics)
@@ -143,8 +180,13 @@ class CollapseMonitor:
         return out
 
     @torch.no_grad()
-    def __call__(self, records: TensorDictBase) -> dict[str, float]:
+    def __call__(self, records: TensorDictBase, images=None) -> dict[str, float]:
         """All ``collapse/`` metrics for one batch (pre-filter, pre-update).
+
+        ``images`` (vision-language policies only, and required there): per trajectory of
+        ``records``, its images in the order of its user messages (uint8 ``[3, H, W]`` each, in a
+        list or stacked ``[T, 3, H, W]``; user message ``n`` shows image ``n``; extra images, e.g.
+        the final board, are ignored).
 
         Per scheme: ``valid_rate`` (share of non-empty reasoning, :func:`reasoning_valid_rate`),
         ``reasoning_length`` (mean tokens of the scored reasoning; 0 when none is valid) and,
@@ -154,6 +196,12 @@ class CollapseMonitor:
         ``distinct_columns``, the distinct prompts among them).
         """
         t0 = time.time()
+        if self.processor is not None and images is None:
+            raise ValueError("images= is required: the monitor scores a vision-language policy")
+        if self.processor is None and images is not None:
+            raise ValueError("images= was given but the monitor scores a text policy (pass a VLProcessor as tokenizer)")
+        if images is not None and len(images) != records.batch_size[0]:
+            raise ValueError(f"images has {len(images)} trajectories, records has {records.batch_size[0]}")
         histories = records.get(HISTORY_FULL)
         pairs_of = [turn_pairs(histories[i]) for i in range(records.batch_size[0])]
         group_ids = records.get(GROUP_ID).reshape(-1)
@@ -170,10 +218,10 @@ class CollapseMonitor:
             # draw from the generator only when there is something to draw, in a fixed order
             if name == "first_turn" and bool(first_valid.any()):
                 sample = sample_first_turn_pairs(group_ids, self.num_pairs, self.generator, valid=first_valid)
-                out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids))
+                out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids, images))
             elif name == "trajectory" and any_valid:
                 sample = sample_trajectory_uniform_pairs(turns, self.num_pairs, self.generator, valid_turns=valid_turns)
-                out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids))
+                out.update(self._scheme(name, sample, pairs_of, z_ids, group_ids, images))
             for k, v in out.items():
                 metrics[f"collapse/{name}/{k}"] = float(v)
         metrics["timing/mi_seconds"] = time.time() - t0

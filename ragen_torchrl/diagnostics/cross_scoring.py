@@ -66,7 +66,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import torch
@@ -86,6 +85,7 @@ from .token_scoring import (
     _model_dtype,
     _own_entropy,
     _score_dtype,
+    _scoring_model,
     _token_log_probs,
 )
 from .tree_scoring import _tree, tree_supported
@@ -305,14 +305,7 @@ def cross_score(
         (True, (3, 2))
     """
     check_choice("method", method, METHODS)
-    if dtype is not None:
-        resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-        if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
-            raise ValueError(f"dtype must be a floating torch dtype or its name, got {dtype!r}")
-        dtype = resolved
-        if dtype != _model_dtype(model):
-            # a throw-away copy: casting the policy in place would touch optimizer-held tensors
-            model = copy.deepcopy(model).to(dtype)
+    model = _scoring_model(model, dtype)
     if method == "tree" and not tree_supported(model):
         raise ValueError(
             "method='tree' needs full attention with a custom 4-D mask (sdpa or eager attention, no "

@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from .entropy import token_entropy
@@ -43,6 +45,19 @@ def _model_dtype(model: torch.nn.Module) -> torch.dtype:
         return next(model.parameters()).dtype
     except StopIteration:  # parameter-less wrapper
         return torch.float32
+
+
+def _scoring_model(model: torch.nn.Module, dtype: torch.dtype | str | None) -> torch.nn.Module:
+    """``model`` itself, or a float copy of it in ``dtype`` (a dtype or its name) when that differs."""
+    if dtype is None:
+        return model
+    resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype or its name, got {dtype!r}")
+    if resolved == _model_dtype(model):
+        return model
+    # a throw-away copy: casting the policy in place would touch optimizer-held tensors
+    return copy.deepcopy(model).to(resolved)
 
 
 def _own_entropy(ent, logits, valid, ii, jj, ent_cols) -> None:

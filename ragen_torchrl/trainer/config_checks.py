@@ -40,6 +40,7 @@ LIMITS: dict[str, int] = {
     "trainer.val_levels": 65536,
     "trainer.total_iterations": 10_000_000,
     "trainer.log_text_samples": 1024,
+    "trainer.log_image_samples": 1024,
     "rollout.max_new_tokens": 32768,
     "rollout.chunk_size": 4096,
     "rollout.kv_cache_max_tokens": 1 << 30,

@@ -200,6 +200,11 @@ class TrainerConfig:
         False, "resume even if seed/algo/env/P x G/filter/model/... differ from the checkpoint's", check_bool
     )
     log_text_samples: int = setting(3, "conversations logged as text at each validation", _nonneg_int)
+    log_image_samples: int = setting(
+        2,
+        "visual envs: episodes whose turn images and replies are logged to TensorBoard at each validation",
+        _nonneg_int,
+    )
     dry_run: bool = setting(
         False, "build the model on the meta device, print the memory it needs, exit (nothing trained)", check_bool
     )

@@ -13,10 +13,16 @@ stream is left as it was. ``Trainer.validate`` calls it with the run's ``seed``;
     ragen-eval outputs/.../checkpoints/last.pt --levels 64  # a checkpoint file
     ragen-eval /models/my-policy --env sokoban --json eval.json
     ragen-eval outputs/... --export exported/               # also write the policy as an HF model dir
+    ragen-eval outputs/... --dump episode.gif               # a visual env: level 0's episode as a GIF
+    ragen-eval outputs/... --dump strip.png --dump-level 3  # level 3's episode as a PNG strip
 
 It prints success ± standard error, mean return, turns, tokens and format-valid, and writes
 them as JSON (``--json PATH``; a run dir defaults to ``<run dir>/eval.json``; otherwise the
 JSON goes to stdout). Bad input exits 2 with one ``ragen-eval: error: ...`` line.
+
+``--dump PATH`` (visual envs) writes the observed images of one episode (level ``--dump-level``,
+default 0: its board at each turn, then the final board) as an animated GIF (``.gif``) or a PNG
+strip (``.png``); see :mod:`ragen_torchrl.trainer.episode_frames`.
 
 Example (a scripted policy on 3 FrozenLake levels):
     >>> import tensordict, torch
@@ -52,6 +58,7 @@ from tensordict import TensorDictBase
 from ..collectors.grouped import collect_rollouts
 from ..envs.splits import val_level_seeds
 from ..keys import DONE
+from .episode_frames import DUMP_FORMATS, EpisodeFrames, save_episode
 from .run_log import summarize
 
 __all__ = ["EvalError", "evaluate_policy", "export_policy", "main", "resolve_target", "stats_line"]
@@ -70,16 +77,25 @@ class EvalError(ValueError):
 class _ProgressEnv:
     """The env, counting finished episodes into a tqdm bar at each step (all else delegated)."""
 
-    def __init__(self, env, bar) -> None:
+    def __init__(self, env, bar, frames: EpisodeFrames | None = None) -> None:
         self._env = env
         self._bar = bar
+        self._frames = frames
 
     def __getattr__(self, name: str):
         return getattr(self._env, name)
 
+    def reset(self, *args, **kwargs):
+        out = self._env.reset(*args, **kwargs)
+        if self._frames is not None:
+            self._frames.observe(out)
+        return out
+
     def step(self, td):
         out = self._env.step(td)
         self._bar.update(int(out.get(("next", DONE)).sum()))
+        if self._frames is not None:
+            self._frames.observe(out.get("next"))
         return out
 
 
@@ -92,13 +108,15 @@ def evaluate_policy(
     chunk_size: int = 128,
     progress: bool = True,
     desc: str = "validation",
+    frames: EpisodeFrames | None = None,
 ) -> tuple[dict[str, float], TensorDictBase]:
     """One episode per validation level; returns the stats (:func:`~.reporting.summarize` + ``seconds``) and records.
 
     ``env`` must have ``num_levels`` rows and no truncation transform. torch is seeded with
     ``seed`` inside :func:`torch.random.fork_rng`, so the result does not depend on the RNG
     state before the call, and the caller's RNG state is unchanged after it. ``progress``
-    shows a bar (levels done, rate, ETA) on stderr.
+    shows a bar (levels done, rate, ETA) on stderr. ``frames``: an :class:`EpisodeFrames` that
+    keeps the observed images of its first rows (level ``k`` plays on env row ``k``).
 
     Example:
         >>> from ragen_torchrl.envs import make_env
@@ -117,7 +135,7 @@ def evaluate_policy(
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
         with tqdm(total=len(seeds), desc=desc, unit="level", disable=not progress, mininterval=1.0, leave=False) as bar:
-            records = collect_rollouts(_ProgressEnv(env, bar), policy, seeds, 1, chunk_size=int(chunk_size))
+            records = collect_rollouts(_ProgressEnv(env, bar, frames), policy, seeds, 1, chunk_size=int(chunk_size))
     stats = summarize(records)
     stats["seconds"] = time.time() - t0
     return stats, records
@@ -409,6 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="set a config key, e.g. -o rollout.max_new_tokens=64 (repeatable)",
     )
+    p.add_argument(
+        "--dump",
+        metavar="PATH",
+        help="visual envs: write one episode's observed images as an animated GIF (.gif) or a PNG strip (.png)",
+    )
+    p.add_argument("--dump-level", type=int, default=0, metavar="K", help="the level whose episode --dump writes")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -479,6 +503,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     }
     if not math.isfinite(temperature) or temperature < 0:
         raise EvalError(f"--temperature must be >= 0, got {temperature}")
+    frames = _dump_frames(args, levels)
 
     try:
         env = make_env(env_name, num_envs=levels, **env_kwargs(cfg.env))
@@ -514,7 +539,14 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError as e:  # a bad rollout.trajectory / kv_cache / kv_cache_max_tokens (names the key)
         raise EvalError(_one_line(e)) from None
     stats, _ = evaluate_policy(
-        env, policy, levels, seed=seed, chunk_size=chunk, progress=not args.no_progress, desc="evaluation"
+        env,
+        policy,
+        levels,
+        seed=seed,
+        chunk_size=chunk,
+        progress=not args.no_progress,
+        desc="evaluation",
+        frames=frames,
     )
     result = {
         "target": str(args.target),
@@ -529,7 +561,29 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.export:
         result["exported"] = str(export_policy(model, tokenizer, args.export))
+    if frames is not None:
+        result["dump"] = str(_write_dump(args, frames, env_name))
     return result
+
+
+def _dump_frames(args: argparse.Namespace, levels: int) -> EpisodeFrames | None:
+    """The recorder of ``--dump``'s episode (``None`` without ``--dump``); bad options are :class:`EvalError`."""
+    if args.dump is None:
+        return None
+    if Path(args.dump).suffix.lower() not in DUMP_FORMATS:
+        raise EvalError(f"--dump {args.dump}: the file must end with one of {', '.join(DUMP_FORMATS)}")
+    if not 0 <= int(args.dump_level) < levels:
+        raise EvalError(f"--dump-level must be in [0, {levels}) (the evaluated levels), got {args.dump_level}")
+    return EpisodeFrames([int(args.dump_level)])
+
+
+def _write_dump(args: argparse.Namespace, frames: EpisodeFrames, env_name: str) -> Path:
+    images = frames.frames.get(int(args.dump_level))
+    if not images:
+        raise EvalError(
+            f"--dump needs a visual env (one that writes images, e.g. frozenlake_visual); {env_name} does not"
+        )
+    return save_episode(images, args.dump)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,7 @@ from .distributed import (
     unscored_rows,
 )
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
+from .episode_frames import EpisodeFrames
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .metrics import Metrics
 from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
@@ -85,6 +86,7 @@ from .run_log import (
     final_validation_line,
     hparam_metrics,
     iteration_line,
+    log_episode_images,
     make_tensorboard_logger,
     run_hparams,
     summarize,
@@ -431,6 +433,7 @@ class Trainer:
         outer = self.clock.enter("validation")
         levels = int(self.cfg.trainer.val_levels) if levels is None else int(levels)
         stats = records = None
+        frames = EpisodeFrames(min(int(self.cfg.trainer.log_image_samples), levels))
         with self._gathered():
             if self.dist.is_main:  # rank 0 validates; every rank gets its numbers for the stop rules
                 stats, records = evaluate_policy(
@@ -440,6 +443,7 @@ class Trainer:
                     seed=int(self.cfg.seed),
                     chunk_size=int(self.cfg.rollout.chunk_size),
                     desc=f"validation (iteration {step})",
+                    frames=frames,
                 )
         stats = self.dist.broadcast_object(stats)
         logged = Metrics().add("val", stats)
@@ -456,6 +460,8 @@ class Trainer:
         n_text = int(self.cfg.trainer.log_text_samples)
         for i in range(min(n_text, records.batch_size[0]) if records is not None else 0):
             self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
+        if records is not None:  # visual envs: each turn's observed image next to the reply
+            log_episode_images(self.logger.experiment, records, frames.frames, step)
         self.clock.enter(outer)
         return stats, logged.scalars
 

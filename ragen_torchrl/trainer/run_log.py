@@ -16,7 +16,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from tensordict import TensorDictBase
 from torchrl.record.loggers import TensorboardLogger
 
 from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_TURNS, SUCCESS
+from .episode_frames import frame_strip
 
 __all__ = [
     "NullLogger",
@@ -34,6 +35,7 @@ __all__ = [
     "flatten",
     "hparam_metrics",
     "iteration_line",
+    "log_episode_images",
     "make_tensorboard_logger",
     "read_scalars_csv",
     "run_hparams",
@@ -158,6 +160,58 @@ def conversation_text(records: TensorDictBase, index: int) -> str:
     lines = [f"**{r}**: {c}" for r, c in zip(hist.role, hist.content)]
     ret = records[index].get(EPISODE_RETURN).item()
     return "\n\n".join(lines) + f"\n\n(return {ret:.2f})"
+
+
+def log_episode_images(
+    writer: Any,
+    records: TensorDictBase,
+    frames: Mapping[int, Sequence[Any]],
+    step: int,
+    prefix: str = "val/episode",
+) -> int:
+    """Log visual episodes to TensorBoard: each turn's observed image next to the reply the policy gave.
+
+    For every ``row -> images`` of ``frames`` (the observed uint8 ``[3, H, W]`` images of trajectory
+    ``row`` of ``records``: one per turn, then the final board, as
+    :class:`~ragen_torchrl.trainer.episode_frames.EpisodeFrames` records them), writes under
+    ``{prefix}_{row}/turn_{k}`` the image the policy saw at turn ``k`` (``add_image``) and, under the
+    same tag, the policy's reply to it (reasoning and action, ``add_text``); the final board under
+    ``{prefix}_{row}/final`` and all frames side by side under ``{prefix}_{row}/strip``. Returns the
+    number of images written.
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.llm import History
+        >>> class Writer:
+        ...     def __init__(self): self.images, self.texts = [], []
+        ...     def add_image(self, tag, image, global_step, dataformats): self.images.append(tag)
+        ...     def add_text(self, tag, text, global_step): self.texts.append(tag)
+        >>> chat = [{"role": "user", "content": "board"}, {"role": "assistant", "content": "<answer>Up</answer>"}]
+        >>> records = TensorDict(batch_size=[1]).to_lazystack(0)
+        >>> _ = records.set(("history", "full"), History.from_chats([chat]))
+        >>> w = Writer()
+        >>> log_episode_images(w, records, {0: [torch.zeros(3, 4, 4, dtype=torch.uint8)] * 2}, step=5)
+        3
+        >>> w.images, w.texts
+        (['val/episode_0/turn_0', 'val/episode_0/final', 'val/episode_0/strip'], ['val/episode_0/turn_0'])
+    """
+    written = 0
+    for row, images in sorted(frames.items()):
+        if not images:
+            continue
+        hist = records[row].get(HISTORY_FULL)
+        replies = [c for r, c in zip(hist.role, hist.content) if r == "assistant"]
+        for k, image in enumerate(images):
+            final = k == len(images) - 1 and k >= len(replies)
+            tag = f"{prefix}_{row}/final" if final else f"{prefix}_{row}/turn_{k}"
+            writer.add_image(tag, image, global_step=step, dataformats="CHW")
+            if not final and k < len(replies):
+                # a code block: TensorBoard's markdown would drop the <think>/<answer> tags as HTML
+                writer.add_text(tag, f"turn {k}\n\n```\n{replies[k]}\n```", global_step=step)
+        writer.add_image(f"{prefix}_{row}/strip", frame_strip(images), global_step=step, dataformats="CHW")
+        written += len(images) + 1
+    return written
 
 
 def final_validation_line(val_start: dict | None, val_end: dict, seconds: float, peak: dict | None = None) -> str:
