@@ -544,7 +544,9 @@ def build_algorithm(algo_cfg, actor, model, tokenizer=None) -> Algorithm:
         algorithm = factory(opts, actor, model, tokenizer)
     else:  # a registered algorithm reads the node as given (its own keys too)
         algorithm = factory(algo_cfg, actor, model, tokenizer)
-        opts = algo_options({k: v for k, v in dict(algo_cfg).items() if k in _OPTION_NAMES})
+        if not isinstance(algo_cfg, AlgoOptions):
+            algo_cfg = {k: v for k, v in algo_cfg.items() if k in _OPTION_NAMES}
+        opts = algo_options(algo_cfg)
     algorithm.train_on = check_choice("algo.train_on", opts.train_on, TRAIN_ON)
     if not isinstance(opts.shared_prefix, bool):
         raise ValueError(f"algo.shared_prefix must be true or false, got {opts.shared_prefix!r}")

@@ -362,14 +362,15 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
 
 
 def _typed(cfg) -> Any:
-    """``cfg`` merged onto the typed schema once: a key a stored config lacks gets its default."""
+    """``cfg`` merged onto the typed schema: a key a stored config lacks gets its default, a value of the
+    wrong type is an :class:`EvalError` naming the key."""
     from .config_checks import ConfigError
     from .config_schema import typed_config
 
     try:
         return typed_config(cfg)
     except ConfigError as e:
-        raise EvalError(f"the run's config does not fit the schema: {_one_line(e)}") from None
+        raise EvalError(_one_line(e)) from None
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -379,15 +380,11 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
 
 def _set(cfg, key: str, value: Any) -> None:
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     missing = object()
     if OmegaConf.select(cfg, key, default=missing) is missing:
         raise EvalError(f"-o {key}=...: no such config key")
-    try:
-        OmegaConf.update(cfg, key, value, merge=False)
-    except OmegaConfBaseException as e:  # a value of the wrong type for the key's field
-        raise EvalError(f"-o {key}={value!r}: {_one_line(e)}") from None
+    OmegaConf.update(cfg, key, value, merge=False, force_add=True)
 
 
 def _parse_value(text: str) -> Any:
@@ -468,6 +465,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         EvalError: bad input (the CLI prints it and exits 2).
     """
+    from omegaconf import OmegaConf
+
     from ..collectors.grouped import make_generation_policy
     from ..envs import make_env
     from ..models.loading import ModelSourceError, load_pretrained
@@ -475,7 +474,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from .model_setup import env_kwargs
 
     tgt = resolve_target(args.target, args.env)
-    cfg = tgt["config"]
+    # the overrides go onto a plain copy, typed again after them (their values checked like the run's)
+    cfg = OmegaConf.create(OmegaConf.to_container(tgt["config"]))
     for item in args.override:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -489,6 +489,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         _set(cfg, "trainer.val_temperature", float(args.temperature))
     if args.seed is not None:
         _set(cfg, "seed", int(args.seed))
+    cfg = _typed(cfg)
     levels = _bounded_int(cfg.trainer.val_levels, "trainer.val_levels")
     temperature = float(cfg.trainer.val_temperature)
     seed = int(cfg.seed)

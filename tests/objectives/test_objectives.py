@@ -605,6 +605,9 @@ def test_build_algorithm_fills_each_default_once_and_rejects_unknown_keys():
     )
     assert obj.loss_module.entropy_coeff == pytest.approx(0.001) and obj.train_on == "generated"
     gspo = build_algorithm({"name": "gspo", "dynamic_sampling": {"tol": 0.5}}, None, None).loss_module
+    from ragen_torchrl.options import algo_options
+
+    assert build_algorithm(algo_options({"name": "drgrpo", "max_length": 7}), None, None).loss_module.max_length == 7
     assert (gspo.clip_epsilon_low.item(), gspo.clip_epsilon_high.item()) == pytest.approx((3e-4, 4e-4))
     with pytest.raises(ValueError, match=r"unknown key algo\.entropy_coef; valid keys: name, lr"):
         build_algorithm({"name": "grpo", "entropy_coef": 0.1}, None, None)

@@ -217,9 +217,9 @@ def test_ragen_eval_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_a_stored_config_is_merged_onto_the_schema_once(tmp_path):
-    """A run's stored config (here one with a few keys) is typed once: every key it lacks reads its
-    schema default, and an override of the wrong type is a one-line error naming the key."""
-    from ragen_torchrl.trainer.evaluate import EvalError, _set, resolve_target
+    """A run's stored config (here one with a few keys) is merged onto the schema: every key it lacks
+    reads its schema default."""
+    from ragen_torchrl.trainer.evaluate import EvalError, _set, _typed, resolve_target
 
     config = {"seed": 3, "env": {"name": "frozenlake"}, "rollout": {"max_new_tokens": 8}}
     state = {"iteration": 0, "model": {}, "optimizer": {}, "rng": {}, "config": config, "model_path": "x"}
@@ -233,7 +233,8 @@ def test_a_stored_config_is_merged_onto_the_schema_once(tmp_path):
         "auto",
         2,
     )
-    _set(cfg, "rollout.chunk_size", 8)
-    assert cfg.rollout.chunk_size == 8
-    with pytest.raises(EvalError, match=r"-o rollout.chunk_size='many'"):
-        _set(cfg, "rollout.chunk_size", "many")
+    with pytest.raises(EvalError, match=r"-o no.such.key=...: no such config key"):
+        _set(cfg, "no.such.key", 1)
+    # an override is checked like the run's own values when the config is typed again
+    with pytest.raises(EvalError, match=r"^rollout.kv_cache must be true or false, got 'maybe'$"):
+        _typed({"rollout": {"kv_cache": "maybe"}})
