@@ -120,6 +120,18 @@ def _validate(name: str, seqs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
+def _entropy_cols(entropy_cols, n_reasonings: int, n_contexts: int) -> torch.Tensor | None:
+    """``entropy_cols`` as a long CPU tensor of one column index per reasoning (``None`` stays ``None``)."""
+    if entropy_cols is None:
+        return None
+    cols = torch.as_tensor(entropy_cols, dtype=torch.long).reshape(-1).cpu()
+    if cols.numel() != n_reasonings or (cols.numel() and (cols.min() < 0 or cols.max() >= n_contexts)):
+        raise ValueError(
+            f"entropy_cols must hold {n_reasonings} column indices in [0, {n_contexts}), got {cols.tolist()}"
+        )
+    return cols
+
+
 def _unique(keys: list) -> tuple[list[int], torch.Tensor]:
     """Position of each distinct key's first occurrence, and each key's index among them."""
     index: dict = {}
@@ -319,13 +331,7 @@ def cross_score(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ctx = _validate("contexts", contexts)
     zs = _validate("reasonings", reasonings)
-    ent_cols = None
-    if entropy_cols is not None:
-        ent_cols = torch.as_tensor(entropy_cols, dtype=torch.long).reshape(-1).cpu()
-        if ent_cols.numel() != len(zs) or (ent_cols.numel() and (ent_cols.min() < 0 or ent_cols.max() >= len(ctx))):
-            raise ValueError(
-                f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}"
-            )
+    ent_cols = _entropy_cols(entropy_cols, len(zs), len(ctx))
     cache_name, has_logits_to_keep = forward_kwargs(model)
     # Identical token sequences score identically, so each distinct context and reasoning is
     # scored once and the matrix is expanded afterwards. Templated reasoning (the thing this

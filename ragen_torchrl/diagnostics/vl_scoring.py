@@ -47,7 +47,7 @@ import torch
 from ..envs.visual import image_chat
 from ..models.kv_cache import forward_kwargs, model_device, output_cache, pad_right, select_cache
 from ..models.vision import VLProcessor
-from .cross_scoring import _unique, _validate
+from .cross_scoring import _entropy_cols, _unique, _validate
 from .token_scoring import _model_dtype, _own_entropy, _score_dtype, _scoring_model, _token_log_probs
 
 __all__ = ["VLContext", "cross_score_vl", "vl_context", "vl_context_key"]
@@ -227,13 +227,7 @@ def cross_score_vl(
     model = _scoring_model(model, dtype)
     ctx = _validate_contexts(contexts, model.config.image_token_id)
     zs = _validate("reasonings", reasonings)
-    ent_cols = None
-    if entropy_cols is not None:
-        ent_cols = torch.as_tensor(entropy_cols, dtype=torch.long).reshape(-1).cpu()
-        if ent_cols.numel() != len(zs) or (ent_cols.numel() and (ent_cols.min() < 0 or ent_cols.max() >= len(ctx))):
-            raise ValueError(
-                f"entropy_cols must hold {len(zs)} column indices in [0, {len(ctx)}), got {ent_cols.tolist()}"
-            )
+    ent_cols = _entropy_cols(entropy_cols, len(zs), len(ctx))
     ctx_first, ctx_of = _unique([vl_context_key(c) for c in ctx])
     cache_name, _ = forward_kwargs(model)
     m, n = len(zs), len(ctx_first)
