@@ -27,6 +27,7 @@ from .grouped import (
     wrapper_generate_kwargs,
 )
 from .rollout_policy import build_rollout_policy
+from .vl_policy import VLRolloutPolicy
 from .vllm_backend import (
     VLLMUnavailableError,
     VLLMWeightSync,
@@ -46,6 +47,7 @@ __all__ = [
     "TokenPromptWrapper",
     "VLLMUnavailableError",
     "VLLMWeightSync",
+    "VLRolloutPolicy",
     "build_rollout_policy",
     "check_policy_output",
     "check_sampling",

@@ -512,6 +512,8 @@ def collect_rollouts(
     ``("tokens", "trajectory")`` and ``("masks", "trajectory_assistant")`` (each row's whole token
     sequence and its sampled positions: what the update trains with ``algo.train_on=generated``,
     :func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`) and ``trajectory_refits``.
+    A policy with ``owns_trajectories`` (:class:`~ragen_torchrl.collectors.vl_policy.VLRolloutPolicy`)
+    gives each finished row's entries itself (``policy.trajectory(env_index)``, before ``release``).
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
@@ -559,6 +561,8 @@ def collect_rollouts(
         traj.start(td[ENV_INDEX].tolist(), chat_dicts(td.get(HISTORY_PROMPT)))
     final_ids: list = [None] * n
     final_mask: list = [None] * n
+    # a policy that keeps each row's trajectory itself (VLRolloutPolicy) hands it over when the episode ends
+    owned: list = [None] * n if getattr(policy, "owns_trajectories", False) else None
     while td is not None and td.batch_size[0] > 0:
         if traj is None:
             out, h_sum, h_count = _generate(policy, td, chunk_size)
@@ -599,6 +603,8 @@ def collect_rollouts(
                 last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
             if traj is not None:
                 final_ids[i], final_mask[i] = traj.trajectory(i)
+            if owned is not None:
+                owned[i] = policy.trajectory(i)
         if finished and callable(release):
             release([int(idx[row]) for row in finished])
         running = (~done).nonzero().reshape(-1)
@@ -630,4 +636,8 @@ def collect_rollouts(
         for row, ids, mask in zip(records.tensordicts, final_ids, final_mask):
             row.set(TOKENS_TRAJECTORY, ids)
             row.set(MASKS_TRAJECTORY, mask)
+    if owned is not None:
+        for row, entries in zip(records.tensordicts, owned):
+            for key, value in entries.items():
+                row.set(key, value)
     return records

@@ -44,7 +44,15 @@ import torch
 
 from ..envs.visual import image_chat
 
-__all__ = ["VLConversation", "VLProcessor", "load_vl_processor", "score_conversation"]
+__all__ = [
+    "VLConversation",
+    "VLProcessor",
+    "is_vision_language",
+    "load_vl_policy",
+    "load_vl_processor",
+    "score_conversation",
+    "vl_sequence",
+]
 
 IMAGE_PAD = "<|image_pad|>"
 
@@ -77,6 +85,43 @@ class VLProcessor:
     def image_token_count(self, grid_thw: torch.Tensor) -> int:
         return int(grid_thw.prod()) // self.image_processor.merge_size**2
 
+    def batch_inputs(
+        self, tokens: torch.Tensor, images: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The model's image keywords for a ``[N, T]`` batch of sequences: ``pixel_values``,
+        ``image_grid_thw`` and ``mm_token_type_ids`` (``{}`` when no row has an image).
+
+        ``images``: uint8 ``[N, K, 3, H, W]`` (row ``i``'s first ``counts[i]`` are real, in the order
+        their placeholders appear in ``tokens``; all ``K`` when ``counts`` is ``None``) or a list of
+        ``[K_i, 3, H, W]`` tensors. Raises ``ValueError`` when a row's image tokens do not match its images.
+        """
+        if isinstance(images, torch.Tensor):
+            counts = torch.full((images.shape[0],), images.shape[1]) if counts is None else counts.reshape(-1)
+            rows = [images[i, : int(c)] for i, c in enumerate(counts.tolist())]
+        else:
+            rows = list(images)
+        if len(rows) != tokens.shape[0]:
+            raise ValueError(f"{tokens.shape[0]} token rows but images for {len(rows)} rows")
+        flat = [img for row in rows for img in row]
+        if not flat:
+            return {}
+        vision = self.images(flat)
+        types = (tokens == self.image_token_id).int()
+        per_image = [self.image_token_count(g) for g in vision["image_grid_thw"]]
+        start = 0
+        for i, row in enumerate(rows):
+            want = sum(per_image[start : start + len(row)])
+            start += len(row)
+            if int(types[i].sum()) != want:
+                raise ValueError(
+                    f"row {i} holds {int(types[i].sum())} image tokens but its {len(row)} images need {want}"
+                )
+        return {
+            "pixel_values": vision["pixel_values"].to(tokens.device),
+            "image_grid_thw": vision["image_grid_thw"].to(tokens.device),
+            "mm_token_type_ids": types,
+        }
+
     def encode_segment(self, chat: list[dict], grids: torch.Tensor, *, first: bool) -> list[int]:
         """Token ids of ``chat`` (HF messages with image parts) rendered as one turn segment: the
         messages, then the generation prompt; a later segment starts with the ``"\\n"`` that ends
@@ -100,6 +145,65 @@ def load_vl_processor(path: str | os.PathLike) -> VLProcessor:
     from transformers import AutoImageProcessor, AutoTokenizer
 
     return VLProcessor(AutoTokenizer.from_pretrained(path), AutoImageProcessor.from_pretrained(path))
+
+
+#: ``model_type`` values of the Qwen2-VL-style checkpoints this package trains
+VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
+
+def is_vision_language(path: str | os.PathLike) -> bool:
+    """Whether the checkpoint dir ``path`` holds a Qwen2-VL-style vision-language model (its
+    ``config.json``'s ``model_type`` or ``architectures``); ``False`` for anything else, a hub name included.
+
+    Example:
+        >>> import json, tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "config.json").write_text(json.dumps({"architectures": ["Qwen2_5_VLForConditionalGeneration"]}))
+        >>> is_vision_language(d), is_vision_language("/no/such/dir")
+        (True, False)
+    """
+    import json
+    from pathlib import Path
+
+    config = Path(str(path)).expanduser() / "config.json"
+    if not config.is_file():
+        return False
+    data = json.loads(config.read_text())
+    architectures = [str(a).lower() for a in data.get("architectures") or []]
+    return data.get("model_type") in VL_MODEL_TYPES or any(
+        a.startswith(("qwen2vl", "qwen2_5_vl")) for a in architectures
+    )
+
+
+def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "auto"):
+    """``(model, tokenizer, processor)`` of a local Qwen2-VL-style checkpoint, in eval mode.
+
+    Safe loading only: ``AutoModelForImageTextToText`` from safetensors weights
+    (``use_safetensors=True``), no remote code. The tokenizer gets the same multi-turn fixes as a
+    text policy's (:func:`~ragen_torchrl.models.loading.prepare_tokenizer`: a distinct pad token,
+    a chat template with a ``{% generation %}`` block).
+    """
+    from transformers import AutoModelForImageTextToText
+
+    from .loading import ModelSourceError, prepare_tokenizer, resolve_device
+
+    dev, dt = resolve_device(device, dtype)
+    try:
+        processor = load_vl_processor(path)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dt, use_safetensors=True, trust_remote_code=False
+        )
+    except OSError as e:
+        raise ModelSourceError(f"cannot load the vision-language model {path!r}: {e}") from e
+    template = processor.tokenizer.chat_template or ""
+    if "{% generation %}" not in template and "{%- generation %}" not in template:
+        # the assistant masks need a generation block; Qwen2-VL checkpoints ship a template without one
+        from .tiny_vl import VL_CHAT_TEMPLATE
+
+        processor.tokenizer.chat_template = VL_CHAT_TEMPLATE
+    tokenizer = prepare_tokenizer(processor.tokenizer, model)
+    model.to(dev).eval()
+    return model, tokenizer, processor
 
 
 def _rope_positions(model: Any, input_ids: torch.Tensor, image_token_id: int, grids: torch.Tensor) -> torch.Tensor:
@@ -133,6 +237,78 @@ def score_conversation(
     return torch.cat([picked.new_zeros(1), picked])
 
 
+def _segment(
+    processor: VLProcessor,
+    messages: Sequence[tuple[str, str]],
+    images: Sequence[torch.Tensor],
+    before: list[int],
+    prime: str,
+) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """A turn segment's ids after the sequence ``before`` and its images' processor output.
+
+    The first segment is the rendered messages and the generation prompt; a later one starts with
+    the end of the previous reply's turn (its end-of-turn token when the token budget cut the
+    reply, then ``"\\n"``). ``prime`` (``"<think>"``) follows the generation prompt: read, never sampled.
+    """
+    vision = processor.images(images)
+    ids = processor.encode_segment(image_chat(messages), vision["image_grid_thw"], first=not before)
+    eos = processor.tokenizer.eos_token_id
+    if before and before[-1] != eos:
+        ids = [eos, *ids]
+    if prime:
+        ids += processor.tokenizer(prime, add_special_tokens=False)["input_ids"]
+    return ids, vision
+
+
+def vl_sequence(
+    processor: VLProcessor, conversation: Sequence[dict], images: Sequence[torch.Tensor], *, prime: str = ""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, trained mask)`` of a whole conversation laid out as :class:`VLConversation` lays out a rollout.
+
+    ``conversation``: message dicts with string contents (a demonstration); ``images``: one uint8
+    ``[3, H, W]`` image per user message, in order. Each assistant reply is its text (the ``prime``
+    it starts with left in the prompt) tokenised, plus the end-of-turn token: those ids are trained.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model
+        >>> path = build_tiny_vl_model(["go left"] * 20, TinyVLConfig(vocab_size=300, hidden_size=32,
+        ...     num_layers=1, vision_depth=1), tempfile.mkdtemp())
+        >>> proc = load_vl_processor(path)
+        >>> image = torch.zeros(3, 56, 56, dtype=torch.uint8)
+        >>> ids, mask = vl_sequence(proc, [{"role": "user", "content": "go"}, {"role": "assistant", "content": "left"}],
+        ...                         [image])
+        >>> proc.tokenizer.decode(ids[mask])
+        'left<|im_end|>'
+        >>> int((ids == proc.image_token_id).sum())   # 56 x 56 px: 2 x 2 image tokens
+        4
+    """
+    tok = processor.tokenizer
+    ids: list[int] = []
+    mask: list[bool] = []
+    pending: list[tuple[str, str]] = []
+    pending_images: list[torch.Tensor] = []
+    remaining = list(images)
+    for message in conversation:
+        role, content = message["role"], message["content"]
+        if role != "assistant":
+            pending.append((role, content))
+            if role == "user":
+                if not remaining:
+                    raise ValueError("the conversation has more user messages than images")
+                pending_images.append(remaining.pop(0))
+            continue
+        segment, _ = _segment(processor, pending, pending_images, ids, prime)
+        reply = content[len(prime) :] if prime and content.startswith(prime) else content
+        answer = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids += segment + answer
+        mask += [False] * len(segment) + [True] * len(answer)
+        pending, pending_images = [], []
+    if remaining:
+        raise ValueError(f"{len(remaining)} images left over: one image per user message")
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.bool)
+
+
 class VLConversation:
     """One row's episode with a vision-language model: cached generation, turn by turn.
 
@@ -150,21 +326,31 @@ class VLConversation:
     """
 
     def __init__(
-        self, model: Any, processor: VLProcessor, *, temperature: float = 1.0, generator: torch.Generator | None = None
+        self,
+        model: Any,
+        processor: VLProcessor,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+        prime: str = "",
     ) -> None:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
+        self.prime = prime
         self._ids: list[int] = []
         self._sampled: list[bool] = []
         self._log_probs: list[float] = []
         self._pixels: list[torch.Tensor] = []
+        self._images: list[torch.Tensor] = []
         self._grids = torch.zeros(0, 3, dtype=torch.long)
         self._cache = None
         self._cached = 0  # tokens already in the KV cache
         self._positions = torch.zeros(3, 1, 0, dtype=torch.long)
         #: vision-tower calls so far (one per turn that brought images)
         self.image_encodings = 0
+        #: next-token entropy summed over the sampled tokens, and their count
+        self.entropy_sum, self.entropy_count = 0.0, 0
 
     # -- what the episode holds -------------------------------------------------
     def input_ids(self) -> torch.Tensor:
@@ -182,22 +368,27 @@ class VLConversation:
     def image_grid_thw(self) -> torch.Tensor:
         return self._grids
 
+    def images(self) -> torch.Tensor:
+        """The episode's uint8 ``[K, 3, H, W]`` images, in order (one per user message)."""
+        return torch.stack(self._images) if self._images else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+
     # -- playing ------------------------------------------------------------------
     @torch.no_grad()
     def play(self, messages: Sequence[tuple[str, str]], images: Sequence[torch.Tensor], max_new_tokens: int) -> str:
-        """Append a turn's ``messages`` (user messages get one image each, in order) and sample a reply."""
-        vision = self.processor.images(images)
-        segment = self.processor.encode_segment(image_chat(messages), vision["image_grid_thw"], first=not self._ids)
+        """Append a turn's ``messages`` (user messages get one image each, in order) and sample a reply;
+        returns the reply's text (the prime first, special tokens left out)."""
+        segment, vision = _segment(self.processor, messages, images, self._ids, self.prime)
         self._ids += segment
         self._sampled += [False] * len(segment)
         self._log_probs += [0.0] * len(segment)
         self._grids = torch.cat([self._grids, vision["image_grid_thw"]])
+        self._images += [img.to("cpu", torch.uint8) for img in images]
         kwargs: dict[str, Any] = {}
         if vision["pixel_values"] is not None:
             self._pixels.append(vision["pixel_values"])
             kwargs["mm_encoder_outputs"] = {
                 "image": self.model.model.get_image_features(
-                    vision["pixel_values"], vision["image_grid_thw"], return_dict=True
+                    vision["pixel_values"].to(self.model.device), vision["image_grid_thw"], return_dict=True
                 )
             }
             self.image_encodings += 1
@@ -208,8 +399,11 @@ class VLConversation:
         eos = self.processor.tokenizer.eos_token_id
         reply: list[int] = []
         for _ in range(max_new_tokens):
-            log_p = torch.log_softmax(logits.float() / self.temperature, -1)
-            token = int(torch.multinomial(log_p.exp(), 1, generator=self.generator))
+            log_p = torch.log_softmax(logits.float().cpu() / self.temperature, -1)
+            probs = log_p.exp()
+            token = int(torch.multinomial(probs, 1, generator=self.generator))
+            self.entropy_sum -= float((probs * log_p.clamp_min(torch.finfo(log_p.dtype).min)).sum())
+            self.entropy_count += 1
             reply.append(token)
             self._ids.append(token)
             self._sampled.append(True)
@@ -219,7 +413,7 @@ class VLConversation:
             if token == eos:
                 break
             logits = self._forward([token], next_pos)
-        return self.processor.tokenizer.decode(reply, skip_special_tokens=True)
+        return self.prime + self.processor.tokenizer.decode(reply, skip_special_tokens=True)
 
     def _forward(self, ids: list[int], positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """Run ``ids`` (the tokens not in the cache yet) through the model; the last position's logits."""
@@ -228,8 +422,8 @@ class VLConversation:
         if self._cache is None:
             self._cache = DynamicCache(config=self.model.config)
         out = self.model(
-            input_ids=torch.tensor([ids], dtype=torch.long),
-            position_ids=positions,
+            input_ids=torch.tensor([ids], dtype=torch.long, device=self.model.device),
+            position_ids=positions.to(self.model.device),
             cache=self._cache,
             use_cache=True,
             **kwargs,

@@ -1,0 +1,178 @@
+"""The rollout policy of a vision-language model: one cached episode per env row, images encoded once.
+
+:class:`VLRolloutPolicy` plays each row of a visual env (:mod:`ragen_torchrl.envs.visual`) with a
+:class:`~ragen_torchrl.models.vision.VLConversation` kept under the row's ``env_index``: at every
+call it reads the row's conversation (``("history", "prompt")``) and its board image (``"image"``),
+feeds the messages it has not seen yet (the first prompt, then each env turn's user message with
+that turn's image) into the row's KV cache, runs the new image through the vision tower once and
+samples a reply token by token.
+
+It honours :func:`~ragen_torchrl.collectors.collect_rollouts`' policy contract (writes
+``("history", "full")`` and ``("tokens", "response")``) and owns its trajectories
+(``owns_trajectories``): when a row's episode ends the collector stores
+:meth:`VLRolloutPolicy.trajectory` in the row's record: the token sequence exactly as read and
+sampled (``("tokens", "trajectory")``), the sampled positions (``("masks", "trajectory_assistant")``),
+the rollout's log-probs of the sampled tokens (``("log_probs", "trajectory")``) and the episode's
+images (``("images", "trajectory")``), which the losses score the sequence with.
+
+Example:
+    >>> import tempfile, tensordict, torch
+    >>> tensordict.set_list_to_stack(True).set()
+    >>> from ragen_torchrl.collectors import collect_rollouts
+    >>> from ragen_torchrl.envs import make_env
+    >>> from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model, load_tiny_vl
+    >>> path = build_tiny_vl_model(["The board is in the image."] * 20,
+    ...     TinyVLConfig(vocab_size=300, hidden_size=32, num_layers=1, vision_depth=1), tempfile.mkdtemp())
+    >>> model, processor = load_tiny_vl(path)
+    >>> policy = VLRolloutPolicy(model, processor, max_new_tokens=4)
+    >>> env = make_env("frozenlake_visual", num_envs=2, max_turn=2)
+    >>> records = collect_rollouts(env, policy, level_seeds=[5], group_size=2)
+    >>> records["images", "trajectory"][0].shape[1:], bool((records["num_turns"] >= 1).all())
+    (torch.Size([3, 112, 112]), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from tensordict import TensorDictBase, lazy_stack
+from tensordict.nn import TensorDictModuleBase
+from torchrl.data.llm import History
+
+from ..envs.messages import chat_dicts
+from ..keys import (
+    ENV_INDEX,
+    HISTORY_FULL,
+    HISTORY_PROMPT,
+    IMAGE,
+    IMAGES_TRAJECTORY,
+    LOG_PROBS_TRAJECTORY,
+    MASKS_TRAJECTORY,
+    TOKENS_RESPONSE,
+    TOKENS_TRAJECTORY,
+)
+from ..models.vision import VLConversation, VLProcessor
+
+__all__ = ["VLRolloutPolicy"]
+
+
+class _RowEntropy:
+    """The entropy of the last call's rows, in :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`'s
+    interface (what the collector reads)."""
+
+    def __init__(self) -> None:
+        self.sums: list[float] = []
+        self.counts: list[int] = []
+
+    def clear(self) -> None:
+        self.sums, self.counts = [], []
+
+    @property
+    def num_steps(self) -> int:
+        return sum(self.counts)
+
+    def row_sums(self, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.tensor(self.sums, dtype=torch.float64), torch.tensor(self.counts, dtype=torch.long)
+
+
+class VLRolloutPolicy(TensorDictModuleBase):
+    """Samples each visual-env row's reply with its own cached :class:`~ragen_torchrl.models.vision.VLConversation`.
+
+    Args:
+        model: a Qwen2-VL-style ``...ForConditionalGeneration``.
+        processor: its :class:`~ragen_torchrl.models.vision.VLProcessor`.
+        max_new_tokens: most tokens sampled per reply.
+        temperature: sampling temperature (> 0: the behaviour log-probs are of the tempered softmax).
+        reply_prime: text after the generation prompt (``"<think>"`` under ``rollout.prime_think``): read, not sampled.
+        seed: seed of the sampling generator (``None``: torch's global generator).
+
+    Reads ``("history", "prompt")``, ``"image"`` and ``env_index``; writes ``("history", "full")``
+    and ``("tokens", "response")``. Rows are played one after another (no batching across rows).
+    """
+
+    #: the collector takes each finished row's trajectory from :meth:`trajectory`
+    owns_trajectories = True
+    input_mode = "vl"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        processor: VLProcessor,
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        reply_prime: str = "",
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
+        if not temperature > 0:
+            raise ValueError(
+                f"rollout.temperature must be > 0 for a vision-language policy (it samples), got {temperature!r}"
+            )
+        self.model = model
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.max_new_tokens, self.temperature, self.reply_prime = max_new_tokens, float(temperature), reply_prime
+        self.generator = None if seed is None else torch.Generator().manual_seed(int(seed))
+        self.in_keys = [HISTORY_PROMPT, IMAGE, ENV_INDEX]
+        self.out_keys = [HISTORY_FULL, TOKENS_RESPONSE]
+        #: env_index -> (its conversation, how many messages of the row's history it has read)
+        self._rows: dict[int, tuple[VLConversation, int]] = {}
+        self.entropy_recorder = _RowEntropy()
+
+    def clear(self) -> None:
+        """Forget every row (a new collection)."""
+        self._rows.clear()
+
+    def release(self, env_indices: Iterable[int]) -> None:
+        """Forget these rows (their trajectories must have been read with :meth:`trajectory`)."""
+        for e in env_indices:
+            self._rows.pop(int(e), None)
+
+    def trajectory(self, env_index: int) -> dict:
+        """The record entries of the row's episode so far (see the module docstring)."""
+        conv, _ = self._rows[int(env_index)]
+        return {
+            TOKENS_TRAJECTORY: conv.input_ids(),
+            MASKS_TRAJECTORY: conv.sampled_mask(),
+            LOG_PROBS_TRAJECTORY: conv.log_probs(),
+            IMAGES_TRAJECTORY: conv.images(),
+        }
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        conversations = chat_dicts(tensordict.get(HISTORY_PROMPT))
+        images = tensordict.get(IMAGE)
+        env_index = [int(e) for e in tensordict.get(ENV_INDEX).reshape(-1).tolist()]
+        replies, texts = [], []
+        self.entropy_recorder.clear()
+        for row, (e, chat) in enumerate(zip(env_index, conversations, strict=True)):
+            entry = self._rows.get(e)
+            if entry is None or entry[1] > len(chat):  # a new episode in this slot
+                entry = (VLConversation(self.model, self.processor, temperature=self.temperature,
+                                        generator=self.generator, prime=self.reply_prime), 0)  # fmt: skip
+            conv, seen = entry
+            new = [(m["role"], m["content"]) for m in chat[seen:]]
+            users = sum(role == "user" for role, _ in new)
+            if users != 1:
+                raise ValueError(
+                    f"row env_index={e}: {users} new user messages since its last reply; a visual env adds one "
+                    "user message (with its image) per turn"
+                )
+            before = (conv.entropy_sum, conv.entropy_count)
+            start = len(conv.input_ids())
+            texts.append(conv.play(new, [images[row]], self.max_new_tokens))
+            replies.append(conv.input_ids()[start:][conv.sampled_mask()[start:]])
+            self.entropy_recorder.sums.append(conv.entropy_sum - before[0])
+            self.entropy_recorder.counts.append(conv.entropy_count - before[1])
+            self._rows[e] = (conv, len(chat) + 1)  # the reply is the next message of the row's history
+        prompt = tensordict.get(HISTORY_PROMPT)
+        reply_msgs = lazy_stack([History(role="assistant", content=t).unsqueeze(0) for t in texts])
+        out = lazy_stack(list(tensordict.unbind(0)))  # ragged replies: set row by row
+        out.set(HISTORY_FULL, prompt.extend(reply_msgs, inplace=False, dim=-1))
+        for td_row, reply in zip(out.tensordicts, replies):
+            td_row.set(TOKENS_RESPONSE, reply)
+        return out
