@@ -83,7 +83,7 @@ class VLRolloutPolicy(TensorDictModuleBase):
         model: a Qwen2-VL-style ``...ForConditionalGeneration``.
         processor: its :class:`~ragen_torchrl.models.vision.VLProcessor`.
         max_new_tokens: most tokens sampled per reply.
-        temperature: sampling temperature (> 0: the behaviour log-probs are of the tempered softmax).
+        temperature: sampling temperature (the behaviour log-probs are of the tempered softmax); 0: greedy.
         reply_prime: text after the generation prompt (``"<think>"`` under ``rollout.prime_think``): read, not sampled.
         seed: seed of the sampling generator (``None``: torch's global generator).
 
@@ -108,10 +108,8 @@ class VLRolloutPolicy(TensorDictModuleBase):
         super().__init__()
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}")
-        if not temperature > 0:
-            raise ValueError(
-                f"rollout.temperature must be > 0 for a vision-language policy (it samples), got {temperature!r}"
-            )
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
         self.model = model
         self.processor = processor
         self.tokenizer = processor.tokenizer

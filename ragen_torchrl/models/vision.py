@@ -262,12 +262,14 @@ def _segment(
 
 def vl_sequence(
     processor: VLProcessor, conversation: Sequence[dict], images: Sequence[torch.Tensor], *, prime: str = ""
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, trained mask)`` of a whole conversation laid out as :class:`VLConversation` lays out a rollout.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids, trained mask, images)`` of a conversation laid out as :class:`VLConversation` lays out a rollout.
 
     ``conversation``: message dicts with string contents (a demonstration); ``images``: one uint8
     ``[3, H, W]`` image per user message, in order. Each assistant reply is its text (the ``prime``
     it starts with left in the prompt) tokenised, plus the end-of-turn token: those ids are trained.
+    Messages after the last reply (an env turn nothing answered) teach nothing and are left out with
+    their images; ``images`` of the result (uint8 ``[K, 3, H, W]``) are the ones the ids hold.
 
     Example:
         >>> import tempfile
@@ -276,8 +278,11 @@ def vl_sequence(
         ...     num_layers=1, vision_depth=1), tempfile.mkdtemp())
         >>> proc = load_vl_processor(path)
         >>> image = torch.zeros(3, 56, 56, dtype=torch.uint8)
-        >>> ids, mask = vl_sequence(proc, [{"role": "user", "content": "go"}, {"role": "assistant", "content": "left"}],
-        ...                         [image])
+        >>> chat = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "left"},
+        ...         {"role": "user", "content": "again"}]
+        >>> ids, mask, used = vl_sequence(proc, chat, [image, image])
+        >>> used.shape[0]   # the last user message has no reply: left out
+        1
         >>> proc.tokenizer.decode(ids[mask])
         'left<|im_end|>'
         >>> int((ids == proc.image_token_id).sum())   # 56 x 56 px: 2 x 2 image tokens
@@ -289,6 +294,7 @@ def vl_sequence(
     pending: list[tuple[str, str]] = []
     pending_images: list[torch.Tensor] = []
     remaining = list(images)
+    used: list[torch.Tensor] = []
     for message in conversation:
         role, content = message["role"], message["content"]
         if role != "assistant":
@@ -303,10 +309,12 @@ def vl_sequence(
         answer = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         ids += segment + answer
         mask += [False] * len(segment) + [True] * len(answer)
+        used += pending_images
         pending, pending_images = [], []
     if remaining:
         raise ValueError(f"{len(remaining)} images left over: one image per user message")
-    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.bool)
+    shown = torch.stack(used) if used else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.bool), shown
 
 
 class VLConversation:
@@ -321,7 +329,7 @@ class VLConversation:
     Args:
         model: a Qwen2-VL-style ``...ForConditionalGeneration`` (eval mode is the caller's choice).
         processor: its :class:`VLProcessor`.
-        temperature: sampling temperature (log-probs are of the tempered distribution).
+        temperature: sampling temperature (log-probs are of the tempered distribution); 0: greedy.
         generator: a ``torch.Generator`` for the sampling (deterministic rollouts).
     """
 
@@ -334,8 +342,8 @@ class VLConversation:
         generator: torch.Generator | None = None,
         prime: str = "",
     ) -> None:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
         self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
         self.prime = prime
         self._ids: list[int] = []
@@ -399,9 +407,12 @@ class VLConversation:
         eos = self.processor.tokenizer.eos_token_id
         reply: list[int] = []
         for _ in range(max_new_tokens):
-            log_p = torch.log_softmax(logits.float().cpu() / self.temperature, -1)
+            log_p = torch.log_softmax(logits.float().cpu() / (self.temperature or 1.0), -1)
             probs = log_p.exp()
-            token = int(torch.multinomial(probs, 1, generator=self.generator))
+            if self.temperature:
+                token = int(torch.multinomial(probs, 1, generator=self.generator))
+            else:
+                token = int(log_p.argmax())
             self.entropy_sum -= float((probs * log_p.clamp_min(torch.finfo(log_p.dtype).min)).sum())
             self.entropy_count += 1
             reply.append(token)
