@@ -180,8 +180,9 @@ def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "
 
     Safe loading only: ``AutoModelForImageTextToText`` from safetensors weights
     (``use_safetensors=True``), no remote code. The tokenizer gets the same multi-turn fixes as a
-    text policy's (:func:`~ragen_torchrl.models.loading.prepare_tokenizer`: a distinct pad token,
-    a chat template with a ``{% generation %}`` block).
+    text policy's (:func:`~ragen_torchrl.models.loading.prepare_tokenizer`: a distinct pad token);
+    a chat template without a ``{% generation %}`` block or without image parts is replaced by
+    :data:`~ragen_torchrl.models.tiny_vl.VL_CHAT_TEMPLATE` (ChatML with Qwen2-VL's vision block).
     """
     from transformers import AutoModelForImageTextToText
 
@@ -196,8 +197,10 @@ def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "
     except OSError as e:
         raise ModelSourceError(f"cannot load the vision-language model {path!r}: {e}") from e
     template = processor.tokenizer.chat_template or ""
-    if "{% generation %}" not in template and "{%- generation %}" not in template:
-        # the assistant masks need a generation block; Qwen2-VL checkpoints ship a template without one
+    masks = "{% generation %}" in template or "{%- generation %}" in template
+    if not masks or "image" not in template:
+        # the assistant masks need a generation block (Qwen2-VL checkpoints ship a template without one),
+        # the prompts a template that renders image parts
         from .tiny_vl import VL_CHAT_TEMPLATE
 
         processor.tokenizer.chat_template = VL_CHAT_TEMPLATE
