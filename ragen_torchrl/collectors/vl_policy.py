@@ -1,11 +1,12 @@
-"""The rollout policy of a vision-language model: one cached episode per env row, images encoded once.
+"""The rollout policy of a vision-language model: all rows per forward pass, each image encoded once.
 
-:class:`VLRolloutPolicy` plays each row of a visual env (:mod:`ragen_torchrl.envs.visual`) with a
-:class:`~ragen_torchrl.models.vision.VLConversation` kept under the row's ``env_index``: at every
-call it reads the row's conversation (``("history", "prompt")``) and its board image (``"image"``),
-feeds the messages it has not seen yet (the first prompt, then each env turn's user message with
-that turn's image) into the row's KV cache, runs the new image through the vision tower once and
-samples a reply token by token.
+:class:`VLRolloutPolicy` plays the rows of a visual env (:mod:`ragen_torchrl.envs.visual`) with a
+:class:`~ragen_torchrl.models.vision.VLBatchRollout` that keeps each row's episode under its
+``env_index``: at every call it reads each row's conversation (``("history", "prompt")``) and
+board image (``"image"``), appends the messages the row's episode does not hold yet (the first
+prompt, then each env turn's user message with that turn's image), runs the rows' new images
+through the vision tower once (the features are kept for the later turns) and samples all rows'
+replies together, one batched forward per token.
 
 It honours :func:`~ragen_torchrl.collectors.collect_rollouts`' policy contract (writes
 ``("history", "full")`` and ``("tokens", "response")``) and owns its trajectories
@@ -52,7 +53,7 @@ from ..keys import (
     TOKENS_RESPONSE,
     TOKENS_TRAJECTORY,
 )
-from ..models.vision import VLConversation, VLProcessor
+from ..models.vision import VLBatchRollout, VLProcessor
 
 __all__ = ["VLRolloutPolicy"]
 
@@ -88,7 +89,7 @@ class VLRolloutPolicy(TensorDictModuleBase):
         seed: seed of the sampling generator (``None``: torch's global generator).
 
     Reads ``("history", "prompt")``, ``"image"`` and ``env_index``; writes ``("history", "full")``
-    and ``("tokens", "response")``. Rows are played one after another (no batching across rows).
+    and ``("tokens", "response")``; rows are generated together (callers chunk large batches).
     """
 
     #: the collector takes each finished row's trajectory from :meth:`trajectory`
@@ -117,27 +118,33 @@ class VLRolloutPolicy(TensorDictModuleBase):
         self.generator = None if seed is None else torch.Generator().manual_seed(int(seed))
         self.in_keys = [HISTORY_PROMPT, IMAGE, ENV_INDEX]
         self.out_keys = [HISTORY_FULL, TOKENS_RESPONSE]
-        #: env_index -> (its conversation, how many messages of the row's history it has read)
-        self._rows: dict[int, tuple[VLConversation, int]] = {}
+        self._rollout = VLBatchRollout(
+            model, processor, temperature=self.temperature, generator=self.generator, prime=reply_prime
+        )
+        #: env_index -> how many messages of the row's history its episode holds
+        self._seen: dict[int, int] = {}
         self.entropy_recorder = _RowEntropy()
 
     def clear(self) -> None:
         """Forget every row (a new collection)."""
-        self._rows.clear()
+        self._rollout.release(list(self._rollout.rows))
+        self._seen.clear()
 
     def release(self, env_indices: Iterable[int]) -> None:
         """Forget these rows (their trajectories must have been read with :meth:`trajectory`)."""
+        env_indices = [int(e) for e in env_indices]
+        self._rollout.release(env_indices)
         for e in env_indices:
-            self._rows.pop(int(e), None)
+            self._seen.pop(e, None)
 
     def trajectory(self, env_index: int) -> dict:
         """The record entries of the row's episode so far (see the module docstring)."""
-        conv, _ = self._rows[int(env_index)]
+        ids, sampled, log_probs, images = self._rollout.trajectory(env_index)
         return {
-            TOKENS_TRAJECTORY: conv.input_ids(),
-            MASKS_TRAJECTORY: conv.sampled_mask(),
-            LOG_PROBS_TRAJECTORY: conv.log_probs(),
-            IMAGES_TRAJECTORY: conv.images(),
+            TOKENS_TRAJECTORY: ids,
+            MASKS_TRAJECTORY: sampled,
+            LOG_PROBS_TRAJECTORY: log_probs,
+            IMAGES_TRAJECTORY: images,
         }
 
     @torch.no_grad()
@@ -145,14 +152,11 @@ class VLRolloutPolicy(TensorDictModuleBase):
         conversations = chat_dicts(tensordict.get(HISTORY_PROMPT))
         images = tensordict.get(IMAGE)
         env_index = [int(e) for e in tensordict.get(ENV_INDEX).reshape(-1).tolist()]
-        replies, texts = [], []
-        self.entropy_recorder.clear()
+        messages, shown, starts, entropy = {}, {}, {}, {}
         for row, (e, chat) in enumerate(zip(env_index, conversations, strict=True)):
-            entry = self._rows.get(e)
-            if entry is None or entry[1] > len(chat):  # a new episode in this slot
-                entry = (VLConversation(self.model, self.processor, temperature=self.temperature,
-                                        generator=self.generator, prime=self.reply_prime), 0)  # fmt: skip
-            conv, seen = entry
+            if self._seen.get(e, 0) > len(chat):  # a new episode in this slot
+                self.release([e])
+            seen = self._seen.get(e, 0)
             new = [(m["role"], m["content"]) for m in chat[seen:]]
             users = sum(role == "user" for role, _ in new)
             if users != 1:
@@ -160,15 +164,21 @@ class VLRolloutPolicy(TensorDictModuleBase):
                     f"row env_index={e}: {users} new user messages since its last reply; a visual env adds one "
                     "user message (with its image) per turn"
                 )
-            before = (conv.entropy_sum, conv.entropy_count)
-            start = len(conv.input_ids())
-            texts.append(conv.play(new, [images[row]], self.max_new_tokens))
-            replies.append(conv.input_ids()[start:][conv.sampled_mask()[start:]])
-            self.entropy_recorder.sums.append(conv.entropy_sum - before[0])
-            self.entropy_recorder.counts.append(conv.entropy_count - before[1])
-            self._rows[e] = (conv, len(chat) + 1)  # the reply is the next message of the row's history
+            messages[e], shown[e] = new, images[row]
+            starts[e] = len(self._rollout.rows[e].ids) if e in self._rollout.rows else 0
+            entropy[e] = self._rollout.entropy(e) if e in self._rollout.rows else (0.0, 0)
+            self._seen[e] = len(chat) + 1  # the reply is the next message of the row's history
+        texts = self._rollout.play(messages, shown, self.max_new_tokens)
+        self.entropy_recorder.clear()
+        replies = []
+        for e in env_index:
+            ids, sampled, _, _ = self._rollout.trajectory(e)
+            replies.append(ids[starts[e] :][sampled[starts[e] :]])
+            total, count = self._rollout.entropy(e)
+            self.entropy_recorder.sums.append(total - entropy[e][0])
+            self.entropy_recorder.counts.append(count - entropy[e][1])
         prompt = tensordict.get(HISTORY_PROMPT)
-        reply_msgs = lazy_stack([History(role="assistant", content=t).unsqueeze(0) for t in texts])
+        reply_msgs = lazy_stack([History(role="assistant", content=texts[e]).unsqueeze(0) for e in env_index])
         out = lazy_stack(list(tensordict.unbind(0)))  # ragged replies: set row by row
         out.set(HISTORY_FULL, prompt.extend(reply_msgs, inplace=False, dim=-1))
         for td_row, reply in zip(out.tensordicts, replies):

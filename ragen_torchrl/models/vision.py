@@ -45,11 +45,13 @@ import torch
 from ..envs.visual import image_chat
 
 __all__ = [
+    "VLBatchRollout",
     "VLConversation",
     "VLProcessor",
     "is_vision_language",
     "load_vl_policy",
     "load_vl_processor",
+    "sample_step",
     "score_conversation",
     "vl_sequence",
 ]
@@ -240,6 +242,27 @@ def score_conversation(
     return torch.cat([picked.new_zeros(1), picked])
 
 
+def sample_step(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoding step for ``[N, V]`` logits: the tokens (sampled at ``temperature``, argmax at 0),
+    their log-probs and the entropies of the (tempered) distributions, each ``[N]``.
+
+    Example:
+        >>> tokens, log_p, entropy = sample_step(torch.tensor([[0.0, 0.0], [9.0, 0.0]]), 0.0)
+        >>> tokens.tolist(), [round(x, 3) for x in entropy.tolist()]
+        ([0, 0], [0.693, 0.001])
+    """
+    log_p = torch.log_softmax(logits.float().cpu() / (temperature or 1.0), -1)
+    probs = log_p.exp()
+    if temperature:
+        tokens = torch.multinomial(probs, 1, generator=generator).reshape(-1)
+    else:
+        tokens = log_p.argmax(-1)
+    entropy = -(probs * log_p.clamp_min(torch.finfo(log_p.dtype).min)).sum(-1)
+    return tokens, log_p.gather(-1, tokens[:, None])[:, 0], entropy
+
+
 def _segment(
     processor: VLProcessor,
     messages: Sequence[tuple[str, str]],
@@ -410,18 +433,14 @@ class VLConversation:
         eos = self.processor.tokenizer.eos_token_id
         reply: list[int] = []
         for _ in range(max_new_tokens):
-            log_p = torch.log_softmax(logits.float().cpu() / (self.temperature or 1.0), -1)
-            probs = log_p.exp()
-            if self.temperature:
-                token = int(torch.multinomial(probs, 1, generator=self.generator))
-            else:
-                token = int(log_p.argmax())
-            self.entropy_sum -= float((probs * log_p.clamp_min(torch.finfo(log_p.dtype).min)).sum())
+            tokens, picked, entropy = sample_step(logits.view(1, -1), self.temperature, self.generator)
+            token = int(tokens[0])
+            self.entropy_sum += float(entropy[0])
             self.entropy_count += 1
             reply.append(token)
             self._ids.append(token)
             self._sampled.append(True)
-            self._log_probs.append(float(log_p[token]))
+            self._log_probs.append(float(picked[0]))
             next_pos = self._positions[..., -1:] + 1
             self._positions = torch.cat([self._positions, next_pos], -1)
             if token == eos:
@@ -445,3 +464,192 @@ class VLConversation:
         self._cache = out.cache
         self._cached += len(ids)
         return out.logits[0, -1]
+
+
+class _Episode:
+    """One row's episode in a :class:`VLBatchRollout`: its ids, what was sampled, images and their features."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.sampled: list[bool] = []
+        self.log_probs: list[float] = []
+        self.images: list[torch.Tensor] = []
+        self.features: list[torch.Tensor] = []  # the vision tower's output per image, computed once
+        self.grids = torch.zeros(0, 3, dtype=torch.long)
+        self.entropy_sum, self.entropy_count = 0.0, 0
+
+
+class VLBatchRollout:
+    """Batched multi-turn sampling with a vision-language model: many rows per forward pass.
+
+    Each row keeps its episode (token ids laid out as :class:`VLConversation` lays them out, the
+    sampled positions and their log-probs, its images) and each image's vision-tower features, computed
+    once, in the turn the image arrives (all rows' new images in one vision-tower call). A turn
+    (:meth:`play`) appends each row's new segment, encodes the rows' whole sequences in one
+    left-padded forward (the cached image features handed over with ``mm_encoder_outputs``, the
+    multimodal rope positions from the model's ``get_rope_index`` with the padding mask) and decodes
+    all rows together, one token per row per step, with one KV cache; a row that sampled its
+    end-of-turn token stops (its later steps are ignored). Log-probs equal a teacher-forced pass
+    within float round-off.
+
+    Args:
+        model: a Qwen2-VL-style ``...ForConditionalGeneration``.
+        processor: its :class:`VLProcessor`.
+        temperature: sampling temperature (0: greedy).
+        generator: a ``torch.Generator`` for the sampling.
+        prime: text after each generation prompt (``"<think>"``): read, never sampled.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model, load_tiny_vl
+        >>> path = build_tiny_vl_model(["The board is in the image."] * 20,
+        ...     TinyVLConfig(vocab_size=300, hidden_size=32, num_layers=1, vision_depth=1), tempfile.mkdtemp())
+        >>> model, processor = load_tiny_vl(path)
+        >>> batch = VLBatchRollout(model, processor)
+        >>> board = torch.zeros(3, 56, 56, dtype=torch.uint8)
+        >>> texts = batch.play({0: [("user", "The board is in the image.")], 1: [("system", "x"), ("user", "y")]},
+        ...                    {0: board, 1: board}, max_new_tokens=3)
+        >>> sorted(texts), batch.image_encodings
+        ([0, 1], 1)
+        >>> ids, sampled, log_probs, images = batch.trajectory(1)
+        >>> scored = score_conversation(model, ids, processor.images(list(images))["pixel_values"],
+        ...                             processor.images(list(images))["image_grid_thw"])
+        >>> bool(torch.allclose(scored[sampled], log_probs[sampled], atol=1e-4))
+        True
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        processor: VLProcessor,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+        prime: str = "",
+    ) -> None:
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
+        self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
+        self.prime = prime
+        self.rows: dict[int, _Episode] = {}
+        #: vision-tower calls so far (one per turn that brought images)
+        self.image_encodings = 0
+
+    def release(self, rows) -> None:
+        for r in rows:
+            self.rows.pop(int(r), None)
+
+    def trajectory(self, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(ids, sampled mask, log-probs, uint8 [K, 3, H, W] images)`` of the row's episode so far."""
+        ep = self.rows[int(row)]
+        images = torch.stack(ep.images) if ep.images else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+        return (
+            torch.tensor(ep.ids, dtype=torch.long),
+            torch.tensor(ep.sampled, dtype=torch.bool),
+            torch.tensor(ep.log_probs, dtype=torch.float32),
+            images,
+        )
+
+    def entropy(self, row: int) -> tuple[float, int]:
+        """The summed next-token entropy over the row's sampled tokens, and their count."""
+        ep = self.rows[int(row)]
+        return ep.entropy_sum, ep.entropy_count
+
+    def _add_segments(self, messages: dict, images: dict) -> None:
+        """Append each row's new segment; run all the new images through the vision tower at once."""
+        new_pixels, new_grids, owners = [], [], []
+        for r, msgs in messages.items():
+            ep = self.rows.setdefault(int(r), _Episode())
+            shown = [images[r]] if not isinstance(images[r], (list, tuple)) else list(images[r])
+            segment, vision = _segment(self.processor, msgs, shown, ep.ids, self.prime)
+            ep.ids += segment
+            ep.sampled += [False] * len(segment)
+            ep.log_probs += [0.0] * len(segment)
+            ep.images += [img.to("cpu", torch.uint8) for img in shown]
+            ep.grids = torch.cat([ep.grids, vision["image_grid_thw"]])
+            if vision["pixel_values"] is not None:
+                new_pixels.append(vision["pixel_values"])
+                new_grids.append(vision["image_grid_thw"])
+                owners += [ep] * len(shown)
+        if new_pixels:
+            device = self.model.device
+            grids = torch.cat(new_grids)
+            out = self.model.model.get_image_features(
+                torch.cat(new_pixels).to(device), grids.to(device), return_dict=True
+            )
+            for ep, feats in zip(owners, out.pooler_output, strict=True):
+                ep.features.append(feats)
+            self.image_encodings += 1
+
+    @torch.no_grad()
+    def play(self, messages: dict, images: dict, max_new_tokens: int) -> dict[int, str]:
+        """One turn for the rows in ``messages`` (row -> its new ``(role, content)`` messages; ``images``:
+        row -> its new image(s), one per user message): sample each row's reply; row -> reply text
+        (the prime first, special tokens left out)."""
+        from transformers import DynamicCache
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        self._add_segments(messages, images)
+        rows = [int(r) for r in messages]
+        eps = [self.rows[r] for r in rows]
+        device = self.model.device
+        pad = self.processor.tokenizer.pad_token_id
+        pad = 0 if pad is None else int(pad)
+        width = max(len(ep.ids) for ep in eps)
+        ids = torch.full((len(eps), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(eps), width), dtype=torch.long)
+        for i, ep in enumerate(eps):
+            ids[i, width - len(ep.ids) :] = torch.tensor(ep.ids)
+            mask[i, width - len(ep.ids) :] = 1
+        grids = torch.cat([ep.grids for ep in eps])
+        features = tuple(f for ep in eps for f in ep.features)
+        kwargs: dict[str, Any] = {}
+        if features:
+            types = (ids == self.processor.image_token_id).int()
+            positions, _ = self.model.model.get_rope_index(
+                ids, mm_token_type_ids=types, image_grid_thw=grids, attention_mask=mask
+            )
+            kwargs["mm_encoder_outputs"] = {"image": BaseModelOutputWithPooling(pooler_output=features)}
+        else:
+            positions = (mask.cumsum(-1) - 1).clamp_min(0).view(1, len(eps), -1).expand(3, -1, -1)
+        positions = positions.to(device)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            **kwargs,
+        )
+        cache, logits = out.cache, out.logits[:, -1]
+        eos = self.processor.tokenizer.eos_token_id
+        last = positions[..., -1:]
+        running = torch.ones(len(eps), dtype=torch.bool)
+        replies: list[list[int]] = [[] for _ in eps]
+        for _ in range(max_new_tokens):
+            tokens, picked, entropy = sample_step(logits, self.temperature, self.generator)
+            for i in torch.nonzero(running).reshape(-1).tolist():
+                ep, token = eps[i], int(tokens[i])
+                replies[i].append(token)
+                ep.ids.append(token)
+                ep.sampled.append(True)
+                ep.log_probs.append(float(picked[i]))
+                ep.entropy_sum += float(entropy[i])
+                ep.entropy_count += 1
+                if token == eos:
+                    running[i] = False
+            if not bool(running.any()):
+                break
+            last = last + 1
+            mask = torch.cat([mask, torch.ones(len(eps), 1, dtype=torch.long)], 1)
+            out = self.model(
+                input_ids=tokens.view(-1, 1).to(device),
+                attention_mask=mask.to(device),
+                position_ids=last,
+                cache=cache,
+                use_cache=True,
+            )
+            cache, logits = out.cache, out.logits[:, -1]
+        tok = self.processor.tokenizer
+        return {r: self.prime + tok.decode(reply, skip_special_tokens=True) for r, reply in zip(rows, replies)}
