@@ -45,18 +45,41 @@ import torch
 from ..envs.visual import image_chat
 
 __all__ = [
+    "VL_CHAT_TEMPLATE",
     "VLBatchRollout",
     "VLConversation",
     "VLProcessor",
     "is_vision_language",
+    "load_policy",
     "load_vl_policy",
     "load_vl_processor",
     "sample_step",
     "score_conversation",
+    "suppress_vision_tokens",
     "vl_sequence",
 ]
 
 IMAGE_PAD = "<|image_pad|>"
+
+#: ChatML over string or content-list messages; images render as Qwen2-VL's vision block
+VL_CHAT_TEMPLATE = (
+    "{%- macro render(content) -%}"
+    "{%- if content is string -%}{{ content }}"
+    "{%- else -%}{%- for part in content -%}"
+    "{%- if part['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ render(message['content']) + '<|im_end|>' }}"
+    "{% endgeneration %}{{ '\\n' }}"
+    "{%- else -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + render(message['content']) + '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
 
 
 class VLProcessor:
@@ -184,7 +207,7 @@ def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "
     (``use_safetensors=True``), no remote code. The tokenizer gets the same multi-turn fixes as a
     text policy's (:func:`~ragen_torchrl.models.loading.prepare_tokenizer`: a distinct pad token);
     a chat template without a ``{% generation %}`` block or without image parts is replaced by
-    :data:`~ragen_torchrl.models.tiny_vl.VL_CHAT_TEMPLATE` (ChatML with Qwen2-VL's vision block).
+    :data:`VL_CHAT_TEMPLATE` (ChatML with Qwen2-VL's vision block).
     """
     from transformers import AutoModelForImageTextToText
 
@@ -203,12 +226,33 @@ def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "
     if not masks or "image" not in template:
         # the assistant masks need a generation block (Qwen2-VL checkpoints ship a template without one),
         # the prompts a template that renders image parts
-        from .tiny_vl import VL_CHAT_TEMPLATE
-
         processor.tokenizer.chat_template = VL_CHAT_TEMPLATE
     tokenizer = prepare_tokenizer(processor.tokenizer, model)
     model.to(dev).eval()
     return model, tokenizer, processor
+
+
+def load_policy(path: str, device: str = "auto", dtype: str = "auto"):
+    """``(model, tokenizer, processor)`` of the policy checkpoint at ``path``, in eval mode.
+
+    A local Qwen2-VL / Qwen2.5-VL-style directory (``config.json``'s ``model_type`` or
+    ``architectures``, :func:`~ragen_torchrl.models.vision.is_vision_language`) loads as a
+    vision-language model with its :class:`VLProcessor`
+    (:func:`load_vl_policy`: safetensors only, no remote code); anything
+    else as a causal LM (:func:`~ragen_torchrl.models.loading.load_pretrained`) with ``processor=None``.
+
+    Example:
+        >>> load_policy("/no/such/model")
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.models.loading.ModelSourceError: /no/such/model: the local path does not exist
+    """
+    from .loading import load_pretrained
+
+    if is_vision_language(path):
+        return load_vl_policy(path, device, dtype)
+    model, tokenizer = load_pretrained(path, device, dtype)
+    return model, tokenizer, None
 
 
 def _rope_positions(model: Any, input_ids: torch.Tensor, image_token_id: int, grids: torch.Tensor) -> torch.Tensor:
@@ -237,9 +281,38 @@ def score_conversation(
         kwargs = dict(pixel_values=pixel_values, image_grid_thw=image_grid_thw, mm_token_type_ids=types)
     # positions from the model's own rule (get_rope_index when there are images), no stale rope_deltas
     model.model.rope_deltas = None
-    logits = model(input_ids=ids, use_cache=False, **kwargs).logits[0, :-1].float() / temperature
+    logits = suppress_vision_tokens(model(input_ids=ids, use_cache=False, **kwargs).logits[0, :-1].float(), model)
+    logits = logits / temperature
     picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
     return torch.cat([picked.new_zeros(1), picked])
+
+
+def suppress_vision_tokens(logits: torch.Tensor, model: Any) -> torch.Tensor:
+    """``logits`` (``[..., V]``) with the vision placeholder tokens (``model.config``'s image, video,
+    vision-start and vision-end ids) at the dtype's lowest value: the policy never samples them.
+
+    A sampled ``<|image_pad|>`` would be an image placeholder without an image; so the policy's
+    distribution is the softmax over every other token, in the rollouts, the behaviour scoring and
+    the losses alike (their log-probs agree).
+
+    Example:
+        >>> class Config:
+        ...     image_token_id, video_token_id, vision_start_token_id, vision_end_token_id = 1, 2, 3, None
+        >>> class Model:
+        ...     config = Config()
+        >>> suppress_vision_tokens(torch.zeros(5), Model()).tolist()[:1], bool(suppress_vision_tokens(torch.zeros(5), Model())[1] < -1e30)
+        ([0.0], True)
+    """
+    ids = _vision_token_ids(model.config)
+    if not ids:
+        return logits
+    index = torch.tensor(ids, device=logits.device)
+    return logits.index_fill(-1, index, torch.finfo(logits.dtype).min)
+
+
+def _vision_token_ids(config: Any) -> list[int]:
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [int(i) for i in (getattr(config, n, None) for n in names) if i is not None]
 
 
 def sample_step(
@@ -463,7 +536,7 @@ class VLConversation:
         )
         self._cache = out.cache
         self._cached += len(ids)
-        return out.logits[0, -1]
+        return suppress_vision_tokens(out.logits[0, -1], self.model)
 
 
 class _Episode:
@@ -622,7 +695,7 @@ class VLBatchRollout:
             use_cache=True,
             **kwargs,
         )
-        cache, logits = out.cache, out.logits[:, -1]
+        cache, logits = out.cache, suppress_vision_tokens(out.logits[:, -1], self.model)
         eos = self.processor.tokenizer.eos_token_id
         last = positions[..., -1:]
         running = torch.ones(len(eps), dtype=torch.bool)
@@ -650,6 +723,6 @@ class VLBatchRollout:
                 cache=cache,
                 use_cache=True,
             )
-            cache, logits = out.cache, out.logits[:, -1]
+            cache, logits = out.cache, suppress_vision_tokens(out.logits[:, -1], self.model)
         tok = self.processor.tokenizer
         return {r: self.prime + tok.decode(reply, skip_special_tokens=True) for r, reply in zip(rows, replies)}

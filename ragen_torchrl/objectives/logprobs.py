@@ -56,6 +56,7 @@ from ..keys import (
 from ..models.kv_cache import shared_prefix_supported
 from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
+from ..models.vision import suppress_vision_tokens
 from .shared_prefix import shared_prefix_logits
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
@@ -512,8 +513,9 @@ def token_dist(
         kwargs = {**actor.generate_kwargs, **{k: v.to(device) for k, v in vision.items()}}
         if compact:
             logits = masked_position_logits(actor.model, tokens.to(device), attention.long().to(device), mask, **kwargs)
-            return CompactMaskedCategorical(logits, mask.bool().to(device))
+            return CompactMaskedCategorical(suppress_vision_tokens(logits, actor.model), mask.bool().to(device))
         logits = actor.model(tokens.to(device), attention.long().to(device), **kwargs)["logits"]
+        logits = suppress_vision_tokens(logits, actor.model)  # the policy never samples a placeholder
         shifted = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], 1)
         return LLMMaskedCategorical(logits=shifted, mask=mask.bool().to(device))
     if compact and shared_prefix and shared_prefix_supported(actor.model):

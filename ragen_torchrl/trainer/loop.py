@@ -46,6 +46,7 @@ from ..keys import (
     TRAJECTORY_REFITS,
 )
 from ..models.priming import prime_text
+from ..models.vision import load_policy
 from ..objectives import build_algorithm
 from ..objectives.logprobs import make_logprob_policy
 from ..transforms.snr import build_filter, keep_rows
@@ -72,7 +73,7 @@ from .distributed import (
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .metrics import Metrics
-from .model_setup import env_kwargs, load_policy, oversubscribed_threads, prepare_model
+from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
 from .run_log import (
     SCALARS_FILE,

@@ -21,7 +21,6 @@ __all__ = [
     "ENV_META_KEYS",
     "dry_run_report",
     "env_kwargs",
-    "load_policy",
     "model_architecture",
     "oversubscribed_threads",
     "prepare_model",
@@ -121,30 +120,6 @@ def prepare_model(cfg: DictConfig, env) -> str:
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base
-
-
-def load_policy(path: str, device: str = "auto", dtype: str = "auto"):
-    """``(model, tokenizer, processor)`` of the policy checkpoint at ``path``, in eval mode.
-
-    A local Qwen2-VL / Qwen2.5-VL-style directory (``config.json``'s ``model_type`` or
-    ``architectures``, :func:`~ragen_torchrl.models.vision.is_vision_language`) loads as a
-    vision-language model with its :class:`~ragen_torchrl.models.vision.VLProcessor`
-    (:func:`~ragen_torchrl.models.vision.load_vl_policy`: safetensors only, no remote code); anything
-    else as a causal LM (:func:`~ragen_torchrl.models.loading.load_pretrained`) with ``processor=None``.
-
-    Example:
-        >>> load_policy("/no/such/model")
-        Traceback (most recent call last):
-        ...
-        ragen_torchrl.models.loading.ModelSourceError: /no/such/model: the local path does not exist
-    """
-    from ..models.loading import load_pretrained
-    from ..models.vision import is_vision_language, load_vl_policy
-
-    if is_vision_language(path):
-        return load_vl_policy(path, device, dtype)
-    model, tokenizer = load_pretrained(path, device, dtype)
-    return model, tokenizer, None
 
 
 _DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}

@@ -174,8 +174,8 @@ def warm_start(
     game must not share a warm start. ``reply_prime`` (``rollout.prime_think``) is left out of the
     targets, and is part of the cache key.
     """
+    from ..models.vision import load_policy
     from .demonstrations import make_demonstrations
-    from .model_setup import load_policy
 
     env_desc = f"{type(env).__name__}:{env.system_prompt}:{env.max_turn}:{env.max_actions_per_turn}"
     if env_config:

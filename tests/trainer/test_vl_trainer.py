@@ -24,12 +24,11 @@ from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.visual import IMAGE_TEXT
 from ragen_torchrl.models.tiny import train_tokenizer
 from ragen_torchrl.models.tiny_vl import VL_SPECIAL_TOKENS, tiny_image_processor
-from ragen_torchrl.models.vision import is_vision_language
+from ragen_torchrl.models.vision import is_vision_language, load_policy
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations, tokenizer_corpus
 from ragen_torchrl.trainer.loop import Trainer
-from ragen_torchrl.trainer.model_setup import load_policy
 
 pytestmark = pytest.mark.slow
 
