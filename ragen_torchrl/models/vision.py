@@ -3,7 +3,9 @@
 A visual env's episode is one token sequence, built turn by turn as the text path's token-level
 trajectories are: the first prompt (system + user message with its image, then the generation
 prompt), each reply's ids as sampled (ending with the end-of-turn token), then each env turn
-(``"\\n"`` + the next user message with its image + the generation prompt). :class:`VLProcessor`
+(``"\\n"`` + the next user message with its image + the generation prompt; a reply the token
+budget cut gets its end-of-turn token there, untrained; a reply prime such as ``"<think>"`` follows
+each generation prompt, read, never sampled). :class:`VLProcessor`
 renders one such segment with the chat template, expands each image placeholder to the image's
 token count (``t * h * w / merge**2`` of its ``image_grid_thw``) and runs the image processor.
 
@@ -15,6 +17,14 @@ the model with ``mm_encoder_outputs``). Positions are Qwen2-VL's multimodal rope
 an image continues from the image's start plus its largest side in merged patches (not from its
 token count), so positions are computed by the model's own rule over the whole sequence and
 passed explicitly; decoded tokens take the last text position + 1 on all three axes.
+:class:`VLBatchRollout` plays many rows together (what the trainer's rollouts use,
+:class:`~ragen_torchrl.collectors.vl_policy.VLRolloutPolicy`): each image's features are computed
+once, each turn re-encodes the rows' sequences in one left-padded forward and decodes all rows per
+forward. Neither samples a vision placeholder token (:func:`suppress_vision_tokens`).
+
+Training data: :func:`vl_sequence` lays a demonstration out as the rollouts lay out a trajectory
+(the warm start), :meth:`VLProcessor.batch_inputs` gives a padded batch's image inputs (the losses),
+:func:`load_policy` loads a text or Qwen2-VL-style checkpoint.
 
 :func:`score_conversation` is the teacher-forced pass over a whole conversation with all its
 images (no cache): the behaviour / reference / training log-probs. Its log-probs of the sampled
