@@ -14,6 +14,7 @@ Groups (:data:`GROUPS`):
 * ``env``: what an env reset/step reads and writes (``("next", key)`` after a step);
 * ``t3``: the active-reasoning (T3) envs' extra observations and the T3 transform's flags;
 * ``visual``: the image-conditioned envs' extra observations (``envs/visual.py``);
+* ``vl``: what a vision-language rollout adds to the records and the training batch (its images);
 * ``policy``: what a policy writes for the env and the grouped collector;
 * ``record``: trajectory records from :func:`ragen_torchrl.collectors.collect_rollouts`;
 * ``train``: the training batch a loss reads (records + behaviour data + advantages).
@@ -92,6 +93,9 @@ __all__ = [
     "TOKENS_TRAJECTORY",
     "MASKS_TRAJECTORY",
     "TRAJECTORY_REFITS",
+    "LOG_PROBS_TRAJECTORY",
+    "IMAGES_TRAJECTORY",
+    "IMAGES_COUNT",
     "TOKENS_PROMPT",
     "TOKENS_RESPONSE",
     "TRUNCATED",
@@ -200,6 +204,12 @@ TOKENS_TRAJECTORY: NestedKey = ("tokens", "trajectory")
 MASKS_TRAJECTORY: NestedKey = ("masks", "trajectory_assistant")
 #: long ``(N,)``: environment turns tokenised again from the whole conversation (token-level rollouts)
 TRAJECTORY_REFITS = "trajectory_refits"
+#: float ``[T]`` per row: the rollout's log-probs of its sampled tokens (vision-language rollouts)
+LOG_PROBS_TRAJECTORY: NestedKey = ("log_probs", "trajectory")
+#: uint8 ``[K, 3, H, W]`` per row: the episode's images, one per user message, in order (visual envs)
+IMAGES_TRAJECTORY: NestedKey = ("images", "trajectory")
+#: long ``(N,)``: the real images of each row of a dense training batch
+IMAGES_COUNT: NestedKey = ("images", "count")
 
 # ----------------------------------------------------------------------------- training batch
 #: float ``(N, 1, 1)`` group advantage, or ``[L, 1]`` per row (PPO's token-level GAE)
@@ -219,7 +229,7 @@ STATE_VALUE = "state_value"
 #: float ``[L]`` per row: GAE value targets (PPO)
 VALUE_TARGET = "value_target"
 
-GROUPS = ("env", "t3", "visual", "policy", "record", "train")
+GROUPS = ("env", "t3", "visual", "vl", "policy", "record", "train")
 
 
 @dataclass(frozen=True)
@@ -278,6 +288,9 @@ KEY_TABLE: tuple[KeyInfo, ...] = (
     _k(TOKENS_LAST_RESPONSE, "record", "long", "[R] per row", "the ids the policy generated at its last turn (with tokens.last_prompt)"),
     _k(TOKENS_TRAJECTORY, "record", "long", "[T] per row", "rollout.trajectory=tokens: the whole trajectory as one sequence: first prompt, each reply's ids as sampled, each env turn tokenised once; what algo.train_on=generated trains"),
     _k(MASKS_TRAJECTORY, "record", "bool", "[T] per row", "the trajectory's sampled ids (trained); prompts, env turns, primes and appended end-of-turn delimiters are False"),
+    _k(LOG_PROBS_TRAJECTORY, "vl", "float", "[T] per row", "record of a vision-language rollout: the rollout's log-probs of the sampled tokens of tokens.trajectory (0 elsewhere)"),
+    _k(IMAGES_TRAJECTORY, "vl", "uint8", "[K, 3, H, W] per row; (N, K, 3, H, W) in a training batch", "record and training batch of a vision-language rollout: the episode's images, one per user message, in the order of their placeholders in the token sequence; the losses score the sequence with them (a training batch pads K with zeros)"),
+    _k(IMAGES_COUNT, "vl", "long", "(N,)", "training batch of a vision-language rollout: the real images of each row (the first of images.trajectory)"),
     _k(TRAJECTORY_REFITS, "record", "long", "(N,)", "env turns whose rendering was no suffix of the conversation before it, so the whole conversation was tokenised again"),
     _k(ADVANTAGE, "train", "float", "(N, 1, 1), or (N, T, 1) for PPO", "group advantage, or PPO's token-level GAE; what the loss reads"),
     _k(TOKENS_FULL, "train", "long", "(N, T) left-padded", "the whole conversation's token ids (the training batch is dense; a ragged per-row lazy stack is also accepted)"),

@@ -25,6 +25,7 @@ from .grouped import (
     wrapper_generate_kwargs,
 )
 from .rollout_policy import build_rollout_policy
+from .vl_policy import VLRolloutPolicy
 from .vllm_backend import (
     VLLMUnavailableError,
     VLLMWeightSync,
@@ -44,6 +45,7 @@ __all__ = [
     "TokenPromptWrapper",
     "VLLMUnavailableError",
     "VLLMWeightSync",
+    "VLRolloutPolicy",
     "build_rollout_policy",
     "check_policy_output",
     "check_sampling",

@@ -503,6 +503,8 @@ def collect_rollouts(
     :func:`~ragen_torchrl.objectives.logprobs.tokenize_conversations`) and ``trajectory_refits``.
     A policy that reports per-row turn-cache counts (:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`, a
     :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`) has them summed over each trajectory's turns.
+    A policy with ``owns_trajectories`` (:class:`~ragen_torchrl.collectors.vl_policy.VLRolloutPolicy`)
+    gives each finished row's entries itself (``policy.trajectory(env_index)``, before ``release``).
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
@@ -551,6 +553,8 @@ def collect_rollouts(
     final_ids: list = [None] * n
     final_mask: list = [None] * n
     kv_counts: dict = {}  # the turn-cache counts of each row, summed over its turns
+    # a policy that keeps each row's trajectory itself (VLRolloutPolicy) hands it over when the episode ends
+    owned: list = [None] * n if getattr(policy, "owns_trajectories", False) else None
     while td is not None and td.batch_size[0] > 0:
         if traj is None:
             out, h_sum, h_count = _generate(policy, td, chunk_size)
@@ -594,6 +598,8 @@ def collect_rollouts(
                 last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
             if traj is not None:
                 final_ids[i], final_mask[i] = traj.trajectory(i)
+            if owned is not None:
+                owned[i] = policy.trajectory(i)
         if finished and callable(release):
             release([int(idx[row]) for row in finished])
         running = (~done).nonzero().reshape(-1)
@@ -627,4 +633,8 @@ def collect_rollouts(
         for row, ids, mask in zip(records.tensordicts, final_ids, final_mask):
             row.set(TOKENS_TRAJECTORY, ids)
             row.set(MASKS_TRAJECTORY, mask)
+    if owned is not None:
+        for row, entries in zip(records.tensordicts, owned):
+            for key, value in entries.items():
+                row.set(key, value)
     return records

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from ..models.sampling import sampling_truncation
 from .grouped import make_generation_policy
+from .vl_policy import VLRolloutPolicy
 from .vllm_backend import VLLMWeightSync, make_vllm_generation_policy
 
 __all__ = ["build_rollout_policy"]
@@ -39,6 +41,7 @@ def build_rollout_policy(
     trajectory: str | None = None,
     kv_cache: bool = True,
     max_cached_tokens: int | None = None,
+    processor=None,
     **vllm_kwargs,
 ):
     """The rollout policy of ``rollout.backend`` and its weight sync: ``(policy, sync)``.
@@ -53,6 +56,10 @@ def build_rollout_policy(
       policy to sample at another temperature from the same engine: ``sync`` is then ``None``, the
       first policy's sync keeps that engine current.
 
+    With a ``processor`` (a :class:`~ragen_torchrl.models.vision.VLProcessor`: ``model`` is a
+    vision-language model) the policy is a :class:`~ragen_torchrl.collectors.vl_policy.VLRolloutPolicy`
+    (backend ``hf``, full-distribution sampling at ``temperature`` > 0) and ``sync=None``.
+
     Raises:
         ValueError: an unknown backend (lists the choices), or bad ``max_new_tokens``/``temperature``.
         VLLMUnavailableError: ``"vllm"`` without vLLM or without a CUDA GPU.
@@ -66,6 +73,17 @@ def build_rollout_policy(
     sampling = {"top_k": top_k, "top_p": top_p, "min_p": min_p, "reply_prime": reply_prime}
     if backend not in ("hf", "vllm"):
         raise ValueError(f"unknown rollout backend {backend!r}; choose one of: hf, vllm")
+    if processor is not None:
+        if backend != "hf" or engine is not None or vllm_kwargs:
+            raise ValueError(f"a vision-language policy needs rollout.backend=hf, got {backend!r}")
+        if trajectory not in (None, "tokens"):
+            raise ValueError(f"a vision-language policy keeps token trajectories; rollout.trajectory={trajectory!r}")
+        if sampling_truncation(top_k, top_p, min_p) is not None:
+            raise ValueError("a vision-language policy samples the full distribution: leave top_k/top_p/min_p unset")
+        policy = VLRolloutPolicy(
+            model, processor, max_new_tokens=max_new_tokens, temperature=temperature, reply_prime=reply_prime
+        )
+        return policy, None
     if backend == "hf":
         if engine is not None or vllm_kwargs:
             raise ValueError(f"rollout backend 'hf' takes no vLLM options, got {sorted(vllm_kwargs) or ['engine']}")

@@ -26,9 +26,17 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
 
-from ..keys import LOG_PROBS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION, REF_LOG_PROBS_FULL, TOKENS_FULL
+from ..keys import (
+    IMAGES_COUNT,
+    IMAGES_TRAJECTORY,
+    LOG_PROBS_FULL,
+    MASKS_ASSISTANT,
+    MASKS_ATTENTION,
+    REF_LOG_PROBS_FULL,
+    TOKENS_FULL,
+)
 
-__all__ = ["dense_rows", "pad_left", "per_row_columns", "trim_padding", "unpad_rows"]
+__all__ = ["dense_images", "dense_rows", "pad_left", "per_row_columns", "trim_padding", "unpad_rows"]
 
 #: per-token columns and the value their padding holds (None: the tokenizer's pad id)
 _TOKEN_COLUMNS = {
@@ -41,9 +49,11 @@ _TOKEN_COLUMNS = {
 
 
 #: top-level record keys that hold per-token or text data, never one number per row
-_PER_TOKEN_GROUPS = ("tokens", "log_probs", "masks", "ref_log_probs", "history", "text")
+_PER_TOKEN_GROUPS = ("tokens", "log_probs", "masks", "ref_log_probs", "history", "text", "images")
 #: top-level keys of the conversation views a history-mode wrapper reads
 _TEXT_GROUPS = ("history", "text")
+#: top-level keys carried over untouched when padding columns are dropped (not per-token: a row's images)
+_UNTRIMMED_GROUPS = (*_TEXT_GROUPS, "images")
 
 
 def pad_left(rows: list[torch.Tensor], value, length: int | None = None) -> torch.Tensor:
@@ -88,7 +98,31 @@ def dense_rows(rows: TensorDictBase, pad_token_id: int) -> TensorDict:
             continue
         col = list(rows.get(key, as_list=True))
         out.set(key, pad_left([c.bool() if value is False else c for c in col], value))
+    if IMAGES_TRAJECTORY in keys:
+        out.update(dense_images(list(rows.get(IMAGES_TRAJECTORY, as_list=True))))
     return out
+
+
+def dense_images(rows: list[torch.Tensor]) -> TensorDict:
+    """Each row's ``[K_i, 3, H, W]`` images as ``("images", "trajectory")`` ``[N, K, 3, H, W]`` (zeros after a
+    row's own) and ``("images", "count")`` ``[N]`` (its ``K_i``).
+
+    Example:
+        >>> out = dense_images([torch.ones(2, 3, 4, 4, dtype=torch.uint8), torch.ones(1, 3, 4, 4, dtype=torch.uint8)])
+        >>> out["images", "trajectory"].shape, out["images", "count"].tolist(), int(out["images", "trajectory"][1, 1].sum())
+        (torch.Size([2, 2, 3, 4, 4]), [2, 1], 0)
+    """
+    shapes = {tuple(r.shape[1:]) for r in rows if r.shape[0]}
+    if len(shapes) > 1:
+        raise ValueError(f"the images of one training batch must share one size, got {sorted(shapes)}")
+    shape = shapes.pop() if shapes else (3, 1, 1)
+    k = max((int(r.shape[0]) for r in rows), default=0)
+    out = torch.zeros((len(rows), k, *shape), dtype=torch.uint8)
+    for i, r in enumerate(rows):
+        if r.shape[0]:
+            out[i, : r.shape[0]] = r
+    counts = torch.tensor([int(r.shape[0]) for r in rows], dtype=torch.long)
+    return TensorDict({IMAGES_TRAJECTORY: out, IMAGES_COUNT: counts}, batch_size=[len(rows)])
 
 
 def unpad_rows(batch: TensorDictBase, keys=tuple(_TOKEN_COLUMNS)) -> TensorDictBase:
@@ -156,7 +190,7 @@ def trim_padding(batch: TensorDictBase) -> TensorDictBase:
     first = int(used.long().argmax())
     length = attention.shape[1]
     # the conversations (History, text) are not per-token columns: carried over untouched
-    kept = [k for k in _TEXT_GROUPS if k in batch.keys()]
+    kept = [k for k in _UNTRIMMED_GROUPS if k in batch.keys()]
     out = batch.exclude(*kept).apply(lambda x: x[:, first:] if x.ndim >= 2 and x.shape[1] == length else x)
     for key in kept:
         out.set(key, batch.get(key))

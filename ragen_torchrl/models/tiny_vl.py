@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .tiny import build_fingerprint, train_tokenizer
+from .vision import VL_CHAT_TEMPLATE, load_vl_processor
 
 __all__ = [
     "TINY_VL_PREFIX",
@@ -56,26 +57,6 @@ VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_e
 VL_SPECIAL_TOKENS = [VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD]
 #: directory-name prefix of built models (the rest is a hash of the config and the corpus)
 TINY_VL_PREFIX = "tiny-qwen2vl-"
-
-#: ChatML over string or content-list messages; images render as Qwen2-VL's vision block
-VL_CHAT_TEMPLATE = (
-    "{%- macro render(content) -%}"
-    "{%- if content is string -%}{{ content }}"
-    "{%- else -%}{%- for part in content -%}"
-    "{%- if part['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{%- endmacro -%}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'assistant' -%}"
-    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ render(message['content']) + '<|im_end|>' }}"
-    "{% endgeneration %}{{ '\\n' }}"
-    "{%- else -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + render(message['content']) + '<|im_end|>\\n' }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
-)
 
 
 @dataclass(frozen=True)
@@ -242,8 +223,6 @@ def load_tiny_vl(path: str | os.PathLike, device: str = "cpu", dtype: str = "flo
     :func:`~ragen_torchrl.models.vision.load_vl_processor`."""
     import torch
     from transformers import AutoModelForImageTextToText
-
-    from .vision import load_vl_processor
 
     processor = load_vl_processor(path)
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)

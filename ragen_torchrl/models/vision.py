@@ -3,7 +3,9 @@
 A visual env's episode is one token sequence, built turn by turn as the text path's token-level
 trajectories are: the first prompt (system + user message with its image, then the generation
 prompt), each reply's ids as sampled (ending with the end-of-turn token), then each env turn
-(``"\\n"`` + the next user message with its image + the generation prompt). :class:`VLProcessor`
+(``"\\n"`` + the next user message with its image + the generation prompt; a reply the token
+budget cut gets its end-of-turn token there, untrained; a reply prime such as ``"<think>"`` follows
+each generation prompt, read, never sampled). :class:`VLProcessor`
 renders one such segment with the chat template, expands each image placeholder to the image's
 token count (``t * h * w / merge**2`` of its ``image_grid_thw``) and runs the image processor.
 
@@ -15,6 +17,14 @@ the model with ``mm_encoder_outputs``). Positions are Qwen2-VL's multimodal rope
 an image continues from the image's start plus its largest side in merged patches (not from its
 token count), so positions are computed by the model's own rule over the whole sequence and
 passed explicitly; decoded tokens take the last text position + 1 on all three axes.
+:class:`VLBatchRollout` plays many rows together (what the trainer's rollouts use,
+:class:`~ragen_torchrl.collectors.vl_policy.VLRolloutPolicy`): each image's features are computed
+once, each turn re-encodes the rows' sequences in one left-padded forward and decodes all rows per
+forward. Neither samples a vision placeholder token (:func:`suppress_vision_tokens`).
+
+Training data: :func:`vl_sequence` lays a demonstration out as the rollouts lay out a trajectory
+(the warm start), :meth:`VLProcessor.batch_inputs` gives a padded batch's image inputs (the losses),
+:func:`load_policy` loads a text or Qwen2-VL-style checkpoint.
 
 :func:`score_conversation` is the teacher-forced pass over a whole conversation with all its
 images (no cache): the behaviour / reference / training log-probs. Its log-probs of the sampled
@@ -44,9 +54,42 @@ import torch
 
 from ..envs.visual import image_chat
 
-__all__ = ["VLConversation", "VLProcessor", "load_vl_processor", "score_conversation"]
+__all__ = [
+    "VL_CHAT_TEMPLATE",
+    "VLBatchRollout",
+    "VLConversation",
+    "VLProcessor",
+    "is_vision_language",
+    "load_policy",
+    "load_vl_policy",
+    "load_vl_processor",
+    "sample_step",
+    "score_conversation",
+    "suppress_vision_tokens",
+    "vl_sequence",
+]
 
 IMAGE_PAD = "<|image_pad|>"
+
+#: ChatML over string or content-list messages; images render as Qwen2-VL's vision block
+VL_CHAT_TEMPLATE = (
+    "{%- macro render(content) -%}"
+    "{%- if content is string -%}{{ content }}"
+    "{%- else -%}{%- for part in content -%}"
+    "{%- if part['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ render(message['content']) + '<|im_end|>' }}"
+    "{% endgeneration %}{{ '\\n' }}"
+    "{%- else -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + render(message['content']) + '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
 
 
 class VLProcessor:
@@ -77,6 +120,43 @@ class VLProcessor:
     def image_token_count(self, grid_thw: torch.Tensor) -> int:
         return int(grid_thw.prod()) // self.image_processor.merge_size**2
 
+    def batch_inputs(
+        self, tokens: torch.Tensor, images: torch.Tensor, counts: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The model's image keywords for a ``[N, T]`` batch of sequences: ``pixel_values``,
+        ``image_grid_thw`` and ``mm_token_type_ids`` (``{}`` when no row has an image).
+
+        ``images``: uint8 ``[N, K, 3, H, W]`` (row ``i``'s first ``counts[i]`` are real, in the order
+        their placeholders appear in ``tokens``; all ``K`` when ``counts`` is ``None``) or a list of
+        ``[K_i, 3, H, W]`` tensors. Raises ``ValueError`` when a row's image tokens do not match its images.
+        """
+        if isinstance(images, torch.Tensor):
+            counts = torch.full((images.shape[0],), images.shape[1]) if counts is None else counts.reshape(-1)
+            rows = [images[i, : int(c)] for i, c in enumerate(counts.tolist())]
+        else:
+            rows = list(images)
+        if len(rows) != tokens.shape[0]:
+            raise ValueError(f"{tokens.shape[0]} token rows but images for {len(rows)} rows")
+        flat = [img for row in rows for img in row]
+        if not flat:
+            return {}
+        vision = self.images(flat)
+        types = (tokens == self.image_token_id).int()
+        per_image = [self.image_token_count(g) for g in vision["image_grid_thw"]]
+        start = 0
+        for i, row in enumerate(rows):
+            want = sum(per_image[start : start + len(row)])
+            start += len(row)
+            if int(types[i].sum()) != want:
+                raise ValueError(
+                    f"row {i} holds {int(types[i].sum())} image tokens but its {len(row)} images need {want}"
+                )
+        return {
+            "pixel_values": vision["pixel_values"].to(tokens.device),
+            "image_grid_thw": vision["image_grid_thw"].to(tokens.device),
+            "mm_token_type_ids": types,
+        }
+
     def encode_segment(self, chat: list[dict], grids: torch.Tensor, *, first: bool) -> list[int]:
         """Token ids of ``chat`` (HF messages with image parts) rendered as one turn segment: the
         messages, then the generation prompt; a later segment starts with the ``"\\n"`` that ends
@@ -100,6 +180,89 @@ def load_vl_processor(path: str | os.PathLike) -> VLProcessor:
     from transformers import AutoImageProcessor, AutoTokenizer
 
     return VLProcessor(AutoTokenizer.from_pretrained(path), AutoImageProcessor.from_pretrained(path))
+
+
+#: ``model_type`` values of the Qwen2-VL-style checkpoints this package trains
+VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
+
+def is_vision_language(path: str | os.PathLike) -> bool:
+    """Whether the checkpoint dir ``path`` holds a Qwen2-VL-style vision-language model (its
+    ``config.json``'s ``model_type`` or ``architectures``); ``False`` for anything else, a hub name included.
+
+    Example:
+        >>> import json, tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "config.json").write_text(json.dumps({"architectures": ["Qwen2_5_VLForConditionalGeneration"]}))
+        >>> is_vision_language(d), is_vision_language("/no/such/dir")
+        (True, False)
+    """
+    import json
+    from pathlib import Path
+
+    config = Path(str(path)).expanduser() / "config.json"
+    if not config.is_file():
+        return False
+    data = json.loads(config.read_text())
+    architectures = [str(a).lower() for a in data.get("architectures") or []]
+    return data.get("model_type") in VL_MODEL_TYPES or any(
+        a.startswith(("qwen2vl", "qwen2_5_vl")) for a in architectures
+    )
+
+
+def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "auto"):
+    """``(model, tokenizer, processor)`` of a local Qwen2-VL-style checkpoint, in eval mode.
+
+    Safe loading only: ``AutoModelForImageTextToText`` from safetensors weights
+    (``use_safetensors=True``), no remote code. The tokenizer gets the same multi-turn fixes as a
+    text policy's (:func:`~ragen_torchrl.models.loading.prepare_tokenizer`: a distinct pad token);
+    a chat template without a ``{% generation %}`` block or without image parts is replaced by
+    :data:`VL_CHAT_TEMPLATE` (ChatML with Qwen2-VL's vision block).
+    """
+    from transformers import AutoModelForImageTextToText
+
+    from .loading import ModelSourceError, prepare_tokenizer, resolve_device
+
+    dev, dt = resolve_device(device, dtype)
+    try:
+        processor = load_vl_processor(path)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dt, use_safetensors=True, trust_remote_code=False
+        )
+    except OSError as e:
+        raise ModelSourceError(f"cannot load the vision-language model {path!r}: {e}") from e
+    template = processor.tokenizer.chat_template or ""
+    masks = "{% generation %}" in template or "{%- generation %}" in template
+    if not masks or "image" not in template:
+        # the assistant masks need a generation block (Qwen2-VL checkpoints ship a template without one),
+        # the prompts a template that renders image parts
+        processor.tokenizer.chat_template = VL_CHAT_TEMPLATE
+    tokenizer = prepare_tokenizer(processor.tokenizer, model)
+    model.to(dev).eval()
+    return model, tokenizer, processor
+
+
+def load_policy(path: str, device: str = "auto", dtype: str = "auto"):
+    """``(model, tokenizer, processor)`` of the policy checkpoint at ``path``, in eval mode.
+
+    A local Qwen2-VL / Qwen2.5-VL-style directory (``config.json``'s ``model_type`` or
+    ``architectures``, :func:`~ragen_torchrl.models.vision.is_vision_language`) loads as a
+    vision-language model with its :class:`VLProcessor`
+    (:func:`load_vl_policy`: safetensors only, no remote code); anything
+    else as a causal LM (:func:`~ragen_torchrl.models.loading.load_pretrained`) with ``processor=None``.
+
+    Example:
+        >>> load_policy("/no/such/model")
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.models.loading.ModelSourceError: /no/such/model: the local path does not exist
+    """
+    from .loading import load_pretrained
+
+    if is_vision_language(path):
+        return load_vl_policy(path, device, dtype)
+    model, tokenizer = load_pretrained(path, device, dtype)
+    return model, tokenizer, None
 
 
 def _rope_positions(model: Any, input_ids: torch.Tensor, image_token_id: int, grids: torch.Tensor) -> torch.Tensor:
@@ -128,9 +291,139 @@ def score_conversation(
         kwargs = dict(pixel_values=pixel_values, image_grid_thw=image_grid_thw, mm_token_type_ids=types)
     # positions from the model's own rule (get_rope_index when there are images), no stale rope_deltas
     model.model.rope_deltas = None
-    logits = model(input_ids=ids, use_cache=False, **kwargs).logits[0, :-1].float() / temperature
+    logits = suppress_vision_tokens(model(input_ids=ids, use_cache=False, **kwargs).logits[0, :-1].float(), model)
+    logits = logits / temperature
     picked = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
     return torch.cat([picked.new_zeros(1), picked])
+
+
+def suppress_vision_tokens(logits: torch.Tensor, model: Any) -> torch.Tensor:
+    """``logits`` (``[..., V]``) with the vision placeholder tokens (``model.config``'s image, video,
+    vision-start and vision-end ids) at the dtype's lowest value: the policy never samples them.
+
+    A sampled ``<|image_pad|>`` would be an image placeholder without an image; so the policy's
+    distribution is the softmax over every other token, in the rollouts, the behaviour scoring and
+    the losses alike (their log-probs agree).
+
+    Example:
+        >>> class Config:
+        ...     image_token_id, video_token_id, vision_start_token_id, vision_end_token_id = 1, 2, 3, None
+        >>> class Model:
+        ...     config = Config()
+        >>> suppress_vision_tokens(torch.zeros(5), Model()).tolist()[:1], bool(suppress_vision_tokens(torch.zeros(5), Model())[1] < -1e30)
+        ([0.0], True)
+    """
+    ids = _vision_token_ids(model.config)
+    if not ids:
+        return logits
+    index = torch.tensor(ids, device=logits.device)
+    return logits.index_fill(-1, index, torch.finfo(logits.dtype).min)
+
+
+def _vision_token_ids(config: Any) -> list[int]:
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [int(i) for i in (getattr(config, n, None) for n in names) if i is not None]
+
+
+def sample_step(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoding step for ``[N, V]`` logits: the tokens (sampled at ``temperature``, argmax at 0),
+    their log-probs and the entropies of the (tempered) distributions, each ``[N]``.
+
+    Example:
+        >>> tokens, log_p, entropy = sample_step(torch.tensor([[0.0, 0.0], [9.0, 0.0]]), 0.0)
+        >>> tokens.tolist(), [round(x, 3) for x in entropy.tolist()]
+        ([0, 0], [0.693, 0.001])
+    """
+    log_p = torch.log_softmax(logits.float().cpu() / (temperature or 1.0), -1)
+    probs = log_p.exp()
+    if temperature:
+        tokens = torch.multinomial(probs, 1, generator=generator).reshape(-1)
+    else:
+        tokens = log_p.argmax(-1)
+    entropy = -(probs * log_p.clamp_min(torch.finfo(log_p.dtype).min)).sum(-1)
+    return tokens, log_p.gather(-1, tokens[:, None])[:, 0], entropy
+
+
+def _segment(
+    processor: VLProcessor,
+    messages: Sequence[tuple[str, str]],
+    images: Sequence[torch.Tensor],
+    before: list[int],
+    prime: str,
+) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """A turn segment's ids after the sequence ``before`` and its images' processor output.
+
+    The first segment is the rendered messages and the generation prompt; a later one starts with
+    the end of the previous reply's turn (its end-of-turn token when the token budget cut the
+    reply, then ``"\\n"``). ``prime`` (``"<think>"``) follows the generation prompt: read, never sampled.
+    """
+    vision = processor.images(images)
+    ids = processor.encode_segment(image_chat(messages), vision["image_grid_thw"], first=not before)
+    eos = processor.tokenizer.eos_token_id
+    if before and before[-1] != eos:
+        ids = [eos, *ids]
+    if prime:
+        ids += processor.tokenizer(prime, add_special_tokens=False)["input_ids"]
+    return ids, vision
+
+
+def vl_sequence(
+    processor: VLProcessor, conversation: Sequence[dict], images: Sequence[torch.Tensor], *, prime: str = ""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids, trained mask, images)`` of a conversation laid out as :class:`VLConversation` lays out a rollout.
+
+    ``conversation``: message dicts with string contents (a demonstration); ``images``: one uint8
+    ``[3, H, W]`` image per user message, in order. Each assistant reply is its text (the ``prime``
+    it starts with left in the prompt) tokenised, plus the end-of-turn token: those ids are trained.
+    Messages after the last reply (an env turn nothing answered) teach nothing and are left out with
+    their images; ``images`` of the result (uint8 ``[K, 3, H, W]``) are the ones the ids hold.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model
+        >>> path = build_tiny_vl_model(["go left"] * 20, TinyVLConfig(vocab_size=300, hidden_size=32,
+        ...     num_layers=1, vision_depth=1), tempfile.mkdtemp())
+        >>> proc = load_vl_processor(path)
+        >>> image = torch.zeros(3, 56, 56, dtype=torch.uint8)
+        >>> chat = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "left"},
+        ...         {"role": "user", "content": "again"}]
+        >>> ids, mask, used = vl_sequence(proc, chat, [image, image])
+        >>> used.shape[0]   # the last user message has no reply: left out
+        1
+        >>> proc.tokenizer.decode(ids[mask])
+        'left<|im_end|>'
+        >>> int((ids == proc.image_token_id).sum())   # 56 x 56 px: 2 x 2 image tokens
+        4
+    """
+    tok = processor.tokenizer
+    ids: list[int] = []
+    mask: list[bool] = []
+    pending: list[tuple[str, str]] = []
+    pending_images: list[torch.Tensor] = []
+    remaining = list(images)
+    used: list[torch.Tensor] = []
+    for message in conversation:
+        role, content = message["role"], message["content"]
+        if role != "assistant":
+            pending.append((role, content))
+            if role == "user":
+                if not remaining:
+                    raise ValueError("the conversation has more user messages than images")
+                pending_images.append(remaining.pop(0))
+            continue
+        segment, _ = _segment(processor, pending, pending_images, ids, prime)
+        reply = content[len(prime) :] if prime and content.startswith(prime) else content
+        answer = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids += segment + answer
+        mask += [False] * len(segment) + [True] * len(answer)
+        used += pending_images
+        pending, pending_images = [], []
+    if remaining:
+        raise ValueError(f"{len(remaining)} images left over: one image per user message")
+    shown = torch.stack(used) if used else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.bool), shown
 
 
 class VLConversation:
@@ -145,26 +438,36 @@ class VLConversation:
     Args:
         model: a Qwen2-VL-style ``...ForConditionalGeneration`` (eval mode is the caller's choice).
         processor: its :class:`VLProcessor`.
-        temperature: sampling temperature (log-probs are of the tempered distribution).
+        temperature: sampling temperature (log-probs are of the tempered distribution); 0: greedy.
         generator: a ``torch.Generator`` for the sampling (deterministic rollouts).
     """
 
     def __init__(
-        self, model: Any, processor: VLProcessor, *, temperature: float = 1.0, generator: torch.Generator | None = None
+        self,
+        model: Any,
+        processor: VLProcessor,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+        prime: str = "",
     ) -> None:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
         self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
+        self.prime = prime
         self._ids: list[int] = []
         self._sampled: list[bool] = []
         self._log_probs: list[float] = []
         self._pixels: list[torch.Tensor] = []
+        self._images: list[torch.Tensor] = []
         self._grids = torch.zeros(0, 3, dtype=torch.long)
         self._cache = None
         self._cached = 0  # tokens already in the KV cache
         self._positions = torch.zeros(3, 1, 0, dtype=torch.long)
         #: vision-tower calls so far (one per turn that brought images)
         self.image_encodings = 0
+        #: next-token entropy summed over the sampled tokens, and their count
+        self.entropy_sum, self.entropy_count = 0.0, 0
 
     # -- what the episode holds -------------------------------------------------
     def input_ids(self) -> torch.Tensor:
@@ -182,22 +485,27 @@ class VLConversation:
     def image_grid_thw(self) -> torch.Tensor:
         return self._grids
 
+    def images(self) -> torch.Tensor:
+        """The episode's uint8 ``[K, 3, H, W]`` images, in order (one per user message)."""
+        return torch.stack(self._images) if self._images else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+
     # -- playing ------------------------------------------------------------------
     @torch.no_grad()
     def play(self, messages: Sequence[tuple[str, str]], images: Sequence[torch.Tensor], max_new_tokens: int) -> str:
-        """Append a turn's ``messages`` (user messages get one image each, in order) and sample a reply."""
-        vision = self.processor.images(images)
-        segment = self.processor.encode_segment(image_chat(messages), vision["image_grid_thw"], first=not self._ids)
+        """Append a turn's ``messages`` (user messages get one image each, in order) and sample a reply;
+        returns the reply's text (the prime first, special tokens left out)."""
+        segment, vision = _segment(self.processor, messages, images, self._ids, self.prime)
         self._ids += segment
         self._sampled += [False] * len(segment)
         self._log_probs += [0.0] * len(segment)
         self._grids = torch.cat([self._grids, vision["image_grid_thw"]])
+        self._images += [img.to("cpu", torch.uint8) for img in images]
         kwargs: dict[str, Any] = {}
         if vision["pixel_values"] is not None:
             self._pixels.append(vision["pixel_values"])
             kwargs["mm_encoder_outputs"] = {
                 "image": self.model.model.get_image_features(
-                    vision["pixel_values"], vision["image_grid_thw"], return_dict=True
+                    vision["pixel_values"].to(self.model.device), vision["image_grid_thw"], return_dict=True
                 )
             }
             self.image_encodings += 1
@@ -208,18 +516,20 @@ class VLConversation:
         eos = self.processor.tokenizer.eos_token_id
         reply: list[int] = []
         for _ in range(max_new_tokens):
-            log_p = torch.log_softmax(logits.float() / self.temperature, -1)
-            token = int(torch.multinomial(log_p.exp(), 1, generator=self.generator))
+            tokens, picked, entropy = sample_step(logits.view(1, -1), self.temperature, self.generator)
+            token = int(tokens[0])
+            self.entropy_sum += float(entropy[0])
+            self.entropy_count += 1
             reply.append(token)
             self._ids.append(token)
             self._sampled.append(True)
-            self._log_probs.append(float(log_p[token]))
+            self._log_probs.append(float(picked[0]))
             next_pos = self._positions[..., -1:] + 1
             self._positions = torch.cat([self._positions, next_pos], -1)
             if token == eos:
                 break
             logits = self._forward([token], next_pos)
-        return self.processor.tokenizer.decode(reply, skip_special_tokens=True)
+        return self.prime + self.processor.tokenizer.decode(reply, skip_special_tokens=True)
 
     def _forward(self, ids: list[int], positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """Run ``ids`` (the tokens not in the cache yet) through the model; the last position's logits."""
@@ -228,12 +538,201 @@ class VLConversation:
         if self._cache is None:
             self._cache = DynamicCache(config=self.model.config)
         out = self.model(
-            input_ids=torch.tensor([ids], dtype=torch.long),
-            position_ids=positions,
+            input_ids=torch.tensor([ids], dtype=torch.long, device=self.model.device),
+            position_ids=positions.to(self.model.device),
             cache=self._cache,
             use_cache=True,
             **kwargs,
         )
         self._cache = out.cache
         self._cached += len(ids)
-        return out.logits[0, -1]
+        return suppress_vision_tokens(out.logits[0, -1], self.model)
+
+
+class _Episode:
+    """One row's episode in a :class:`VLBatchRollout`: its ids, what was sampled, images and their features."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.sampled: list[bool] = []
+        self.log_probs: list[float] = []
+        self.images: list[torch.Tensor] = []
+        self.features: list[torch.Tensor] = []  # the vision tower's output per image, computed once
+        self.grids = torch.zeros(0, 3, dtype=torch.long)
+        self.entropy_sum, self.entropy_count = 0.0, 0
+
+
+class VLBatchRollout:
+    """Batched multi-turn sampling with a vision-language model: many rows per forward pass.
+
+    Each row keeps its episode (token ids laid out as :class:`VLConversation` lays them out, the
+    sampled positions and their log-probs, its images) and each image's vision-tower features, computed
+    once, in the turn the image arrives (all rows' new images in one vision-tower call). A turn
+    (:meth:`play`) appends each row's new segment, encodes the rows' whole sequences in one
+    left-padded forward (the cached image features handed over with ``mm_encoder_outputs``, the
+    multimodal rope positions from the model's ``get_rope_index`` with the padding mask) and decodes
+    all rows together, one token per row per step, with one KV cache; a row that sampled its
+    end-of-turn token stops (its later steps are ignored). Log-probs equal a teacher-forced pass
+    within float round-off.
+
+    Args:
+        model: a Qwen2-VL-style ``...ForConditionalGeneration``.
+        processor: its :class:`VLProcessor`.
+        temperature: sampling temperature (0: greedy).
+        generator: a ``torch.Generator`` for the sampling.
+        prime: text after each generation prompt (``"<think>"``): read, never sampled.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model, load_tiny_vl
+        >>> path = build_tiny_vl_model(["The board is in the image."] * 20,
+        ...     TinyVLConfig(vocab_size=300, hidden_size=32, num_layers=1, vision_depth=1), tempfile.mkdtemp())
+        >>> model, processor = load_tiny_vl(path)
+        >>> batch = VLBatchRollout(model, processor)
+        >>> board = torch.zeros(3, 56, 56, dtype=torch.uint8)
+        >>> texts = batch.play({0: [("user", "The board is in the image.")], 1: [("system", "x"), ("user", "y")]},
+        ...                    {0: board, 1: board}, max_new_tokens=3)
+        >>> sorted(texts), batch.image_encodings
+        ([0, 1], 1)
+        >>> ids, sampled, log_probs, images = batch.trajectory(1)
+        >>> scored = score_conversation(model, ids, processor.images(list(images))["pixel_values"],
+        ...                             processor.images(list(images))["image_grid_thw"])
+        >>> bool(torch.allclose(scored[sampled], log_probs[sampled], atol=1e-4))
+        True
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        processor: VLProcessor,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+        prime: str = "",
+    ) -> None:
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
+        self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
+        self.prime = prime
+        self.rows: dict[int, _Episode] = {}
+        #: vision-tower calls so far (one per turn that brought images)
+        self.image_encodings = 0
+
+    def release(self, rows) -> None:
+        for r in rows:
+            self.rows.pop(int(r), None)
+
+    def trajectory(self, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(ids, sampled mask, log-probs, uint8 [K, 3, H, W] images)`` of the row's episode so far."""
+        ep = self.rows[int(row)]
+        images = torch.stack(ep.images) if ep.images else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+        return (
+            torch.tensor(ep.ids, dtype=torch.long),
+            torch.tensor(ep.sampled, dtype=torch.bool),
+            torch.tensor(ep.log_probs, dtype=torch.float32),
+            images,
+        )
+
+    def entropy(self, row: int) -> tuple[float, int]:
+        """The summed next-token entropy over the row's sampled tokens, and their count."""
+        ep = self.rows[int(row)]
+        return ep.entropy_sum, ep.entropy_count
+
+    def _add_segments(self, messages: dict, images: dict) -> None:
+        """Append each row's new segment; run all the new images through the vision tower at once."""
+        new_pixels, new_grids, owners = [], [], []
+        for r, msgs in messages.items():
+            ep = self.rows.setdefault(int(r), _Episode())
+            shown = [images[r]] if not isinstance(images[r], (list, tuple)) else list(images[r])
+            segment, vision = _segment(self.processor, msgs, shown, ep.ids, self.prime)
+            ep.ids += segment
+            ep.sampled += [False] * len(segment)
+            ep.log_probs += [0.0] * len(segment)
+            ep.images += [img.to("cpu", torch.uint8) for img in shown]
+            ep.grids = torch.cat([ep.grids, vision["image_grid_thw"]])
+            if vision["pixel_values"] is not None:
+                new_pixels.append(vision["pixel_values"])
+                new_grids.append(vision["image_grid_thw"])
+                owners += [ep] * len(shown)
+        if new_pixels:
+            device = self.model.device
+            grids = torch.cat(new_grids)
+            out = self.model.model.get_image_features(
+                torch.cat(new_pixels).to(device), grids.to(device), return_dict=True
+            )
+            for ep, feats in zip(owners, out.pooler_output, strict=True):
+                ep.features.append(feats)
+            self.image_encodings += 1
+
+    @torch.no_grad()
+    def play(self, messages: dict, images: dict, max_new_tokens: int) -> dict[int, str]:
+        """One turn for the rows in ``messages`` (row -> its new ``(role, content)`` messages; ``images``:
+        row -> its new image(s), one per user message): sample each row's reply; row -> reply text
+        (the prime first, special tokens left out)."""
+        from transformers import DynamicCache
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        self._add_segments(messages, images)
+        rows = [int(r) for r in messages]
+        eps = [self.rows[r] for r in rows]
+        device = self.model.device
+        pad = self.processor.tokenizer.pad_token_id
+        pad = 0 if pad is None else int(pad)
+        width = max(len(ep.ids) for ep in eps)
+        ids = torch.full((len(eps), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(eps), width), dtype=torch.long)
+        for i, ep in enumerate(eps):
+            ids[i, width - len(ep.ids) :] = torch.tensor(ep.ids)
+            mask[i, width - len(ep.ids) :] = 1
+        grids = torch.cat([ep.grids for ep in eps])
+        features = tuple(f for ep in eps for f in ep.features)
+        kwargs: dict[str, Any] = {}
+        if features:
+            types = (ids == self.processor.image_token_id).int()
+            positions, _ = self.model.model.get_rope_index(
+                ids, mm_token_type_ids=types, image_grid_thw=grids, attention_mask=mask
+            )
+            kwargs["mm_encoder_outputs"] = {"image": BaseModelOutputWithPooling(pooler_output=features)}
+        else:
+            positions = (mask.cumsum(-1) - 1).clamp_min(0).view(1, len(eps), -1).expand(3, -1, -1)
+        positions = positions.to(device)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            **kwargs,
+        )
+        cache, logits = out.cache, suppress_vision_tokens(out.logits[:, -1], self.model)
+        eos = self.processor.tokenizer.eos_token_id
+        last = positions[..., -1:]
+        running = torch.ones(len(eps), dtype=torch.bool)
+        replies: list[list[int]] = [[] for _ in eps]
+        for _ in range(max_new_tokens):
+            tokens, picked, entropy = sample_step(logits, self.temperature, self.generator)
+            for i in torch.nonzero(running).reshape(-1).tolist():
+                ep, token = eps[i], int(tokens[i])
+                replies[i].append(token)
+                ep.ids.append(token)
+                ep.sampled.append(True)
+                ep.log_probs.append(float(picked[i]))
+                ep.entropy_sum += float(entropy[i])
+                ep.entropy_count += 1
+                if token == eos:
+                    running[i] = False
+            if not bool(running.any()):
+                break
+            last = last + 1
+            mask = torch.cat([mask, torch.ones(len(eps), 1, dtype=torch.long)], 1)
+            out = self.model(
+                input_ids=tokens.view(-1, 1).to(device),
+                attention_mask=mask.to(device),
+                position_ids=last,
+                cache=cache,
+                use_cache=True,
+            )
+            cache, logits = out.cache, suppress_vision_tokens(out.logits[:, -1], self.model)
+        tok = self.processor.tokenizer
+        return {r: self.prime + tok.decode(reply, skip_special_tokens=True) for r, reply in zip(rows, replies)}

@@ -41,6 +41,8 @@ from ..envs.messages import chat_dicts
 from ..keys import (
     HISTORY_FULL,
     HISTORY_PROMPT,
+    IMAGES_COUNT,
+    IMAGES_TRAJECTORY,
     LOG_PROBS_FULL,
     MASKS_ASSISTANT,
     MASKS_ATTENTION,
@@ -54,6 +56,7 @@ from ..keys import (
 from ..models.kv_cache import shared_prefix_supported
 from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
+from ..models.vision import suppress_vision_tokens
 from .shared_prefix import shared_prefix_logits
 from .token_distribution import CompactMaskedCategorical, masked_position_logits
 
@@ -80,11 +83,13 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1)
 
 
-def make_logprob_policy(model, tokenizer, *, reply_prime: str = "") -> TransformersWrapper:
+def make_logprob_policy(model, tokenizer, *, reply_prime: str = "", processor=None) -> TransformersWrapper:
     """History-mode ``TransformersWrapper`` that scores (does not generate) conversations.
 
     ``reply_prime``: the text the rollout policy appended to every prompt (``"<think>"`` under
     ``rollout.prime_think``); the training rows leave it out of the assistant mask.
+    ``processor``: a vision-language model's :class:`~ragen_torchrl.models.vision.VLProcessor`
+    (``actor.vl_processor``): :func:`token_dist` passes a batch's images to the model with it.
     """
     actor = TransformersWrapper(
         model,
@@ -96,6 +101,7 @@ def make_logprob_policy(model, tokenizer, *, reply_prime: str = "") -> Transform
         pad_output=True,
     )
     actor.reply_prime = reply_prime
+    actor.vl_processor = processor
     return actor
 
 
@@ -165,9 +171,14 @@ def tokenize_conversations(
     """
     check_choice("train_on", train_on, TRAIN_ON)
     keys = records.keys(True)
+    if IMAGES_TRAJECTORY in keys and (train_on != "generated" or TOKENS_TRAJECTORY not in keys):
+        raise ValueError(
+            f"records with images are scored on their token trajectories: algo.train_on=generated, got {train_on!r}"
+        )
     if train_on == "generated" and TOKENS_TRAJECTORY in keys and MASKS_TRAJECTORY in keys:
         ids, masks = records.get(TOKENS_TRAJECTORY, as_list=True), records.get(MASKS_TRAJECTORY, as_list=True)
-        return lazy_stack([_row(t.to(torch.long), m.to(torch.bool)) for t, m in zip(ids, masks)])
+        images = records.get(IMAGES_TRAJECTORY, as_list=True) if IMAGES_TRAJECTORY in keys else [None] * len(ids)
+        return lazy_stack([_row(t.to(torch.long), m.to(torch.bool), i) for t, m, i in zip(ids, masks, images)])
     if train_on == "retokenized" or TOKENS_LAST_PROMPT not in keys or TOKENS_LAST_RESPONSE not in keys:
         return _retokenized(actor, records)
     prompts = [t.to(torch.long) for t in records.get(TOKENS_LAST_PROMPT, as_list=True)]
@@ -191,8 +202,8 @@ def tokenize_conversations(
     return lazy_stack(rows)
 
 
-def _row(ids: torch.Tensor, assistant: torch.Tensor) -> TensorDictBase:
-    return TensorDict(
+def _row(ids: torch.Tensor, assistant: torch.Tensor, images: torch.Tensor | None = None) -> TensorDictBase:
+    row = TensorDict(
         {
             TOKENS_FULL: ids,
             LOG_PROBS_FULL: torch.full(ids.shape, float("nan")),
@@ -201,6 +212,9 @@ def _row(ids: torch.Tensor, assistant: torch.Tensor) -> TensorDictBase:
         },
         batch_size=[],
     )
+    if images is not None:  # the sequence's images, in the order of its placeholders
+        row.set(IMAGES_TRAJECTORY, images)
+    return row
 
 
 def _prompt_assistant_masks(
@@ -338,7 +352,8 @@ def behaviour_batch(
     stored = (TOKENS_FULL, MASKS_ASSISTANT, MASKS_ATTENTION)
     if all(key in records.keys(True) for key in stored):
         # already tokenised (e.g. the reference pass over a training batch): score those tokens
-        batch = records.select(*stored)
+        images = [k for k in (IMAGES_TRAJECTORY, IMAGES_COUNT) if k in records.keys(True)]
+        batch = records.select(*stored, *images)
         batch = dense_rows(batch, pad) if _is_lazy(batch) else batch.clone(recurse=False)
     else:
         batch = dense_rows(tokenize_conversations(actor, records, train_on=train_on), pad)
@@ -440,6 +455,27 @@ def attach_training_data(records: TensorDictBase, behaviour: TensorDictBase) -> 
     return batch
 
 
+def _vision_kwargs(actor, tensordict: TensorDictBase, tokens: torch.Tensor) -> dict | None:
+    """The image keywords of a batch with images (``None`` without): pixel values, grids, token types."""
+    if IMAGES_TRAJECTORY not in tensordict.keys(True):
+        return None
+    processor = getattr(actor, "vl_processor", None)
+    if processor is None:
+        raise ValueError(
+            "the batch holds images but the log-prob actor has no vision-language processor "
+            "(make_logprob_policy(..., processor=...))"
+        )
+    if _is_lazy(tensordict):
+        images = list(tensordict.get(IMAGES_TRAJECTORY, as_list=True))
+        kwargs = processor.batch_inputs(tokens, images)
+    else:
+        counts = tensordict.get(IMAGES_COUNT) if IMAGES_COUNT in tensordict.keys(True) else None
+        kwargs = processor.batch_inputs(tokens, tensordict.get(IMAGES_TRAJECTORY), counts)
+    # no rope offsets left over from a cached rollout: positions come from this batch alone
+    actor.model.model.rope_deltas = None
+    return kwargs or None
+
+
 def token_dist(
     actor: TransformersWrapper,
     tensordict: TensorDictBase,
@@ -471,6 +507,17 @@ def token_dist(
     attention = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
     tokens = tokens.masked_fill(~attention.bool(), pad)  # a dense batch may hold another pad id
     mask = tensordict.get(mask_key, as_padded_tensor=True, padding_side="left", padding_value=False)
+    vision = _vision_kwargs(actor, tensordict, tokens)
+    if vision is not None:
+        # the images go with the whole sequence: one padded pass (no shared-prefix split)
+        kwargs = {**actor.generate_kwargs, **{k: v.to(device) for k, v in vision.items()}}
+        if compact:
+            logits = masked_position_logits(actor.model, tokens.to(device), attention.long().to(device), mask, **kwargs)
+            return CompactMaskedCategorical(suppress_vision_tokens(logits, actor.model), mask.bool().to(device))
+        logits = actor.model(tokens.to(device), attention.long().to(device), **kwargs)["logits"]
+        logits = suppress_vision_tokens(logits, actor.model)  # the policy never samples a placeholder
+        shifted = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], 1)
+        return LLMMaskedCategorical(logits=shifted, mask=mask.bool().to(device))
     if compact and shared_prefix and shared_prefix_supported(actor.model):
         keep = attention.bool()
         logits = shared_prefix_logits(

@@ -389,8 +389,8 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         ):
             check_positive_int(typed, key)
     check_sizes(typed)
-    if _get(typed, "model.name_or_path") is None and _get(typed, "model.name") not in ("tiny", None):
-        raise ConfigError("model.name_or_path is required unless model=tiny")
+    if _get(typed, "model.name_or_path") is None and _get(typed, "model.name") not in ("tiny", "tiny_vl", None):
+        raise ConfigError("model.name_or_path is required unless model=tiny or model=tiny_vl")
     check_paths(typed)
     # then the checks that import torch / torchrl (a few seconds)
     check_rollout_backend(typed)

@@ -518,6 +518,17 @@ class TinyModelConfig(ModelConfig):
 
 
 @dataclass
+class TinyVLModelConfig(TinyModelConfig):
+    """The offline tiny vision-language policy (``model=tiny_vl``): a Qwen2-VL architecture from config."""
+
+    name: str = setting("tiny_vl", "tiny_vl: the offline tiny vision-language policy (env=*_visual)")
+    vision_depth: int = setting(2, "vision transformer blocks", _opt_pos_int)
+    vision_embed_dim: int = setting(64, "vision transformer width", _opt_pos_int)
+    vision_num_heads: int = setting(4, "vision attention heads", _opt_pos_int)
+    max_image_tokens: int = setting(256, "image processor max_pixels = max_image_tokens * 28 * 28", _opt_pos_int)
+
+
+@dataclass
 class HFModelConfig(ModelConfig):
     """Any Hugging Face causal LM (``model=hf``, ``model=qwen2.5-3b``)."""
 
@@ -786,7 +797,7 @@ ALGO_SCHEMAS: dict[str, type] = {
     "ppo": PPOAlgoConfig,
     "dapo": DAPOAlgoConfig,
 }
-MODEL_SCHEMAS: dict[str, type] = {"tiny": TinyModelConfig, "hf": HFModelConfig}
+MODEL_SCHEMAS: dict[str, type] = {"tiny": TinyModelConfig, "tiny_vl": TinyVLModelConfig, "hf": HFModelConfig}
 
 
 @dataclass

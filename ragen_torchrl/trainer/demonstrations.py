@@ -84,6 +84,7 @@ def make_demonstrations(
     level_seed_offset: int = 1 << 31,
     progress: bool = False,
     reasoning: str = "grounded",
+    images: list | None = None,
 ) -> list[list[dict[str, str]]]:
     """Roll out the oracle (with ``noise``) and return the conversations.
 
@@ -100,7 +101,22 @@ def make_demonstrations(
         progress: show a progress bar (episodes/s, ETA) on stderr.
         reasoning: ``"grounded"`` (the oracle's reasoning) or ``"shuffled"`` (reasoning permuted
             across all turns with :func:`shuffle_reasoning`: template collapse on purpose).
+        images: a list to fill with each conversation's board images, one uint8 ``[3, H, W]`` per user
+            message, in order (``env.render(game)`` of the state that message shows: visual envs,
+            :mod:`ragen_torchrl.envs.visual`).
+
+    Example (a visual env):
+        >>> from ragen_torchrl.envs import make_env
+        >>> shown = []
+        >>> demos = make_demonstrations(make_env("frozenlake_visual", num_envs=1, tile_px=2), 3, images=shown)
+        >>> [len(s) for s in shown] == [sum(m["role"] == "user" for m in d) for d in demos], tuple(shown[0][0].shape)
+        (True, (3, 8, 8))
     """
+    render = None
+    if images is not None:
+        render = getattr(env, "render", None)
+        if not callable(render):
+            raise ValueError(f"{type(env).__name__} renders no board images (a visual env does: env=*_visual)")
     from tqdm.auto import tqdm
 
     if not 0.0 <= noise <= 1.0:
@@ -112,24 +128,35 @@ def make_demonstrations(
     rng = random.Random(seed)
     conversations = []
     for _ in tqdm(range(num_episodes), desc="demonstrations", unit="episode", disable=not progress, mininterval=1.0):
-        level = level_seed_offset + rng.randrange(1 << 30)
-        game = env.game_factory(level, sample_seed(level, 0))
-        chat = [
-            {"role": "system", "content": env.system_prompt},
-            {"role": "user", "content": env.observation_text(game)},
-        ]
-        actions_left = env.max_actions_per_traj
-        for _turn in range(env.max_turn):
-            reply, done, used = env.demo_turn(game, rng, noise, actions_left, noise_kind=noise_kind)
-            actions_left -= used
-            chat.append({"role": "assistant", "content": reply})
-            if done or actions_left <= 0:
-                break
-            chat.append({"role": "user", "content": env.observation_text(game, env.feedback_prefix(game))})
+        chat, shown = _demo_episode(env, rng, noise, noise_kind, level_seed_offset, render)
         conversations.append(chat)
+        if images is not None:
+            images.append(shown)
     if reasoning == "shuffled":
         conversations = shuffle_reasoning(conversations, seed=seed + 1)
     return conversations
+
+
+def _demo_episode(env, rng: random.Random, noise: float, noise_kind: str, level_seed_offset: int, render):
+    """One oracle episode: its conversation, and the image of each user message's state when ``render``."""
+    level = level_seed_offset + rng.randrange(1 << 30)
+    game = env.game_factory(level, sample_seed(level, 0))
+    chat = [
+        {"role": "system", "content": env.system_prompt},
+        {"role": "user", "content": env.observation_text(game)},
+    ]
+    shown = [render(game)] if render is not None else []
+    actions_left = env.max_actions_per_traj
+    for _turn in range(env.max_turn):
+        reply, done, used = env.demo_turn(game, rng, noise, actions_left, noise_kind=noise_kind)
+        actions_left -= used
+        chat.append({"role": "assistant", "content": reply})
+        if done or actions_left <= 0:
+            break
+        chat.append({"role": "user", "content": env.observation_text(game, env.feedback_prefix(game))})
+        if render is not None:
+            shown.append(render(game))
+    return chat, shown
 
 
 def tokenizer_corpus(env: TextGameEnv, num_episodes: int = 300, seed: int = 0) -> list[str]:

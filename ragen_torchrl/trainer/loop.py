@@ -45,8 +45,8 @@ from ..keys import (
     GROUP_ID,
     TRAJECTORY_REFITS,
 )
-from ..models.loading import load_pretrained
 from ..models.priming import prime_text
+from ..models.vision import load_policy
 from ..objectives import build_algorithm
 from ..objectives.logprobs import make_logprob_policy
 from ..transforms.snr import build_filter, keep_rows
@@ -179,7 +179,8 @@ class Trainer:
         self.clock.enter("warm_start")
         self.model_path = self._prepare_model()
         self.clock.enter("setup")
-        self.model, self.tokenizer = load_pretrained(
+        # processor: a vision-language model's (None for a text model); the rollouts and losses pass images with it
+        self.model, self.tokenizer, self.processor = load_policy(
             self.model_path, self.dist.device(str(cfg.model.device)), cfg.model.dtype
         )
         self.dist.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
@@ -193,6 +194,7 @@ class Trainer:
         self.reply_prime = prime_text(bool(rcfg.prime_think))
         sampling["reply_prime"] = self.reply_prime
         sampling["trajectory"] = str(rcfg.trajectory)
+        sampling["processor"] = self.processor
         if backend == "hf":  # the token rollout's per-row KV cache between turns
             sampling["kv_cache"] = bool(rcfg.kv_cache)
             sampling["max_cached_tokens"] = rcfg.kv_cache_max_tokens
@@ -218,7 +220,9 @@ class Trainer:
             # weights are gathered for generation, and ranks generate different lengths
             for p in (self.policy, self.val_policy):
                 p.generate_kwargs["synced_gpus"] = False
-        self.actor = make_logprob_policy(self.model, self.tokenizer, reply_prime=self.reply_prime)
+        self.actor = make_logprob_policy(
+            self.model, self.tokenizer, reply_prime=self.reply_prime, processor=self.processor
+        )
         a = cfg.algo
         try:
             self.algorithm = build_algorithm(a, self.actor, self.model, self.tokenizer)
@@ -228,7 +232,9 @@ class Trainer:
         self.ref_actor = None
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-            self.ref_actor = make_logprob_policy(ref_model, self.tokenizer, reply_prime=self.reply_prime)
+            self.ref_actor = make_logprob_policy(
+                ref_model, self.tokenizer, reply_prime=self.reply_prime, processor=self.processor
+            )
         if self.fsdp:
             shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
             # the shared-prefix pass backpropagates through KV-cache tensors, which are no module
@@ -252,7 +258,12 @@ class Trainer:
 
         mi = cfg.diagnostics.mi
         self.collapse = None
-        if mi.enabled and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
+        if mi.enabled and self.processor is not None:
+            log.warning(
+                "diagnostics.mi is skipped for a vision-language policy: the MI proxies do not score image "
+                "contexts yet (set diagnostics.mi.enabled=false to silence this)"
+            )
+        elif mi.enabled and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
             self.collapse = CollapseMonitor(
                 self.model,
                 self.tokenizer,
@@ -758,6 +769,8 @@ class Trainer:
                 final_policy = str(
                     export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=whole)
                 )
+                if self.processor is not None:  # a vision-language policy loads with its image processor
+                    self.processor.image_processor.save_pretrained(final_policy)
             except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy
                 log.error("could not write the final policy to %s: %s", self.run_dir / POLICY_DIR, e)
         summary = {

@@ -87,6 +87,13 @@ def prepare_model(cfg: DictConfig, env) -> str:
     """
     if cfg.model.name_or_path:
         base = str(cfg.model.name_or_path)
+    elif cfg.model.get("name") == "tiny_vl":
+        from ..models.tiny_vl import TinyVLConfig, build_tiny_vl_model
+        from .demonstrations import tokenizer_corpus
+
+        base = build_tiny_vl_model(
+            tokenizer_corpus(env), TinyVLConfig.from_model_config(cfg.model), cfg.model.cache_dir
+        )
     else:
         from ..models.tiny import TinyModelConfig, build_tiny_model
         from .demonstrations import tokenizer_corpus

@@ -56,9 +56,15 @@ def tokenize_conversations(
     return pairs
 
 
-def assistant_token_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor):
-    """Mean next-token cross-entropy over positions whose *target* is an assistant token."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+def assistant_token_loss(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor, **model_kwargs
+):
+    """Mean next-token cross-entropy over positions whose *target* is an assistant token.
+
+    ``model_kwargs``: a vision-language batch's image inputs
+    (:meth:`~ragen_torchrl.models.vision.VLProcessor.batch_inputs`).
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, **model_kwargs).logits[:, :-1].float()
     targets = input_ids[:, 1:]
     mask = target_mask[:, 1:]
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
@@ -90,21 +96,36 @@ def supervised_finetune(
     log_every: int = 50,
     progress: bool = True,
     reply_prime: str = "",
+    processor=None,
+    images: list | None = None,
 ) -> list[float]:
     """Fine-tune ``model`` in place on the assistant tokens of ``conversations``.
 
     Returns the loss history. Observation and system tokens are never trained. ``progress``
     shows a progress bar (steps/s, ETA, current loss) on stderr. ``reply_prime``: the text the
     rollouts prime every reply with; it is not a target (:func:`tokenize_conversations`).
+    ``processor`` + ``images`` (a vision-language model: its
+    :class:`~ragen_torchrl.models.vision.VLProcessor`, and one uint8 image per user message of each
+    conversation): each conversation is laid out as the rollouts lay it out
+    (:func:`~ragen_torchrl.models.vision.vl_sequence`) and trained with its images.
     """
     from tqdm.auto import tqdm
 
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"invalid SFT settings: steps={steps}, batch_size={batch_size}, lr={lr}")
     device = next(model.parameters()).device
-    data = tokenize_conversations(tokenizer, conversations, reply_prime=reply_prime)
+    if processor is not None:
+        from ..models.vision import vl_sequence
+
+        if images is None or len(images) != len(conversations):
+            raise ValueError("a vision-language warm start needs one image list per conversation")
+        data = [vl_sequence(processor, c, i, prime=reply_prime) for c, i in zip(conversations, images)]
+    else:
+        data = [
+            (ids, mask, None) for ids, mask in tokenize_conversations(tokenizer, conversations, reply_prime=reply_prime)
+        ]
     # length-sorted buckets: a batch of similar lengths wastes little compute on padding
-    data.sort(key=lambda pair: len(pair[0]))
+    data.sort(key=lambda row: len(row[0]))
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.1, 1 - s / max(steps, 1)))
@@ -114,8 +135,12 @@ def supervised_finetune(
     for step in bar:
         start = rng.randrange(max(len(data) - batch_size, 0) + 1)
         batch = data[start : start + batch_size]
-        ids, attn, tgt = pad_batch(batch, tokenizer.pad_token_id, device)
-        loss = assistant_token_loss(model, ids, attn, tgt)
+        ids, attn, tgt = pad_batch([(i, m) for i, m, _ in batch], tokenizer.pad_token_id, device)
+        vision = {}
+        if processor is not None:
+            vision = processor.batch_inputs(ids, [shown for _, _, shown in batch])
+            model.model.rope_deltas = None  # positions from this batch alone
+        loss = assistant_token_loss(model, ids, attn, tgt, **vision)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -150,7 +175,7 @@ def warm_start(
     game must not share a warm start. ``reply_prime`` (``rollout.prime_think``) is left out of the
     targets, and is part of the cache key.
     """
-    from ..models.loading import load_pretrained
+    from ..models.vision import load_policy
     from .demonstrations import make_demonstrations
 
     env_desc = f"{type(env).__name__}:{env.system_prompt}:{env.max_turn}:{env.max_actions_per_turn}"
@@ -167,7 +192,8 @@ def warm_start(
     if (target / "config.json").exists():
         log.info("warm start: using cached model %s", target)
         return str(target)
-    model, tokenizer = load_pretrained(base_path, device=device, dtype=dtype)
+    model, tokenizer, processor = load_policy(base_path, device=device, dtype=dtype)
+    images: list | None = [] if processor is not None else None  # a vision-language policy reads the boards
     demos = make_demonstrations(
         env,
         int(sft_cfg["episodes"]),
@@ -176,6 +202,7 @@ def warm_start(
         seed=int(sft_cfg["seed"]),
         progress=True,
         reasoning=reasoning,
+        images=images,
     )
     log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
     with torch.random.fork_rng():
@@ -189,11 +216,15 @@ def warm_start(
             lr=float(sft_cfg["lr"]),
             seed=int(sft_cfg["seed"]),
             reply_prime=reply_prime,
+            processor=processor,
+            images=images,
         )
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if processor is not None:
+        processor.image_processor.save_pretrained(tmp)
     try:
         os.replace(tmp, target)
     except OSError:

@@ -321,7 +321,7 @@ def test_resume_refuses_another_algorithm_before_building_a_model(ragen_cache_di
         raise AssertionError("a model was built before the config check")
 
     with monkeypatch.context() as m:
-        m.setattr(loop_mod, "load_pretrained", no_model)
+        m.setattr(loop_mod, "load_policy", no_model)
         for change in ("algo=drgrpo", "trainer.group_size=4", "env=sokoban"):
             with pytest.raises(ConfigError, match="resuming with a config that changes the run") as err:
                 Trainer(make_cfg(ragen_cache_dir, change, f"trainer.resume={run_dir}"), run_dir=tmp_path / "x")

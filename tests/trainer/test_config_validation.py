@@ -200,7 +200,7 @@ def test_trainer_rejects_before_any_env_or_model_is_built(overrides, key, tmp_pa
         raise AssertionError("reached env/model construction despite a bad config")
 
     monkeypatch.setattr(Trainer, "_prepare_model", must_not_run)
-    monkeypatch.setattr(loop_mod, "load_pretrained", must_not_run)
+    monkeypatch.setattr(loop_mod, "load_policy", must_not_run)
     monkeypatch.setattr(loop_mod, "make_env", must_not_run)
     cfg = make_cfg(tmp_path, *overrides)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -246,7 +246,7 @@ def test_config_errors_are_raised_before_any_model_is_built(override, key, tmp_p
         raise AssertionError("reached model/env construction despite a bad config")
 
     monkeypatch.setattr(Trainer, "_prepare_model", must_not_run)
-    monkeypatch.setattr(loop_mod, "load_pretrained", must_not_run)
+    monkeypatch.setattr(loop_mod, "load_policy", must_not_run)
     monkeypatch.setattr(loop_mod, "make_env", must_not_run)
     cache = tmp_path / "cache"
     cfg = make_cfg(str(cache), override)
