@@ -43,6 +43,7 @@ from ..envs.splits import train_level_seeds
 from ..keys import (
     EPISODE_RETURN,
     GROUP_ID,
+    IMAGES_TRAJECTORY,
     TRAJECTORY_REFITS,
 )
 from ..models.priming import prime_text
@@ -258,15 +259,11 @@ class Trainer:
 
         mi = cfg.diagnostics.mi
         self.collapse = None
-        if mi.enabled and self.processor is not None:
-            log.warning(
-                "diagnostics.mi is skipped for a vision-language policy: the MI proxies do not score image "
-                "contexts yet (set diagnostics.mi.enabled=false to silence this)"
-            )
-        elif mi.enabled and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
+        if mi.enabled and self.dist.is_main:  # a diagnostic: rank 0 computes and logs it
+            # a vision-language policy's contexts hold their images (the processor scores them)
             self.collapse = CollapseMonitor(
                 self.model,
-                self.tokenizer,
+                self.processor if self.processor is not None else self.tokenizer,
                 num_pairs=int(mi.num_pairs),
                 every=int(mi.every),
                 seed=int(cfg.seed),
@@ -539,7 +536,8 @@ class Trainer:
             stats.update(t3_token_stats(records, self.env.max_turn))
         self.clock.enter("diagnostics")
         if self.collapse is not None and self.collapse.should_run(self.iteration):
-            stats.update(self.collapse(records))
+            images = records.get(IMAGES_TRAJECTORY, as_list=True) if self.processor is not None else None
+            stats.update(self.collapse(records, images=images))
         return stats
 
     def _filter_step(self, records: TensorDictBase) -> tuple[KeptGroups | None, dict[str, float]]:

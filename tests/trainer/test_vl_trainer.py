@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 from helpers import TINY_RUN
@@ -44,6 +42,7 @@ RUN = [
     "trainer.val_every=0",
     "trainer.log_text_samples=0",
     "rollout.max_new_tokens=6",
+    "diagnostics.mi.every=1",
 ]
 
 
@@ -91,7 +90,7 @@ def save_random_qwen2_5_vl(path, env) -> None:
     tiny_image_processor(64).save_pretrained(path)
 
 
-def test_random_qwen2_5_vl_checkpoint_trains_two_iterations_through_model_hf(ragen_cache_dir, tmp_path, caplog):
+def test_random_qwen2_5_vl_checkpoint_trains_two_iterations_through_model_hf(ragen_cache_dir, tmp_path):
     ckpt = tmp_path / "qwen2_5_vl"
     save_random_qwen2_5_vl(ckpt, make_env("frozenlake_visual", num_envs=1, size=3))
     assert is_vision_language(ckpt)
@@ -106,13 +105,14 @@ def test_random_qwen2_5_vl_checkpoint_trains_two_iterations_through_model_hf(rag
             ],
         )
     validate_config(cfg)
-    with caplog.at_level(logging.WARNING, logger="ragen_torchrl.trainer.loop"):
-        trainer = Trainer(cfg, run_dir=tmp_path / "run")
-    assert any("diagnostics.mi is skipped" in r.getMessage() for r in caplog.records)
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    assert trainer.collapse is not None and trainer.collapse.processor is trainer.processor
     assert type(trainer.model).__name__ == "Qwen2_5_VLForConditionalGeneration" and trainer.processor is not None
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     summary = trainer.fit()
     assert summary["iterations"] == 2 and trainer.iteration == 2
+    # the MI proxies scored the reasonings against contexts that hold their images
+    assert all(any(k.startswith("collapse/") for k in row) for row in trainer.history), trainer.history[0].keys()
     assert summary["val_end"]["num_trajectories"] == 2.0
     after = trainer.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("model.visual"))
