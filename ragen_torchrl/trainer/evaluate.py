@@ -275,13 +275,14 @@ def _latest_checkpoint(run_dir: Path, *, required: bool = True):
 
 def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dtype: str):
     """The checkpoint's weights on its starting model (``model_path``)."""
-    from ..models.loading import ModelSourceError, load_pretrained
+    from ..models.loading import ModelSourceError
+    from ..models.vision import load_policy
 
     base = state.get("model_path")
     if not base:
         raise EvalError(f"{where}: the checkpoint does not name its starting model (model_path)")
     try:
-        model, tokenizer = load_pretrained(str(base), device, dtype)
+        model, tokenizer, processor = load_policy(str(base), device, dtype)
     except ModelSourceError as e:
         raise EvalError(
             f"{where}: cannot load the checkpoint's starting model (its weights are applied on it): {_one_line(e)}"
@@ -290,7 +291,7 @@ def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dty
         model.load_state_dict(state["model"])
     except RuntimeError as e:
         raise EvalError(f"{where}: the weights do not fit the starting model {base}: {_one_line(e)}") from None
-    return model.eval(), tokenizer
+    return model.eval(), tokenizer, processor
 
 
 def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[str, Any]:
@@ -467,10 +468,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """
     from omegaconf import OmegaConf
 
-    from ..collectors.grouped import make_generation_policy
+    from ..collectors.rollout_policy import build_rollout_policy
     from ..envs import make_env
-    from ..models.loading import ModelSourceError, load_pretrained
+    from ..models.loading import ModelSourceError
     from ..models.priming import prime_text
+    from ..models.vision import load_policy
     from .model_setup import env_kwargs
 
     tgt = resolve_target(args.target, args.env)
@@ -515,11 +517,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     device, dtype = str(cfg.model.device), str(cfg.model.dtype)
     try:
         if tgt["policy"] is not None:
-            model, tokenizer = load_pretrained(str(tgt["policy"]), device, dtype)
+            model, tokenizer, processor = load_policy(str(tgt["policy"]), device, dtype)
             source = str(tgt["policy"])
         else:
             state, ckpt_path = tgt["checkpoint"]
-            model, tokenizer = _load_checkpoint_policy(state, ckpt_path, device, dtype)
+            model, tokenizer, processor = _load_checkpoint_policy(state, ckpt_path, device, dtype)
             source = str(ckpt_path)
     except EvalError:
         raise
@@ -529,13 +531,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         where = tgt["policy"] if tgt["policy"] is not None else tgt["checkpoint"][1]
         raise EvalError(f"cannot load the model {where}: {type(e).__name__}: {_one_line(e)}") from None
     try:
-        policy = make_generation_policy(
+        # a vision-language policy (its image processor loaded with it) rolls out on the env's images
+        policy, _ = build_rollout_policy(
+            "hf",
             model,
             tokenizer,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             reply_prime=prime_text(bool(cfg.rollout.prime_think)),  # as the run was trained
-            **rollout_mode,
+            processor=processor,
+            **({} if processor is not None else rollout_mode),
         )
     except ValueError as e:  # a bad rollout.trajectory / kv_cache / kv_cache_max_tokens (names the key)
         raise EvalError(_one_line(e)) from None

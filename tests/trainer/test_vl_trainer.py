@@ -13,10 +13,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
+from PIL import Image
 
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.visual import IMAGE_TEXT
@@ -26,6 +29,7 @@ from ragen_torchrl.models.vision import is_vision_language, load_policy
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations, tokenizer_corpus
+from ragen_torchrl.trainer.evaluate import main as eval_main
 from ragen_torchrl.trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow
@@ -120,6 +124,13 @@ def test_random_qwen2_5_vl_checkpoint_trains_two_iterations_through_model_hf(rag
     assert (exported / "preprocessor_config.json").is_file()
     model, _, processor = load_policy(str(exported), "cpu", "float32")
     assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration" and processor is not None
+    # ragen-eval rolls the run's vision-language policy out on the env's images and dumps an episode
+    dump, result = tmp_path / "episode.gif", tmp_path / "eval.json"
+    argv = [str(tmp_path / "run"), "--levels", "2", "--dump", str(dump), "--json", str(result), "--no-progress"]
+    assert eval_main(argv) == 0
+    assert json.loads(result.read_text())["stats"]["num_trajectories"] == 2.0
+    with Image.open(dump) as gif:
+        assert gif.n_frames >= 2  # the start board and one frame per turn
 
 
 def test_visual_demonstrations_carry_the_board_of_each_user_message():
