@@ -168,7 +168,22 @@ def build_tiny_model(
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return str(target)
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)
-    config = Qwen2Config(
+    config = Qwen2Config(**text_config_kwargs(cfg, tokenizer), tie_word_embeddings=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed)
+        model = Qwen2ForCausalLM(config)
+    return save_build(target, model, tokenizer)
+
+
+def text_config_kwargs(cfg, tokenizer) -> dict:
+    """The text model's Qwen2 config fields: ``cfg``'s sizes, ``tokenizer``'s vocabulary and special ids.
+
+    Example:
+        >>> kw = text_config_kwargs(TinyModelConfig(), train_tokenizer(["a b c"], 300))
+        >>> kw["num_hidden_layers"], kw["num_key_value_heads"], kw["bos_token_id"]
+        (4, 2, None)
+    """
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -179,17 +194,22 @@ def build_tiny_model(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=True,
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed)
-        model = Qwen2ForCausalLM(config)
+
+
+def save_build(target: Path, model, tokenizer, *extra) -> str:
+    """Save a freshly built ``model`` (its generation config given ``tokenizer``'s pad/end ids), ``tokenizer``
+    and any ``extra`` part with ``save_pretrained`` (an image processor) to ``target``, atomically.
+
+    Everything is written to a temporary sibling directory renamed to ``target`` at the end, so a
+    concurrent build or an interrupted one never leaves a half-written model under the cache key.
+    """
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(tmp)
-    model.save_pretrained(tmp)
+    for part in (tokenizer, *extra, model):
+        part.save_pretrained(tmp)
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first: keep theirs

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .tiny import build_fingerprint, train_tokenizer
+from .tiny import build_fingerprint, save_build, text_config_kwargs, train_tokenizer
 from .vision import VL_CHAT_TEMPLATE, load_vl_processor
 
 __all__ = [
@@ -170,17 +170,8 @@ def build_tiny_vl_model(
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VL_SPECIAL_TOKENS}
     config = Qwen2VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=cfg.hidden_size,
-            intermediate_size=cfg.intermediate_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            num_key_value_heads=cfg.num_kv_heads,
-            max_position_embeddings=cfg.max_position_embeddings,
+            **text_config_kwargs(cfg, tokenizer),
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": cfg.rope_sections()},
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            bos_token_id=None,
         ),
         vision_config=dict(
             depth=cfg.vision_depth,
@@ -201,20 +192,7 @@ def build_tiny_vl_model(
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(tmp)
-    tiny_image_processor(cfg.max_image_tokens).save_pretrained(tmp)
-    model.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process finished first: keep theirs
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return save_build(target, model, tokenizer, tiny_image_processor(cfg.max_image_tokens))
 
 
 def load_tiny_vl(path: str | os.PathLike, device: str = "cpu", dtype: str = "float32"):
