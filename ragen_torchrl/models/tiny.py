@@ -71,12 +71,13 @@ class TinyModelConfig:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if name != "seed" and (not isinstance(value, int) or value < 1):
+            if name != "seed" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        for size, parts in (("hidden_size", "num_heads"), ("num_heads", "num_kv_heads")):
+            if getattr(self, size) % getattr(self, parts):
+                raise ValueError(
+                    f"model.{size} ({getattr(self, size)}) must be divisible by model.{parts} ({getattr(self, parts)})"
+                )
 
     @classmethod
     def from_model_config(cls, model) -> TinyModelConfig:

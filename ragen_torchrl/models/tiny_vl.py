@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .tiny import build_fingerprint, save_build, text_config_kwargs, train_tokenizer
+from .tiny import TinyModelConfig, build_fingerprint, save_build, text_config_kwargs, train_tokenizer
 from .vision import VL_CHAT_TEMPLATE, load_vl_processor
 
 __all__ = [
@@ -60,7 +60,7 @@ TINY_VL_PREFIX = "tiny-qwen2vl-"
 
 
 @dataclass(frozen=True)
-class TinyVLConfig:
+class TinyVLConfig(TinyModelConfig):
     """Sizes of the tiny vision-language model (text tower as :class:`~ragen_torchrl.models.tiny.TinyModelConfig`).
 
     ``mrope_section`` splits the text attention head's rotary frequencies between the temporal,
@@ -77,30 +77,18 @@ class TinyVLConfig:
         ValueError: model.hidden_size (30) must be divisible by model.num_heads (4)
     """
 
-    vocab_size: int = 768
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
     vision_depth: int = 2
     vision_embed_dim: int = 64
     vision_num_heads: int = 4
     max_image_tokens: int = 256
-    max_position_embeddings: int = 4096
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if name != "seed" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
-        for size, heads in (("hidden_size", "num_heads"), ("vision_embed_dim", "vision_num_heads")):
-            if getattr(self, size) % getattr(self, heads):
-                raise ValueError(
-                    f"model.{size} ({getattr(self, size)}) must be divisible by model.{heads} ({getattr(self, heads)})"
-                )
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"model.num_heads ({self.num_heads}) must be divisible by model.num_kv_heads")
+        super().__post_init__()
+        if self.vision_embed_dim % self.vision_num_heads:
+            raise ValueError(
+                f"model.vision_embed_dim ({self.vision_embed_dim}) must be divisible by "
+                f"model.vision_num_heads ({self.vision_num_heads})"
+            )
         if (self.hidden_size // self.num_heads) % 2 or self.hidden_size // self.num_heads < 6:
             raise ValueError(
                 f"model.hidden_size / model.num_heads = {self.hidden_size // self.num_heads} must be even and >= 6 "
