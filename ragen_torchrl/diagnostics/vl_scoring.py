@@ -46,7 +46,7 @@ import torch
 
 from ..envs.visual import image_chat
 from ..models.kv_cache import forward_kwargs, model_device, output_cache, pad_right, select_cache
-from ..models.vision import VLProcessor
+from ..models.vision import VLProcessor, suppress_vision_tokens
 from .cross_scoring import _entropy_cols, _unique, _validate
 from .token_scoring import _model_dtype, _own_entropy, _score_dtype, _scoring_model, _token_log_probs
 
@@ -182,7 +182,8 @@ def _score_context(model, ctx, reasonings, batch_size, cache_name, sum_lp, ent, 
         pos = torch.cat([last_pos, last_pos + 1 + torch.arange(lz, device=device)], dim=-1).expand(3, rows, -1)
         kwargs = {} if base is None else {cache_name: select_cache(base, torch.zeros(rows, dtype=torch.long), plen)}
         out = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=base is not None, **kwargs)
-        logits = out.logits[:, :lz]
+        # the policy's distribution: the vision placeholders are never sampled (as in the rollouts and losses)
+        logits = suppress_vision_tokens(out.logits[:, :lz], model)
         sum_lp[zi, col] = _token_log_probs(logits, z_ids, z_mask).cpu()
         _own_entropy(ent, logits, z_mask, zi, torch.full_like(zi, col), ent_cols)
         del out, kwargs

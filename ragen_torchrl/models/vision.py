@@ -426,7 +426,30 @@ def vl_sequence(
     return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.bool), shown
 
 
-class VLConversation:
+class _Sampler:
+    """What a vision-language rollout samples with: the model, its processor, the temperature
+    (0: greedy; log-probs are of the tempered distribution), a generator and the reply prime."""
+
+    def __init__(
+        self,
+        model: Any,
+        processor: VLProcessor,
+        *,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+        prime: str = "",
+    ) -> None:
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
+        self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
+        self.prime = prime
+        self._start()
+
+    def _start(self) -> None:
+        """Set up the subclass's empty rollout state."""
+
+
+class VLConversation(_Sampler):
     """One row's episode with a vision-language model: cached generation, turn by turn.
 
     :meth:`play` takes the new messages of a turn (the whole conversation on the first call, then
@@ -442,19 +465,7 @@ class VLConversation:
         generator: a ``torch.Generator`` for the sampling (deterministic rollouts).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        processor: VLProcessor,
-        *,
-        temperature: float = 1.0,
-        generator: torch.Generator | None = None,
-        prime: str = "",
-    ) -> None:
-        if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
-        self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
-        self.prime = prime
+    def _start(self) -> None:
         self._ids: list[int] = []
         self._sampled: list[bool] = []
         self._log_probs: list[float] = []
@@ -562,7 +573,7 @@ class _Episode:
         self.entropy_sum, self.entropy_count = 0.0, 0
 
 
-class VLBatchRollout:
+class VLBatchRollout(_Sampler):
     """Batched multi-turn sampling with a vision-language model: many rows per forward pass.
 
     Each row keeps its episode (token ids laid out as :class:`VLConversation` lays them out, the
@@ -601,19 +612,7 @@ class VLBatchRollout:
         True
     """
 
-    def __init__(
-        self,
-        model: Any,
-        processor: VLProcessor,
-        *,
-        temperature: float = 1.0,
-        generator: torch.Generator | None = None,
-        prime: str = "",
-    ) -> None:
-        if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
-        self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
-        self.prime = prime
+    def _start(self) -> None:
         self.rows: dict[int, _Episode] = {}
         #: vision-tower calls so far (one per turn that brought images)
         self.image_encodings = 0

@@ -26,7 +26,7 @@ from ragen_torchrl.diagnostics.collapse import CollapseMonitor
 from ragen_torchrl.diagnostics.entropy import token_entropy
 from ragen_torchrl.diagnostics.vl_scoring import VLContext, cross_score_vl, vl_context
 from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model, load_tiny_vl
-from ragen_torchrl.models.vision import score_conversation
+from ragen_torchrl.models.vision import score_conversation, suppress_vision_tokens
 
 SIZES = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
 VISION = dict(vision_depth=1, vision_embed_dim=16, vision_num_heads=2, max_image_tokens=64)
@@ -89,7 +89,7 @@ def test_matrix_entries_equal_the_teacher_forced_pass_over_each_concatenation(vl
                 image_grid_thw=ctx.image_grid_thw,
                 mm_token_type_ids=(ids == model.config.image_token_id).int(),
             ).logits
-        picked = logits[:, ctx.input_ids.numel() - 1 : -1]
+        picked = suppress_vision_tokens(logits[:, ctx.input_ids.numel() - 1 : -1], model)  # the policy's softmax
         expected = token_entropy(picked, torch.ones(picked.shape[:2], dtype=torch.bool))
         assert float(ent[i]) == pytest.approx(float(expected.reshape(-1)[0]), abs=1e-4)
 
