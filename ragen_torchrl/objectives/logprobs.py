@@ -279,13 +279,7 @@ def _retokenized(actor: TransformersWrapper, records: TensorDictBase) -> TensorD
 
 @torch.no_grad()
 def compute_behaviour_log_probs(
-    actor: TransformersWrapper,
-    records: TensorDictBase,
-    chunk_size: int = 32,
-    *,
-    skip=None,
-    shared_prefix: bool = False,
-    train_on: str = "generated",
+    actor: TransformersWrapper, records: TensorDictBase, chunk_size: int = 32, **options
 ) -> TensorDictBase:
     """Score every conversation with the current policy; return per-row unpadded tensors.
 
@@ -305,8 +299,8 @@ def compute_behaviour_log_probs(
     ``records`` hold the conversations at ``("history", "full")``; records that already hold the
     tokens and masks (a training batch, for the reference pass) are scored as they are.
 
-    ``skip``: row indices (or a boolean row mask) that are only tokenised (their log-probs are
-    NaN), e.g. the rows of the first, exactly on-policy mini-batch, whose behaviour log-probs the
+    ``options`` are :func:`behaviour_batch`'s keywords. ``skip``: row indices (or a boolean row
+    mask) that are only tokenised (their log-probs are NaN), e.g. the rows of the first, exactly on-policy mini-batch, whose behaviour log-probs the
     loss takes from its own forward.
 
     ``train_on``: which token ids the rows hold (:func:`tokenize_conversations`): ``"generated"``
@@ -317,8 +311,7 @@ def compute_behaviour_log_probs(
     once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`); the assistant
     log-probs equal the full pass's up to float round-off.
     """
-    batch = behaviour_batch(actor, records, chunk_size, skip=skip, shared_prefix=shared_prefix, train_on=train_on)
-    return unpad_rows(batch)
+    return unpad_rows(behaviour_batch(actor, records, chunk_size, **options))
 
 
 @torch.no_grad()

@@ -156,8 +156,8 @@ def test_ragen_train_help_lists_the_groups_and_describe(monkeypatch, capsys):
 def test_ragen_train_describe_prints_type_default_and_help(monkeypatch, capsys):
     assert _run_train_main(monkeypatch, "--describe", "algo.clip_epsilon") == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "algo.clip_epsilon: Any = 0.2"
-    assert "clip-higher" in out
+    assert out.splitlines()[0] == "algo.clip_epsilon: Any = null"
+    assert "clip-higher" in out and "the algorithm's own" in out
     # a whole group: every field of the dataclass, the early-stop node included
     assert _run_train_main(monkeypatch, "--describe=trainer") == 0
     out = capsys.readouterr().out

@@ -70,7 +70,7 @@ def test_the_trainer_rolls_out_the_same_with_and_without_the_cache(runs):
 
 
 def test_ragen_eval_honours_the_rollout_keys(runs, monkeypatch, capsys):
-    import ragen_torchrl.collectors.grouped as rollout_module
+    import ragen_torchrl.collectors.rollout_policy as rollout_module
 
     run_dir = runs[True][0]
     seen = []
