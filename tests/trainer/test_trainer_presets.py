@@ -71,7 +71,7 @@ def _scripted_trainer(cache_dir, tmp_path, monkeypatch, successes, *overrides):
     """A trainer whose iterations do nothing and whose validations return ``successes`` in order."""
     calls = []
 
-    def fake_evaluate(env, policy, num_levels, *, seed, chunk_size=128, progress=True, desc=""):
+    def fake_evaluate(env, policy, num_levels, *, seed, chunk_size=128, progress=True, desc="", frames=None):
         s = successes[len(calls)]
         calls.append(num_levels)
         assert env.batch_size[0] == num_levels  # an env with exactly the levels played
