@@ -553,6 +553,7 @@ class VLConversation(_Sampler):
             position_ids=positions.to(self.model.device),
             cache=self._cache,
             use_cache=True,
+            logits_to_keep=1,  # only the next token's logits (not [T, V] over the whole segment)
             **kwargs,
         )
         self._cache = out.cache
@@ -702,6 +703,7 @@ class VLBatchRollout(_Sampler):
             position_ids=positions,
             cache=cache,
             use_cache=True,
+            logits_to_keep=1,  # only the next token's logits (not [B, T, V] over the whole sequences)
             **kwargs,
         )
         cache, logits = out.cache, suppress_vision_tokens(out.logits[:, -1], self.model)
@@ -711,13 +713,15 @@ class VLBatchRollout(_Sampler):
         replies: list[list[int]] = [[] for _ in eps]
         for _ in range(max_new_tokens):
             tokens, picked, entropy = sample_step(logits, self.temperature, self.generator)
+            # one conversion per step, not one per row and value
+            token_list, picked_list, entropy_list = tokens.tolist(), picked.tolist(), entropy.tolist()
             for i in torch.nonzero(running).reshape(-1).tolist():
-                ep, token = eps[i], int(tokens[i])
+                ep, token = eps[i], token_list[i]
                 replies[i].append(token)
                 ep.ids.append(token)
                 ep.sampled.append(True)
-                ep.log_probs.append(float(picked[i]))
-                ep.entropy_sum += float(entropy[i])
+                ep.log_probs.append(picked_list[i])
+                ep.entropy_sum += entropy_list[i]
                 ep.entropy_count += 1
                 if token == eos:
                     running[i] = False
