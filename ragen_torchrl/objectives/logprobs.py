@@ -501,17 +501,7 @@ def token_dist(
     tokens = tokens.masked_fill(~attention.bool(), pad)  # a dense batch may hold another pad id
     mask = tensordict.get(mask_key, as_padded_tensor=True, padding_side="left", padding_value=False)
     vision = _vision_kwargs(actor, tensordict, tokens)
-    if vision is not None:
-        # the images go with the whole sequence: one padded pass (no shared-prefix split)
-        kwargs = {**actor.generate_kwargs, **{k: v.to(device) for k, v in vision.items()}}
-        if compact:
-            logits = masked_position_logits(actor.model, tokens.to(device), attention.long().to(device), mask, **kwargs)
-            return CompactMaskedCategorical(suppress_vision_tokens(logits, actor.model), mask.bool().to(device))
-        logits = actor.model(tokens.to(device), attention.long().to(device), **kwargs)["logits"]
-        logits = suppress_vision_tokens(logits, actor.model)  # the policy never samples a placeholder
-        shifted = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], 1)
-        return LLMMaskedCategorical(logits=shifted, mask=mask.bool().to(device))
-    if compact and shared_prefix and shared_prefix_supported(actor.model):
+    if vision is None and compact and shared_prefix and shared_prefix_supported(actor.model):
         keep = attention.bool()
         logits = shared_prefix_logits(
             actor.model,
@@ -520,12 +510,17 @@ def token_dist(
             **actor.generate_kwargs,
         )
         return CompactMaskedCategorical(logits, mask.bool().to(device))
+    kwargs = dict(actor.generate_kwargs)
+    if vision is not None:  # the images go with the whole sequence: one padded pass (no shared-prefix split)
+        kwargs.update({k: v.to(device) for k, v in vision.items()})
     if compact:
-        logits = masked_position_logits(
-            actor.model, tokens.to(device), attention.long().to(device), mask, **actor.generate_kwargs
-        )
+        logits = masked_position_logits(actor.model, tokens.to(device), attention.long().to(device), mask, **kwargs)
+    else:
+        logits = actor.model(tokens.to(device), attention.long().to(device), **kwargs)["logits"]
+    if vision is not None:
+        logits = suppress_vision_tokens(logits, actor.model)  # the policy never samples a placeholder
+    if compact:
         return CompactMaskedCategorical(logits, mask.bool().to(device))
-    logits = actor.model(tokens.to(device), attention.long().to(device), **actor.generate_kwargs)["logits"]
     # position t scores token t (the first position has nothing before it), as torchrl's wrapper does
     shifted = torch.cat([torch.zeros_like(logits[:, :1]), logits[:, :-1]], 1)
     return LLMMaskedCategorical(logits=shifted, mask=mask.bool().to(device))
