@@ -172,8 +172,11 @@ class VLRolloutPolicy(TensorDictModuleBase):
         self.entropy_recorder.clear()
         replies = []
         for e in env_index:
-            ids, sampled, _, _ = self._rollout.trajectory(e)
-            replies.append(ids[starts[e] :][sampled[starts[e] :]])
+            # this turn's sampled ids (the row's episode, not its whole trajectory with its images)
+            ep = self._rollout.rows[e]
+            replies.append(
+                torch.tensor([t for t, s in zip(ep.ids[starts[e] :], ep.sampled[starts[e] :]) if s], dtype=torch.long)
+            )
             total, count = self._rollout.entropy(e)
             self.entropy_recorder.sums.append(total - entropy[e][0])
             self.entropy_recorder.counts.append(count - entropy[e][1])
