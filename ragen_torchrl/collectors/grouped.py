@@ -103,7 +103,7 @@ from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
-from ..models.sampling import check_sampling, sampling_truncation
+from ..models.sampling import check_sampler, check_sampling, sampling_truncation
 from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
 from .token_trajectory import TokenTrajectories, reply_histories
 
@@ -305,6 +305,7 @@ def make_generation_policy(
     trajectory: str = "tokens",
     kv_cache: bool = True,
     max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
+    sampler: str = "inverse_cdf",
 ) -> HistoryTransformersWrapper:
     """A ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
@@ -316,6 +317,8 @@ def make_generation_policy(
     A token-prompt policy with ``kv_cache`` (``rollout.kv_cache``, default true) keeps each row's KV
     cache between turns (:class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`, at most
     ``max_cached_tokens`` tokens, ``rollout.kv_cache_max_tokens``, over all rows; ``policy.turn_cache``).
+    ``sampler`` (``rollout.sampler``) draws each sampled token by inverse CDF (``"inverse_cdf"``,
+    :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or with ``transformers``' ``torch.multinomial``.
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
     entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
@@ -339,6 +342,7 @@ def make_generation_policy(
     if trajectory not in TRAJECTORY_MODES:
         raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
     check_turn_cache_settings(kv_cache, max_cached_tokens)
+    check_sampler(sampler)
     kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,
@@ -354,6 +358,7 @@ def make_generation_policy(
     # set them all on the built wrapper
     policy.generate_kwargs.update(kwargs)
     policy.reply_prime = reply_prime
+    policy.sampler = sampler
     truncation = sampling_truncation(top_k, top_p, min_p) if temperature > 0 else None
     if truncation is not None:
         log.warning(
@@ -365,7 +370,7 @@ def make_generation_policy(
     # logits generate computes anyway (no extra forward pass)
     policy.entropy_recorder = attach_entropy_recorder(policy)
     if trajectory == "tokens" and kv_cache:
-        turn_cache = TurnCachePolicy(model, kv_cache=True, max_cached_tokens=max_cached_tokens)
+        turn_cache = TurnCachePolicy(model, kv_cache=True, max_cached_tokens=max_cached_tokens, sampler=sampler)
         # one dict: the same sampling settings and the same entropy recorder on both paths
         turn_cache.generate_kwargs = policy.generate_kwargs
         # a plain attribute, not a submodule: the wrapper's state_dict and modules stay the model's

@@ -64,6 +64,7 @@ from torchrl.modules.llm import TransformersWrapper
 from torchrl.modules.llm.policies.common import ChatHistory, Text, _extract_responses_from_full_histories
 
 from ..envs.messages import chat_dicts
+from .inverse_cdf import inverse_cdf_generate_kwargs
 from .kv_cache import common_prefix_len, forward_kwargs, row_prefix_cache, shared_prefix_supported
 from .loading import resolved_chat_template
 
@@ -175,15 +176,24 @@ class HistoryTransformersWrapper(TransformersWrapper):
     #: prefill each distinct prompt once, and the head they share once (see the module docstring)
     share_prompt_head: bool = True
 
+    #: how a sampling ``generate`` draws each token: ``"multinomial"`` (``transformers``' own, as the
+    #: parent: the same tokens for the same RNG state) or ``"inverse_cdf"``
+    #: (:class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`: the same distribution, cheaper);
+    #: :func:`ragen_torchrl.collectors.make_generation_policy` sets ``rollout.sampler``
+    sampler: str = "multinomial"
+
     def _generate_from_tokens(self, tokens_prompt_padded, attention_mask_prompt_padded, cfg, out):
-        plan = self._shared_prefill(tokens_prompt_padded, attention_mask_prompt_padded)
-        if plan is None:
-            return super()._generate_from_tokens(tokens_prompt_padded, attention_mask_prompt_padded, cfg, out)
-        ids, attention, cache_name, cache = plan
         saved = self.generate_kwargs
-        self.generate_kwargs = {**saved, cache_name: cache}
+        kwargs = saved
+        if self.sampler == "inverse_cdf" and cfg is None:  # a per-call config (cfg) keeps transformers' sampler
+            kwargs = inverse_cdf_generate_kwargs(saved, generation_config=self.model.generation_config)
+        plan = self._shared_prefill(tokens_prompt_padded, attention_mask_prompt_padded)
+        if plan is not None:
+            tokens_prompt_padded, attention_mask_prompt_padded, cache_name, cache = plan
+            kwargs = {**kwargs, cache_name: cache}
+        self.generate_kwargs = kwargs
         try:
-            return super()._generate_from_tokens(ids, attention, cfg, out)
+            return super()._generate_from_tokens(tokens_prompt_padded, attention_mask_prompt_padded, cfg, out)
         finally:
             self.generate_kwargs = saved
 

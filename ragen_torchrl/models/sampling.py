@@ -13,7 +13,26 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["check_sampling", "sampling_truncation"]
+__all__ = ["SAMPLERS", "check_sampler", "check_sampling", "sampling_truncation"]
+
+#: ``rollout.sampler`` values: ``inverse_cdf`` draws each token by inverse CDF
+#: (:class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`, ~20x cheaper than ``torch.multinomial`` on CPU),
+#: ``multinomial`` leaves it to ``transformers``' ``torch.multinomial``; the same distribution, different
+#: seeded token streams
+SAMPLERS = ("inverse_cdf", "multinomial")
+
+
+def check_sampler(sampler, *, prefix: str = "rollout.") -> None:
+    """Raise ``ValueError`` naming the key unless ``sampler`` is one of :data:`SAMPLERS`.
+
+    Example:
+        >>> check_sampler("gumbel")
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.sampler must be one of inverse_cdf, multinomial, got 'gumbel'
+    """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"{prefix}sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
 
 
 def check_sampling(top_k=None, top_p: float = 1.0, min_p=None, *, prefix: str = "rollout.") -> None:

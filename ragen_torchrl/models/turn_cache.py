@@ -23,9 +23,11 @@ One call, for ``B`` rows:
    marks the real slots and ``generate`` takes positions from its cumulative sum, so every real
    token keeps the position it has in the row's own sequence;
 3. one ``generate`` call encodes the new tokens (its first forward) and decodes; its sampling
-   keywords are the policy's ``generate_kwargs`` unchanged (those of
+   keywords are the policy's ``generate_kwargs`` (those of
    :func:`ragen_torchrl.collectors.hf_generate_kwargs`), so a logits processor such as
-   :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step;
+   :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step; with
+   ``sampler="inverse_cdf"`` (the default) each token is drawn by
+   :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler` instead of ``torch.multinomial``;
 4. each row's real slots are cut out of the buffer and stored under its ``env_index``,
    unless the total of stored tokens would exceed ``max_cached_tokens`` (the row then re-prefills
    at its next turn; the output's ``("turn_cache", "over_cap")`` marks them).
@@ -79,7 +81,9 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ..keys import KV_OVER_CAP, KV_PREFILL_TOKENS, KV_PREFILLED, KV_REUSED
 from .entropy_recorder import attach_entropy_recorder
+from .inverse_cdf import inverse_cdf_generate_kwargs
 from .kv_cache import forward_kwargs, row_prefix_cache, shared_prefix_supported
+from .sampling import check_sampler
 
 __all__ = ["DEFAULT_MAX_CACHED_TOKENS", "TurnCachePolicy", "check_turn_cache_settings", "reusable_length"]
 
@@ -213,6 +217,10 @@ class TurnCachePolicy(TensorDictModuleBase):
         max_cached_tokens: cap on the tokens stored across rows (``rollout.kv_cache_max_tokens``).
         record_entropy: attach an :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`
             (``policy.entropy_recorder``), as :func:`ragen_torchrl.collectors.make_generation_policy` does.
+        sampler: ``"inverse_cdf"`` (draw each token with
+            :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or ``"multinomial"``
+            (``transformers``' ``torch.multinomial``): the same distribution, different seeded streams
+            (``rollout.sampler``).
 
     The stored caches belong to the weights that computed them: when a parameter has been written since
     (an optimizer step), the next call clears them. Each call returns its per-row counts with the replies
@@ -227,12 +235,15 @@ class TurnCachePolicy(TensorDictModuleBase):
         kv_cache: bool = True,
         max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
         record_entropy: bool = False,
+        sampler: str = "inverse_cdf",
         prompt_key: tuple[str, str] = ("tokens", "prompt"),
         response_key: tuple[str, str] = ("tokens", "response"),
         env_index_key: str = "env_index",
     ) -> None:
         super().__init__()
         check_turn_cache_settings(kv_cache, max_cached_tokens)
+        check_sampler(sampler)
+        self.sampler = sampler
         self.model = model
         self.generate_kwargs = dict(generate_kwargs or {})
         self.kv_cache = kv_cache
@@ -290,6 +301,12 @@ class TurnCachePolicy(TensorDictModuleBase):
             pad = eos[0] if eos else 0
         return int(pad)
 
+    def _sampling_kwargs(self) -> dict:
+        """``generate_kwargs`` as :attr:`sampler` draws (read at each call: the dict may be shared and updated)."""
+        if self.sampler == "multinomial":
+            return self.generate_kwargs
+        return inverse_cdf_generate_kwargs(self.generate_kwargs, generation_config=self.model.generation_config)
+
     def _replies(self, new: torch.Tensor) -> list[torch.Tensor]:
         """Each row's generated ids up to and including its first end-of-sequence token."""
         eos = self._eos_ids()
@@ -311,7 +328,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         for r, p in enumerate(prompts):
             ids[r, width - p.numel() :] = p
             mask[r, width - p.numel() :] = 1
-        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **self.generate_kwargs)
+        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **self._sampling_kwargs())
         return self._replies(_sequences(out)[:, width:])
 
     def _cache_usable(self, prompts: Sequence[torch.Tensor]) -> bool:
@@ -406,7 +423,7 @@ class TurnCachePolicy(TensorDictModuleBase):
             mask[r, :c] = 1
             mask[r, width + block - n :] = 1
         cache = _buffer_cache(kv, width)
-        kwargs = {**self.generate_kwargs, forward_kwargs(self.model)[0]: cache}
+        kwargs = {**self._sampling_kwargs(), forward_kwargs(self.model)[0]: cache}
         out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         start = width + block
         replies = self._replies(_sequences(out)[:, start:])

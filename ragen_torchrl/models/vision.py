@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from ..envs.visual import image_chat
+from .inverse_cdf import inverse_cdf_sample
 
 __all__ = [
     "VL_CHAT_TEMPLATE",
@@ -339,7 +340,7 @@ def sample_step(
     log_p = torch.log_softmax(logits.float().cpu() / (temperature or 1.0), -1)
     probs = log_p.exp()
     if temperature:
-        tokens = torch.multinomial(probs, 1, generator=generator).reshape(-1)
+        tokens = inverse_cdf_sample(probs, generator)  # ~20x cheaper than torch.multinomial on CPU
     else:
         tokens = log_p.argmax(-1)
     entropy = -(probs * log_p.clamp_min(torch.finfo(log_p.dtype).min)).sum(-1)

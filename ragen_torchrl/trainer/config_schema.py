@@ -33,6 +33,7 @@ from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf resolves typin
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..models.sampling import SAMPLERS
 from ..options import FILTER_CONFIG_DEFAULTS, AlgoOptions, DynamicSamplingOptions, OverlongOptions
 from .config_checks import (
     LIMITS,
@@ -383,6 +384,12 @@ class RolloutConfig:
     kv_cache: bool = setting(True, "keep each row's KV cache between turns and prefill only the new tokens", check_bool)
     kv_cache_max_tokens: int = setting(
         262144, "cap on the tokens cached across rows; rows beyond it re-prefill at their next turn", _nonneg_int
+    )
+    sampler: str = setting(
+        "inverse_cdf",
+        "backend hf: inverse_cdf draws each token by inverse CDF (cheap) | multinomial: transformers' "
+        "torch.multinomial; the same distribution, different seeded streams",
+        _choice(*SAMPLERS),
     )
     shards: Optional[int] = setting(
         None,

@@ -199,6 +199,7 @@ class Trainer:
         if backend == "hf":  # the token rollout's per-row KV cache between turns
             sampling["kv_cache"] = bool(rcfg.kv_cache)
             sampling["max_cached_tokens"] = rcfg.kv_cache_max_tokens
+            sampling["sampler"] = str(rcfg.sampler)
         self.policy, self.weight_sync = build_rollout_policy(
             backend,
             self.model,

@@ -84,7 +84,7 @@ def _reset(env, levels, group_size):
 
 def test_two_turns_give_the_parents_outputs(model_tok):
     model, tok = model_tok
-    ours = make_generation_policy(model, tok, max_new_tokens=24, temperature=1.0)
+    ours = make_generation_policy(model, tok, max_new_tokens=24, temperature=1.0, sampler="multinomial")
     assert isinstance(ours, HistoryTransformersWrapper)
     theirs = _torchrl_policy(model, tok, 24)
     env = make_env("frozenlake", num_envs=6)
@@ -100,7 +100,9 @@ def test_two_turns_give_the_parents_outputs(model_tok):
 
 def test_same_rollouts_and_entropies_as_torchrl_wrapper(model_tok):
     model, tok = model_tok
-    ours = make_generation_policy(model, tok, max_new_tokens=16, temperature=1.0, trajectory="history")
+    ours = make_generation_policy(
+        model, tok, max_new_tokens=16, temperature=1.0, trajectory="history", sampler="multinomial"
+    )
     theirs = _torchrl_policy(model, tok, 16)
     env = make_env("frozenlake", num_envs=8)
     records = []

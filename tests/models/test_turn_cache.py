@@ -21,6 +21,7 @@ import ragen_torchrl.models.turn_cache as turn_cache
 from ragen_torchrl.collectors import hf_generate_kwargs
 from ragen_torchrl.keys import KV_COUNT_KEYS
 from ragen_torchrl.models.entropy_recorder import EntropyRecorder
+from ragen_torchrl.models.inverse_cdf import inverse_cdf_generate_kwargs
 from ragen_torchrl.models.turn_cache import TurnCachePolicy, check_turn_cache_settings, reusable_length
 
 
@@ -218,10 +219,13 @@ def test_sampling_first_token_logits_equal_the_reprefill(model_tok):
     assert counts["reused"] > 0
 
 
-def test_entropy_recorder_sees_the_cached_generation(model_tok):
+@pytest.mark.parametrize("sampler", ["inverse_cdf", "multinomial"])
+def test_entropy_recorder_sees_the_cached_generation(model_tok, sampler):
+    """The recorder sees every step of the cached generation; the replies equal a bare ``generate``'s on the
+    whole prompts from the same RNG state, with ``transformers``' sampler or through the inverse-CDF one."""
     model, tok = model_tok
     kwargs = hf_generate_kwargs(5, 1.0)
-    policy = TurnCachePolicy(model, generate_kwargs=kwargs, record_entropy=True)
+    policy = TurnCachePolicy(model, generate_kwargs=kwargs, record_entropy=True, sampler=sampler)
     kv = _counting(policy)
     prompts = _first_prompts(tok, 3)
     torch.manual_seed(1)
@@ -234,6 +238,8 @@ def test_entropy_recorder_sees_the_cached_generation(model_tok):
     # independent: the entropy of the re-prefill's first-step logits, row by row
     rec = EntropyRecorder()
     ref_kwargs = {**kwargs, "logits_processor": LogitsProcessorList([rec])}
+    if sampler == "inverse_cdf":
+        ref_kwargs = inverse_cdf_generate_kwargs(ref_kwargs)
     torch.manual_seed(2)
     ref = _reprefill(model, nxt, ref_kwargs, tok.pad_token_id, tok.eos_token_id)
     ref_sums, ref_counts = rec.row_sums([r.numel() for r in ref])
