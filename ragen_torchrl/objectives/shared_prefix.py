@@ -138,7 +138,14 @@ def shared_prefix_logits(
             column[keep] = torch.arange(keep.numel())
         logits = model(input_ids=ids, attention_mask=attention, position_ids=pos, use_cache=True, **kwargs)["logits"]
         vocab, dtype = logits.shape[-1], logits.dtype
-        by_row = {r: logits[k, column[t].to(device)] for k, (r, t) in enumerate(zip(rows, trained))}
+        # one gather for every row: indexing row by row would make the backward pass zero-fill and add a
+        # whole [rows, columns, V] gradient once per row
+        counts = [int(t.numel()) for t in trained]
+        at_row = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(counts))
+        picked = logits[at_row.to(device), column[torch.cat(trained)].to(device)]
+        if len(rows) == len(masks) and not any(bool(m[0]) for m in masks if m.numel()):
+            return picked  # every row scored, none at position 0: already in row-major order
+        by_row = dict(zip(rows, picked.split(counts), strict=True))
     pieces: list[torch.Tensor] = []
     for r, mask in enumerate(masks):
         if mask.numel() and bool(mask[0]):  # position 0: nothing before it scores it
