@@ -27,8 +27,10 @@ Same work on both sides
     * prompts: the Countdown env's own: its system prompt + the first observation of the same
       level seeds (``train_level_seeds(seed, step, P)``) as chat messages, rendered by the
       tokenizer's chat template on both sides; P=8 prompts x G=8 samples per step.
-    * sampling: 64 new tokens, temperature 1.0, top_p 1.0, top_k 50 (ours gets transformers'
-      default top_k=50; TRL is given the same), one ``generate`` call for the 64 rows.
+    * sampling: 64 new tokens, temperature 1.0, top_p 1.0, no top-k: the full distribution on both
+      sides (ours: ``rollout.top_k=null``; TRL: GRPOConfig's default ``top_k=0``), one ``generate``
+      call for the 64 rows. Ours draws each token by inverse CDF (``rollout.sampler=inverse_cdf``),
+      TRL through ``transformers``' ``torch.multinomial``.
     * reward: the env's Countdown reward. TRL's reward function replays the reply through the
       env's reply parser and the game core (:class:`~ragen_torchrl.envs.games.countdown.CountdownGame`),
       format penalty included; ours steps the TorchRL env.
@@ -502,7 +504,7 @@ def trl_config(
         max_completion_length=int(cfg.rollout.max_new_tokens),
         temperature=float(cfg.rollout.temperature),
         top_p=1.0,
-        top_k=50,
+        top_k=0,  # GRPOConfig's default: the full distribution, as ours samples (rollout.top_k=null)
         learning_rate=float(a.lr),
         weight_decay=float(a.weight_decay),
         lr_scheduler_type="constant",

@@ -28,6 +28,7 @@ import torch
 __all__ = [
     "common_prefix_len",
     "context_chunks",
+    "context_prefix_cache",
     "forward_kwargs",
     "model_device",
     "output_cache",
@@ -251,6 +252,23 @@ def prefix_passes(model, contexts, batch_size, has_logits_to_keep, cache_name):
         yield cols, lens, base, last_tok
 
 
+def context_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Sequence[int]):
+    """Every distinct context minus its last token encoded once, one cache row per context.
+
+    One :func:`prefix_passes` pass over all of ``contexts`` (their shared head encoded once).
+    Returns ``(cache, rows, lens, plen)``: the contexts' cache (``None`` when every context is one
+    token long; cache row ``i`` holds the context of length ``lens[i]``, its real slots first, right-padded
+    to ``plen``), each row's cache row (row ``r`` reads ``contexts[row_context[r]]``), the contexts'
+    lengths in cache-row order and the longest cached prefix ``plen = max(lens) - 1``.
+    """
+    cache_name, has_logits_to_keep = forward_kwargs(model)
+    cols, lens, base, _ = next(iter(prefix_passes(model, contexts, len(contexts), has_logits_to_keep, cache_name)))
+    slot = torch.empty(len(contexts), dtype=torch.long)
+    slot[cols.cpu()] = torch.arange(cols.numel())
+    rows = slot[torch.as_tensor(list(row_context), dtype=torch.long)].to(lens.device)
+    return base, rows, lens, int(lens.max()) - 1
+
+
 def row_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Sequence[int]):
     """Each row's context minus its last token in one KV cache, every distinct context encoded once.
 
@@ -260,15 +278,10 @@ def row_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: Seque
     ``[B, plen]`` mask of its real slots and each row's context length. Gradients flow through the
     cache when grad is enabled (the loss's shared-prefix pass).
     """
-    cache_name, has_logits_to_keep = forward_kwargs(model)
-    cols, lens, base, _ = next(iter(prefix_passes(model, contexts, len(contexts), has_logits_to_keep, cache_name)))
-    slot = torch.empty(len(contexts), dtype=torch.long)
-    slot[cols.cpu()] = torch.arange(cols.numel())
-    rows = slot[torch.as_tensor(list(row_context), dtype=torch.long)].to(lens.device)
+    base, rows, lens, plen = context_prefix_cache(model, contexts, row_context)
     row_lens = lens[rows]
     if base is None:
         return None, row_lens.new_zeros((rows.numel(), 0)), row_lens
-    plen = int(lens.max()) - 1
     return select_cache(base, rows, plen), prefix_mask(row_lens, plen), row_lens
 
 

@@ -72,6 +72,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -80,9 +81,10 @@ from tensordict.nn import TensorDictModuleBase
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ..keys import KV_OVER_CAP, KV_PREFILL_TOKENS, KV_PREFILLED, KV_REUSED
+from .cascade_attention import ACTIVE_CACHE, CASCADE_ATTENTION
 from .entropy_recorder import attach_entropy_recorder
 from .inverse_cdf import inverse_cdf_generate_kwargs
-from .kv_cache import forward_kwargs, row_prefix_cache, shared_prefix_supported
+from .kv_cache import context_prefix_cache, forward_kwargs, prefix_mask, row_prefix_cache, shared_prefix_supported
 from .sampling import check_sampler
 
 __all__ = ["DEFAULT_MAX_CACHED_TOKENS", "TurnCachePolicy", "check_turn_cache_settings", "reusable_length"]
@@ -201,6 +203,59 @@ def _buffer_cache(buffer: torch.Tensor, filled: int) -> DynamicCache:
     return cache
 
 
+class _PrefixSharingLayer(_BufferLayer):
+    """A :class:`_BufferLayer` over each row's own slots only; the prefixes its rows share are kept once per
+    prefix (``prefix_keys``/``prefix_values``, ``[C, H, P, D]``, real slots ``prefix_valid``) and read by
+    :func:`~ragen_torchrl.models.cascade_attention.cascade_attention`. The sequence length it reports counts
+    the prefix slots, so ``generate``'s positions and masks cover ``[prefix | own slots]``."""
+
+    def __init__(self, keys, values, prefix_keys, prefix_values, prefix_valid, group_rows, row_place) -> None:
+        super().__init__(keys, values, 0)
+        self.prefix_keys, self.prefix_values, self.prefix_valid = prefix_keys, prefix_values, prefix_valid
+        self.group_rows, self.row_place = group_rows, row_place
+
+    def get_seq_length(self) -> int:
+        return self.prefix_keys.shape[-2] + self.keys.shape[-2]
+
+    def get_mask_sizes(self, query_length: int, *args) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+
+def _groups_of(slot: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(group_rows [n, M], row_place [B])`` for rows reading prefix ``slot[r]``: each prefix's rows, padded
+    with its first row, and each row's flat place ``c * M + j``.
+
+    Example:
+        >>> _groups_of(torch.tensor([1, 0, 1]), 2)
+        (tensor([[1, 1],
+                [0, 2]]), tensor([2, 0, 3]))
+    """
+    counts = torch.bincount(slot, minlength=n)
+    width = int(counts.max())
+    group_rows = torch.empty((n, width), dtype=torch.long)
+    row_place = torch.empty_like(slot)
+    for c in range(n):
+        rows = torch.nonzero(slot == c).reshape(-1)
+        group_rows[c] = rows[0] if rows.numel() else 0
+        group_rows[c, : rows.numel()] = rows
+        row_place[rows] = c * width + torch.arange(rows.numel())
+    return group_rows, row_place
+
+
+@contextlib.contextmanager
+def _cascade_attention(model, cache):
+    """Run ``model`` with :data:`~ragen_torchrl.models.cascade_attention.CASCADE_ATTENTION` reading ``cache``."""
+    config = model.config
+    saved = config._attn_implementation
+    token = ACTIVE_CACHE.set(cache)
+    config._attn_implementation = CASCADE_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = saved
+        ACTIVE_CACHE.reset(token)
+
+
 class TurnCachePolicy(TensorDictModuleBase):
     """Samples a reply for each row's token prompt, reusing the row's KV cache from its previous turn.
 
@@ -221,6 +276,10 @@ class TurnCachePolicy(TensorDictModuleBase):
             :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or ``"multinomial"``
             (``transformers``' ``torch.multinomial``): the same distribution, different seeded streams
             (``rollout.sampler``).
+        cascade: when every row of a call is at its first turn and rows share prompts (a GRPO group),
+            keep each shared prompt's keys/values once and decode with cascade attention
+            (:mod:`~ragen_torchrl.models.cascade_attention`; ``sdpa`` models only): the same attention up to
+            float round-off, each prompt read once per step instead of once per row.
 
     The stored caches belong to the weights that computed them: when a parameter has been written since
     (an optimizer step), the next call clears them. Each call returns its per-row counts with the replies
@@ -236,6 +295,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
         record_entropy: bool = False,
         sampler: str = "inverse_cdf",
+        cascade: bool = True,
         prompt_key: tuple[str, str] = ("tokens", "prompt"),
         response_key: tuple[str, str] = ("tokens", "response"),
         env_index_key: str = "env_index",
@@ -244,6 +304,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         check_turn_cache_settings(kv_cache, max_cached_tokens)
         check_sampler(sampler)
         self.sampler = sampler
+        self.cascade = bool(cascade)
         self.model = model
         self.generate_kwargs = dict(generate_kwargs or {})
         self.kv_cache = kv_cache
@@ -389,6 +450,8 @@ class TurnCachePolicy(TensorDictModuleBase):
             contexts: list[torch.Tensor] = [torch.empty(0)] * len(slot_of)
             for r, c in zip(fresh, row_context, strict=True):
                 contexts[c] = prompts[r]
+            if len(fresh) == len(prompts) and len(contexts) < len(prompts) and self._cascade_usable():
+                return self._cascade_generate(prompts, env_index, contexts, row_context, device, over_cap), reuse
             prefix_cache, _, _ = row_prefix_cache(self.model, contexts, row_context)
             prefix_layers = _layer_tensors(prefix_cache)  # [fresh rows, H, plen, D], real slots first
             del prefix_cache
@@ -430,24 +493,66 @@ class TurnCachePolicy(TensorDictModuleBase):
         for e in env_index:
             self.release([e])
         if self.kv_cache:
-            self._store_rows(kv, cache, mask, start, prompts, replies, env_index, over_cap)
+            self._store_rows(self._grown(kv, cache), mask, start, prompts, replies, env_index, over_cap)
         return replies, reuse
 
-    def _max_new_tokens(self) -> int:
-        n = self.generate_kwargs.get("max_new_tokens", getattr(self.model.generation_config, "max_new_tokens", None))
-        return int(n or 0)
+    def _cascade_usable(self) -> bool:
+        return self.cascade and getattr(self.model.config, "_attn_implementation", None) == "sdpa"
 
-    def _store_rows(self, kv, cache, mask, start, prompts, replies, env_index, over_cap: torch.Tensor) -> None:
-        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache
-        (``kv``, the buffer it was built on, unless a layer outgrew it); a row over the cap is marked in
-        ``over_cap``."""
+    def _cascade_generate(self, prompts, env_index, contexts, row_context, device, over_cap) -> list[torch.Tensor]:
+        """Every row at its first turn, rows sharing prompts: each distinct prompt (minus its last token) is
+        cached once and every row decodes over it with cascade attention; the rows' own slots (the prompt's
+        last token and the reply) go to a buffer of their own."""
+        base, slot, lens, plen = context_prefix_cache(self.model, contexts, row_context)
+        prefixes = [(k[..., :plen, :], v[..., :plen, :]) for k, v in _layer_tensors(base)]
+        del base
+        valid = prefix_mask(lens, plen).bool()
+        group_rows, row_place = _groups_of(slot.cpu(), len(contexts))
+        group_rows, row_place = group_rows.to(valid.device), row_place.to(valid.device)
+        ref = prefixes[0][0]
+        batch, heads, dim = len(prompts), ref.shape[1], ref.shape[-1]
+        kv = ref.new_empty((len(prefixes), 2, batch, heads, 1 + self._max_new_tokens(), dim))
+        layers = [
+            _PrefixSharingLayer(kv[i, 0], kv[i, 1], keys, values, valid, group_rows, row_place)
+            for i, (keys, values) in enumerate(prefixes)
+        ]
+        cache = DynamicCache()
+        Cache.__init__(cache, layers=layers)
+        # [prefix slots | the prompt's last token]; generate reads the ids after the prefix
+        ids = torch.full((batch, plen + 1), self._pad_id(), dtype=torch.long)
+        ids[:, -1] = torch.stack([p[-1] for p in prompts])
+        mask = torch.cat([prefix_mask(lens[slot].cpu(), plen), torch.ones(batch, 1, dtype=torch.long)], 1)
+        kwargs = {**self._sampling_kwargs(), forward_kwargs(self.model)[0]: cache}
+        with _cascade_attention(self.model, cache):
+            out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        replies = self._replies(_sequences(out)[:, plen + 1 :])
+        for e in env_index:
+            self.release([e])
+        if self.kv_cache:
+            own = torch.stack([torch.stack((layer.keys, layer.values)) for layer in layers])
+            shared = torch.stack([torch.stack(kv) for kv in prefixes]).index_select(2, slot.to(own.device))
+            self._store_rows(torch.cat([shared, own], -2), mask, plen + 1, prompts, replies, env_index, over_cap)
+        return replies
+
+    @staticmethod
+    def _grown(kv: torch.Tensor, cache) -> torch.Tensor:
+        """``[layers, 2, B, H, len, D]``: the cache after generating (the buffer ``kv`` it was built on, unless
+        a layer outgrew it)."""
         seq = cache.get_seq_length()
         layers = getattr(cache, "layers", [])
         in_place = all(
             isinstance(layer, _BufferLayer) and layer.key_buffer.data_ptr() == kv[i, 0].data_ptr() and layer.holds(seq)
             for i, layer in enumerate(layers)
         )
-        grown = kv[..., :seq, :] if layers and in_place else _stacked(cache)
+        return kv[..., :seq, :] if layers and in_place else _stacked(cache)
+
+    def _max_new_tokens(self) -> int:
+        n = self.generate_kwargs.get("max_new_tokens", getattr(self.model.generation_config, "max_new_tokens", None))
+        return int(n or 0)
+
+    def _store_rows(self, grown, mask, start, prompts, replies, env_index, over_cap: torch.Tensor) -> None:
+        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache
+        (``[layers, 2, B, H, len, D]``); a row over the cap is marked in ``over_cap``."""
         width = grown.shape[-2]
         for r, (p, reply, e) in enumerate(zip(prompts, replies, env_index, strict=True)):
             keep = int(reply.numel()) - 1

@@ -451,3 +451,64 @@ def test_bad_config_values_name_the_key(tmp_path, override, text):
         cfg = compose("config", overrides=[f"model.cache_dir={tmp_path}", override])
     with pytest.raises(ConfigError, match=text):
         validate_config(cfg)
+
+
+def _grouped_turns(model, tok, kwargs, cascade, seed=0):
+    """Two turns of 8 rows in 3 groups (rows of a group share their first prompt): replies, first-step
+    scores and stored caches; the second turn reuses the first's caches."""
+    first = FirstScores()
+    policy = TurnCachePolicy(
+        model, generate_kwargs={**kwargs, "logits_processor": LogitsProcessorList([first])}, cascade=cascade
+    )
+    counts = _counting(policy)
+    base = _first_prompts(tok, 3)
+    prompts = [base[g] for g in (0, 0, 0, 1, 1, 2, 2, 2)]
+    out = []
+    for t in range(2):
+        torch.manual_seed(seed + t)
+        replies = policy(_td(prompts, list(range(8)))).get(("tokens", "response"), as_list=True)
+        out.append((replies, first.first, {e: policy._store[e][1].clone() for e in policy.cached_rows()}))
+        first.first = None
+        prompts = [torch.cat([p, r, _observation(tok, i, t)]) for i, (p, r) in enumerate(zip(prompts, replies))]
+    assert counts["prefilled"] == 8 and counts["reused"] == 8
+    return out
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_cascade_attention_gives_the_replies_and_caches_of_the_plain_path(model_tok, monkeypatch, temperature):
+    """Rows of a group at their first turn decode over their shared prompt once (cascade attention): the same
+    replies (greedy, and sampled from the same seed), the same first-step scores and stored caches within
+    1e-5 as every row on its own copy of the prompt, at the first turn and at the next turn that reuses them."""
+    import ragen_torchrl.models.cascade_attention as cascade_mod
+
+    model, tok = model_tok
+    calls = []
+    real = cascade_mod.cascade_attention
+    monkeypatch.setattr(cascade_mod, "cascade_attention", lambda *a: calls.append(a[0].shape) or real(*a))
+    kwargs = hf_generate_kwargs(8, temperature)
+    ours = _grouped_turns(model, tok, kwargs, cascade=True)
+    assert calls and all(shape[2] == 1 for shape in calls)  # every step of the first turn, one query each
+    assert len(calls) % model.config.num_hidden_layers == 0
+    assert model.config._attn_implementation == "sdpa"  # restored after the call
+    n_calls = len(calls)
+    ref = _grouped_turns(model, tok, kwargs, cascade=False)
+    assert len(calls) == n_calls  # the plain path never runs it
+    for (replies, scores, store), (ref_replies, ref_scores, ref_store) in zip(ours, ref):
+        assert all(torch.equal(a, b) for a, b in zip(replies, ref_replies))
+        torch.testing.assert_close(scores, ref_scores, atol=1e-5, rtol=0)
+        assert store.keys() == ref_store.keys() and len(store) == 8
+        for e in store:
+            torch.testing.assert_close(store[e], ref_store[e], atol=1e-5, rtol=0)
+
+
+def test_cascade_is_not_used_without_shared_prompts_or_on_eager_attention(model_tok, monkeypatch):
+    model, tok = model_tok
+    used = []
+    monkeypatch.setattr(TurnCachePolicy, "_cascade_generate", lambda self, *a: used.append(1))
+    policy = TurnCachePolicy(model, generate_kwargs=_greedy(2))
+    policy(_td(_first_prompts(tok, 3), [0, 1, 2]))  # three distinct prompts: nothing to share
+    assert used == []
+    monkeypatch.setattr(model.config, "_attn_implementation", "eager")
+    prompts = _first_prompts(tok, 1) * 2
+    TurnCachePolicy(model, generate_kwargs=_greedy(2))(_td(prompts, [0, 1]))
+    assert used == []
