@@ -10,7 +10,7 @@ exact attention up to float round-off.
 
 :func:`cascade_attention` is the computation on plain tensors. :data:`CASCADE_ATTENTION` is the name
 of an attention implementation registered with ``transformers``' ``AttentionInterface`` (and its
-mask interface, with the ``sdpa`` mask): a layer whose cache layer is a prefix-sharing layer (see
+mask interface, with the ``sdpa`` mask): a layer whose cache layer holds shared prefixes (see
 :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`, which selects it for the call of
 ``generate`` whose rows are all at their first turn and share prompts) runs
 :func:`cascade_attention`; any other call goes to ``transformers``' ``sdpa`` attention.
@@ -22,7 +22,7 @@ Example:
     >>> prefix_k, prefix_v = torch.randn(2, KV, P, D), torch.randn(2, KV, P, D)  # two distinct prompts
     >>> group_rows, row_place = torch.tensor([[0, 1], [2, 3]]), torch.arange(4)     # rows 0-1 and 2-3
     >>> q, k, v = torch.randn(B, H, 1, D), torch.randn(B, KV, S, D), torch.randn(B, KV, S, D)
-    >>> out = cascade_attention(q, k, v, None, prefix_k, prefix_v, torch.ones(2, P, dtype=torch.bool),
+    >>> out = cascade_attention(q, k, v, None, prefix_k, prefix_v, prefix_bias(torch.ones(2, P, dtype=torch.bool)),
     ...                         group_rows, row_place, D ** -0.5)
     >>> full_k = torch.cat([prefix_k[[0, 0, 1, 1]], k], 2).repeat_interleave(2, 1)
     >>> full_v = torch.cat([prefix_v[[0, 0, 1, 1]], v], 2).repeat_interleave(2, 1)
@@ -40,7 +40,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-__all__ = ["ACTIVE_CACHE", "CASCADE_ATTENTION", "cascade_attention", "cascade_attention_forward"]
+__all__ = ["ACTIVE_CACHE", "CASCADE_ATTENTION", "cascade_attention", "cascade_attention_forward", "prefix_bias"]
 
 #: the attention implementation name (``config._attn_implementation``) of :func:`cascade_attention_forward`
 CASCADE_ATTENTION = "ragen_cascade"
@@ -49,22 +49,25 @@ CASCADE_ATTENTION = "ragen_cascade"
 ACTIVE_CACHE: ContextVar = ContextVar("ragen_cascade_cache", default=None)
 
 
-def _softmax_parts(scores: torch.Tensor, values: torch.Tensor):
-    """``(max, sum of exp, exp-weighted values)`` of masked (``-inf``) scores, all-masked rows giving 0 sums."""
-    top = scores.amax(-1, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    weights = torch.exp(scores - top)
-    return top, weights.sum(-1, keepdim=True), torch.matmul(weights, values)
+def prefix_bias(valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[C, 1, 1, P]`` additive mask of prefixes whose real slots are ``valid`` (``[C, P]`` bool): 0 or ``-inf``.
+
+    Example:
+        >>> prefix_bias(torch.tensor([[True, False]])).tolist()
+        [[[[0.0, -inf]]]]
+    """
+    bias = torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill_(~valid, -float("inf"))
+    return bias[:, None, None, :]
 
 
 def cascade_attention(
     query: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
-    mask: torch.Tensor | None,
+    own_mask: torch.Tensor | None,
     prefix_keys: torch.Tensor,
     prefix_values: torch.Tensor,
-    prefix_valid: torch.Tensor,
+    prefix_mask: torch.Tensor,
     group_rows: torch.Tensor,
     row_place: torch.Tensor,
     scale: float,
@@ -73,12 +76,12 @@ def cascade_attention(
 
     Args:
         query: ``[B, H, Q, D]``.
-        keys, values: ``[B, KV, S, D]``, each row's own (suffix) keys/values; ``H`` is a multiple of ``KV``
+        keys, values: ``[B, KV, S, D]``, each row's own keys/values; ``H`` is a multiple of ``KV``
             (grouped-query attention: query head ``h`` reads key head ``h // (H // KV)``).
-        mask: the ``[B, 1, Q, P + S]`` mask over prefix and suffix slots (bool, True = attend, or additive
-            float), of which the suffix part is used; ``None``: every suffix slot is attended.
+        own_mask: ``[B, 1, Q, S]`` mask over the own slots (bool, True = attend, or additive float);
+            ``None``: each query attends to every own slot.
         prefix_keys, prefix_values: ``[C, KV, P, D]``, one per distinct prefix.
-        prefix_valid: ``[C, P]`` bool, the real (unpadded) slots of each prefix.
+        prefix_mask: ``[C, 1, 1, P]`` additive mask of each prefix's real slots (:func:`prefix_bias`).
         group_rows: ``[C, M]`` the rows reading each prefix (padded with any of its rows).
         row_place: ``[B]`` each row's place ``c * M + j`` in ``group_rows``.
         scale: the softmax scale.
@@ -86,30 +89,33 @@ def cascade_attention(
     batch, heads, q_len, dim = query.shape
     kv_heads = keys.shape[1]
     groups, width = group_rows.shape
-    prefix_len = prefix_keys.shape[-2]
     per_kv = heads // kv_heads * q_len
-    q = query.reshape(batch, kv_heads, per_kv, dim)  # query heads of one key head, times positions
+    # the query heads of one key head (times positions) as rows of one matrix, scaled once
+    q = query.reshape(batch, kv_heads, per_kv, dim) * scale
     # the rows' own keys
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
-    if mask is not None:
-        own = mask[..., prefix_len:]  # [B, 1, Q, S]
-        own = own.unsqueeze(2).expand(batch, 1, heads // kv_heads, q_len, own.shape[-1]).reshape(batch, 1, per_kv, -1)
+    scores = torch.matmul(q, keys.transpose(-1, -2))
+    if own_mask is not None:
+        own = own_mask.unsqueeze(2).expand(batch, 1, heads // kv_heads, q_len, own_mask.shape[-1])
+        own = own.reshape(batch, 1, per_kv, -1)
         scores = scores.masked_fill(~own, -float("inf")) if own.dtype == torch.bool else scores + own
-    top_s, sum_s, out_s = _softmax_parts(scores, values)
+    top_s = scores.amax(-1, keepdim=True)
+    weights = torch.exp(scores - top_s)
+    sum_s, out_s = weights.sum(-1, keepdim=True), torch.matmul(weights, values)
     # each prefix once, for all the rows that read it
-    qg = q[group_rows.reshape(-1)].reshape(groups, width, kv_heads, per_kv, dim).transpose(1, 2)
-    scores = torch.matmul(qg.reshape(groups, kv_heads, width * per_kv, dim), prefix_keys.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~prefix_valid[:, None, None, :], -float("inf"))
-    parts = _softmax_parts(scores, prefix_values)
-
-    def to_rows(x: torch.Tensor) -> torch.Tensor:
-        x = x.reshape(groups, kv_heads, width, per_kv, x.shape[-1]).transpose(1, 2)
-        return x.reshape(groups * width, kv_heads, per_kv, x.shape[-1])[row_place]
-
-    top_p, sum_p, out_p = (to_rows(x) for x in parts)
+    qg = q.index_select(0, group_rows.reshape(-1)).view(groups, width, kv_heads, per_kv, dim).transpose(1, 2)
+    scores = torch.matmul(qg.reshape(groups, kv_heads, width * per_kv, dim), prefix_keys.transpose(-1, -2))
+    scores = scores.add_(prefix_mask)
+    top_p = scores.amax(-1, keepdim=True)
+    top_p = torch.where(torch.isfinite(top_p), top_p, torch.zeros_like(top_p))  # a prefix with no real slot
+    weights = torch.exp(scores.sub_(top_p))
+    # the prefix parts back to rows in one gather: [out | sum | max] per query
+    packed = torch.cat([torch.matmul(weights, prefix_values), weights.sum(-1, keepdim=True), top_p], -1)
+    packed = packed.view(groups, kv_heads, width, per_kv, dim + 2).transpose(1, 2)
+    packed = packed.reshape(groups * width, kv_heads, per_kv, dim + 2).index_select(0, row_place)
+    out_p, sum_p, top_p = packed[..., :dim], packed[..., dim : dim + 1], packed[..., dim + 1 :]
     top = torch.maximum(top_p, top_s)
     a, b = torch.exp(top_p - top), torch.exp(top_s - top)
-    out = (a * out_p + b * out_s) / (a * sum_p + b * sum_s)
+    out = (out_p * a + out_s * b) / (sum_p * a + sum_s * b)
     return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous()
 
 
@@ -132,14 +138,17 @@ def cascade_attention_forward(
     if getattr(layer, "prefix_keys", None) is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    own_mask = None
+    if attention_mask is not None and not layer.own_unpadded:
+        own_mask = attention_mask[..., layer.prefix_keys.shape[-2] :]
     out = cascade_attention(
         query,
         key,
         value,
-        attention_mask,
+        own_mask,
         layer.prefix_keys,
         layer.prefix_values,
-        layer.prefix_valid,
+        layer.prefix_mask,
         layer.group_rows,
         layer.row_place,
         scale,

@@ -81,7 +81,7 @@ from tensordict.nn import TensorDictModuleBase
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ..keys import KV_OVER_CAP, KV_PREFILL_TOKENS, KV_PREFILLED, KV_REUSED
-from .cascade_attention import ACTIVE_CACHE, CASCADE_ATTENTION
+from .cascade_attention import ACTIVE_CACHE, CASCADE_ATTENTION, prefix_bias
 from .entropy_recorder import attach_entropy_recorder
 from .inverse_cdf import inverse_cdf_generate_kwargs
 from .kv_cache import context_prefix_cache, forward_kwargs, prefix_mask, row_prefix_cache, shared_prefix_supported
@@ -205,13 +205,16 @@ def _buffer_cache(buffer: torch.Tensor, filled: int) -> DynamicCache:
 
 class _PrefixSharingLayer(_BufferLayer):
     """A :class:`_BufferLayer` over each row's own slots only; the prefixes its rows share are kept once per
-    prefix (``prefix_keys``/``prefix_values``, ``[C, H, P, D]``, real slots ``prefix_valid``) and read by
-    :func:`~ragen_torchrl.models.cascade_attention.cascade_attention`. The sequence length it reports counts
-    the prefix slots, so ``generate``'s positions and masks cover ``[prefix | own slots]``."""
+    prefix (``prefix_keys``/``prefix_values``, ``[C, H, P, D]``, additive mask of their real slots
+    ``prefix_mask``) and read by :func:`~ragen_torchrl.models.cascade_attention.cascade_attention`. The
+    sequence length it reports counts the prefix slots, so ``generate``'s positions and masks cover
+    ``[prefix | own slots]``. Its own slots hold no padding (``own_unpadded``): the attention skips their mask."""
 
-    def __init__(self, keys, values, prefix_keys, prefix_values, prefix_valid, group_rows, row_place) -> None:
+    own_unpadded = True
+
+    def __init__(self, keys, values, prefix_keys, prefix_values, prefix_mask, group_rows, row_place) -> None:
         super().__init__(keys, values, 0)
-        self.prefix_keys, self.prefix_values, self.prefix_valid = prefix_keys, prefix_values, prefix_valid
+        self.prefix_keys, self.prefix_values, self.prefix_mask = prefix_keys, prefix_values, prefix_mask
         self.group_rows, self.row_place = group_rows, row_place
 
     def get_seq_length(self) -> int:
@@ -506,14 +509,13 @@ class TurnCachePolicy(TensorDictModuleBase):
         base, slot, lens, plen = context_prefix_cache(self.model, contexts, row_context)
         prefixes = [(k[..., :plen, :], v[..., :plen, :]) for k, v in _layer_tensors(base)]
         del base
-        valid = prefix_mask(lens, plen).bool()
-        group_rows, row_place = _groups_of(slot.cpu(), len(contexts))
-        group_rows, row_place = group_rows.to(valid.device), row_place.to(valid.device)
         ref = prefixes[0][0]
+        bias = prefix_bias(prefix_mask(lens, plen).bool().to(ref.device), ref.dtype)
+        group_rows, row_place = (x.to(ref.device) for x in _groups_of(slot.cpu(), len(contexts)))
         batch, heads, dim = len(prompts), ref.shape[1], ref.shape[-1]
         kv = ref.new_empty((len(prefixes), 2, batch, heads, 1 + self._max_new_tokens(), dim))
         layers = [
-            _PrefixSharingLayer(kv[i, 0], kv[i, 1], keys, values, valid, group_rows, row_place)
+            _PrefixSharingLayer(kv[i, 0], kv[i, 1], keys, values, bias, group_rows, row_place)
             for i, (keys, values) in enumerate(prefixes)
         ]
         cache = DynamicCache()
