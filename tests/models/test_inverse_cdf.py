@@ -97,19 +97,24 @@ def model():
         eos_token_id=11,
         pad_token_id=0,
     )
-    return Qwen2ForCausalLM(cfg).eval()
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():  # spread the logits: a random head gives a near-uniform softmax, where
+        model.lm_head.weight.mul_(25)  # sampling at another temperature would look the same
+    return model
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_generate_draws_the_first_token_from_the_models_softmax(model, temperature):
     """Through ``generate``: the first new token's frequencies over many rows equal the model's
     (tempered) softmax computed by a forward pass, for ours and for ``transformers``' sampler alike."""
-    rows = 40_000
+    rows = 20_000
     ids = torch.tensor([[3, 5, 7]]).expand(rows, -1)
     with torch.no_grad():
         exact = torch.softmax(model(ids[:1]).logits[0, -1].double() / temperature, -1)
     kwargs = hf_generate_kwargs(1, temperature)
     tol = 5 * (0.25 / rows) ** 0.5
+    untempered = torch.softmax(model(ids[:1]).logits[0, -1].double().detach(), -1)
+    assert temperature == 1.0 or (exact - untempered).abs().max() > 3 * tol  # the temperature is visible
     for kw in (kwargs, inverse_cdf_generate_kwargs(kwargs)):
         torch.manual_seed(3)
         with torch.no_grad():
