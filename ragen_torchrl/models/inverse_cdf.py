@@ -51,8 +51,9 @@ def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = 
     probability proportional to the row's entries: the first index whose cumulative sum exceeds
     ``u * total`` for a uniform ``u`` in ``[0, 1)``.
 
-    The cumulative sum is taken in float64 so that rounding never moves mass between tokens. A row
-    without positive mass raises ``ValueError`` (``torch.multinomial`` raises too).
+    The cumulative sum is taken in float64 so that rounding never moves mass between tokens. On the CPU
+    a row without positive, finite mass raises ``ValueError`` (``torch.multinomial`` raises too); on an
+    accelerator nothing is checked, so that a decoding step never waits for the device.
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -65,12 +66,13 @@ def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = 
         raise ValueError(f"probs must be [rows, vocab], got shape {tuple(probs.shape)}")
     cdf = probs.to(torch.float64).cumsum(-1)
     total = cdf[:, -1:]
-    if not bool((total > 0).all()) or not bool(torch.isfinite(total).all()):
+    on_cpu = probs.device.type == "cpu"
+    if on_cpu and (not bool((total > 0).all()) or not bool(torch.isfinite(total).all())):
         raise ValueError("every row needs a finite, positive total probability")
     u = torch.rand(total.shape, dtype=torch.float64, device=probs.device, generator=generator) * total
     index = torch.searchsorted(cdf, u, right=True).reshape(-1)
     past = index >= probs.shape[-1]
-    if bool(past.any()):  # u * total rounded up to total: the last token with positive mass
+    if not on_cpu or bool(past.any()):  # u * total rounded up to total: the last token with positive mass
         last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.int8).argmax(-1)
         index = torch.where(past, last, index)
     return index
