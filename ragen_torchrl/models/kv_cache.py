@@ -260,6 +260,15 @@ def context_prefix_cache(model, contexts: Sequence[torch.Tensor], row_context: S
     token long; cache row ``i`` holds the context of length ``lens[i]``, its real slots first, right-padded
     to ``plen``), each row's cache row (row ``r`` reads ``contexts[row_context[r]]``), the contexts'
     lengths in cache-row order and the longest cached prefix ``plen = max(lens) - 1``.
+
+    Example (three rows, two distinct contexts: each context is encoded once):
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, intermediate_size=8,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        >>> contexts = [torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 5])]
+        >>> cache, rows, lens, plen = context_prefix_cache(model, contexts, [0, 1, 0])
+        >>> cache.layers[0].keys.shape[0], rows.tolist(), lens.tolist(), plen
+        (2, [0, 1, 0], [4, 3], 3)
     """
     cache_name, has_logits_to_keep = forward_kwargs(model)
     cols, lens, base, _ = next(iter(prefix_passes(model, contexts, len(contexts), has_logits_to_keep, cache_name)))
