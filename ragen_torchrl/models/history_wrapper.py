@@ -2,8 +2,8 @@
 
 :class:`HistoryTransformersWrapper` returns exactly what torchrl's
 :class:`~torchrl.modules.llm.TransformersWrapper` returns for ``input_mode="history"``,
-``generate=True`` (same prompt tokens, same generated tokens for the same RNG state, same
-``History`` objects) and does the same generate call, but spends less time around it. On
+``generate=True`` (same prompt tokens, same generated tokens for the same RNG state with
+``sampler="multinomial"``, the class default, same ``History`` objects) and does the same generate call, but spends less time around it. On
 a small model, that bookkeeping costs as much as a good part of the generation itself
 (``benchmarks/rollout_throughput.py``). Two places change:
 
