@@ -105,9 +105,8 @@ def cascade_attention(
     qg = q.index_select(0, group_rows.reshape(-1)).view(groups, width, kv_heads, per_kv, dim).transpose(1, 2)
     scores = torch.matmul(qg.reshape(groups, kv_heads, width * per_kv, dim), prefix_keys.transpose(-1, -2))
     scores = scores.add_(prefix_mask)
-    top_p = scores.amax(-1, keepdim=True)
-    top_p = torch.where(torch.isfinite(top_p), top_p, torch.zeros_like(top_p))  # a prefix with no real slot
-    weights = torch.exp(scores.sub_(top_p))
+    top_p = scores.amax(-1, keepdim=True)  # -inf for a prefix with no real slot: its weight below is 0
+    weights = torch.exp(scores.sub_(torch.where(torch.isfinite(top_p), top_p, torch.zeros_like(top_p))))
     # the prefix parts back to rows in one gather: [out | sum | max] per query
     packed = torch.cat([torch.matmul(weights, prefix_values), weights.sum(-1, keepdim=True), top_p], -1)
     packed = packed.view(groups, kv_heads, width, per_kv, dim + 2).transpose(1, 2)
