@@ -220,8 +220,10 @@ class _PrefixSharingLayer(_BufferLayer):
     def get_seq_length(self) -> int:
         return self.prefix_keys.shape[-2] + self.keys.shape[-2]
 
-    def get_mask_sizes(self, query_length: int, *args) -> tuple[int, int]:
-        return self.get_seq_length() + query_length, 0
+    def get_mask_sizes(self, query, *args) -> tuple[int, int]:
+        # transformers 5 passes the query length, 4.x the query's cache positions
+        n = query if isinstance(query, int) else int(query.shape[0])
+        return self.get_seq_length() + n, 0
 
 
 def _groups_of(slot: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
