@@ -105,3 +105,29 @@ def grads(model) -> list:
     import torch
 
     return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+def random_qwen2(vocab_size: int, *, seed: int = 0, logit_scale: float = 20.0):
+    """A one-layer random Qwen2 (pad 0, eos/bos 1) in eval mode whose LM head is scaled by ``logit_scale``:
+    a random head gives a near-uniform softmax, a scaled one a few likely tokens and a long tail, where
+    sampling at another temperature or from a truncated distribution shows in the counts."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    return model

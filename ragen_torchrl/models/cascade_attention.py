@@ -137,8 +137,10 @@ def cascade_attention_forward(
     if getattr(layer, "prefix_keys", None) is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    # a layer's own slots hold no padding (each row's last prompt token and its reply): one query attends
+    # to all of them, several need the causal part of the mask
     own_mask = None
-    if attention_mask is not None and not layer.own_unpadded:
+    if attention_mask is not None and query.shape[2] > 1:
         own_mask = attention_mask[..., layer.prefix_keys.shape[-2] :]
     out = cascade_attention(
         query,

@@ -208,9 +208,7 @@ class _PrefixSharingLayer(_BufferLayer):
     prefix (``prefix_keys``/``prefix_values``, ``[C, H, P, D]``, additive mask of their real slots
     ``prefix_mask``) and read by :func:`~ragen_torchrl.models.cascade_attention.cascade_attention`. The
     sequence length it reports counts the prefix slots, so ``generate``'s positions and masks cover
-    ``[prefix | own slots]``. Its own slots hold no padding (``own_unpadded``): the attention skips their mask."""
-
-    own_unpadded = True
+    ``[prefix | own slots]``. Its own slots hold no padding (each row's last prompt token and its reply)."""
 
     def __init__(self, keys, values, prefix_keys, prefix_values, prefix_mask, group_rows, row_place) -> None:
         super().__init__(keys, values, 0)

@@ -16,6 +16,7 @@ import math
 
 import pytest
 import torch
+from helpers import random_qwen2
 
 from ragen_torchrl.collectors import check_sampling, hf_generate_kwargs, make_generation_policy, sampling_truncation
 
@@ -24,25 +25,7 @@ DRAWS = 10000
 
 
 def _tiny_qwen2(seed: int = 0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=1,
-    )
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():  # spread the logits: a few likely tokens and a long tail
-        model.lm_head.weight.mul_(20.0)
-    return model
+    return random_qwen2(VOCAB, seed=seed)
 
 
 def _chi2_critical(df: int, z: float = 3.719) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LogitsProcessorList, Qwen2Config, Qwen2ForCausalLM
+from helpers import random_qwen2
+from transformers import LogitsProcessorList
 
 import ragen_torchrl.models.inverse_cdf as inverse_cdf
 from ragen_torchrl.collectors import hf_generate_kwargs
@@ -86,21 +87,7 @@ def test_the_sampler_draws_the_warped_distribution():
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=12,
-        hidden_size=16,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        eos_token_id=11,
-        pad_token_id=0,
-    )
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():  # spread the logits: a random head gives a near-uniform softmax, where
-        model.lm_head.weight.mul_(25)  # sampling at another temperature would look the same
-    return model
+    return random_qwen2(12, logit_scale=25.0)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
