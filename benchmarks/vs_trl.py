@@ -140,29 +140,13 @@ ours/TRL by CPU time of the process, per-round ratios after the arrow)::
     2.56M   checkpointing off    0.55   0.47 (0.49, 0.44, 0.49)
     2.56M   checkpointing on     0.48   0.40 (0.39, 0.42, 0.41)
 
-Three changes measured one after another on the idle machine (2026-12-02, load average ~1 from the
-benchmark itself, ``--threads 1 --no-multi-turn``; wall-clock ratio, by CPU time in brackets):
-each sampled token drawn by inverse CDF instead of ``torch.multinomial`` (``rollout.sampler``); the
-shared-prefix loss forward gathering all rows' logits in one index (row-by-row indexing had the
-backward pass zero-fill and add the whole ``[64, 64, V]`` gradient 64 times: backward 0.96 -> 0.76 s);
-cascade attention for the rows of a group at their first turn (each prompt's keys read once per
-decoding step instead of once per row: generation of the same iteration 1.13-1.29 s -> 1.03-1.10 s).
-From the third row on TRL gets GRPOConfig's default ``top_k=0`` (it had been given ``top_k=50``)::
+With the inverse-CDF sampler (``rollout.sampler``), the one-gather shared-prefix loss and cascade
+attention at the first turn, TRL given its default ``top_k=0`` (idle machine, ``--threads 1
+--no-multi-turn``; wall-clock ratio, by CPU time in brackets; how each change moved it: ``CHANGELOG.md``)::
 
-    model  change (steps)                  ckpt off          ckpt on (TRL default)
-    tiny   before these (3)                0.48 (0.48)       0.49 (0.49)
-    tiny   + inverse-CDF sampler (4)       0.51 (0.51)       0.43 (0.43)
-    tiny   + one gather (4)                0.46 (0.44)       0.43 (0.44)
-    tiny   same, TRL top_k=0 (6)           0.52 (0.49)       0.41 (0.42)
-    tiny   + cascade attention (6)         0.42 (0.44)       0.39 (0.40)   rounds 0.36-0.49 / 0.35-0.44
-    2.56M  + one gather (3)                0.45 (0.44)       0.38 (0.38)
-    2.56M  + cascade attention (3)         0.47 (0.41)       0.36 (0.37)   rounds 0.41, 0.41, 0.58 / 0.30-0.43
-
-    tiny, + cascade attention    ours    TRL off   TRL on     (s per step, instrumented)
-    generation                  1.921      2.510    2.637
-    loss forward                0.471      1.682    1.087
-    backward                    0.708      2.307    3.186
-    whole step                  2.78       6.54     6.95
+    model  steps   ckpt off          ckpt on (TRL default)
+    tiny   6       0.42 (0.44)       0.39 (0.40)   rounds 0.36-0.49 / 0.35-0.44
+    2.56M  3       0.47 (0.41)       0.36 (0.37)   rounds 0.41, 0.41, 0.58 / 0.30-0.43
 
 The rounds spread by about +-0.05 around the mean on this machine (the third 2.56M round's wall time
 was 1.5x its CPU time: the VM lost the core for a while).
