@@ -21,7 +21,7 @@ from tensordict import TensorDict
 
 from ragen_torchrl.envs.visual import IMAGE_TEXT, VisualFrozenLakeEnv, image_chat
 from ragen_torchrl.models.tiny_vl import TinyVLConfig, build_tiny_vl_model, load_tiny_vl, tiny_image_processor
-from ragen_torchrl.models.vision import VLConversation, score_conversation
+from ragen_torchrl.models.vision import VLConversation, VLProcessor, score_conversation
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
 SIZES = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
@@ -100,6 +100,31 @@ def test_image_processor_keeps_28px_multiples_and_bounds_tokens():
     assert out["image_grid_thw"].tolist() == [[1, 8, 8]]  # 4 x 4 tokens, no resize
     big = proc(images=[np.zeros((3, 280, 280), dtype=np.uint8)], return_tensors="pt")
     assert int(big["image_grid_thw"].prod()) // 4 <= 16
+
+
+def test_processed_images_are_cached_by_content_and_equal_one_processor_call(vl):
+    _, processor = vl
+    boards = _board_images(3)
+    images = [boards[0], boards[1], boards[0], boards[2], boards[1].clone()]
+    direct = processor.image_processor(images=[i.numpy() for i in images], return_tensors="pt")
+    cached = VLProcessor(processor.tokenizer, processor.image_processor)
+    for _ in range(2):  # the first call fills the cache (3 distinct boards), the second reads it
+        out = cached.images(images)
+        assert torch.equal(out["pixel_values"], direct["pixel_values"])
+        assert torch.equal(out["image_grid_thw"], direct["image_grid_thw"].long())
+        assert len(cached._cache) == 3
+    # the returned tensors are copies: writing into them leaves the cache intact
+    out["pixel_values"].zero_()
+    assert torch.equal(cached.images(images)["pixel_values"], direct["pixel_values"])
+    # a bound of one board's bytes keeps only the most recent board; 0 keeps none
+    one = direct["pixel_values"][: int(direct["image_grid_thw"][0].prod())]
+    small = VLProcessor(processor.tokenizer, processor.image_processor, cache_mb=one.numel() * 4 / 2**20)
+    assert torch.equal(small.images(images)["pixel_values"], direct["pixel_values"])
+    assert len(small._cache) == 1
+    off = VLProcessor(processor.tokenizer, processor.image_processor, cache_mb=0)
+    assert torch.equal(off.images(images)["pixel_values"], direct["pixel_values"]) and not off._cache
+    with pytest.raises(ValueError, match="cache_mb must be >= 0"):
+        VLProcessor(processor.tokenizer, processor.image_processor, cache_mb=-1)
 
 
 def _play(model, processor, n_turns: int, seed: int = 0) -> VLConversation:
