@@ -13,8 +13,9 @@ keys), writes ``report.md`` (:mod:`~ragen_torchrl.reporting.table`) and the PNG 
 A **result set** is ``docs/results/<name>/`` with ``report.md``, the plots and the raw data
 ``runs/<run>/{summary.json,scalars.csv}`` (a folder that is itself a run dir, with its ``summary.json``
 next to ``report.md``, is a result set of one run). ``report.md`` depends only on the runs: the same
-runs give the same bytes, so ``--check DIR...`` regenerates each result set's report into a temporary
-folder and compares it with the committed one (exit 1 and a diff when they differ).
+runs give the same bytes, so ``--check DIR...`` regenerates each result set's report (grouped by the keys
+it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
+they differ).
 
 Exit status: 0 on success, 2 for bad input (no run dirs, a path that is not a run, an unknown
 ``--by`` key), 1 when matplotlib is missing (``report.md`` is still written) or a ``--check`` found a
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -35,7 +37,7 @@ from .runs import RunError, load_runs, result_set_runs
 from .stats import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .table import markdown_report
 
-__all__ = ["check_result_set", "main", "write_report"]
+__all__ = ["check_result_set", "grouping_keys", "main", "write_report"]
 
 #: a diagnostic is measured early as its mean over this fraction of the iterations
 EARLY_FRACTION = 0.2
@@ -93,6 +95,20 @@ def write_report(
     return [report, *written]
 
 
+def grouping_keys(report: str) -> list[str]:
+    """The config keys a ``report.md`` text says its runs were grouped by (``--by`` or the swept keys);
+    ``[]`` when it names none, so regenerating with them gives the grouping the report was written with.
+
+    Example:
+        >>> grouping_keys("10 runs in 2 groups, grouped by `filter.name`, `trainer.max_optimizer_steps`. Mean ...")
+        ['filter.name', 'trainer.max_optimizer_steps']
+        >>> grouping_keys("3 runs in 1 groups, grouped by nothing (all runs differ only in seed and paths). Mean")
+        []
+    """
+    match = re.search(r"runs in \d+ groups?, grouped by ((?:`[^`]+`(?:, )?)+)\.", report)
+    return re.findall(r"`([^`]+)`", match.group(1)) if match else []
+
+
 def check_result_set(folder: str | Path) -> str:
     """Regenerate ``folder``'s ``report.md`` from its runs into a temporary folder; ``""`` when it is
     byte-identical to the committed one, else a unified diff (committed -> regenerated).
@@ -118,10 +134,10 @@ def check_result_set(folder: str | Path) -> str:
     if not committed.is_file():
         raise RunError(f"{folder}: no report.md to check")
     runs = result_set_runs(folder)
-    with tempfile.TemporaryDirectory() as tmp:
-        write_report(runs, tmp, base=folder, plots=False)
-        fresh = (Path(tmp) / "report.md").read_bytes()
     old = committed.read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        write_report(runs, tmp, by=grouping_keys(old.decode("utf-8", "replace")), base=folder, plots=False)
+        fresh = (Path(tmp) / "report.md").read_bytes()
     if fresh == old:
         return ""
     diff = difflib.unified_diff(

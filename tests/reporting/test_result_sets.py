@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ragen_torchrl.reporting import main
-from ragen_torchrl.reporting.cli import check_result_set, write_report
+from ragen_torchrl.reporting.cli import check_result_set, grouping_keys, write_report
 from ragen_torchrl.reporting.runs import Run, RunError, is_result_set, is_run_dir, load_run, read_scalars_csv
 from ragen_torchrl.reporting.stats import Group, group_runs
 
@@ -36,6 +36,16 @@ def test_the_fixture_result_set_regenerates_byte_for_byte(tmp_path):
 @pytest.mark.parametrize("folder", _with_raw_data(), ids=lambda p: p.name)
 def test_every_committed_result_set_with_raw_data_regenerates_byte_for_byte(folder):
     assert check_result_set(folder) == ""
+
+
+def test_check_regenerates_with_the_keys_the_report_was_grouped_by(tmp_path):
+    # ragen-experiment writes its report with --by; --check reads the keys back from report.md
+    copy = tmp_path / "set"
+    shutil.copytree(FIXTURE, copy)
+    write_report([copy], copy, by=["filter.name", "seed"], plots=False)
+    assert "grouped by `filter.name`, `seed`." in (copy / "report.md").read_text()
+    assert check_result_set(copy) == ""
+    assert grouping_keys((FIXTURE / "report.md").read_text()) == ["filter.name"]
 
 
 def test_committed_result_sets_are_recomputable_or_marked():
