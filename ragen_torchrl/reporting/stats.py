@@ -260,6 +260,23 @@ def early_mean(run: Run, key: str, fraction: float = 0.2) -> float | None:
     return sum(early) / len(early)
 
 
+def late_mean(run: Run, key: str, fraction: float = 0.2) -> float | None:
+    """Mean of ``key`` over the iterations in the last ``fraction`` of the run (at least its last value).
+
+    Example:
+        >>> from pathlib import Path
+        >>> h = [{"iteration": i, "mi": float(i)} for i in (1, 20, 41, 46, 50)]
+        >>> late_mean(Run(Path("r"), {}, h, iterations=50), "mi")   # iterations > 40: 41, 46 and 50
+        45.666666666666664
+    """
+    pts = run.series(key)
+    if not pts:
+        return None
+    cut = run.total_iterations - max(1, math.ceil(fraction * run.total_iterations))
+    late = [v for it, v in pts if it > cut] or [pts[-1][1]]
+    return sum(late) / len(late)
+
+
 def _ranks(xs: Sequence[float]) -> list[float]:
     order = sorted(range(len(xs)), key=lambda i: xs[i])
     ranks = [0.0] * len(xs)

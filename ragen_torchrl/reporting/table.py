@@ -25,14 +25,17 @@ from pathlib import Path
 
 from .runs import Run
 from .stats import (
+    DIAGNOSTICS,
     EXACT_LIMIT,
     MIN_CORRELATION_N,
     RESAMPLES,
     STAT_SEED,
     DiagnosticPoints,
     Group,
+    early_mean,
     final_point,
     format_value,
+    late_mean,
     mean_se,
     paired_comparison,
     peak_success,
@@ -40,7 +43,7 @@ from .stats import (
     update_times,
 )
 
-__all__ = ["GroupRow", "group_row", "markdown_report", "paired_table", "summary_table"]
+__all__ = ["GroupRow", "change_table", "group_row", "markdown_report", "paired_table", "summary_table"]
 
 #: optional per-iteration columns: (header, scalar key), shown when some run logged the key
 OPTIONAL_COLUMNS = (
@@ -210,6 +213,46 @@ def paired_table(groups: Sequence[Group]) -> list[str]:
     return lines + ([""] + notes if notes else [])
 
 
+def change_table(groups: Sequence[Group], fraction: float = 0.2) -> list[str]:
+    """Markdown lines: per group and diagnostic, its mean over the first and over the last ``fraction`` of
+    each run's iterations and the change late − early, paired within runs (``[]`` when no run logged one).
+
+    This is RAGEN-2's collapse signature measured over training: MI falling while entropy stays flat.
+
+    Example:
+        >>> from pathlib import Path
+        >>> def run(i, mi):
+        ...     h = [{"iteration": it, "collapse/trajectory/mi_zscore": m} for it, m in zip((1, 5, 10), mi)]
+        ...     return Run(Path(f"r{i}"), {"seed": i}, h, iterations=10)
+        >>> lines = change_table([Group({"arm": "a"}, [run(0, [3.0, 2.0, 1.0]), run(1, [2.0, 2.0, 1.5])])])
+        >>> lines[2].split(" | ")[2:6]
+        ['2', '2.500 ± 0.500', '1.250 ± 0.250', '-1.250']
+    """
+    lines = [
+        "| diagnostic | group | runs | early | late | mean late − early | 95% CI (t) | p (sign-flip) "
+        "| late > early / late < early |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for d in DIAGNOSTICS:
+        for g in groups:
+            early, late = {}, {}
+            for r in g.runs:
+                key = d.key_for(r)
+                if key is None:
+                    continue
+                early[str(r.path)], late[str(r.path)] = early_mean(r, key, fraction), late_mean(r, key, fraction)
+            if not early:
+                continue
+            c = paired_comparison(early, late)
+            e, le = mean_se(list(early.values())), mean_se(list(late.values()))
+            lines.append(
+                f"| {d.label} | {_escape(g.label)} | {c.n} | {num(e[0])} ± {num(e[1])} | {num(le[0])} ± {num(le[1])} | "
+                f"{num(c.mean, 3, True)} | [{num(c.t_ci[0], 3, True)}, {num(c.t_ci[1], 3, True)}] | {num(c.p)} | "
+                f"{c.b_greater} / {c.b_less} |"
+            )
+    return lines if len(lines) > 2 else []
+
+
 def _display(path: Path, base: Path | None) -> str:
     if base is None:
         return str(path)
@@ -303,6 +346,20 @@ def markdown_report(
                     cells = f"{num(t.rho, 3, True)} | [{num(t.ci[0], 3, True)}, {num(t.ci[1], 3, True)}] | {num(t.p)} |"
                 out.append(f"| {d.diagnostic.label} | {keys_text} | {_escape(pool)} | {t.n} | {cells}")
         out.append("")
+    changes = change_table(groups, fraction)
+    if changes:
+        pct = f"{fraction:.0%}"
+        out += [
+            "## Diagnostics over training (late − early)",
+            "",
+            f"Each diagnostic's mean over the first {pct} (early) and the last {pct} (late) of a run's iterations "
+            "(at least its first / last logged value), mean ± SE over the group's runs; the change late − early "
+            "is paired within each run, with its 95% t interval and sign-flip p as above. RAGEN-2's template "
+            "collapse shows as MI z-score and retrieval accuracy falling while reasoning entropy stays flat.",
+            "",
+            *changes,
+            "",
+        ]
     out += [
         "## Runs",
         "",

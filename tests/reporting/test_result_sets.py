@@ -217,3 +217,31 @@ def test_scatter_shows_the_correlation_test_or_no_plot_below_five(figures, tmp_p
         t.get_text().startswith("Spearman ρ = +1.00, 95% CI [") and "permutation p = 0.017" in t.get_text()
         for t in ax.texts
     )  # 2 of 120 permutations reach |rho| = 1
+
+
+def test_the_fixture_diagnostic_change_by_hand():
+    # 6 iterations, 20%: early = iterations 1-2, late = iterations 5-6, read straight from each run's CSV
+    import csv
+
+    lines = (FIXTURE / "report.md").read_text().splitlines()
+    for arm in ("none", "snr_top_p"):
+        early, late = [], []
+        for path in sorted((FIXTURE / "runs").glob("*/scalars.csv")):
+            summary = json.loads((path.parent / "summary.json").read_text())
+            if summary["config"]["filter"]["name"] != arm or path.parent.name == "none_s0_rerun":
+                continue
+            mi = {
+                int(r["iteration"]): float(r["collapse/trajectory/mi_zscore"])
+                for r in csv.DictReader(path.open())
+                if r["collapse/trajectory/mi_zscore"]
+            }
+            early.append((mi[1] + mi[2]) / 2)
+            late.append((mi[5] + mi[6]) / 2)
+        row = next(
+            line
+            for line in lines
+            if line.startswith(f"| trajectory MI z-score (z, dimensionless) | filter.name={arm} |")
+        )
+        change = sum(late) / len(late) - sum(early) / len(early)
+        assert f"| {len(early)} | {sum(early) / len(early):.3f} ± " in row and f"| {change:+.3f} |" in row
+        assert f"| {sum(late) / len(late):.3f} ± " in row
