@@ -43,7 +43,15 @@ from .stats import (
     update_times,
 )
 
-__all__ = ["GroupRow", "change_table", "group_row", "markdown_report", "paired_table", "summary_table"]
+__all__ = [
+    "GroupRow",
+    "change_table",
+    "group_row",
+    "markdown_report",
+    "paired_table",
+    "provenance_lines",
+    "summary_table",
+]
 
 #: optional per-iteration columns: (header, scalar key), shown when some run logged the key
 OPTIONAL_COLUMNS = (
@@ -253,6 +261,80 @@ def change_table(groups: Sequence[Group], fraction: float = 0.2) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+def _count_phrase(counts: dict[str, int], total: int) -> str:
+    return "; ".join(
+        f"{k} ({n} of {total} runs)" if len(counts) > 1 else f"{k} (all {total} runs)" for k, n in counts.items()
+    )
+
+
+def provenance_lines(groups: Sequence[Group]) -> list[str]:
+    """Markdown lines: the code, package versions, threads and machine load the runs recorded, and their cost
+    (``[]`` when no run recorded provenance).
+
+    Example:
+        >>> from pathlib import Path
+        >>> prov = {"git": {"commit": "0123456789abcdef", "dirty": False}, "versions": {"torch": "2.13.0"},
+        ...         "machine": {"torch_threads": 1, "cpu_count": 2}, "load_start": [0.1], "load_end": [2.0]}
+        >>> run = Run(Path("r"), {}, summary={"provenance": prov, "seconds": 60.0,
+        ...           "phases": {"rollout": {"wall": 50.0, "cpu": 150.0}, "update": {"wall": 10.0, "cpu": 30.0}}})
+        >>> lines = provenance_lines([Group({}, [run])])
+        >>> lines[0], lines[-1]
+        ('- Code: commit `0123456789ab`, clean (all 1 runs).', '- Cost: 0.05 CPU-hours in all (phases summed); wall time per run: all runs 60 s.')
+    """
+    runs = [r for g in groups for r in g.runs]
+    provs = [r.summary.get("provenance") or {} for r in runs]
+    if not any(provs):
+        return []
+    n = len(runs)
+
+    def tally(values: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in values:
+            out[v] = out.get(v, 0) + 1
+        return out
+
+    def code(p: dict) -> str:
+        git = p.get("git") or {}
+        if not git.get("commit"):
+            return "not recorded"
+        return f"commit `{git['commit'][:12]}`, {'with uncommitted changes' if git.get('dirty') else 'clean'}"
+
+    def versions(p: dict) -> str:
+        v = p.get("versions") or {}
+        return ", ".join(f"{k} {v[k]}" for k in sorted(v)) or "not recorded"
+
+    def machine(p: dict) -> str:
+        m = p.get("machine") or {}
+        if not m:
+            return "not recorded"
+        return f"{m.get('torch_threads', '?')} torch thread(s) on {m.get('cpu_count', '?')} CPUs"
+
+    lines = [
+        f"- Code: {_count_phrase(tally([code(p) for p in provs]), n)}.",
+        f"- Versions: {_count_phrase(tally([versions(p) for p in provs]), n)}.",
+        f"- Machine: {_count_phrase(tally([machine(p) for p in provs]), n)}.",
+    ]
+    loads = [(p["load_start"][0], p["load_end"][0]) for p in provs if p.get("load_start") and p.get("load_end")]
+    if loads:
+        lines.append(
+            "- 1-minute load average at the start of a run: "
+            f"{min(a for a, _ in loads):.2f} to {max(a for a, _ in loads):.2f}; at its end: "
+            f"{min(b for _, b in loads):.2f} to {max(b for _, b in loads):.2f}."
+        )
+    cpu = sum(sum(float(ph.get("cpu", 0.0)) for ph in (r.summary.get("phases") or {}).values()) for r in runs)
+    walls = []
+    for g in groups:
+        secs = [float(r.summary["seconds"]) for r in g.runs if r.summary.get("seconds") is not None]
+        if secs:
+            mean, se = mean_se(secs)
+            cell = f"{mean:.0f} s" if len(secs) == 1 else f"{mean:.0f} ± {se:.0f} s"
+            walls.append(f"{_escape(g.label)} {cell}")
+    lines.append(
+        f"- Cost: {cpu / 3600:.2f} CPU-hours in all (phases summed); wall time per run: {'; '.join(walls) or '—'}."
+    )
+    return lines
+
+
 def _display(path: Path, base: Path | None) -> str:
     if base is None:
         return str(path)
@@ -360,6 +442,9 @@ def markdown_report(
             *changes,
             "",
         ]
+    provenance = provenance_lines(groups)
+    if provenance:
+        out += ["## Provenance", "", "What each run's `summary.json` recorded.", "", *provenance, ""]
     out += [
         "## Runs",
         "",

@@ -245,3 +245,20 @@ def test_the_fixture_diagnostic_change_by_hand():
         change = sum(late) / len(late) - sum(early) / len(early)
         assert f"| {len(early)} | {sum(early) / len(early):.3f} ± " in row and f"| {change:+.3f} |" in row
         assert f"| {sum(late) / len(late):.3f} ± " in row
+
+
+@pytest.mark.parametrize("folder", _with_raw_data(), ids=lambda p: p.name)
+def test_the_report_names_the_commit_each_run_recorded(folder):
+    text = (folder / "report.md").read_text()
+    for path in sorted(folder.glob("runs/*/summary.json")) or [folder / "summary.json"]:
+        commit = (json.loads(path.read_text()).get("provenance") or {}).get("git", {}).get("commit")
+        if commit:
+            assert f"commit `{commit[:12]}`" in text, path
+
+
+def test_the_snr_filter_frozenlake_runs_share_one_clean_commit():
+    commits = {
+        (s["provenance"]["git"]["commit"], s["provenance"]["git"]["dirty"])
+        for s in (json.loads(p.read_text()) for p in (RESULTS / "snr_filter_frozenlake").glob("runs/*/summary.json"))
+    }
+    assert len(commits) == 1 and not next(iter(commits))[1]
