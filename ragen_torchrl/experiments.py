@@ -210,6 +210,8 @@ _register(
             ),
         ),
         seeds=(0, 1, 2),
+        # every key the provoke arm changes, so no group label hides one (env.success_rate splits as entropy does)
+        report_by=("sft.reasoning", "env.success_rate", "algo.entropy_coeff"),
         warm_starts={"frozenlake": 485.0, "shuf": 485.0, "slip50": 485.0},
     )
 )
