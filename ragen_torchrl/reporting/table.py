@@ -267,6 +267,21 @@ def _count_phrase(counts: dict[str, int], total: int) -> str:
     )
 
 
+def _cpu_seconds(phases: dict) -> float:
+    """A run's CPU seconds from its ``phases``: the ``total`` phase when recorded (it spans the others),
+    else the sum of the phases.
+
+    Example:
+        >>> _cpu_seconds({"rollout": {"cpu": 3.0}, "update": {"cpu": 2.0}, "total": {"cpu": 5.5}})
+        5.5
+        >>> _cpu_seconds({"rollout": {"cpu": 3.0}, "update": {"cpu": 2.0}})
+        5.0
+    """
+    if "total" in phases:
+        return float(phases["total"].get("cpu", 0.0))
+    return sum(float(ph.get("cpu", 0.0)) for ph in phases.values())
+
+
 def provenance_lines(groups: Sequence[Group]) -> list[str]:
     """Markdown lines: the code, package versions, threads and machine load the runs recorded, and their cost
     (``[]`` when no run recorded provenance).
@@ -279,7 +294,7 @@ def provenance_lines(groups: Sequence[Group]) -> list[str]:
         ...           "phases": {"rollout": {"wall": 50.0, "cpu": 150.0}, "update": {"wall": 10.0, "cpu": 30.0}}})
         >>> lines = provenance_lines([Group({}, [run])])
         >>> lines[0], lines[-1]
-        ('- Code: commit `0123456789ab`, clean (all 1 runs).', '- Cost: 0.05 CPU-hours in all (phases summed); wall time per run: all runs 60 s.')
+        ('- Code: commit `0123456789ab`, clean (all 1 runs).', '- Cost: 0.05 CPU-hours in all (process CPU time of the runs, a warm start counted in the run that built it); wall time per run (training and validation): all runs 60 s.')
     """
     runs = [r for g in groups for r in g.runs]
     provs = [r.summary.get("provenance") or {} for r in runs]
@@ -321,7 +336,7 @@ def provenance_lines(groups: Sequence[Group]) -> list[str]:
             f"{min(a for a, _ in loads):.2f} to {max(a for a, _ in loads):.2f}; at its end: "
             f"{min(b for _, b in loads):.2f} to {max(b for _, b in loads):.2f}."
         )
-    cpu = sum(sum(float(ph.get("cpu", 0.0)) for ph in (r.summary.get("phases") or {}).values()) for r in runs)
+    cpu = sum(_cpu_seconds(r.summary.get("phases") or {}) for r in runs)
     walls = []
     for g in groups:
         secs = [float(r.summary["seconds"]) for r in g.runs if r.summary.get("seconds") is not None]
@@ -330,7 +345,8 @@ def provenance_lines(groups: Sequence[Group]) -> list[str]:
             cell = f"{mean:.0f} s" if len(secs) == 1 else f"{mean:.0f} ± {se:.0f} s"
             walls.append(f"{_escape(g.label)} {cell}")
     lines.append(
-        f"- Cost: {cpu / 3600:.2f} CPU-hours in all (phases summed); wall time per run: {'; '.join(walls) or '—'}."
+        f"- Cost: {cpu / 3600:.2f} CPU-hours in all (process CPU time of the runs, a warm start counted in the run "
+        f"that built it); wall time per run (training and validation): {'; '.join(walls) or '—'}."
     )
     return lines
 
