@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .build_cache import build_once
+
 PAD_TOKEN = "<|pad|>"
 BOT_TOKEN = "<|im_start|>"
 EOT_TOKEN = "<|im_end|>"
@@ -166,14 +168,16 @@ def build_tiny_model(
     if not corpus:
         raise ValueError("the tokenizer corpus is empty")
     target = Path(cache_dir).expanduser() / f"tiny-qwen2-{build_fingerprint(corpus, cfg)}"
-    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
-        return str(target)
-    tokenizer = train_tokenizer(corpus, cfg.vocab_size)
-    config = Qwen2Config(**text_config_kwargs(cfg, tokenizer), tie_word_embeddings=True)
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed)
-        model = Qwen2ForCausalLM(config)
-    return save_build(target, model, tokenizer)
+
+    def build():
+        tokenizer = train_tokenizer(corpus, cfg.vocab_size)
+        config = Qwen2Config(**text_config_kwargs(cfg, tokenizer), tie_word_embeddings=True)
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            model = Qwen2ForCausalLM(config)
+        save_build(target, model, tokenizer)
+
+    return build_once(target, build, ready=is_saved_build)
 
 
 def text_config_kwargs(cfg, tokenizer) -> dict:
@@ -196,6 +200,11 @@ def text_config_kwargs(cfg, tokenizer) -> dict:
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
+
+
+def is_saved_build(target: Path) -> bool:
+    """Whether ``target`` holds a finished :func:`save_build` (its model config and its tokenizer)."""
+    return (target / "config.json").exists() and (target / "tokenizer.json").exists()
 
 
 def save_build(target: Path, model, tokenizer, *extra) -> str:

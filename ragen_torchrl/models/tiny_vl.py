@@ -39,7 +39,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .tiny import TinyModelConfig, build_fingerprint, save_build, text_config_kwargs, train_tokenizer
+from .build_cache import build_once
+from .tiny import (
+    TinyModelConfig,
+    build_fingerprint,
+    is_saved_build,
+    save_build,
+    text_config_kwargs,
+    train_tokenizer,
+)
 from .vision import VL_CHAT_TEMPLATE, load_vl_processor
 
 __all__ = [
@@ -150,37 +158,39 @@ def build_tiny_vl_model(
     if not corpus:
         raise ValueError("the tokenizer corpus is empty")
     target = Path(cache_dir).expanduser() / f"{TINY_VL_PREFIX}{build_fingerprint(corpus, cfg)}"
-    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
-        return str(target)
-    tokenizer = train_tokenizer(corpus, cfg.vocab_size)
-    tokenizer.add_special_tokens({"additional_special_tokens": VL_SPECIAL_TOKENS})
-    tokenizer.chat_template = VL_CHAT_TEMPLATE
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VL_SPECIAL_TOKENS}
-    config = Qwen2VLConfig(
-        text_config=dict(
-            **text_config_kwargs(cfg, tokenizer),
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": cfg.rope_sections()},
-        ),
-        vision_config=dict(
-            depth=cfg.vision_depth,
-            embed_dim=cfg.vision_embed_dim,
-            hidden_size=cfg.hidden_size,
-            num_heads=cfg.vision_num_heads,
-            mlp_ratio=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-        ),
-        image_token_id=ids[IMAGE_PAD],
-        video_token_id=ids[VIDEO_PAD],
-        vision_start_token_id=ids[VISION_START],
-        vision_end_token_id=ids[VISION_END],
-        tie_word_embeddings=True,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed)
-        model = Qwen2VLForConditionalGeneration(config)
-    return save_build(target, model, tokenizer, tiny_image_processor(cfg.max_image_tokens))
+
+    def build():
+        tokenizer = train_tokenizer(corpus, cfg.vocab_size)
+        tokenizer.add_special_tokens({"additional_special_tokens": VL_SPECIAL_TOKENS})
+        tokenizer.chat_template = VL_CHAT_TEMPLATE
+        ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VL_SPECIAL_TOKENS}
+        config = Qwen2VLConfig(
+            text_config=dict(
+                **text_config_kwargs(cfg, tokenizer),
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": cfg.rope_sections()},
+            ),
+            vision_config=dict(
+                depth=cfg.vision_depth,
+                embed_dim=cfg.vision_embed_dim,
+                hidden_size=cfg.hidden_size,
+                num_heads=cfg.vision_num_heads,
+                mlp_ratio=2,
+                patch_size=14,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+            ),
+            image_token_id=ids[IMAGE_PAD],
+            video_token_id=ids[VIDEO_PAD],
+            vision_start_token_id=ids[VISION_START],
+            vision_end_token_id=ids[VISION_END],
+            tie_word_embeddings=True,
+        )
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            model = Qwen2VLForConditionalGeneration(config)
+        save_build(target, model, tokenizer, tiny_image_processor(cfg.max_image_tokens))
+
+    return build_once(target, build, ready=is_saved_build)
 
 
 def load_tiny_vl(path: str | os.PathLike, device: str = "cpu", dtype: str = "float32"):

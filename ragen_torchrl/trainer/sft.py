@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ..models.build_cache import build_once, has_config
 from ..models.priming import unmask_primed
 
 log = logging.getLogger(__name__)
@@ -189,44 +190,47 @@ def warm_start(
     if reply_prime:
         key_cfg["reply_prime"] = reply_prime
     target = Path(cache_dir).expanduser() / f"sft-{sft_fingerprint(key_cfg, base_path, env_desc)}"
-    if (target / "config.json").exists():
+    if has_config(target):
         log.info("warm start: using cached model %s", target)
         return str(target)
-    model, tokenizer, processor = load_policy(base_path, device=device, dtype=dtype)
-    images: list | None = [] if processor is not None else None  # a vision-language policy reads the boards
-    demos = make_demonstrations(
-        env,
-        int(sft_cfg["episodes"]),
-        noise=float(sft_cfg["noise"]),
-        noise_kind=str(sft_cfg["noise_kind"]),
-        seed=int(sft_cfg["seed"]),
-        progress=True,
-        reasoning=reasoning,
-        images=images,
-    )
-    log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
-    with torch.random.fork_rng():
-        torch.manual_seed(int(sft_cfg["seed"]))
-        supervised_finetune(
-            model,
-            tokenizer,
-            demos,
-            steps=int(sft_cfg["steps"]),
-            batch_size=int(sft_cfg["batch_size"]),
-            lr=float(sft_cfg["lr"]),
+
+    def build():
+        model, tokenizer, processor = load_policy(base_path, device=device, dtype=dtype)
+        images: list | None = [] if processor is not None else None  # a vision-language policy reads the boards
+        demos = make_demonstrations(
+            env,
+            int(sft_cfg["episodes"]),
+            noise=float(sft_cfg["noise"]),
+            noise_kind=str(sft_cfg["noise_kind"]),
             seed=int(sft_cfg["seed"]),
-            reply_prime=reply_prime,
-            processor=processor,
+            progress=True,
+            reasoning=reasoning,
             images=images,
         )
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if processor is not None:
-        processor.image_processor.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+        log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
+        with torch.random.fork_rng():
+            torch.manual_seed(int(sft_cfg["seed"]))
+            supervised_finetune(
+                model,
+                tokenizer,
+                demos,
+                steps=int(sft_cfg["steps"]),
+                batch_size=int(sft_cfg["batch_size"]),
+                lr=float(sft_cfg["lr"]),
+                seed=int(sft_cfg["seed"]),
+                reply_prime=reply_prime,
+                processor=processor,
+                images=images,
+            )
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if processor is not None:
+            processor.image_processor.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    return build_once(target, build)
