@@ -2,13 +2,15 @@
 
 Every experiment of the repository is registered here (:data:`EXPERIMENTS`) as arms x seeds of
 ``ragen-train`` overrides. The command prints the plan and its estimated cost, then runs the arms
-**interleaved by seed** (seed 0: every arm, then seed 1: every arm, ...), one run at a time, each
-in ``<out>/runs/<arm>_seed<k>/``, and finally writes the report (``ragen-report``) into ``<out>``::
+**interleaved by seed** (seed 0: every arm, then seed 1: every arm, ...), one run at a time or
+``--jobs N`` at a time, each in ``<out>/runs/<arm>_seed<k>/``, and finally writes the report
+(``ragen-report``) into ``<out>``::
 
     ragen-experiment --list
     ragen-experiment snr_filter_frozenlake --dry-run            # the plan and the cost, nothing run
     ragen-experiment snr_filter_frozenlake --out docs/results/snr_filter_frozenlake
     ragen-experiment t3_cpu --seeds 0 1 -o algo.lr=1e-4          # any ragen-train override, every run
+    ragen-experiment mechanism_rl --jobs 2                       # two runs at a time (a 2-core machine)
 
 A run whose dir already holds ``summary.json`` is not run again, and one with a checkpoint
 continues from it (``trainer.resume``), so an interrupted experiment picks up where it stopped.
@@ -33,9 +35,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -403,15 +407,17 @@ def finished_runs(out: str | Path) -> set[str]:
     return {p.parent.name for p in root.glob("*/summary.json")} if root.is_dir() else set()
 
 
-def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Sequence[str] = ()) -> str:
+def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Sequence[str] = (), jobs: int = 1) -> str:
     """The plan as text: the claim, every run's command, and the estimated cost (what ``--dry-run`` prints).
 
-    Runs that finished earlier in ``out`` are marked and not costed.
+    Runs that finished earlier in ``out`` are marked and not costed. With ``jobs`` runs at a time the
+    wall time is about the total divided by ``jobs`` (the CPU-hours stay the same).
     """
     runs = plan(exp, seeds, extra)
     done = finished_runs(out) & {name for name, _ in runs}
     cost = estimate_seconds(exp, seeds, done)
-    lines = [f"experiment {exp.name}: {exp.claim}", f"{len(runs)} runs, one at a time, into {out}/runs/:"]
+    at_a_time = "one at a time" if jobs == 1 else f"{jobs} at a time"
+    lines = [f"experiment {exp.name}: {exp.claim}", f"{len(runs)} runs, {at_a_time}, into {out}/runs/:"]
     lines += [
         f"  {name}: ragen-train {shlex.join(o)}" + ("  [finished earlier: skipped]" if name in done else "")
         for name, o in runs
@@ -421,7 +427,8 @@ def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Seq
         f"estimated cost: {cost['cpu_hours']:.1f} CPU-hours ({cost['total'] / 3600:.1f} h wall at "
         f"{exp.threads} torch thread(s) per run: runs {cost['runs'] / 3600:.1f} h, warm starts "
         f"{cost['warm_starts'] / 3600:.1f} h)"
-        + (f" for the {len(runs) - len(done)} runs still to run" if done else ""),
+        + (f" for the {len(runs) - len(done)} runs still to run" if done else "")
+        + (f"; about {cost['total'] / jobs / 3600:.1f} h wall with {jobs} runs at a time" if jobs > 1 else ""),
         f"  estimated from {COST_NOTE}; overrides given with -o are not costed",
     ]
     return "\n".join(lines)
@@ -434,15 +441,21 @@ def run_experiment(
     seeds: Sequence[int] | None = None,
     extra: Sequence[str] = (),
     python: str = sys.executable,
+    jobs: int = 1,
 ) -> int:
     """Run every planned run (skipping finished ones), then write the report; returns an exit status.
 
     Each run is ``python -m ragen_torchrl.train OVERRIDES hydra.run.dir=<out>/runs/<run>`` in a
-    subprocess (its own process: nothing carries over between runs); a failed run stops the
-    experiment with its exit status.
+    subprocess (its own process: nothing carries over between runs). ``jobs`` runs go at a time, in
+    the plan's order (arms interleaved by seed); with more than one, each run's console output goes
+    to ``<run dir>/console.log`` instead of the terminal. Runs that share a warm start build it once
+    (:func:`~ragen_torchrl.models.build_cache.build_once`). A failed run stops the experiment with its
+    exit status: no further run starts, the ones already running finish, no report is written.
     """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     out = Path(out)
-    run_dirs = []
+    run_dirs, todo = [], []
     for name, overrides in plan(exp, seeds, extra):
         run_dir = out / "runs" / name
         run_dirs.append(run_dir)
@@ -450,16 +463,68 @@ def run_experiment(
             print(f"[{name}] finished earlier: {run_dir}/summary.json", flush=True)
             continue
         resume = [f"trainer.resume={run_dir}"] if (run_dir / "checkpoints" / "last.pt").exists() else []
-        cmd = [python, "-m", "ragen_torchrl.train", *overrides, *resume, f"hydra.run.dir={run_dir}"]
-        print(f"[{name}] {shlex.join(cmd[1:])}", flush=True)
-        status = subprocess.run(cmd, check=False).returncode
-        if status != 0:
-            print(f"ragen-experiment: error: run {name} failed with exit status {status}", file=sys.stderr)
-            return status
+        todo.append(
+            (name, run_dir, [python, "-m", "ragen_torchrl.train", *overrides, *resume, f"hydra.run.dir={run_dir}"])
+        )
+    status = _run_all(todo, jobs)
+    if status != 0:
+        return status
     from .reporting.cli import main as report_main
 
     by = [a for k in exp.report_by for a in ("--by", k)]
     return report_main([*map(str, run_dirs), "--out", str(out), *by])
+
+
+def _run_all(todo: Sequence[tuple[str, Path, list[str]]], jobs: int) -> int:
+    """Run ``(name, run dir, command)`` items, ``jobs`` at a time; the first failure's status, else 0."""
+    pending = list(todo)
+    running: dict[subprocess.Popen, tuple[str, object, float]] = {}
+    status = 0
+    try:
+        while pending or running:
+            while pending and len(running) < jobs and status == 0:
+                name, run_dir, cmd = pending.pop(0)
+                print(f"[{name}] {shlex.join(cmd[1:])}", flush=True)
+                if jobs == 1:
+                    log = None
+                else:
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    log = open(run_dir / "console.log", "a")  # closed when the run ends
+                    print(f"[{name}] output: {run_dir / 'console.log'}", flush=True)
+                running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT if log else None)] = (
+                    name,
+                    log,
+                    time.monotonic(),
+                )
+            if not running:
+                break
+            done = _wait_any(running)
+            name, log, start = running.pop(done)
+            if log is not None:
+                log.close()
+            code = done.returncode
+            print(f"[{name}] exit status {code} after {time.monotonic() - start:.0f} s", flush=True)
+            if code != 0 and status == 0:
+                print(f"ragen-experiment: error: run {name} failed with exit status {code}", file=sys.stderr)
+                status = code
+    except KeyboardInterrupt:
+        for proc in running:
+            proc.terminate()
+        raise
+    return status
+
+
+def _wait_any(running: Collection[subprocess.Popen]) -> subprocess.Popen:
+    """The first of ``running`` to finish (polled: the runs take minutes, a second's delay is nothing)."""
+    if len(running) == 1:
+        proc = next(iter(running))
+        proc.wait()
+        return proc
+    while True:
+        for proc in running:
+            if proc.poll() is not None:
+                return proc
+        time.sleep(1.0)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -472,6 +537,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and the estimated cost, run nothing")
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="seeds (default: the experiment's)")
     p.add_argument("--out", help="output dir (default: outputs/experiments/NAME)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs at a time (default 1); each uses the experiment's torch threads (1), so up to one per core",
+    )
     p.add_argument(
         "-o", "--override", action="append", default=[], metavar="KEY=VALUE", help="ragen-train override for every run"
     )
@@ -502,12 +574,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         print(f"ragen-experiment: error: -o takes KEY=VALUE overrides, got {bad}", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print(f"ragen-experiment: error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
     exp = EXPERIMENTS[args.name]
+    cores = os.cpu_count() or 1
+    if args.jobs * exp.threads > cores:
+        print(
+            f"ragen-experiment: warning: {args.jobs} runs x {exp.threads} torch thread(s) on {cores} CPUs: "
+            "the runs will share cores, and their timings say so",
+            file=sys.stderr,
+        )
     out = Path(args.out or Path("outputs") / "experiments" / exp.name)
-    print(describe(exp, args.seeds, out, args.override), flush=True)
+    print(describe(exp, args.seeds, out, args.override, args.jobs), flush=True)
     if args.dry_run:
         return 0
-    return run_experiment(exp, out, args.seeds, args.override)
+    return run_experiment(exp, out, args.seeds, args.override, jobs=args.jobs)
 
 
 def console_main() -> None:

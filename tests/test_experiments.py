@@ -8,6 +8,7 @@ report.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 
 import pytest
@@ -172,3 +173,76 @@ def test_dry_run_marks_finished_runs_and_costs_only_the_rest(tmp_path, capsys):
     seconds = sum(a.iterations * a.seconds_per_iteration + a.validation_levels * a.seconds_per_level for a in left)
     seconds += exp.warm_starts["circuit_decoding_small"]  # guess_numbers_small's warm start exists already
     assert f"estimated cost: {seconds / 3600:.1f} CPU-hours" in text and "for the 3 runs still to run" in text
+
+
+# a stand-in for `python -m ragen_torchrl.train OVERRIDES hydra.run.dir=DIR`: records when it ran,
+# sleeps, writes a minimal summary.json; `trainer.total_iterations=-1` makes it fail like a config error
+FAKE_TRAIN = """
+import json, sys, time
+from pathlib import Path
+args = sys.argv[3:]
+run = Path(next(a.split("=", 1)[1] for a in args if a.startswith("hydra.run.dir=")))
+run.mkdir(parents=True, exist_ok=True)
+if "trainer.total_iterations=-1" in args:
+    print("config error"); sys.exit(2)
+start = time.time(); time.sleep(1.5)
+print("training", run.name)
+seed = int(next(a.split("=", 1)[1] for a in args if a.startswith("seed=")))
+name = next(a.split("=", 1)[1] for a in args if a.startswith("filter="))
+(run / "span").write_text(f"{start} {time.time()}")
+summary = {"config": {"seed": seed, "filter": {"name": name}}, "val_start": {"success": 0.5},
+           "val_end": {"success": 0.6}, "history": [], "iterations": 1}
+(run / "summary.json").write_text(json.dumps(summary))
+"""
+
+
+def _fake_python(tmp_path):
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+    exe = tmp_path / "fake_python"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def _two_arms(*extra_arm_overrides):
+    arms = (
+        Arm("none", ("filter=none", *extra_arm_overrides), 1, 1.0, 0),
+        Arm("top_p", ("filter=snr_top_p",), 1, 1.0, 0),
+    )
+    return Experiment("x", "claim", (), arms, (0, 1), report_by=("filter.name",))
+
+
+def test_jobs_runs_that_many_at_a_time_each_logging_to_its_run_dir(tmp_path, capsys):
+    out = tmp_path / "exp"
+    assert run_experiment(_two_arms(), out, python=_fake_python(tmp_path), jobs=2) in (0, 1)  # 1: no matplotlib
+    spans = {p.parent.name: tuple(map(float, p.read_text().split())) for p in sorted((out / "runs").glob("*/span"))}
+    assert sorted(spans) == ["none_seed0", "none_seed1", "top_p_seed0", "top_p_seed1"]
+    # the two runs of seed 0 started together (plan order), and never more than 2 ran at once
+    assert spans["none_seed0"][0] < spans["top_p_seed0"][1] and spans["top_p_seed0"][0] < spans["none_seed0"][1]
+    for t, _ in spans.values():
+        assert sum(a <= t < b for a, b in spans.values()) <= 2
+    assert (out / "runs" / "none_seed1" / "console.log").read_text() == "training none_seed1\n"
+    assert (out / "report.md").is_file()
+    text = capsys.readouterr().out
+    assert "[none_seed0] exit status 0 after " in text and "[top_p_seed1] output: " in text
+
+
+def test_a_failed_run_among_parallel_ones_stops_new_runs_and_the_report(tmp_path, capsys):
+    out = tmp_path / "exp"
+    status = run_experiment(_two_arms("trainer.total_iterations=-1"), out, python=_fake_python(tmp_path), jobs=2)
+    assert status == 2
+    assert "run none_seed0 failed with exit status 2" in capsys.readouterr().err
+    # top_p_seed0 was already running and finished; nothing of seed 1 started
+    assert (out / "runs" / "top_p_seed0" / "summary.json").is_file()
+    assert not (out / "runs" / "none_seed1").exists() and not (out / "report.md").exists()
+
+
+def test_jobs_must_be_positive_and_the_dry_run_gives_the_wall_time(capsys):
+    assert main(["t3_cpu", "--dry-run", "--jobs", "0"]) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["t3_cpu", "--dry-run", "--jobs", "2"]) == 0
+    text = capsys.readouterr().out
+    total = estimate_seconds(EXPERIMENTS["t3_cpu"])["total"]
+    assert "20 runs, 2 at a time, into" in text
+    assert f"; about {total / 2 / 3600:.1f} h wall with 2 runs at a time" in text
