@@ -99,6 +99,8 @@ class Experiment:
     seeds: tuple[int, ...]
     #: ``ragen-report --by`` keys (empty: the keys whose values differ)
     report_by: tuple[str, ...] = ()
+    #: ``ragen-report --paired`` metrics (empty: its default, final and peak validation success)
+    report_paired: tuple[str, ...] = ()
     #: wall seconds of each named warm start
     warm_starts: dict[str, float] = field(default_factory=lambda: {"frozenlake": 485.0})
     threads: int = 1
@@ -287,6 +289,8 @@ _register(
         ),
         seeds=(0, 1, 2, 3, 4),
         report_by=("env.name", "t3.enabled"),
+        # T3's claims are about realised episodes too: turns and generated tokens per episode, paired by seed
+        report_paired=("final", "peak", "turns", "tokens"),
         warm_starts={"guess_numbers_small": 600.0, "circuit_decoding_small": 600.0},
     )
 )
@@ -423,7 +427,7 @@ def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Seq
         for name, o in runs
     ]
     lines += [
-        f"report: ragen-report {out}/runs/* --out {out}" + "".join(f" --by {k}" for k in exp.report_by),
+        " ".join(["report: ragen-report", f"{out}/runs/*", "--out", str(out), *_report_args(exp)]),
         f"estimated cost: {cost['cpu_hours']:.1f} CPU-hours ({cost['total'] / 3600:.1f} h wall at "
         f"{exp.threads} torch thread(s) per run: runs {cost['runs'] / 3600:.1f} h, warm starts "
         f"{cost['warm_starts'] / 3600:.1f} h)"
@@ -471,8 +475,12 @@ def run_experiment(
         return status
     from .reporting.cli import main as report_main
 
-    by = [a for k in exp.report_by for a in ("--by", k)]
-    return report_main([*map(str, run_dirs), "--out", str(out), *by])
+    return report_main([*map(str, run_dirs), "--out", str(out), *_report_args(exp)])
+
+
+def _report_args(exp: Experiment) -> list[str]:
+    """The experiment's ``ragen-report`` options: its ``--by`` keys and ``--paired`` metrics."""
+    return [a for k in exp.report_by for a in ("--by", k)] + [a for m in exp.report_paired for a in ("--paired", m)]
 
 
 def _run_all(todo: Sequence[tuple[str, Path, list[str]]], jobs: int) -> int:

@@ -1,4 +1,4 @@
-"""``ragen-report RUN_DIR... [--out DIR] [--by KEY ...]``: a table and plots from a set of runs.
+"""``ragen-report RUN_DIR... [--out DIR] [--by KEY ...] [--paired METRIC ...]``: a table and plots from a set of runs.
 
 Reads each run (:mod:`~ragen_torchrl.reporting.runs`), drops duplicate runs (same config and seed),
 groups the rest by their swept config keys (:mod:`~ragen_torchrl.reporting.stats`; ``--by`` picks the
@@ -7,6 +7,7 @@ keys), writes ``report.md`` (:mod:`~ragen_torchrl.reporting.table`) and the PNG 
 
     ragen-report outputs/*/* --out report/
     ragen-report multirun/2026-11-30/20-00-00 --by filter.name --by env.name
+    ragen-report runs/* --by t3.enabled --paired final --paired tokens    # compare tokens per episode too
     ragen-report docs/results/snr_filter --out docs/results/snr_filter     # a result set: its runs/*
     ragen-report --check docs/results/snr_filter                           # is report.md up to date?
 
@@ -14,7 +15,7 @@ A **result set** is ``docs/results/<name>/`` with ``report.md``, the plots and t
 ``runs/<run>/{summary.json,scalars.csv}`` (a folder that is itself a run dir, with its ``summary.json``
 next to ``report.md``, is a result set of one run). ``report.md`` depends only on the runs: the same
 runs give the same bytes, so ``--check DIR...`` regenerates each result set's report (grouped by the keys
-it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
+and comparing the metrics it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
 they differ).
 
 Exit status: 0 on success, 2 for bad input (no run dirs, a path that is not a run, an unknown
@@ -35,7 +36,7 @@ from pathlib import Path
 from ..flat_config import flatten_config
 from .runs import RunError, load_runs, result_set_runs
 from .stats import diagnostic_points, differing_keys, drop_duplicates, group_runs
-from .table import markdown_report
+from .table import DEFAULT_PAIRED, PAIRED_METRICS, markdown_report
 
 __all__ = ["check_result_set", "grouping_keys", "main", "write_report"]
 
@@ -49,10 +50,12 @@ def write_report(
     by: Sequence[str] = (),
     base: str | Path | None = None,
     plots: bool = True,
+    paired: Sequence[str] = DEFAULT_PAIRED,
 ) -> list[Path]:
     """Load the runs, write ``report.md`` and (``plots``) the plots into ``out``; returns the written paths.
 
-    Run dirs are shown in the report relative to ``base`` (default ``out``).
+    Run dirs are shown in the report relative to ``base`` (default ``out``). ``paired``: the metrics
+    the paired differences compare (:data:`~ragen_torchrl.reporting.table.PAIRED_METRICS`).
 
     Raises :class:`~ragen_torchrl.reporting.runs.RunError` for bad input and
     :class:`~ragen_torchrl.reporting.plots.PlotDependencyError` (after ``report.md``) without matplotlib.
@@ -82,7 +85,7 @@ def write_report(
     report = out_dir / "report.md"
 
     def write(names: Sequence[str]) -> None:
-        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base)
+        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base, paired)
         report.write_text(text, encoding="utf-8", newline="\n")
 
     from .plots import plot_names, write_plots
@@ -107,6 +110,19 @@ def grouping_keys(report: str) -> list[str]:
     """
     match = re.search(r"runs in \d+ groups?, grouped by ((?:`[^`]+`(?:, )?)+)\.", report)
     return re.findall(r"`([^`]+)`", match.group(1)) if match else []
+
+
+def paired_metric_names(report: str) -> list[str]:
+    """The metrics a ``report.md`` text says its paired differences compare; the default when it names none.
+
+    Example:
+        >>> paired_metric_names("Metrics compared: `final` (final validation success), `tokens` (generated ...")
+        ['final', 'tokens']
+        >>> paired_metric_names("## Paired differences ...")
+        ['final', 'peak']
+    """
+    match = re.search(r"^Metrics compared: (.+)$", report, flags=re.M)
+    return re.findall(r"`([^`]+)` \(", match.group(1)) if match else list(DEFAULT_PAIRED)
 
 
 def check_result_set(folder: str | Path) -> str:
@@ -136,7 +152,8 @@ def check_result_set(folder: str | Path) -> str:
     runs = result_set_runs(folder)
     old = committed.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
-        write_report(runs, tmp, by=grouping_keys(old.decode("utf-8", "replace")), base=folder, plots=False)
+        text = old.decode("utf-8", "replace")
+        write_report(runs, tmp, by=grouping_keys(text), base=folder, plots=False, paired=paired_metric_names(text))
         fresh = (Path(tmp) / "report.md").read_bytes()
     if fresh == old:
         return ""
@@ -168,6 +185,15 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY",
         help="group by this dotted config key (repeatable); default: the keys whose values differ, except seed/paths",
+    )
+    p.add_argument(
+        "--paired",
+        action="append",
+        choices=sorted(PAIRED_METRICS),
+        metavar="METRIC",
+        help="a metric the paired differences compare (repeatable): "
+        + ", ".join(f"{k} ({v[0]})" for k, v in PAIRED_METRICS.items())
+        + f"; default: {' '.join(DEFAULT_PAIRED)}",
     )
     return p
 
@@ -203,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     try:
-        paths = write_report(args.run_dirs, args.out, args.by)
+        paths = write_report(args.run_dirs, args.out, args.by, paired=args.paired or DEFAULT_PAIRED)
     except RunError as e:
         print(f"ragen-report: error: {e}", file=sys.stderr)
         return 2

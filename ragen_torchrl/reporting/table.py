@@ -60,11 +60,18 @@ OPTIONAL_COLUMNS = (
     ("T3 truncation rate", "t3/truncation_rate"),
 )
 
-#: the per-run metrics compared arm against arm: (name, function of a run, digits)
-PAIRED_METRICS = (
-    ("final validation success", lambda r: (final_point(r) or (0, None))[1], 3),
-    ("peak validation success", lambda r: (peak_success(r) or (0, None))[1], 3),
-)
+#: the per-run metrics arms can be compared on (``ragen-report --paired NAME``): name -> (label, function
+#: of a run, digits); the episode metrics average the training rollouts' per-iteration means over the run
+PAIRED_METRICS = {
+    "final": ("final validation success", lambda r: (final_point(r) or (0, None))[1], 3),
+    "peak": ("peak validation success", lambda r: (peak_success(r) or (0, None))[1], 3),
+    "turns": ("turns / episode", lambda r: _run_mean(r, "rollout/turns"), 2),
+    "tokens": ("generated tokens / episode", lambda r: _run_mean(r, "rollout/tokens"), 1),
+}
+#: what the paired table compares unless asked otherwise
+DEFAULT_PAIRED = ("final", "peak")
+#: the group table's columns for the episode metrics, shown when they are compared
+EPISODE_COLUMNS = {"turns": ("turns / episode", "rollout/turns"), "tokens": ("tokens / episode", "rollout/tokens")}
 
 
 class GroupRow(dict):
@@ -139,11 +146,16 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def summary_table(keys: Sequence[str], groups: Sequence[Group]) -> str:
+def summary_table(keys: Sequence[str], groups: Sequence[Group], paired: Sequence[str] = DEFAULT_PAIRED) -> str:
     """The markdown table, one row per group: swept keys, runs, their lengths, success (mean ± SE over seeds),
-    timing, and the optional columns and per-run totals some run logged. See the module example."""
+    timing, the optional columns and per-run totals some run logged, and the episode metrics that
+    ``paired`` compares. See the module example."""
     rows = [group_row(g) for g in groups]
-    optional = [(h, k) for h, k in OPTIONAL_COLUMNS if any(r[k][2] for r in rows)]
+    episode = [EPISODE_COLUMNS[m] for m in paired if m in EPISODE_COLUMNS]
+    for g, r in zip(groups, rows):
+        for _, key in episode:
+            r[key] = _stat([_run_mean(run, key) for run in g.runs])
+    optional = [(h, k) for h, k in (*OPTIONAL_COLUMNS, *episode) if any(r[k][2] for r in rows)]
     totals = [name for name in (rows[0] if rows else {}) if name.startswith(("optimizer", "trained"))]
     totals = [name for name in totals if any(r[name][2] for r in rows)]
     first = list(keys) or ["group"]
@@ -173,8 +185,9 @@ def _seed(run: Run):
     return run.config.get("seed")
 
 
-def paired_table(groups: Sequence[Group]) -> list[str]:
-    """Markdown lines: for every pair of groups (A before B) and metric, B − A over the seeds both ran.
+def paired_table(groups: Sequence[Group], metrics: Sequence[str] = DEFAULT_PAIRED) -> list[str]:
+    """Markdown lines: for every pair of groups (A before B) and metric (names of :data:`PAIRED_METRICS`),
+    B − A over the seeds both ran.
 
     A group in which a seed appears twice is not paired (the pairing would be ambiguous); it says so.
 
@@ -204,7 +217,7 @@ def paired_table(groups: Sequence[Group]) -> list[str]:
                     + "."
                 )
                 continue
-            for name, metric, digits in PAIRED_METRICS:
+            for name, metric, digits in (PAIRED_METRICS[m] for m in metrics):
                 va = {s: v for s, r in zip(seeds_a, a.runs) if s is not None and (v := metric(r)) is not None}
                 vb = {s: v for s, r in zip(seeds_b, b.runs) if s is not None and (v := metric(r)) is not None}
                 c = paired_comparison(va, vb)
@@ -365,8 +378,12 @@ def markdown_report(
     fraction: float = 0.2,
     dropped: Sequence[tuple[Run, Run]] = (),
     base: str | Path | None = None,
+    paired: Sequence[str] = DEFAULT_PAIRED,
 ) -> str:
     """The whole ``report.md``: the table, paired differences, Spearman correlations, dropped duplicates, runs, plots.
+
+    ``paired``: the metrics the paired differences compare (names of :data:`PAIRED_METRICS`); other
+    than the default, the report names them, so ``ragen-report --check`` compares the same ones.
 
     Run dirs are shown relative to ``base`` (the result set's folder) when given, so the report does
     not depend on where it was regenerated.
@@ -404,9 +421,22 @@ def markdown_report(
             + ".",
             "",
         ]
-    out += [summary_table(keys, groups), ""]
-    paired = paired_table(groups)
-    if paired:
+    unknown = [m for m in paired if m not in PAIRED_METRICS]
+    if unknown or not paired:
+        raise ValueError(f"paired metrics must be some of {sorted(PAIRED_METRICS)}, got {list(paired)}")
+    out += [summary_table(keys, groups, paired), ""]
+    named = (
+        []
+        if tuple(paired) == DEFAULT_PAIRED
+        else [
+            "Metrics compared: "
+            + ", ".join(f"`{m}` ({PAIRED_METRICS[m][0]})" for m in paired)
+            + "; turns and tokens per episode are the training rollouts' per-iteration means averaged over the run.",
+            "",
+        ]
+    )
+    paired_lines = paired_table(groups, paired)
+    if paired_lines:
         out += [
             "## Paired differences (B − A on the same seed)",
             "",
@@ -418,7 +448,8 @@ def markdown_report(
             "80% power at alpha 0.05, (t_{0.975, n−1} + t_{0.8, n−1}) · sd / sqrt(n), with sd the sample std "
             "of the differences; a difference below it is not evidence of no effect.",
             "",
-            *paired,
+            *named,
+            *paired_lines,
             "",
         ]
     if diagnostics:

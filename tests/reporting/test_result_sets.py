@@ -262,3 +262,54 @@ def test_the_snr_filter_frozenlake_runs_share_one_clean_commit():
         for s in (json.loads(p.read_text()) for p in (RESULTS / "snr_filter_frozenlake").glob("runs/*/summary.json"))
     }
     assert len(commits) == 1 and not next(iter(commits))[1]
+
+
+# --------------------------------------------------------------------------- episode metrics
+def _episode_set(root: Path) -> Path:
+    """Two arms x 3 seeds; per iteration each run logs turns and generated tokens per episode."""
+    for arm, turns, tokens in (("no_t3", (6.0, 5.0), (300.0, 280.0)), ("t3", (4.0, 3.0), (200.0, 150.0))):
+        for seed in range(3):
+            run = root / "runs" / f"{arm}_seed{seed}"
+            run.mkdir(parents=True)
+            history = [
+                {"iteration": i + 1, "rollout/turns": turns[i] + seed, "rollout/tokens": tokens[i] + 10 * seed}
+                for i in range(2)
+            ]
+            summary = {
+                "config": {"seed": seed, "t3": {"enabled": arm == "t3"}},
+                "val_start": {"success": 0.2},
+                "val_end": {"success": 0.3 + 0.1 * (arm == "t3") + 0.01 * seed},
+                "history": history,
+                "iterations": 2,
+            }
+            (run / "summary.json").write_text(json.dumps(summary))
+    return root
+
+
+def test_paired_episode_metrics_by_hand_and_check_compares_the_same_ones(tmp_path):
+    folder = _episode_set(tmp_path / "set")
+    write_report([folder], folder, paired=["final", "turns", "tokens"], plots=False)
+    text = (folder / "report.md").read_text()
+    assert "Metrics compared: `final` (final validation success), `turns` (turns / episode), `tokens`" in text
+    # per run: turns no_t3 5.5 + seed, t3 3.5 + seed -> t3 − no_t3 = -2.00 on every seed;
+    # tokens no_t3 290 + 10 seed, t3 175 + 10 seed -> -115.0
+    row = next(line for line in text.splitlines() if "| turns / episode | 3 |" in line)
+    assert "| 3 | -2.00 | [-2.00, -2.00] |" in row and "| 0 / 3 |" in row
+    row = next(line for line in text.splitlines() if "| generated tokens / episode | 3 |" in line)
+    assert "| 3 | -115.0 |" in row
+    assert not any("| peak validation success |" in line for line in text.splitlines())
+    # the group table shows the compared episode metrics: no_t3 turns 5.5, 6.5, 7.5 -> 6.500 ± 0.577
+    header = next(line for line in text.splitlines() if line.startswith("| t3.enabled |"))
+    assert header.endswith("| turns / episode | tokens / episode |")
+    assert next(line for line in text.splitlines() if line.startswith("| false |")).endswith(
+        "| 6.500 ± 0.577 | 300.000 ± 5.774 |"
+    )
+    assert check_result_set(folder) == ""
+    assert grouping_keys(text) == ["t3.enabled"]
+
+
+def test_paired_rejects_an_unknown_metric(tmp_path, capsys):
+    folder = _episode_set(tmp_path / "set")
+    with pytest.raises(SystemExit):
+        main([str(folder), "--paired", "speed"])
+    assert "invalid choice: 'speed'" in capsys.readouterr().err
