@@ -331,6 +331,8 @@ _register(
         ),
         seeds=(0, 1, 2, 3, 4),
         report_by=("filter.name",),
+        # the claim is about the arms' diagnostics over training, not only their success
+        report_paired=("final", "peak", "mi_late", "mi_change", "retrieval_change", "entropy_change"),
     )
 )
 

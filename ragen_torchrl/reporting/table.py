@@ -60,13 +60,33 @@ OPTIONAL_COLUMNS = (
     ("T3 truncation rate", "t3/truncation_rate"),
 )
 
+
+def _diagnostic_change(slug: str, late_only: bool = False):
+    """A run's change late − early (or its late mean) of the diagnostic ``slug``, over the first / last 20%."""
+    diagnostic = next(d for d in DIAGNOSTICS if d.slug == slug)
+
+    def value(run: Run) -> float | None:
+        key = diagnostic.key_for(run)
+        if key is None:
+            return None
+        late, early = late_mean(run, key), early_mean(run, key)
+        return late if late_only else late - early
+
+    return value
+
+
 #: the per-run metrics arms can be compared on (``ragen-report --paired NAME``): name -> (label, function
-#: of a run, digits); the episode metrics average the training rollouts' per-iteration means over the run
+#: of a run, digits); the episode metrics average the training rollouts' per-iteration means over the run;
+#: the diagnostic changes are a run's mean over its last 20% of iterations minus its first 20%
 PAIRED_METRICS = {
     "final": ("final validation success", lambda r: (final_point(r) or (0, None))[1], 3),
     "peak": ("peak validation success", lambda r: (peak_success(r) or (0, None))[1], 3),
     "turns": ("turns / episode", lambda r: _run_mean(r, "rollout/turns"), 2),
     "tokens": ("generated tokens / episode", lambda r: _run_mean(r, "rollout/tokens"), 1),
+    "mi_late": ("MI z-score, last 20% of iterations", _diagnostic_change("mi_zscore", late_only=True), 3),
+    "mi_change": ("MI z-score change, late − early", _diagnostic_change("mi_zscore"), 3),
+    "retrieval_change": ("retrieval accuracy change, late − early", _diagnostic_change("retrieval_accuracy"), 3),
+    "entropy_change": ("reasoning entropy change, late − early", _diagnostic_change("reasoning_entropy"), 3),
 }
 #: what the paired table compares unless asked otherwise
 DEFAULT_PAIRED = ("final", "peak")
@@ -431,7 +451,9 @@ def markdown_report(
         else [
             "Metrics compared: "
             + ", ".join(f"`{m}` ({PAIRED_METRICS[m][0]})" for m in paired)
-            + "; turns and tokens per episode are the training rollouts' per-iteration means averaged over the run.",
+            + "; turns and tokens per episode are the training rollouts' per-iteration means averaged over "
+            "the run; a diagnostic's early and late values are its means over the first and last 20% of the "
+            "run's iterations.",
             "",
         ]
     )

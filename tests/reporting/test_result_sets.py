@@ -313,3 +313,32 @@ def test_paired_rejects_an_unknown_metric(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(folder), "--paired", "speed"])
     assert "invalid choice: 'speed'" in capsys.readouterr().err
+
+
+def test_paired_diagnostic_change_by_hand(tmp_path):
+    # 10 iterations, 20%: early = iterations 1-2, late = 9-10. arm a: MI 3 -> 1 (change -2) on every seed;
+    # arm b: MI 3 -> 3 (change 0) -> b − a = +2; late MI 1 vs 3 -> +2
+    for arm, late in (("a", 1.0), ("b", 3.0)):
+        for seed in range(3):
+            run = tmp_path / "set" / "runs" / f"{arm}{seed}"
+            run.mkdir(parents=True)
+            history = [
+                {"iteration": i, "collapse/trajectory/mi_zscore": 3.0 if i <= 2 else late + 0.1 * seed}
+                for i in range(1, 11)
+            ]
+            summary = {
+                "config": {"seed": seed, "arm": arm},
+                "val_start": {"success": 0.5},
+                "val_end": {"success": 0.5},
+                "history": history,
+                "iterations": 10,
+            }
+            (run / "summary.json").write_text(json.dumps(summary))
+    folder = tmp_path / "set"
+    write_report([folder], folder, paired=["mi_change", "mi_late"], plots=False)
+    lines = (folder / "report.md").read_text().splitlines()
+    change = next(line for line in lines if "| MI z-score change, late − early | 3 |" in line)
+    assert "| 3 | +2.000 | [+2.000, +2.000] |" in change and "| 3 / 0 |" in change
+    late = next(line for line in lines if "| MI z-score, last 20% of iterations | 3 |" in line)
+    assert "| 3 | +2.000 |" in late
+    assert check_result_set(folder) == ""
