@@ -19,7 +19,7 @@ continues from it (``trainer.resume``), so an interrupted experiment picks up wh
 times the wall seconds per iteration of that arm, plus its validations (levels played times seconds
 per level), plus each distinct warm start once (cached after the first run that needs it); CPU
 hours are wall hours times the torch threads of a run (``model.threads``, 1 in every experiment).
-The seconds are those of the committed results (:data:`COST_NOTE`), measured at one torch thread
+The seconds are those of earlier runs (:data:`COST_NOTE`), measured at one torch thread
 on a 2-core development machine that other jobs often shared: upper bounds for an idle machine,
 rough for another one. Each finished run's ``summary.json`` then records its measured seconds
 per phase (``phases``), so the table can be refreshed from real runs.
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 COST_NOTE = (
-    "seconds per iteration and per validation level from the committed results (docs/results: default run "
+    "seconds per iteration and per validation level measured in earlier runs (default run "
     "9.2 s/iteration, FrozenLake SNR 9.7 s none / 7.7 s top-p, Sokoban 32.5 / 30.0 s, T3 GuessNumbers "
     "14.8 / 12.6 s, CircuitDecoding 23.2 / 21.9 s; FrozenLake validation ~0.05 s per level), one torch "
     "thread on a shared 2-core machine: upper bounds on an idle machine of that speed"
