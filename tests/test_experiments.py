@@ -94,9 +94,9 @@ def test_mechanism_experiment_meets_its_design():
 
 
 def test_cost_of_the_frozenlake_snr_experiment_by_hand():
-    # per seed: none 60 x 9.7 s + (256 + 256 + 5 x 128) levels x 0.05 s; top-p 60 x 7.7 s + the same;
-    # equal steps: ~120 iterations x 7.7 s + (512 + 11 x 128) levels x 0.05 s; one warm start 485 s
-    per_seed = (582.0 + 57.6) + (462.0 + 57.6) + (924.0 + 96.0)
+    # per seed: none 60 x 6.7 s + (256 + 256 + 5 x 128) levels x 0.05 s; top-p 60 x 4.4 s + the same;
+    # equal steps: 162 iterations x 3.7 s + (512 + 16 x 128) levels x 0.05 s; one warm start 485 s
+    per_seed = (402.0 + 57.6) + (264.0 + 57.6) + (599.4 + 128.0)
     cost = estimate_seconds(EXPERIMENTS["snr_filter_frozenlake"])
     assert cost["runs"] == pytest.approx(5 * per_seed)
     assert cost["total"] == pytest.approx(5 * per_seed + 485.0)
