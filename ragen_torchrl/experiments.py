@@ -102,6 +102,8 @@ class Experiment:
     report_by: tuple[str, ...] = ()
     #: ``ragen-report --paired`` metrics (empty: its default, final and peak validation success)
     report_paired: tuple[str, ...] = ()
+    #: ``ragen-report --within`` keys: arms are compared only where these values agree (each task's own arms)
+    report_within: tuple[str, ...] = ()
     #: wall seconds of each named warm start
     warm_starts: dict[str, float] = field(default_factory=lambda: {"frozenlake": 485.0})
     threads: int = 1
@@ -271,6 +273,8 @@ _register(
         ),
         seeds=(0, 1, 2),
         report_by=("filter.name", "env.success_rate"),
+        # the filter against none at each slip rate, not one rate against another
+        report_within=("env.success_rate",),
         warm_starts={f"sr{r}": 485.0 for r in ("1.0", "0.8", "0.5", "0.2")},
     )
 )
@@ -293,6 +297,7 @@ _register(
         report_by=("env.name", "t3.enabled"),
         # T3's claims are about realised episodes too: turns and generated tokens per episode, paired by seed
         report_paired=("final", "peak", "turns", "tokens"),
+        report_within=("env.name",),
         warm_starts={"guess_numbers_small": 600.0, "circuit_decoding_small": 600.0},
     )
 )
@@ -483,8 +488,12 @@ def run_experiment(
 
 
 def _report_args(exp: Experiment) -> list[str]:
-    """The experiment's ``ragen-report`` options: its ``--by`` keys and ``--paired`` metrics."""
-    return [a for k in exp.report_by for a in ("--by", k)] + [a for m in exp.report_paired for a in ("--paired", m)]
+    """The experiment's ``ragen-report`` options: its ``--by`` keys, ``--paired`` metrics and ``--within`` keys."""
+    return (
+        [a for k in exp.report_by for a in ("--by", k)]
+        + [a for m in exp.report_paired for a in ("--paired", m)]
+        + [a for k in exp.report_within for a in ("--within", k)]
+    )
 
 
 def _run_all(todo: Sequence[tuple[str, Path, list[str]]], jobs: int) -> int:

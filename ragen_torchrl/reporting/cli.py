@@ -1,4 +1,4 @@
-"""``ragen-report RUN_DIR... [--out DIR] [--by KEY ...] [--paired METRIC ...]``: a table and plots from a set of runs.
+"""``ragen-report RUN_DIR... [--out DIR] [--by KEY ...] [--paired METRIC ...] [--within KEY ...]``: a table and plots from a set of runs.
 
 Reads each run (:mod:`~ragen_torchrl.reporting.runs`), drops duplicate runs (same config and seed),
 groups the rest by their swept config keys (:mod:`~ragen_torchrl.reporting.stats`; ``--by`` picks the
@@ -8,14 +8,15 @@ keys), writes ``report.md`` (:mod:`~ragen_torchrl.reporting.table`) and the PNG 
     ragen-report outputs/*/* --out report/
     ragen-report multirun/2026-11-30/20-00-00 --by filter.name --by env.name
     ragen-report runs/* --by t3.enabled --paired final --paired tokens    # compare tokens per episode too
+    ragen-report runs/* --by env.name --by t3.enabled --within env.name   # each task's arms, not across tasks
     ragen-report docs/results/snr_filter --out docs/results/snr_filter     # a result set: its runs/*
     ragen-report --check docs/results/snr_filter                           # is report.md up to date?
 
 A **result set** is ``docs/results/<name>/`` with ``report.md``, the plots and the raw data
 ``runs/<run>/{summary.json,scalars.csv}`` (a folder that is itself a run dir, with its ``summary.json``
 next to ``report.md``, is a result set of one run). ``report.md`` depends only on the runs: the same
-runs give the same bytes, so ``--check DIR...`` regenerates each result set's report (grouped by the keys
-and comparing the metrics it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
+runs give the same bytes, so ``--check DIR...`` regenerates each result set's report (grouped by the keys,
+comparing the metrics and pairing within the keys it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
 they differ).
 
 Exit status: 0 on success, 2 for bad input (no run dirs, a path that is not a run, an unknown
@@ -51,11 +52,13 @@ def write_report(
     base: str | Path | None = None,
     plots: bool = True,
     paired: Sequence[str] = DEFAULT_PAIRED,
+    within: Sequence[str] = (),
 ) -> list[Path]:
     """Load the runs, write ``report.md`` and (``plots``) the plots into ``out``; returns the written paths.
 
     Run dirs are shown in the report relative to ``base`` (default ``out``). ``paired``: the metrics
-    the paired differences compare (:data:`~ragen_torchrl.reporting.table.PAIRED_METRICS`).
+    the paired differences compare (:data:`~ragen_torchrl.reporting.table.PAIRED_METRICS`); ``within``:
+    grouping keys whose values compared groups share (each task's arms against each other, not across tasks).
 
     Raises :class:`~ragen_torchrl.reporting.runs.RunError` for bad input and
     :class:`~ragen_torchrl.reporting.plots.PlotDependencyError` (after ``report.md``) without matplotlib.
@@ -78,6 +81,9 @@ def write_report(
         if unknown:
             raise RunError(f"--by {', '.join(unknown)}: not a config key of any run")
     keys, groups = group_runs(runs, by=list(by) or None)
+    outside = [k for k in within if k not in keys]
+    if outside:
+        raise RunError(f"--within {', '.join(outside)}: not a grouping key (grouped by {', '.join(keys) or 'nothing'})")
     diagnostics = diagnostic_points(groups, EARLY_FRACTION)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +91,7 @@ def write_report(
     report = out_dir / "report.md"
 
     def write(names: Sequence[str]) -> None:
-        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base, paired)
+        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base, paired, within)
         report.write_text(text, encoding="utf-8", newline="\n")
 
     from .plots import plot_names, write_plots
@@ -125,6 +131,19 @@ def paired_metric_names(report: str) -> list[str]:
     return re.findall(r"`([^`]+)` \(", match.group(1)) if match else list(DEFAULT_PAIRED)
 
 
+def paired_within_keys(report: str) -> list[str]:
+    """The grouping keys a ``report.md`` text says its paired differences hold fixed (``[]``: every pair).
+
+    Example:
+        >>> paired_within_keys("For every pair of groups with the same `env.name`, each metric's difference ...")
+        ['env.name']
+        >>> paired_within_keys("For every pair of groups, each metric's difference ...")
+        []
+    """
+    match = re.search(r"^For every pair of groups with the same ((?:`[^`]+`(?:, )?)+),", report, flags=re.M)
+    return re.findall(r"`([^`]+)`", match.group(1)) if match else []
+
+
 def check_result_set(folder: str | Path) -> str:
     """Regenerate ``folder``'s ``report.md`` from its runs into a temporary folder; ``""`` when it is
     byte-identical to the committed one, else a unified diff (committed -> regenerated).
@@ -153,7 +172,15 @@ def check_result_set(folder: str | Path) -> str:
     old = committed.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         text = old.decode("utf-8", "replace")
-        write_report(runs, tmp, by=grouping_keys(text), base=folder, plots=False, paired=paired_metric_names(text))
+        write_report(
+            runs,
+            tmp,
+            by=grouping_keys(text),
+            base=folder,
+            plots=False,
+            paired=paired_metric_names(text),
+            within=paired_within_keys(text),
+        )
         fresh = (Path(tmp) / "report.md").read_bytes()
     if fresh == old:
         return ""
@@ -195,6 +222,14 @@ def _parser() -> argparse.ArgumentParser:
         + ", ".join(f"{k} ({v[0]})" for k, v in PAIRED_METRICS.items())
         + f"; default: {' '.join(DEFAULT_PAIRED)}",
     )
+    p.add_argument(
+        "--within",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="compare only groups with the same value of this grouping key (repeatable), e.g. --within env.name "
+        "pairs each task's arms and never one task against another",
+    )
     return p
 
 
@@ -229,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     try:
-        paths = write_report(args.run_dirs, args.out, args.by, paired=args.paired or DEFAULT_PAIRED)
+        paths = write_report(args.run_dirs, args.out, args.by, paired=args.paired or DEFAULT_PAIRED, within=args.within)
     except RunError as e:
         print(f"ragen-report: error: {e}", file=sys.stderr)
         return 2

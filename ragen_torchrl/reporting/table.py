@@ -205,11 +205,15 @@ def _seed(run: Run):
     return run.config.get("seed")
 
 
-def paired_table(groups: Sequence[Group], metrics: Sequence[str] = DEFAULT_PAIRED) -> list[str]:
+def paired_table(
+    groups: Sequence[Group], metrics: Sequence[str] = DEFAULT_PAIRED, within: Sequence[str] = ()
+) -> list[str]:
     """Markdown lines: for every pair of groups (A before B) and metric (names of :data:`PAIRED_METRICS`),
     B − A over the seeds both ran.
 
-    A group in which a seed appears twice is not paired (the pairing would be ambiguous); it says so.
+    ``within``: grouping keys whose values a pair must share (``env.name`` compares the arms of each task,
+    never one task's arm against another task's). A group in which a seed appears twice is not paired
+    (the pairing would be ambiguous); it says so.
 
     Example:
         >>> from pathlib import Path
@@ -219,6 +223,11 @@ def paired_table(groups: Sequence[Group], metrics: Sequence[str] = DEFAULT_PAIRE
         >>> lines = paired_table([g("a", [0.5, 0.6]), g("b", [0.6, 0.8])])
         >>> lines[2].split(" | ")[:5]
         ['| arm=a', 'arm=b', 'final validation success', '2', '+0.150']
+        >>> def h(task, arm, finals):
+        ...     return Group({"task": task, "arm": arm}, g(arm, finals).runs)
+        >>> four = [h("x", "a", [0.5]), h("x", "b", [0.6]), h("y", "a", [0.1]), h("y", "b", [0.3])]
+        >>> [line.split(" | ")[:2] for line in paired_table(four, ["final"], within=["task"])[2:]]
+        [['| task=x, arm=a', 'task=x, arm=b'], ['| task=y, arm=a', 'task=y, arm=b']]
     """
     lines = [
         "| A | B | metric | pairs | mean B − A | 95% CI (t) | 95% CI (bootstrap) | p (sign-flip) | B > A / B < A "
@@ -228,6 +237,8 @@ def paired_table(groups: Sequence[Group], metrics: Sequence[str] = DEFAULT_PAIRE
     notes = []
     for i, a in enumerate(groups):
         for b in groups[i + 1 :]:
+            if any(a.values.get(k) != b.values.get(k) for k in within):
+                continue
             seeds_a, seeds_b = [_seed(r) for r in a.runs], [_seed(r) for r in b.runs]
             twice = [g.label for g, seeds in ((a, seeds_a), (b, seeds_b)) if len(set(map(str, seeds))) < len(seeds)]
             if twice:
@@ -399,11 +410,14 @@ def markdown_report(
     dropped: Sequence[tuple[Run, Run]] = (),
     base: str | Path | None = None,
     paired: Sequence[str] = DEFAULT_PAIRED,
+    within: Sequence[str] = (),
 ) -> str:
     """The whole ``report.md``: the table, paired differences, Spearman correlations, dropped duplicates, runs, plots.
 
     ``paired``: the metrics the paired differences compare (names of :data:`PAIRED_METRICS`); other
     than the default, the report names them, so ``ragen-report --check`` compares the same ones.
+    ``within``: grouping keys whose values the compared groups share (see :func:`paired_table`); the
+    report names them too.
 
     Run dirs are shown relative to ``base`` (the result set's folder) when given, so the report does
     not depend on where it was regenerated.
@@ -444,6 +458,9 @@ def markdown_report(
     unknown = [m for m in paired if m not in PAIRED_METRICS]
     if unknown or not paired:
         raise ValueError(f"paired metrics must be some of {sorted(PAIRED_METRICS)}, got {list(paired)}")
+    outside = [k for k in within if k not in keys]
+    if outside:
+        raise ValueError(f"within keys must be grouping keys {list(keys)}, got {outside}")
     out += [summary_table(keys, groups, paired), ""]
     named = (
         []
@@ -457,12 +474,14 @@ def markdown_report(
             "",
         ]
     )
-    paired_lines = paired_table(groups, paired)
+    paired_lines = paired_table(groups, paired, within)
     if paired_lines:
+        # named in the text, so ragen-report --check pairs the same groups (cli.paired_within_keys)
+        pairs = "For every pair of groups" + (" with the same " + ", ".join(f"`{k}`" for k in within) if within else "")
         out += [
             "## Paired differences (B − A on the same seed)",
             "",
-            "For every pair of groups, each metric's difference B − A on each seed both ran. 95% intervals of "
+            pairs + ", each metric's difference B − A on each seed both ran. 95% intervals of "
             f"the mean difference by Student's t and by the percentile bootstrap ({RESAMPLES} resamples, "
             f"seed {STAT_SEED}); p: two-sided paired sign-flip permutation test (exact up to "
             f"{EXACT_LIMIT.bit_length() - 1} pairs); B > A / B < A: seeds where B is above / below A. "

@@ -3,7 +3,6 @@ say what they show (inspected on the matplotlib figures)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -54,15 +53,6 @@ def test_committed_result_sets_are_recomputable_or_marked():
     for page in sorted(RESULTS.glob("*/report.md")):
         if page.parent not in with_data:
             assert page.read_text().splitlines()[2].startswith(NOT_RECOMPUTABLE), page
-
-
-def test_t3_results_md_regenerates_from_results_json():
-    spec = importlib.util.spec_from_file_location("t3_truncation", ROOT / "experiments" / "t3_truncation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    folder = RESULTS / "t3_cpu"
-    runs = json.loads((folder / "results.json").read_text())["runs"]
-    assert module.markdown_table(module.summarize_results(runs)) == (folder / "results.md").read_text()
 
 
 def test_check_reports_a_stale_report_and_exits_1(tmp_path, capsys):
@@ -313,6 +303,40 @@ def test_paired_rejects_an_unknown_metric(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(folder), "--paired", "speed"])
     assert "invalid choice: 'speed'" in capsys.readouterr().err
+
+
+def test_within_pairs_each_tasks_arms_only_and_check_reads_it_back(tmp_path, capsys):
+    # two tasks x two arms x 2 seeds; final success: task x 0.5 / 0.6, task y 0.1 / 0.4 (+0.01 seed)
+    root = tmp_path / "set"
+    for task, finals in (("x", (0.5, 0.6)), ("y", (0.1, 0.4))):
+        for enabled, final in zip((False, True), finals):
+            for seed in range(2):
+                run = root / "runs" / f"{task}_{enabled}_seed{seed}"
+                run.mkdir(parents=True)
+                summary = {
+                    "config": {"seed": seed, "env": {"name": task}, "t3": {"enabled": enabled}},
+                    "val_start": {"success": 0.2},
+                    "val_end": {"success": final + 0.01 * seed},
+                    "history": [],
+                    "iterations": 2,
+                }
+                (run / "summary.json").write_text(json.dumps(summary))
+    write_report([root], root, by=["env.name", "t3.enabled"], paired=["final"], within=["env.name"], plots=False)
+    text = (root / "report.md").read_text()
+    rows = [line for line in text.splitlines() if "| final validation success |" in line]
+    # 2 of the 6 pairs of groups share env.name: true − false is +0.1 on x and +0.3 on y, on both seeds
+    assert [r.split(" | ")[:5] for r in rows] == [
+        ["| env.name=x, t3.enabled=false", "env.name=x, t3.enabled=true", "final validation success", "2", "+0.100"],
+        ["| env.name=y, t3.enabled=false", "env.name=y, t3.enabled=true", "final validation success", "2", "+0.300"],
+    ]
+    assert "For every pair of groups with the same `env.name`, each metric's" in text
+    assert check_result_set(root) == ""
+    # without --within the cross-task pairs come back: a stale report by --check's regeneration
+    write_report([root], root, by=["env.name", "t3.enabled"], paired=["final"], plots=False)
+    assert len([line for line in (root / "report.md").read_text().splitlines() if "| final validation" in line]) == 6
+    # a key the report is not grouped by is bad input
+    assert main([str(root), "--out", str(tmp_path / "o"), "--by", "t3.enabled", "--within", "env.name"]) == 2
+    assert "--within env.name: not a grouping key (grouped by t3.enabled)" in capsys.readouterr().err
 
 
 def test_paired_diagnostic_change_by_hand(tmp_path):
