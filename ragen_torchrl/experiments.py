@@ -57,11 +57,11 @@ __all__ = [
 ]
 
 COST_NOTE = (
-    "seconds per iteration measured in the committed runs of snr_filter_frozenlake, template_collapse and "
-    "mi_vs_entropy (each run's wall time less its validations, two runs at a time on a 2-core machine: "
-    "FrozenLake SNR 6.7 s none / 4.4 s top-p), the others in earlier runs (default run 9.2 s/iteration, "
-    "Sokoban 32.5 / 30.0 s, T3 GuessNumbers 14.8 / 12.6 s, CircuitDecoding 23.2 / 21.9 s); FrozenLake "
-    "validation ~0.05 s per level; one torch thread per run"
+    "seconds per iteration measured in the committed runs of snr_filter_frozenlake, template_collapse, "
+    "mi_vs_entropy and t3_cpu (each run's wall time less its validations, two runs at a time on a 2-core "
+    "machine: FrozenLake SNR 6.7 s none / 4.4 s top-p; T3 GuessNumbers 32.8 s without / 6.6 s with T3, "
+    "CircuitDecoding 24.3 / 11.9 s), the others in earlier runs (default run 9.2 s/iteration, Sokoban "
+    "32.5 / 30.0 s); validation ~0.05 s per level; one torch thread per run"
 )
 
 
@@ -286,10 +286,11 @@ _register(
         "fewer rollout tokens. GuessNumbers and CircuitDecoding (small presets), without and with T3.",
         overrides=("+experiment=t3_cpu",),
         arms=tuple(
-            Arm(f"{short}_{arm}", (f"env={env}", f"t3.enabled={flag}"), 20, s, 2 * 128, 0.3, env)
+            # validations at 0, 10 and 20 on 128 levels
+            Arm(f"{short}_{arm}", (f"env={env}", f"t3.enabled={flag}"), 20, s, 3 * 128, 0.05, env)
             for env, short, costs in (
-                ("guess_numbers_small", "gn", (14.8, 12.6)),
-                ("circuit_decoding_small", "cd", (23.2, 21.9)),
+                ("guess_numbers_small", "gn", (32.8, 6.6)),
+                ("circuit_decoding_small", "cd", (24.3, 11.9)),
             )
             for (arm, flag), s in zip((("no_t3", "false"), ("t3", "true")), costs)
         ),
@@ -298,7 +299,7 @@ _register(
         # T3's claims are about realised episodes too: turns and generated tokens per episode, paired by seed
         report_paired=("final", "peak", "turns", "tokens"),
         report_within=("env.name",),
-        warm_starts={"guess_numbers_small": 600.0, "circuit_decoding_small": 600.0},
+        warm_starts={"guess_numbers_small": 370.0, "circuit_decoding_small": 505.0},
     )
 )
 
