@@ -340,7 +340,7 @@ _register(
         seeds=(0, 1, 2, 3, 4),
         report_by=("filter.name",),
         # the claim is about the arms' diagnostics over training, not only their success
-        report_paired=("final", "peak", "mi_late", "mi_change", "retrieval_change", "entropy_change"),
+        report_paired=("final", "peak", "mi_late", "mi_change", "retrieval_change", "entropy_change", "length_change"),
     )
 )
 

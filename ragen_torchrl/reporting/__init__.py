@@ -20,6 +20,7 @@ from .cli import check_result_set, main, write_report
 from .runs import Run, RunError, find_runs, load_run, load_runs, read_scalars_csv, result_set_runs
 from .stats import (
     DIAGNOSTICS,
+    TRAINING_DIAGNOSTICS,
     Group,
     bootstrap_interval,
     correlation_test,
@@ -42,6 +43,7 @@ from .table import markdown_report, summary_table
 
 __all__ = [
     "DIAGNOSTICS",
+    "TRAINING_DIAGNOSTICS",
     "Group",
     "Run",
     "RunError",

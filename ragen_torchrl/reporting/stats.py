@@ -25,6 +25,7 @@ from .runs import Run
 
 __all__ = [
     "DIAGNOSTICS",
+    "TRAINING_DIAGNOSTICS",
     "CorrelationTest",
     "PairedComparison",
     "bootstrap_interval",
@@ -86,6 +87,13 @@ DIAGNOSTICS = (
         "reasoning token entropy (nats/token)",
         ("collapse/trajectory/reasoning_token_entropy_mean", "collapse/trajectory/reasoning_entropy"),
     ),
+)
+
+#: the diagnostics tracked over training (early vs late): :data:`DIAGNOSTICS` and the reasoning length,
+#: which RAGEN-2 §4.2 reports falling under template collapse (it is not a predictor of final success there)
+TRAINING_DIAGNOSTICS = (
+    *DIAGNOSTICS,
+    Diagnostic("reasoning_length", "reasoning length (tokens)", ("collapse/trajectory/reasoning_length",)),
 )
 
 # config keys that name files or folders: never a swept key

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from .runs import Run
 from .stats import (
-    DIAGNOSTICS,
     EXACT_LIMIT,
     MIN_CORRELATION_N,
     RESAMPLES,
     STAT_SEED,
+    TRAINING_DIAGNOSTICS,
     DiagnosticPoints,
     Group,
     early_mean,
@@ -63,7 +63,7 @@ OPTIONAL_COLUMNS = (
 
 def _diagnostic_change(slug: str, late_only: bool = False):
     """A run's change late − early (or its late mean) of the diagnostic ``slug``, over the first / last 20%."""
-    diagnostic = next(d for d in DIAGNOSTICS if d.slug == slug)
+    diagnostic = next(d for d in TRAINING_DIAGNOSTICS if d.slug == slug)
 
     def value(run: Run) -> float | None:
         key = diagnostic.key_for(run)
@@ -87,6 +87,7 @@ PAIRED_METRICS = {
     "mi_change": ("MI z-score change, late − early", _diagnostic_change("mi_zscore"), 3),
     "retrieval_change": ("retrieval accuracy change, late − early", _diagnostic_change("retrieval_accuracy"), 3),
     "entropy_change": ("reasoning entropy change, late − early", _diagnostic_change("reasoning_entropy"), 3),
+    "length_change": ("reasoning length change, late − early", _diagnostic_change("reasoning_length"), 1),
 }
 #: what the paired table compares unless asked otherwise
 DEFAULT_PAIRED = ("final", "peak")
@@ -285,7 +286,7 @@ def change_table(groups: Sequence[Group], fraction: float = 0.2) -> list[str]:
         "| late > early / late < early |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for d in DIAGNOSTICS:
+    for d in TRAINING_DIAGNOSTICS:
         for g in groups:
             early, late = {}, {}
             for r in g.runs:
@@ -525,7 +526,8 @@ def markdown_report(
             f"Each diagnostic's mean over the first {pct} (early) and the last {pct} (late) of a run's iterations "
             "(at least its first / last logged value), mean ± SE over the group's runs; the change late − early "
             "is paired within each run, with its 95% t interval and sign-flip p as above. RAGEN-2's template "
-            "collapse shows as MI z-score and retrieval accuracy falling while reasoning entropy stays flat.",
+            "collapse shows as MI z-score and retrieval accuracy falling while reasoning entropy stays flat, "
+            "and as reasoning length falling.",
             "",
             *changes,
             "",
