@@ -346,8 +346,13 @@ def test_paired_diagnostic_change_by_hand(tmp_path):
         for seed in range(3):
             run = tmp_path / "set" / "runs" / f"{arm}{seed}"
             run.mkdir(parents=True)
+            # reasoning length: a 12 -> 10 tokens, b 12 -> 12 -> length change b − a = +2
             history = [
-                {"iteration": i, "collapse/trajectory/mi_zscore": 3.0 if i <= 2 else late + 0.1 * seed}
+                {
+                    "iteration": i,
+                    "collapse/trajectory/mi_zscore": 3.0 if i <= 2 else late + 0.1 * seed,
+                    "collapse/trajectory/reasoning_length": 12.0 if i <= 2 else 9.0 + late,
+                }
                 for i in range(1, 11)
             ]
             summary = {
@@ -359,10 +364,14 @@ def test_paired_diagnostic_change_by_hand(tmp_path):
             }
             (run / "summary.json").write_text(json.dumps(summary))
     folder = tmp_path / "set"
-    write_report([folder], folder, paired=["mi_change", "mi_late"], plots=False)
+    write_report([folder], folder, paired=["mi_change", "mi_late", "length_change"], plots=False)
     lines = (folder / "report.md").read_text().splitlines()
     change = next(line for line in lines if "| MI z-score change, late − early | 3 |" in line)
     assert "| 3 | +2.000 | [+2.000, +2.000] |" in change and "| 3 / 0 |" in change
     late = next(line for line in lines if "| MI z-score, last 20% of iterations | 3 |" in line)
     assert "| 3 | +2.000 |" in late
+    length = next(line for line in lines if "| reasoning length change, late − early | 3 |" in line)
+    assert "| 3 | +2.0 | [+2.0, +2.0] |" in length
+    over_training = next(line for line in lines if line.startswith("| reasoning length (tokens) | arm=a |"))
+    assert "| 3 | 12.000 ± 0.000 | 10.000 ± 0.000 | -2.000 |" in over_training
     assert check_result_set(folder) == ""
