@@ -88,6 +88,7 @@ class _VisualBoard:
 
     palette: dict[str, Tile]
     tile_px: int
+    coord_frames: bool
     visual_observation: str
 
     def board(self, game: TextGame) -> list[str]:
@@ -95,7 +96,9 @@ class _VisualBoard:
 
     def render(self, game: TextGame) -> torch.Tensor:
         """The uint8 ``[3, H, W]`` image of ``game``'s board."""
-        return torch.from_numpy(render_board(self.board(game), self.palette, self.tile_px))
+        return torch.from_numpy(
+            render_board(self.board(game), self.palette, self.tile_px, coord_frames=self.coord_frames)
+        )
 
     def observation_text(self, game: TextGame, prefix: str = "") -> str:
         if self.visual_observation == "image":
@@ -121,10 +124,12 @@ class _VisualBoard:
         return out
 
 
-def _check_visual(observation: str, tile_px: int) -> None:
+def _check_visual(observation: str, tile_px: int, coord_frames: bool) -> None:
     check_choice("observation", observation, VISUAL_OBSERVATIONS)
     if isinstance(tile_px, bool) or not isinstance(tile_px, int) or tile_px < 1:
         raise ValueError(f"tile_px must be a positive integer, got {tile_px!r}")
+    if not isinstance(coord_frames, bool):
+        raise ValueError(f"coord_frames must be true or false, got {coord_frames!r}")
 
 
 class VisualSokobanEnv(_VisualBoard, SokobanEnv):
@@ -134,6 +139,8 @@ class VisualSokobanEnv(_VisualBoard, SokobanEnv):
         observation: ``"image"`` (default: the user message says only :data:`IMAGE_TEXT`) or
             ``"image+text"`` (the text env's grid and coordinates as well).
         tile_px: pixels per cell side (default 28: one Qwen2-VL image token per cell).
+        coord_frames: frame each tile in a colour that encodes its row and column (default; see
+            :mod:`ragen_torchrl.envs.games.render`), so a small model can tell where a tile is.
         **kwargs: everything :class:`~ragen_torchrl.envs.sokoban.SokobanEnv` takes.
 
     Example:
@@ -144,9 +151,11 @@ class VisualSokobanEnv(_VisualBoard, SokobanEnv):
 
     palette = SOKOBAN_PALETTE
 
-    def __init__(self, *, observation: str = "image", tile_px: int = DEFAULT_TILE_PX, **kwargs: Any) -> None:
-        _check_visual(observation, tile_px)
-        self.visual_observation, self.tile_px = observation, tile_px
+    def __init__(
+        self, *, observation: str = "image", tile_px: int = DEFAULT_TILE_PX, coord_frames: bool = True, **kwargs: Any
+    ) -> None:
+        _check_visual(observation, tile_px, coord_frames)
+        self.visual_observation, self.tile_px, self.coord_frames = observation, tile_px, coord_frames
         super().__init__(**kwargs)
 
     def board(self, game: TextGame) -> list[str]:
@@ -162,6 +171,8 @@ class VisualFrozenLakeEnv(_VisualBoard, FrozenLakeEnv):
         text_observation: the text env's ``observation`` (``"annotated"`` or ``"paper"``), used by
             ``"image+text"``.
         tile_px: pixels per cell side (default 28: one Qwen2-VL image token per cell).
+        coord_frames: frame each tile in a colour that encodes its row and column (default; see
+            :mod:`ragen_torchrl.envs.games.render`), so a small model can tell where a tile is.
         **kwargs: everything :class:`~ragen_torchrl.envs.frozenlake.FrozenLakeEnv` takes.
 
     Example:
@@ -178,10 +189,11 @@ class VisualFrozenLakeEnv(_VisualBoard, FrozenLakeEnv):
         observation: str = "image",
         text_observation: str = "annotated",
         tile_px: int = DEFAULT_TILE_PX,
+        coord_frames: bool = True,
         **kwargs: Any,
     ) -> None:
-        _check_visual(observation, tile_px)
-        self.visual_observation, self.tile_px = observation, tile_px
+        _check_visual(observation, tile_px, coord_frames)
+        self.visual_observation, self.tile_px, self.coord_frames = observation, tile_px, coord_frames
         super().__init__(observation=text_observation, **kwargs)
 
     def board(self, game: TextGame) -> list[str]:

@@ -629,6 +629,37 @@ class SokobanEnvConfig(TurnEnvConfig):
 
 
 @dataclass
+class VisualFrozenLakeEnvConfig(FrozenLakeEnvConfig):
+    name: str = setting("frozenlake_visual", "FrozenLake observed as a rendered board image")
+    observation: str = setting(
+        "image",
+        "image (the user text only says the board is in the image) | image+text (the text observation as well)",
+        _lazy_choice("..envs.visual", "VISUAL_OBSERVATIONS"),
+    )
+    text_observation: str = setting(
+        "annotated", "the text part of image+text: annotated | paper", _choice("annotated", "paper")
+    )
+    tile_px: int = setting(28, "pixels per cell: 28 = one Qwen2-VL image token per cell", _env_int)
+    coord_frames: bool = setting(
+        True, "frame each tile in a colour encoding its row (red) and column (blue)", check_bool
+    )
+
+
+@dataclass
+class VisualSokobanEnvConfig(SokobanEnvConfig):
+    name: str = setting("sokoban_visual", "Sokoban observed as a rendered room image")
+    observation: str = setting(
+        "image",
+        "image (the user text only says the board is in the image) | image+text (the text observation as well)",
+        _lazy_choice("..envs.visual", "VISUAL_OBSERVATIONS"),
+    )
+    tile_px: int = setting(28, "pixels per cell: 28 = one Qwen2-VL image token per cell", _env_int)
+    coord_frames: bool = setting(
+        True, "frame each tile in a colour encoding its row (red) and column (blue)", check_bool
+    )
+
+
+@dataclass
 class BanditEnvConfig(TurnEnvConfig):
     name: str = setting("bandit", "two-armed bandit, one turn")
     payout_seeding: str = setting(
@@ -784,6 +815,8 @@ class SituationPuzzlesEnvConfig(ActiveEnvConfig):
 ENV_SCHEMAS: dict[str, type] = {
     "frozenlake": FrozenLakeEnvConfig,
     "sokoban": SokobanEnvConfig,
+    "frozenlake_visual": VisualFrozenLakeEnvConfig,
+    "sokoban_visual": VisualSokobanEnvConfig,
     "bandit": BanditEnvConfig,
     "countdown": CountdownEnvConfig,
     "metamathqa": MetaMathQAEnvConfig,

@@ -66,6 +66,29 @@ def test_render_board_odd_tile_and_custom_palette():
     assert (second[:, marker].T == [7, 8, 9]).all() and (second[:, ~marker].T == [10, 20, 30]).all()
 
 
+def test_coord_frames_by_hand():
+    # a 3 x 2 board of 14 px tiles: border max(1, 14 // 7) = 2 px, red = 255 * row / 2, blue = 255 * col / 1
+    plain = render_board(["__", "__", "_P"], FROZENLAKE_PALETTE, tile_px=14)
+    img = render_board(["__", "__", "_P"], FROZENLAKE_PALETTE, tile_px=14, coord_frames=True)
+    border = np.zeros((14, 14), dtype=bool)
+    border[:2, :] = border[-2:, :] = border[:, :2] = border[:, -2:] = True
+    for r, red in enumerate([0, 128, 255]):
+        for c, blue in enumerate([0, 255]):
+            tile = img[:, 14 * r : 14 * (r + 1), 14 * c : 14 * (c + 1)]
+            assert (tile[:, border].T == [red, 0, blue]).all(), (r, c)
+            inner = plain[:, 14 * r : 14 * (r + 1), 14 * c : 14 * (c + 1)]
+            np.testing.assert_array_equal(tile[:, ~border], inner[:, ~border])
+    assert img[:, 35, 21].tolist() == list(RED)  # the player's marker is clear of the frame
+
+
+def test_visual_env_coord_frames_switch():
+    framed = make_env("frozenlake_visual", num_envs=1, desc=["SF", "FG"], tile_px=7).reset()[K.IMAGE][0]
+    plain = make_env("frozenlake_visual", num_envs=1, desc=["SF", "FG"], tile_px=7, coord_frames=False).reset()[K.IMAGE][0]
+    assert framed[:, 7, 13].tolist() == [255, 0, 255] and plain[:, 7, 13].tolist() == list(GOAL)
+    board = frozenlake_board(["SF", "FG"], (0, 0))
+    assert torch.equal(plain, torch.from_numpy(render_board(board, FROZENLAKE_PALETTE, 7)))
+
+
 def test_render_board_sokoban_box_on_target_keeps_the_target_colour():
     img = render_board(["√"], SOKOBAN_PALETTE, tile_px=4)
     assert img[:, 0, 0].tolist() == [150, 220, 150] and img[:, 1, 1].tolist() == [170, 110, 40]
@@ -102,7 +125,7 @@ def test_frozenlake_images_follow_the_player_and_rewards_match_the_text_env():
     text = make_env("frozenlake", num_envs=2, desc=desc)
     seeds = TensorDict(level_seed=torch.tensor([0, 0]), batch_size=[2])
     td, td_text = visual.reset(seeds.clone()), text.reset(seeds.clone())
-    start = torch.from_numpy(render_board(frozenlake_board(desc, (0, 0)), FROZENLAKE_PALETTE, 4))
+    start = torch.from_numpy(render_board(frozenlake_board(desc, (0, 0)), FROZENLAKE_PALETTE, 4, coord_frames=True))
     assert torch.equal(td[K.IMAGE][0], start) and torch.equal(td[K.IMAGE][1], start)
     replies = ["<think>r</think><answer>Right</answer>", "<think>d</think><answer>Down</answer>"]
     nxt = visual.step(_reply(td, replies))["next"]
@@ -110,7 +133,7 @@ def test_frozenlake_images_follow_the_player_and_rewards_match_the_text_env():
     for key in (K.REWARD, K.DONE, K.SUCCESS, K.ACTION_IS_VALID):
         assert torch.equal(nxt[key], nxt_text[key]), key
     for row, player in enumerate([(0, 1), (1, 0)]):  # Right onto ice, Down into the hole
-        want = torch.from_numpy(render_board(frozenlake_board(desc, player), FROZENLAKE_PALETTE, 4))
+        want = torch.from_numpy(render_board(frozenlake_board(desc, player), FROZENLAKE_PALETTE, 4, coord_frames=True))
         assert torch.equal(nxt[K.IMAGE][row], want)
     assert nxt[K.HISTORY_PROMPT][0].content[-1] == IMAGE_TEXT
 
@@ -126,7 +149,7 @@ def test_sokoban_image_and_solve_match_the_text_env():
     nxt = visual.step(_reply(td, reply))["next"]
     nxt_text = text.step(_reply(td_text, reply))["next"]
     assert nxt[K.REWARD].item() == pytest.approx(nxt_text[K.REWARD].item()) and nxt[K.SUCCESS].item()
-    want = torch.from_numpy(render_board(["#####", "#_P√#", "#####"], SOKOBAN_PALETTE, 2))
+    want = torch.from_numpy(render_board(["#####", "#_P√#", "#####"], SOKOBAN_PALETTE, 2, coord_frames=True))
     assert torch.equal(nxt[K.IMAGE][0], want)
 
 
@@ -136,13 +159,18 @@ def test_step_of_a_sub_batch_writes_its_rows_images():
     sub = _reply(td[1:2].clone(), ["<think>r</think><answer>Right</answer>"])
     nxt = env.step(sub)["next"]
     assert nxt[K.IMAGE].shape == (1, 3, 4, 4)
-    want = torch.from_numpy(render_board(frozenlake_board(["SF", "FG"], (0, 1)), FROZENLAKE_PALETTE, 2))
+    want = torch.from_numpy(render_board(frozenlake_board(["SF", "FG"], (0, 1)), FROZENLAKE_PALETTE, 2, coord_frames=True))
     assert torch.equal(nxt[K.IMAGE][0], want)
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
-    [({"observation": "text"}, "observation"), ({"tile_px": 0}, "tile_px"), ({"tile_px": True}, "tile_px")],
+    [
+        ({"observation": "text"}, "observation"),
+        ({"tile_px": 0}, "tile_px"),
+        ({"tile_px": True}, "tile_px"),
+        ({"coord_frames": "yes"}, "coord_frames"),
+    ],
 )
 @pytest.mark.parametrize("cls", [VisualSokobanEnv, VisualFrozenLakeEnv])
 def test_bad_arguments_name_the_key(cls, kwargs, match):

@@ -11,6 +11,13 @@ The default ``tile_px`` is 28: Qwen2-VL cuts images into 14 px patches and merge
 into one language-model token, so a 28 px tile is exactly one image token and a small model
 reads one cell per token.
 
+``coord_frames=True`` also frames every tile in a colour that encodes where it is: red grows with
+the row and blue with the column, from 0 on the first to 255 on the last (green 0), in a border of
+``max(1, tile_px // 7)`` pixels (4 at 28 px, inside the tile and clear of the marker). A small
+vision-language model cannot tell one tile's position from another's by its multimodal rope
+alone (a tiny text tower's height and width rope sections turn by almost nothing per tile), so
+the frame puts each tile's row and column into its own pixels.
+
 Example:
     >>> img = render_board(["#P"], SOKOBAN_PALETTE, tile_px=4)
     >>> img.shape, img.dtype
@@ -96,8 +103,11 @@ def frozenlake_board(desc: Sequence[str], player: tuple[int, int]) -> list[str]:
     return rows
 
 
-def render_board(board: Sequence[str], palette: Mapping[str, Tile], tile_px: int = DEFAULT_TILE_PX) -> np.ndarray:
-    """The uint8 ``[3, rows * tile_px, cols * tile_px]`` image of ``board`` (channels first, RGB).
+def render_board(
+    board: Sequence[str], palette: Mapping[str, Tile], tile_px: int = DEFAULT_TILE_PX, *, coord_frames: bool = False
+) -> np.ndarray:
+    """The uint8 ``[3, rows * tile_px, cols * tile_px]`` image of ``board`` (channels first, RGB);
+    ``coord_frames``: each tile framed in its position colour (see the module docstring).
 
     Raises ``ValueError`` for an empty or ragged board, a symbol not in ``palette`` or a
     ``tile_px`` below 1.
@@ -107,6 +117,9 @@ def render_board(board: Sequence[str], palette: Mapping[str, Tile], tile_px: int
         >>> img[0].tolist()  # red channel: ice, then the player's square inside ice
         [[200, 200, 200, 200, 200, 200, 200, 200], [200, 200, 200, 200, 200, 220, 220, 200], \
 [200, 200, 200, 200, 200, 220, 220, 200], [200, 200, 200, 200, 200, 200, 200, 200]]
+        >>> framed = render_board(["__", "__"], FROZENLAKE_PALETTE, tile_px=7, coord_frames=True)
+        >>> framed[:, 0, 0].tolist(), framed[:, 7, 13].tolist(), framed[:, 3, 3].tolist()  # (0, 0), (1, 1), inside
+        ([0, 0, 0], [255, 0, 255], [200, 230, 255])
     """
     if isinstance(tile_px, bool) or not isinstance(tile_px, int) or tile_px < 1:
         raise ValueError(f"tile_px must be a positive integer, got {tile_px!r}")
@@ -120,7 +133,27 @@ def render_board(board: Sequence[str], palette: Mapping[str, Tile], tile_px: int
         raise ValueError(f"render_board: symbols {unknown} are not in the palette ({sorted(palette)})")
     tiles = {symbol: _tile(t, tile_px) for symbol, t in palette.items()}
     grid = [[tiles[s] for s in row] for row in board]
-    return np.ascontiguousarray(np.block(grid))
+    img = np.ascontiguousarray(np.block(grid))
+    if coord_frames:
+        _frame_tiles(img, len(board), width, tile_px)
+    return img
+
+
+def _position_colour(index: int, count: int) -> int:
+    return round(255 * index / (count - 1)) if count > 1 else 0
+
+
+def _frame_tiles(img: np.ndarray, rows: int, cols: int, tile_px: int) -> None:
+    """Paint each tile's border (in place) red by its row and blue by its column."""
+    b = max(1, tile_px // 7)
+    for r in range(rows):
+        for c in range(cols):
+            colour = np.array([_position_colour(r, rows), 0, _position_colour(c, cols)], dtype=np.uint8)[:, None, None]
+            tile = img[:, r * tile_px : (r + 1) * tile_px, c * tile_px : (c + 1) * tile_px]
+            tile[:, :b, :] = colour
+            tile[:, -b:, :] = colour
+            tile[:, :, :b] = colour
+            tile[:, :, -b:] = colour
 
 
 def _tile(tile: Tile, tile_px: int) -> np.ndarray:
