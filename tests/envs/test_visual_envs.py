@@ -83,7 +83,9 @@ def test_coord_frames_by_hand():
 
 def test_visual_env_coord_frames_switch():
     framed = make_env("frozenlake_visual", num_envs=1, desc=["SF", "FG"], tile_px=7).reset()[K.IMAGE][0]
-    plain = make_env("frozenlake_visual", num_envs=1, desc=["SF", "FG"], tile_px=7, coord_frames=False).reset()[K.IMAGE][0]
+    plain = make_env("frozenlake_visual", num_envs=1, desc=["SF", "FG"], tile_px=7, coord_frames=False).reset()[
+        K.IMAGE
+    ][0]
     assert framed[:, 7, 13].tolist() == [255, 0, 255] and plain[:, 7, 13].tolist() == list(GOAL)
     board = frozenlake_board(["SF", "FG"], (0, 0))
     assert torch.equal(plain, torch.from_numpy(render_board(board, FROZENLAKE_PALETTE, 7)))
@@ -159,7 +161,9 @@ def test_step_of_a_sub_batch_writes_its_rows_images():
     sub = _reply(td[1:2].clone(), ["<think>r</think><answer>Right</answer>"])
     nxt = env.step(sub)["next"]
     assert nxt[K.IMAGE].shape == (1, 3, 4, 4)
-    want = torch.from_numpy(render_board(frozenlake_board(["SF", "FG"], (0, 1)), FROZENLAKE_PALETTE, 2, coord_frames=True))
+    want = torch.from_numpy(
+        render_board(frozenlake_board(["SF", "FG"], (0, 1)), FROZENLAKE_PALETTE, 2, coord_frames=True)
+    )
     assert torch.equal(nxt[K.IMAGE][0], want)
 
 
