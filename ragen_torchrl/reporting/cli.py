@@ -219,7 +219,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(PAIRED_METRICS),
         metavar="METRIC",
         help="a metric the paired differences compare (repeatable): "
-        + ", ".join(f"{k} ({v[0]})" for k, v in PAIRED_METRICS.items())
+        # argparse %-formats help strings: a literal % must be doubled
+        + ", ".join(f"{k} ({v[0]})" for k, v in PAIRED_METRICS.items()).replace("%", "%%")
         + f"; default: {' '.join(DEFAULT_PAIRED)}",
     )
     p.add_argument(

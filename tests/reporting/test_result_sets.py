@@ -375,3 +375,12 @@ def test_paired_diagnostic_change_by_hand(tmp_path):
     over_training = next(line for line in lines if line.startswith("| reasoning length (tokens) | arm=a |"))
     assert "| 3 | 12.000 ± 0.000 | 10.000 ± 0.000 | -2.000 |" in over_training
     assert check_result_set(folder) == ""
+
+
+def test_help_prints_every_paired_metric(capsys):
+    # argparse %-formats help strings: a metric described with "20%" once crashed --help
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "mi_late (MI z-score, last 20% of iterations)" in " ".join(out.split())
