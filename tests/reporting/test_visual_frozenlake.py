@@ -49,7 +49,11 @@ def test_success_table(runs):
         assert round(s["val_start"]["success"], 3) == start and round(s["val_start"]["success_stderr"], 3) == 0.019
         assert (round(s["val_end"]["success"], 3), round(s["val_end"]["success_stderr"], 3)) == (end, end_se), arm
         assert (round(got_diff, 3), round(got_se, 1)) == (diff, in_se), arm
-        assert (round(s["val_peak"]["success"], 3), s["val_peak"]["iteration"], s["val_peak"]["levels"]) == (peak, at, 128)
+        assert (round(s["val_peak"]["success"], 3), s["val_peak"]["iteration"], s["val_peak"]["levels"]) == (
+            peak,
+            at,
+            128,
+        )
         assert round(s["val_end"]["format_valid"], 3) == valid, arm
         assert s["val_start"]["format_valid"] == 1.0
 
