@@ -80,3 +80,16 @@ def test_the_drift_at_the_default_learning_rate(runs):
 
     assert round(kl("none_lr2e-4", 1, 40), 3) == 0.006 and round(kl("none_lr2e-4", 51, 60), 3) == 0.036
     assert kl("none_lr1e-4", 51, 60) < 0.004
+
+
+def test_the_bare_command_at_the_preset_reproduces_the_lr_1e4_run(runs):
+    bare = read_summary(SET / "bare_command" / "summary.json")
+    assert bare["provenance"]["git"]["commit"].startswith("ba1fff1") and bare["provenance"]["git"]["dirty"] is False
+    assert bare["config"]["algo"]["lr"] == 1e-4 and bare["config"]["sft"]["steps"] == 1500
+    assert (round(bare["val_start"]["success"], 3), round(bare["val_end"]["success"], 3)) == (0.764, 0.822)
+    assert round(bare["val_end"]["success_stderr"], 3) == 0.017
+    assert (round(bare["phases"]["total"]["wall"]), round(bare["phases"]["warm_start"]["wall"])) == (914, 592)
+    same = runs["none_lr1e-4"]["val_end"]
+    assert {k: v for k, v in bare["val_end"].items() if k != "seconds"} == {
+        k: v for k, v in same.items() if k != "seconds"
+    }
