@@ -629,15 +629,13 @@ class SokobanEnvConfig(TurnEnvConfig):
 
 
 @dataclass
-class VisualFrozenLakeEnvConfig(FrozenLakeEnvConfig):
-    name: str = setting("frozenlake_visual", "FrozenLake observed as a rendered board image")
+class _VisualBoardConfig:
+    """The keys every board-image env adds to its text env (``ragen_torchrl.envs.visual``)."""
+
     observation: str = setting(
         "image",
         "image (the user text only says the board is in the image) | image+text (the text observation as well)",
         _lazy_choice("..envs.visual", "VISUAL_OBSERVATIONS"),
-    )
-    text_observation: str = setting(
-        "annotated", "the text part of image+text: annotated | paper", _choice("annotated", "paper")
     )
     tile_px: int = setting(28, "pixels per cell: 28 = one Qwen2-VL image token per cell", _env_int)
     coord_frames: bool = setting(
@@ -646,17 +644,16 @@ class VisualFrozenLakeEnvConfig(FrozenLakeEnvConfig):
 
 
 @dataclass
-class VisualSokobanEnvConfig(SokobanEnvConfig):
+class VisualFrozenLakeEnvConfig(_VisualBoardConfig, FrozenLakeEnvConfig):
+    name: str = setting("frozenlake_visual", "FrozenLake observed as a rendered board image")
+    text_observation: str = setting(
+        "annotated", "the text part of image+text: annotated | paper", _lazy_choice("..envs.frozenlake", "OBSERVATIONS")
+    )
+
+
+@dataclass
+class VisualSokobanEnvConfig(_VisualBoardConfig, SokobanEnvConfig):
     name: str = setting("sokoban_visual", "Sokoban observed as a rendered room image")
-    observation: str = setting(
-        "image",
-        "image (the user text only says the board is in the image) | image+text (the text observation as well)",
-        _lazy_choice("..envs.visual", "VISUAL_OBSERVATIONS"),
-    )
-    tile_px: int = setting(28, "pixels per cell: 28 = one Qwen2-VL image token per cell", _env_int)
-    coord_frames: bool = setting(
-        True, "frame each tile in a colour encoding its row (red) and column (blue)", check_bool
-    )
 
 
 @dataclass
