@@ -111,8 +111,9 @@ class FilterGuard:
     * **Empty selection**: an iteration that keeps no group is skipped by the trainer; after
       ``max_consecutive_empty`` consecutive empty iterations training stops (0 disables).
     * **Reward-variance collapse**: ``base`` = mean ``in_group_std_mean`` over the first ``warmup``
-      non-empty iterations; training stops once the last ``patience`` **non-empty** iterations all
-      have ``in_group_std_mean < ratio * base``. Empty iterations (nothing kept, no update) enter
+      non-empty iterations; training stops once the last ``patience`` **non-empty** iterations after
+      the warm-up all have ``in_group_std_mean < ratio * base`` (the window starts empty when the base is
+      set, as in the reference, so the earliest stop is at non-empty iteration ``warmup + patience``). Empty iterations (nothing kept, no update) enter
       neither the warm-up nor the window, so a run of skipped iterations cannot trip the rule on its
       own. A base of 0 disables the rule.
 
@@ -205,7 +206,11 @@ class FilterGuard:
                 self._warmup_values.append(std)
                 if len(self._warmup_values) == self.warmup:
                     self.base_std = sum(self._warmup_values) / self.warmup
-            self._window.append(std)
+                # as the reference: the window starts empty once the base is set, so the warm-up
+                # iterations that made the base never count as collapsed (earliest stop: warmup + patience)
+                self._window.clear()
+            else:
+                self._window.append(std)
             limit = self.ratio * self.base_std if self.base_std else None
             if limit is not None and len(self._window) == self.patience and all(v < limit for v in self._window):
                 reason = (
@@ -265,8 +270,10 @@ class ValidationStop:
     The paper stops a run on reward-variance collapse (:class:`FilterGuard`) *or* sustained low
     validation success; the reference stops when the validation success rate is below
     ``threshold`` (1%) for ``patience`` (5) consecutive validations. Call :meth:`update` once per
-    validation with the success rate in [0, 1]; a validation at or above the threshold resets the
-    count. Applies with and without a filter.
+    validation with the success rate in [0, 1] and its iteration; a validation at or above the threshold
+    resets the count. The validation before training (iteration 0) is not counted: the reference only logs
+    it, so a run that never succeeds stops at the ``patience``-th validation after training started.
+    Applies with and without a filter.
 
     Args:
         threshold: success rates strictly below this count as low. Defaults to 0.01.
@@ -278,10 +285,10 @@ class ValidationStop:
 
     Examples:
         >>> stop = ValidationStop(threshold=0.01, patience=2)
-        >>> stop.update(0.0) is None, stop.update(0.5) is None, stop.update(0.005) is None
+        >>> stop.update(0.0, 0) is None, stop.update(0.0, 10) is None, stop.update(0.5, 20) is None
         (True, True, True)
-        >>> stop.update(0.0)
-        'validation_success: below 0.01 for 2 consecutive validations'
+        >>> stop.update(0.005, 30) is None, stop.update(0.0, 40)
+        (True, 'validation_success: below 0.01 for 2 consecutive validations')
     """
 
     def __init__(self, threshold: float = 0.01, patience: int = 5, *, enabled: bool = True):
@@ -309,11 +316,16 @@ class ValidationStop:
         val = dict(cfg.get("val_stop") or {})
         return cls(**{k: val[k] for k in ("threshold", "patience", "enabled") if k in val})
 
-    def update(self, success: float) -> str | None:
-        """Record one validation success rate; return a stop reason or ``None``."""
+    def update(self, success: float, iteration: int) -> str | None:
+        """Record the validation success rate at ``iteration``; return a stop reason or ``None``.
+
+        Iteration 0 (before training) is checked but not counted.
+        """
         success = check_number("validation success", success, minimum=0.0)
         if success > 1.0:
             raise ValueError(f"validation success must be a rate in [0, 1], got {success!r}")
+        if check_int("validation iteration", iteration, minimum=0) == 0:
+            return None
         self.consecutive_low = self.consecutive_low + 1 if success < self.threshold else 0
         if not self.enabled or self.consecutive_low < self.patience:
             return None
@@ -327,7 +339,7 @@ class ValidationStop:
 
         Examples:
             >>> s = ValidationStop()
-            >>> _ = s.update(0.0)
+            >>> _ = s.update(0.0, 10)
             >>> s.metrics()
             {'val_consecutive_low': 1.0, 'val_patience': 5.0}
         """

@@ -460,7 +460,7 @@ class Trainer:
         if self.val_peak.success is not None:
             logged.add("val", {"peak_success": self.val_peak.success})
         if stop_rule:
-            reason = self.val_stop.update(stats["success"])
+            reason = self.val_stop.update(stats["success"], step)
             logged.add("stop", self.val_stop.metrics())
             if reason and not self.stop_reason:
                 self.stop_reason = reason

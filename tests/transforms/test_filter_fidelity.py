@@ -100,14 +100,14 @@ def test_validation_stop_by_hand():
     # reference: stop when validation success is below 1% for 5 consecutive validations
     stop = ValidationStop()
     assert (stop.threshold, stop.patience, stop.enabled) == (0.01, 5, True)
-    for s in (0.0, 0.005, 0.0, 0.0):
-        assert stop.update(s) is None
-    assert stop.update(0.01) is None  # exactly 1% is not "below 1%": the count resets
+    for it, s in zip((10, 20, 30, 40), (0.0, 0.005, 0.0, 0.0)):
+        assert stop.update(s, it) is None
+    assert stop.update(0.01, 50) is None  # exactly 1% is not "below 1%": the count resets
     assert stop.consecutive_low == 0
-    for s in (0.0, 0.009, 0.0, 0.0):
-        assert stop.update(s) is None
+    for it, s in zip((60, 70, 80, 90), (0.0, 0.009, 0.0, 0.0)):
+        assert stop.update(s, it) is None
     assert stop.metrics() == {"val_consecutive_low": 4.0, "val_patience": 5.0}
-    reason = stop.update(0.0)  # 5th in a row
+    reason = stop.update(0.0, 100)  # 5th in a row
     assert reason == "validation_success: below 0.01 for 5 consecutive validations"
     assert stop.stop_reason == reason
     # a resumed run continues the count
@@ -116,7 +116,36 @@ def test_validation_stop_by_hand():
     assert other.state_dict() == stop.state_dict() and other.consecutive_low == 5
     # disabled: counts, never stops
     off = ValidationStop(patience=1, enabled=False)
-    assert off.update(0.0) is None and off.consecutive_low == 1
+    assert off.update(0.0, 10) is None and off.consecutive_low == 1
+
+
+def test_validation_stop_does_not_count_the_validation_before_training():
+    # success 0 at iterations 0, 10, ..., 50: the reference only logs the initial validation, so
+    # the 5 low validations that stop the run are those at 10..50 (stop at 50, not at 40)
+    stop = ValidationStop()
+    assert [stop.update(0.0, it) for it in (0, 10, 20, 30, 40)] == [None] * 5
+    assert stop.consecutive_low == 4
+    assert stop.update(0.0, 50) == "validation_success: below 0.01 for 5 consecutive validations"
+    with pytest.raises(ValueError, match="validation iteration"):
+        ValidationStop().update(0.0, -1)
+
+
+def test_collapse_window_starts_after_the_warm_up():
+    # in-group std [1, 0 x 9] sets the base 0.1 (limit 0.01) at iteration 10; then std 0 on: the
+    # reference clears the window when the base is set, so the 10 collapsed iterations it needs are
+    # 11..20 (the warm-up's own zeros do not count: no stop at 11)
+    guard = FilterGuard()
+    stds = [1.0] + [0.0] * 9 + [0.0] * 10
+    reasons = [guard.update({"empty_after_filter": 0.0, "in_group_std_mean": s}) for s in stds]
+    assert guard.base_std == pytest.approx(0.1)
+    first = next(i for i, r in enumerate(reasons, start=1) if r is not None)
+    assert first == 20 and reasons[19].startswith("reward_variance_collapse")
+    # empty iterations enter neither the warm-up nor the window
+    guard = FilterGuard(max_consecutive_empty=0, warmup=2, patience=2)
+    feed = [(0, 1.0), (0, 1.0), (1, 0.0), (0, 0.0), (1, 0.0), (0, 0.0)]
+    reasons = [guard.update({"empty_after_filter": float(e), "in_group_std_mean": s}) for e, s in feed]
+    assert reasons[:5] == [None] * 5 and reasons[5].startswith("reward_variance_collapse")
+    assert guard.metrics()["collapse_window_below"] == 2.0
 
 
 def test_validation_stop_config_and_errors():
@@ -140,9 +169,9 @@ def test_validation_stop_config_and_errors():
     with pytest.raises(ValueError, match="filter.val_stop moved to trainer.early_stop.val_stop"):
         validate_filter_config({"val_stop": {"patience": 3}})
     with pytest.raises(ValueError, match="rate in"):
-        ValidationStop().update(2.0)
+        ValidationStop().update(2.0, 10)
     with pytest.raises(ValueError, match="finite"):
-        ValidationStop().update(float("nan"))
+        ValidationStop().update(float("nan"), 10)
 
 
 # ---------------------------------------------------------------------- filter.value ranges
