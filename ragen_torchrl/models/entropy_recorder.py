@@ -7,9 +7,10 @@ entropy; ``metric: entropy_std``: by the spread of entropy inside a group, RAGEN
 logits of every decoding step and stores ``H(softmax(logits))`` per row: no extra forward pass,
 and ``O(batch)`` memory per step instead of keeping the ``[batch, steps, vocab]`` logits.
 
-Custom logits processors run before the sampling warpers (temperature, top-p), so the recorded
-entropy is the policy's own distribution at temperature 1, the same quantity the loss's entropy
-bonus measures.
+Custom logits processors run before the sampling warpers (temperature, top-p), so the recorder
+divides the logits by the rollout temperature itself: the recorded entropy is that of
+``softmax(logits / T)``, the distribution sampled, the same quantity the loss's entropy bonus
+measures (the losses score at the rollout temperature too).
 
 Example:
     >>> import torch
@@ -37,10 +38,20 @@ class EntropyRecorder(LogitsProcessor):
 
     Call :meth:`clear` before a ``generate`` call and :meth:`row_sums` after it, with the number
     of tokens each row actually generated (rows that finished early keep being decoded on
-    padding; those steps are ignored).
+    padding; those steps are ignored). ``temperature``: the sampling temperature (the entropy is
+    of ``softmax(logits / temperature)``; 0, greedy, records at 1).
+
+    Example:
+        >>> rec = EntropyRecorder(temperature=0.5)
+        >>> _ = rec(torch.zeros(1, 1, dtype=torch.long), torch.tensor([[2.0, 0.0]]))  # p = [0.982, 0.018]
+        >>> round(rec.row_sums([1])[0].item(), 4)
+        0.0901
     """
 
-    def __init__(self) -> None:
+    def __init__(self, temperature: float = 1.0) -> None:
+        if isinstance(temperature, bool) or not 0 <= float(temperature) < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        self.temperature = float(temperature) or 1.0
         self._steps: list[torch.Tensor] = []
 
     def clear(self) -> None:
@@ -49,6 +60,8 @@ class EntropyRecorder(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         logits = scores.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         logp = torch.log_softmax(logits, dim=-1)
         # -sum p log p, with 0 * -inf := 0 for masked (-inf) logits
         h = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
@@ -81,14 +94,16 @@ def attach_entropy_recorder(policy) -> EntropyRecorder:
     """Add an :class:`EntropyRecorder` to a torchrl ``TransformersWrapper``'s generate call.
 
     torchrl's wrapper does not forward ``logits_processor`` from its constructor arguments,
-    so the recorder is added to the built wrapper's ``generate_kwargs``.
+    so the recorder is added to the built wrapper's ``generate_kwargs``. It records at the
+    ``temperature`` of those kwargs when they sample (``do_sample``), at 1 when they decode greedily.
     """
     from transformers import LogitsProcessorList
 
     kwargs = getattr(policy, "generate_kwargs", None)
     if kwargs is None:
         raise TypeError(f"{type(policy).__name__} has no generate_kwargs: not a transformers generation wrapper")
-    rec = EntropyRecorder()
+    temperature = kwargs.get("temperature") if kwargs.get("do_sample") else None
+    rec = EntropyRecorder(1.0 if temperature is None else float(temperature))
     procs = LogitsProcessorList(list(kwargs.get("logits_processor") or []))
     procs.append(rec)
     kwargs["logits_processor"] = procs

@@ -41,7 +41,7 @@ from torchrl.objectives.llm.grpo import LLMLossOutput
 from ..data.dense import trim_padding
 from ..keys import MASKS_ASSISTANT, MASKS_ATTENTION, REF_LOG_PROBS_FULL
 from ..options import AlgoOptions
-from .logprobs import token_dist
+from .logprobs import scoring_temperature, token_dist
 
 #: default ``entropy_coeff`` of every loss class here: the value of ``configs/algo/*.yaml``
 #: (torchrl's ``GRPOLoss`` defaults to 0.01)
@@ -308,6 +308,13 @@ class TokenStatsMixin:
             real = tensordict.get(MASKS_ATTENTION, as_padded_tensor=True, padding_side="left", padding_value=False)
             action = action.masked_fill(~real.bool(), -100)  # a dense batch pads with a token id
             return dist.log_prob(action.to(dist.logits.device)), dist, False
+        if scoring_temperature(actor) != 1.0:
+            # torchrl's history path scores softmax(logits): the rollout sampled softmax(logits / T)
+            raise ValueError(
+                f"{type(self).__name__}: the actor's rollout temperature is {scoring_temperature(actor)}, but this "
+                "batch goes through the wrapper's history path, which scores at temperature 1; give the batch "
+                "('tokens', 'full') and its assistant and attention masks (attach_training_data writes them)"
+            )
         return super()._get_cur_log_prob(tensordict)
 
     def _on_policy_log_weight(self, tensordict: TensorDictBase):

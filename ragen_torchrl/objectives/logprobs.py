@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, lazy_stack
 from torchrl.modules.distributions import LLMMaskedCategorical
@@ -64,9 +66,11 @@ __all__ = [
     "TRAIN_ON",
     "attach_training_data",
     "behaviour_batch",
+    "check_temperature",
     "compute_behaviour_log_probs",
     "make_logprob_policy",
     "masked_mean",
+    "scoring_temperature",
     "token_dist",
     "tokenize_conversations",
     "training_view",
@@ -83,14 +87,20 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1)
 
 
-def make_logprob_policy(model, tokenizer, *, reply_prime: str = "", processor=None) -> TransformersWrapper:
+def make_logprob_policy(
+    model, tokenizer, *, reply_prime: str = "", processor=None, temperature: float = 1.0
+) -> TransformersWrapper:
     """History-mode ``TransformersWrapper`` that scores (does not generate) conversations.
 
     ``reply_prime``: the text the rollout policy appended to every prompt (``"<think>"`` under
     ``rollout.prime_think``); the training rows leave it out of the assistant mask.
     ``processor``: a vision-language model's :class:`~ragen_torchrl.models.vision.VLProcessor`
     (``actor.vl_processor``): :func:`token_dist` passes a batch's images to the model with it.
+    ``temperature``: the rollout's sampling temperature (``actor.temperature``): :func:`token_dist`
+    scores ``log_softmax(logits / temperature)``, the distribution the tokens were drawn from, in
+    the behaviour, reference and loss passes alike (0, greedy rollouts, scores at 1).
     """
+    temperature = check_temperature(temperature)
     actor = TransformersWrapper(
         model,
         tokenizer=tokenizer,
@@ -102,7 +112,39 @@ def make_logprob_policy(model, tokenizer, *, reply_prime: str = "", processor=No
     )
     actor.reply_prime = reply_prime
     actor.vl_processor = processor
+    actor.temperature = temperature
     return actor
+
+
+def check_temperature(temperature) -> float:
+    """``temperature`` as a float, or a ``ValueError`` naming it (a finite number >= 0).
+
+    Example:
+        >>> check_temperature(1), check_temperature(0.5)
+        (1.0, 0.5)
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    return float(temperature)
+
+
+def scoring_temperature(actor) -> float:
+    """The temperature ``actor``'s scores divide the logits by: its ``temperature``, 1 when it has none or 0.
+
+    Greedy rollouts (temperature 0) have no softmax to match; they are scored at 1.
+
+    Example:
+        >>> class Actor:
+        ...     temperature = 0.5
+        >>> scoring_temperature(Actor()), scoring_temperature(object())
+        (0.5, 1.0)
+    """
+    return float(getattr(actor, "temperature", 1.0) or 1.0)
+
+
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    # the rollout drew from softmax(logits / T): score that distribution (verl divides in both passes)
+    return logits if temperature == 1.0 else logits / temperature
 
 
 def training_view(records: TensorDictBase) -> TensorDictBase:
@@ -493,7 +535,11 @@ def token_dist(
     ``shared_prefix`` (with ``compact``): rows whose prompts are identical run that prompt through
     the model once (:func:`~ragen_torchrl.objectives.shared_prefix.shared_prefix_logits`), same
     values up to float round-off; ignored for a model it does not support.
+
+    The logits are divided by the actor's rollout temperature (:func:`scoring_temperature`), so
+    log-probs and entropies are those of the distribution the rollout sampled from.
     """
+    temperature = scoring_temperature(actor)
     pad = actor.tokenizer.pad_token_id
     device = next(actor.model.parameters()).device
     tokens = tensordict.get(tokens_key, as_padded_tensor=True, padding_side="left", padding_value=pad)
@@ -509,7 +555,7 @@ def token_dist(
             [row[k] for row, k in zip(mask.bool(), keep)],
             **actor.generate_kwargs,
         )
-        return CompactMaskedCategorical(logits, mask.bool().to(device))
+        return CompactMaskedCategorical(_tempered(logits, temperature), mask.bool().to(device))
     kwargs = dict(actor.generate_kwargs)
     if vision is not None:  # the images go with the whole sequence: one padded pass (no shared-prefix split)
         kwargs.update({k: v.to(device) for k, v in vision.items()})
@@ -517,6 +563,7 @@ def token_dist(
         logits = masked_position_logits(actor.model, tokens.to(device), attention.long().to(device), mask, **kwargs)
     else:
         logits = actor.model(tokens.to(device), attention.long().to(device), **kwargs)["logits"]
+    logits = _tempered(logits, temperature)  # before the placeholders' floor, which a division would overflow
     if vision is not None:
         logits = suppress_vision_tokens(logits, actor.model)  # the policy never samples a placeholder
     if compact:

@@ -222,8 +222,13 @@ class Trainer:
             # weights are gathered for generation, and ranks generate different lengths
             for p in (self.policy, self.val_policy):
                 p.generate_kwargs["synced_gpus"] = False
+        # scored at the rollout temperature: behaviour, reference and loss see the distribution sampled
         self.actor = make_logprob_policy(
-            self.model, self.tokenizer, reply_prime=self.reply_prime, processor=self.processor
+            self.model,
+            self.tokenizer,
+            reply_prime=self.reply_prime,
+            processor=self.processor,
+            temperature=rcfg.temperature,
         )
         a = cfg.algo
         try:
@@ -235,7 +240,11 @@ class Trainer:
         if float(a.kl_coeff) > 0:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_actor = make_logprob_policy(
-                ref_model, self.tokenizer, reply_prime=self.reply_prime, processor=self.processor
+                ref_model,
+                self.tokenizer,
+                reply_prime=self.reply_prime,
+                processor=self.processor,
+                temperature=rcfg.temperature,
             )
         if self.fsdp:
             shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
