@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..flat_config import flatten_config
+from ..validation_peak import can_set_peak, peak_of
 from .runs import Run
 
 __all__ = [
@@ -35,10 +36,13 @@ __all__ = [
     "incomplete_beta",
     "min_detectable_effect",
     "paired_comparison",
+    "peak_candidates",
     "peak_success",
     "run_identity",
     "run_totals",
+    "sign_flip_min_p",
     "sign_flip_pvalue",
+    "t_test_power",
     "t_cdf",
     "t_interval",
     "t_quantile",
@@ -591,19 +595,100 @@ def sign_flip_pvalue(diffs: Sequence[float], resamples: int = RESAMPLES, seed: i
     return hits / (resamples + 1)
 
 
+def _normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _t_test_power_integrated(crit: float, df: int, nc: float, steps: int = 2000) -> float:
+    """P(|T| > crit), T noncentral t(df, nc), by Simpson's rule over the chi variable U = sqrt(V), V ~ chi2(df).
+
+    T = (Z + nc) / (U / sqrt(df)), so P(|T| > crit) = E_U[Phi(nc - crit U / sqrt(df)) + Phi(-crit U / sqrt(df) - nc)];
+    U's density u^(df-1) exp(-u^2 / 2) / (2^(df/2-1) Gamma(df/2)) is smooth for df >= 1 and negligible past
+    sqrt(df) + 12.
+    """
+    top = math.sqrt(df) + 12.0
+    h = top / steps
+    log_norm = (df / 2.0 - 1.0) * math.log(2.0) + math.lgamma(df / 2.0)
+    total = 0.0
+    for i in range(steps + 1):
+        u = i * h
+        if u == 0.0 and df > 1:
+            continue  # the density is 0 there
+        density = math.exp((df - 1) * math.log(u) - u * u / 2.0 - log_norm) if u > 0 else math.exp(-log_norm)
+        s = crit * u / math.sqrt(df)
+        w = 1 if i in (0, steps) else (4 if i % 2 else 2)
+        total += w * density * (_normal_cdf(nc - s) + _normal_cdf(-s - nc))
+    return total * h / 3.0
+
+
+def t_test_power(effect: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test of ``n`` pairs at a true mean difference of ``effect`` sd.
+
+    The exact power from the noncentral t: P(|T| > t_{1-alpha/2, n-1}) with T ~ t(n - 1, effect · sqrt(n));
+    ``scipy.stats.nct`` when scipy is installed (and finite), else a numeric integration.
+
+    Example:
+        >>> round(t_test_power(0.0, 5), 6)   # no effect: the test's size
+        0.05
+        >>> round(t_test_power(3.264, 3), 3)
+        0.8
+    """
+    if n < 2:
+        raise ValueError(f"t_test_power: n={n} pairs; the paired t-test needs at least 2")
+    df = n - 1
+    crit = t_quantile(1.0 - alpha / 2.0, df)
+    nc = float(effect) * math.sqrt(n)
+    try:
+        from scipy.stats import nct
+    except ImportError:
+        nct = None
+    if nct is not None:
+        power = float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+        if math.isfinite(power):
+            return power
+    return _t_test_power_integrated(crit, df, nc)
+
+
 def min_detectable_effect(sd_diff: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
     """The smallest true mean difference a paired t-test of ``n`` pairs detects with ``power`` at two-sided ``alpha``.
 
-    MDE = (t_{1-alpha/2, n-1} + t_{power, n-1}) · sd_diff / sqrt(n) (the noncentral t approximated by a
-    shifted central t). NaN for fewer than 2 pairs.
+    The effect, in units of ``sd_diff``, at which :func:`t_test_power` (the exact noncentral t) reaches ``power``,
+    found by bisection; times ``sd_diff``. NaN for fewer than 2 pairs.
 
     Example:
-        >>> round(min_detectable_effect(1.0, 5), 4)   # (2.7764 + 0.9410) / sqrt(5)
-        1.6625
+        >>> round(min_detectable_effect(1.0, 3), 3), round(min_detectable_effect(1.0, 5), 3)
+        (3.264, 1.682)
     """
     if n < 2 or not math.isfinite(sd_diff):
         return math.nan
-    return (t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)) * sd_diff / math.sqrt(n)
+    # the shifted central t, (t_{1-alpha/2} + t_{power}) / sqrt(n), is slightly below the exact effect
+    guess = (t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)) / math.sqrt(n)
+    lo, hi = 0.0, guess
+    while t_test_power(hi, n, alpha) < power:
+        lo, hi = hi, hi * 1.5
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if t_test_power(mid, n, alpha) < power:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-10 * hi:
+            break
+    return (lo + hi) / 2.0 * sd_diff
+
+
+def sign_flip_min_p(n: int) -> float:
+    """The smallest p-value the exact two-sided sign-flip test of ``n`` pairs can give: 2 / 2^n (1 for one pair).
+
+    Below 0.05 only from 6 pairs on: with 5 or fewer no result is significant at 0.05, whatever the data.
+
+    Example:
+        >>> sign_flip_min_p(5), sign_flip_min_p(6)
+        (0.0625, 0.03125)
+    """
+    if n < 1:
+        return math.nan
+    return min(1.0, 2.0 / 2**n)
 
 
 @dataclass(frozen=True)
@@ -779,10 +864,41 @@ def drop_duplicates(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Run
     return [r for r in runs if id(r) not in gone], dropped
 
 
-def peak_success(run: Run) -> tuple[int, float] | None:
-    """``(iteration, success)`` of the best validation after training started (the earliest on ties).
+def _finite_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    The validation before training (iteration 0) does not count; ``None`` when there is no later one.
+
+def _levels(stats: dict) -> float | None:
+    n = stats.get("num_trajectories")
+    return float(n) if _finite_number(n) else None
+
+
+def peak_candidates(run: Run) -> list[tuple[int, float]]:
+    """``(iteration, success)`` of the validations that can set the run's peak
+    (:func:`~ragen_torchrl.validation_peak.can_set_peak`): after iteration 0, on as many levels as the final
+    validation played (the full validation set).
+
+    Example:
+        >>> from pathlib import Path
+        >>> peak_candidates(Run(Path("r"), {}, [], [(0, {"success": 0.6, "num_trajectories": 512}),
+        ...     (10, {"success": 0.7, "num_trajectories": 128}), (60, {"success": 0.58, "num_trajectories": 512})]))
+        [(60, 0.58)]
+    """
+    final = run.val[-1][1] if run.val else {}
+    full = _levels(final)
+    return [
+        (it, float(st["success"]))
+        for it, st in run.val
+        if _finite_number(st.get("success")) and can_set_peak(it, _levels(st), full)
+    ]
+
+
+def peak_success(run: Run) -> tuple[int, float] | None:
+    """``(iteration, success)`` of the run's peak validation (:func:`~ragen_torchrl.validation_peak.peak_of`):
+    the best of :func:`peak_candidates`, the earliest on ties; ``None`` when there is none.
+
+    The validation before training (iteration 0) does not count, nor does a periodic validation on fewer
+    levels than the final one: the trainer's ``val_peak`` follows the same rule.
 
     Example:
         >>> from pathlib import Path
@@ -790,11 +906,7 @@ def peak_success(run: Run) -> tuple[int, float] | None:
         ...                                        (20, {"success": 0.7}), (30, {"success": 0.7})]))
         (20, 0.7)
     """
-    pts = [(it, v) for it, v in run.val_series("success") if it > 0]
-    if not pts:
-        return None
-    best = max(v for _, v in pts)
-    return next((it, v) for it, v in pts if v == best)
+    return peak_of([(it, v, None) for it, v in peak_candidates(run)], None)
 
 
 def final_point(run: Run) -> tuple[int, float] | None:

@@ -38,10 +38,15 @@ from .stats import (
     late_mean,
     mean_se,
     paired_comparison,
+    peak_candidates,
     peak_success,
     run_totals,
+    sign_flip_min_p,
     update_times,
 )
+
+#: the most pairs the sign-flip test enumerates exactly (2^n sign patterns <= EXACT_LIMIT)
+MAX_EXACT_PAIRS = EXACT_LIMIT.bit_length() - 1
 
 __all__ = [
     "GroupRow",
@@ -227,7 +232,7 @@ def paired_table(
         >>> def h(task, arm, finals):
         ...     return Group({"task": task, "arm": arm}, g(arm, finals).runs)
         >>> four = [h("x", "a", [0.5]), h("x", "b", [0.6]), h("y", "a", [0.1]), h("y", "b", [0.3])]
-        >>> [line.split(" | ")[:2] for line in paired_table(four, ["final"], within=["task"])[2:]]
+        >>> [line.split(" | ")[:2] for line in paired_table(four, ["final"], within=["task"])[2:4]]
         [['| task=x, arm=a', 'task=x, arm=b'], ['| task=y, arm=a', 'task=y, arm=b']]
     """
     lines = [
@@ -236,6 +241,7 @@ def paired_table(
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
+    small = set()  # pair counts at which the exact sign-flip test cannot reach p < 0.05
     for i, a in enumerate(groups):
         for b in groups[i + 1 :]:
             if any(a.values.get(k) != b.values.get(k) for k in within):
@@ -255,12 +261,32 @@ def paired_table(
                 c = paired_comparison(va, vb)
                 if c.n == 0:
                     continue
+                if c.n <= MAX_EXACT_PAIRS and sign_flip_min_p(c.n) >= 0.05:
+                    small.add(c.n)
                 ci = [f"[{num(lo, digits, True)}, {num(hi, digits, True)}]" for lo, hi in (c.t_ci, c.boot_ci)]
                 lines.append(
                     f"| {_escape(a.label)} | {_escape(b.label)} | {name} | {c.n} | {num(c.mean, digits, True)} | "
                     f"{ci[0]} | {ci[1]} | {num(c.p, 3)} | {c.b_greater} / {c.b_less} | {num(c.sd, digits)} | "
                     f"{num(c.mde, digits)} |"
                 )
+    if "peak" in metrics:
+        counts = sorted({len(peak_candidates(r)) for g in groups for r in g.runs})
+        if counts == [1]:
+            notes.append(
+                "- peak: in every run only the final validation played the full validation set, so the peak "
+                "is the final validation."
+            )
+        elif len(counts) > 1:
+            notes.append(
+                f"- peak: not on equal footing: the runs had {counts[0]} to {counts[-1]} validations that could "
+                "set it (a maximum over more validations is biased up); the final validation is the primary metric."
+            )
+    if small:
+        lowest = ", ".join(f"{num(sign_flip_min_p(n), 4)} at n = {n}" for n in sorted(small))
+        notes.append(
+            f"- n too small for the sign-flip test to reach p < 0.05: its smallest p with n pairs is 2 / 2^n "
+            f"({lowest}); read the intervals and the MDE there."
+        )
     if len(lines) == 2:
         return notes
     return lines + ([""] + notes if notes else [])
@@ -441,9 +467,10 @@ def markdown_report(
         "",
         f"{n_runs} runs in {len(groups)} groups, grouped by {by}. Mean ± standard error over the runs of a group "
         "(sample std / sqrt(n); a single run shows its value alone). Success: the validation success rate (fraction of the fixed "
-        "validation levels solved) before training (start), at the last validation (final) and the best "
-        "validation after training started (peak; periodic validations may use fewer levels than the start "
-        "and end ones). Iterations: the lengths of the group's runs. Update time, kept ratio and "
+        "validation levels solved) before training (start), at the last validation (final, the primary metric) and "
+        "the best validation after training started among those that played the full validation set (peak: "
+        "as many levels as the final one; iteration 0 and periodic validations on fewer levels do not count). "
+        "Iterations: the lengths of the group's runs. Update time, kept ratio and "
         "T3 truncation rate: each run's mean over its iterations, then mean ± SE over runs (an iteration whose "
         "update was skipped, e.g. the filter kept no group, counts as 0 s of update time). Optimizer steps, "
         "trained samples (trajectories the updates trained on) and tokens: each run's total.",
@@ -487,7 +514,7 @@ def markdown_report(
             f"seed {STAT_SEED}); p: two-sided paired sign-flip permutation test (exact up to "
             f"{EXACT_LIMIT.bit_length() - 1} pairs); B > A / B < A: seeds where B is above / below A. "
             "MDE: the smallest true mean difference a paired t-test at this number of pairs detects with "
-            "80% power at alpha 0.05, (t_{0.975, n−1} + t_{0.8, n−1}) · sd / sqrt(n), with sd the sample std "
+            "80% power at alpha 0.05, from the exact noncentral t distribution, with sd the sample std "
             "of the differences; a difference below it is not evidence of no effect.",
             "",
             *named,

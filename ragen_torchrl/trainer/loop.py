@@ -264,7 +264,8 @@ class Trainer:
         # success) apply to the unfiltered baseline too, so both arms stop under the same rules
         self.guard = FilterGuard.from_config(cfg.trainer.early_stop)
         self.val_stop = ValidationStop.from_config(cfg.trainer.early_stop)
-        self.val_peak = ValidationPeak()  # RAGEN-2's table metric: the best validation of the run
+        # RAGEN-2's table metric: the best validation after training started on the full level set
+        self.val_peak = ValidationPeak(levels=int(cfg.trainer.val_levels))
         self.stop_reason: str | None = None
 
         mi = cfg.diagnostics.mi
@@ -441,7 +442,8 @@ class Trainer:
         is untouched, so ``ragen-eval RUN_DIR`` reproduces the final validation exactly.
         With ``stop_rule`` the success rate feeds the sustained-low-validation stop
         (``trainer.early_stop.val_stop``); a stop reason is kept in :attr:`stop_reason`. Every validation
-        updates the run's peak (:attr:`val_peak`, logged as ``val/peak_success``). ``levels``: the
+        after training started on the full level set updates the run's peak (:attr:`val_peak`, logged as
+        ``val/peak_success`` once there is one; :mod:`~ragen_torchrl.validation_peak`). ``levels``: the
         first ``levels`` levels of the fixed set (default all ``trainer.val_levels``).
 
         Returns:
@@ -465,7 +467,7 @@ class Trainer:
                 )
         stats = self.dist.broadcast_object(stats)
         logged = Metrics().add("val", stats)
-        self.val_peak.update(step, stats)
+        self.val_peak.update(step, stats, levels=levels)
         if self.val_peak.success is not None:
             logged.add("val", {"peak_success": self.val_peak.success})
         if stop_rule:
@@ -751,9 +753,10 @@ class Trainer:
             if val_every and (step % val_every == 0) and not last:
                 v, scalars = self.validate(step=step, levels=self.periodic_val_levels())
                 self.history[-1].update(scalars)
+                peak = f", peak {self.val_peak.success:.3f}" if self.val_peak.success is not None else ""
                 self._print(
                     f"[val] iteration {step}: success {v['success']:.3f} ± {v['success_stderr']:.3f} "
-                    f"({v['num_trajectories']:.0f} levels), peak {self.val_peak.success:.3f}",
+                    f"({v['num_trajectories']:.0f} levels){peak}",
                     flush=True,
                 )
             if self.stop_reason:

@@ -24,6 +24,7 @@ from tensordict import TensorDictBase
 from torchrl.record.loggers import TensorboardLogger
 
 from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_TURNS, SUCCESS
+from ..validation_peak import can_set_peak, peak_of
 from .episode_frames import frame_strip
 
 __all__ = [
@@ -248,37 +249,44 @@ class ValidationPeak:
 
     RAGEN-2 (arXiv 2604.06268) reports the **peak** validation success over training; the trainer
     feeds every validation (at the start, every ``trainer.val_every`` iterations, at the end) to
-    :meth:`update`. The first validation reaching the maximum keeps it (a tie does not move the
-    peak to a later iteration). ``levels`` says how many levels that validation played (the
-    periodic validations may use fewer, ``trainer.val_every_levels``).
+    :meth:`update`, and those that :func:`~ragen_torchrl.validation_peak.can_set_peak` (after iteration 0,
+    on all ``levels`` of the fixed set) compete for it: a periodic validation on fewer levels
+    (``trainer.val_every_levels``) never sets it. The first validation reaching the maximum keeps it (a
+    tie does not move the peak to a later iteration).
+
+    Args:
+        levels: the full validation set's size (``trainer.val_levels``).
 
     Example:
-        >>> peak = ValidationPeak()
-        >>> [peak.update(it, {"success": s, "success_stderr": 0.1, "num_trajectories": 8})
-        ...  for it, s in [(0, 0.25), (10, 0.5), (20, 0.5), (30, 0.375)]]
-        [True, True, False, False]
+        >>> peak = ValidationPeak(levels=8)
+        >>> [peak.update(it, {"success": s, "success_stderr": 0.1}, levels=n)
+        ...  for it, s, n in [(0, 0.75, 8), (10, 0.5, 8), (20, 0.875, 4), (30, 0.5, 8), (40, 0.625, 8)]]
+        [False, True, False, False, True]
         >>> peak.as_dict()
-        {'success': 0.5, 'stderr': 0.1, 'iteration': 10, 'levels': 8}
+        {'success': 0.625, 'stderr': 0.1, 'iteration': 40, 'levels': 8}
     """
 
-    def __init__(self) -> None:
+    def __init__(self, levels: int) -> None:
+        self.full_levels = int(levels)
         self.success: float | None = None
         self.stderr: float | None = None
         self.iteration: int | None = None
         self.levels: int | None = None
 
-    def update(self, iteration: int, stats: dict) -> bool:
-        """Record one validation's stats (``success``, ``success_stderr``, ``num_trajectories``); True on a new peak."""
+    def update(self, iteration: int, stats: dict, levels: int) -> bool:
+        """Record one validation's stats (``success``, ``success_stderr``) on ``levels`` levels; True on a new peak."""
         success = float(stats["success"])
-        if not math.isfinite(success) or (self.success is not None and success <= self.success):
+        current = [] if self.success is None else [(self.iteration, self.success, self.levels)]
+        best = peak_of([*current, (int(iteration), success, int(levels))], self.full_levels)
+        if best is None or best == (self.iteration, self.success):
             return False
         self.success, self.iteration = success, int(iteration)
         self.stderr = float(stats.get("success_stderr", math.nan))
-        self.levels = int(stats.get("num_trajectories", 0))
+        self.levels = int(levels)
         return True
 
     def as_dict(self) -> dict | None:
-        """``{"success", "stderr", "iteration", "levels"}``, or ``None`` before the first validation."""
+        """``{"success", "stderr", "iteration", "levels"}``, or ``None`` while no validation could set the peak."""
         if self.success is None:
             return None
         return {"success": self.success, "stderr": self.stderr, "iteration": self.iteration, "levels": self.levels}
@@ -288,9 +296,9 @@ class ValidationPeak:
         return self.as_dict()
 
     def load_state_dict(self, state: dict | None) -> None:
-        """Restore :meth:`state_dict` (``None``: no validation yet)."""
-        self.__init__()
-        if state:
+        """Restore :meth:`state_dict` (``None``: no peak yet); a stored peak that cannot set it here is dropped."""
+        self.__init__(self.full_levels)
+        if state and can_set_peak(int(state["iteration"]), int(state["levels"]), self.full_levels):
             self.success, self.stderr = float(state["success"]), float(state["stderr"])
             self.iteration, self.levels = int(state["iteration"]), int(state["levels"])
 

@@ -18,10 +18,12 @@ from ragen_torchrl.reporting.stats import (
     paired_comparison,
     peak_success,
     run_totals,
+    sign_flip_min_p,
     sign_flip_pvalue,
     t_cdf,
     t_interval,
     t_quantile,
+    t_test_power,
 )
 
 
@@ -123,18 +125,53 @@ def test_paired_comparison_uses_only_seeds_both_arms_ran():
     others = [0.05, 0.1, 0.05, -0.05]
     hits = sum(abs(sum(x if m >> i & 1 else -x for i, x in enumerate(others))) >= 0.15 - 1e-12 for m in range(16))
     assert c.p == pytest.approx(hits / 16)
-    assert c.mde == pytest.approx((2.776445 + 0.940965) * c.sd / math.sqrt(5), rel=1e-5)
+    assert c.mde == pytest.approx(1.6819970 * c.sd, rel=1e-6)  # the exact noncentral-t MDE at n = 5
 
 
-def test_min_detectable_effect_has_the_stated_power():
+def test_min_detectable_effect_is_the_exact_noncentral_t():
+    # at n = 3 the paired t-test reaches 80% power at 3.264 sd (the shifted central t said 3.097)
     assert math.isnan(min_detectable_effect(1.0, 1))
+    assert min_detectable_effect(1.0, 3) == pytest.approx(3.264, abs=5e-4)
+    assert min_detectable_effect(2.0, 3) == pytest.approx(2 * min_detectable_effect(1.0, 3))
+    assert t_test_power(0.0, 4) == pytest.approx(0.05, abs=1e-9)  # no effect: the test's size
     stats = pytest.importorskip("scipy.stats")
-    for n in (5, 10, 30):
+    for n in (3, 5, 10, 30):
         mde = min_detectable_effect(1.0, n)
-        # power of the two-sided paired t-test at a true effect = MDE (noncentral t with nc = MDE sqrt(n) / sd)
         crit = stats.t.ppf(0.975, n - 1)
         power = stats.nct.sf(crit, n - 1, mde * math.sqrt(n)) + stats.nct.cdf(-crit, n - 1, mde * math.sqrt(n))
-        assert power == pytest.approx(0.8, abs=0.03), (n, power)  # the shifted-central-t approximation
+        assert power == pytest.approx(0.8, abs=1e-6), (n, power)
+
+
+def test_t_test_power_without_scipy_integrates_the_same_noncentral_t(monkeypatch):
+    import sys
+
+    with_scipy = [t_test_power(d, n) for n in (2, 3, 5, 12) for d in (0.3, 1.0, 2.5)]
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # the import fails: the numeric integration runs
+    without = [t_test_power(d, n) for n in (2, 3, 5, 12) for d in (0.3, 1.0, 2.5)]
+    assert without == pytest.approx(with_scipy, abs=1e-7)
+    assert min_detectable_effect(1.0, 3) == pytest.approx(3.264, abs=5e-4)
+
+
+def test_sign_flip_minimum_p_and_the_report_note():
+    # exact two-sided sign-flip: the all-same-sign patterns alone reach the observed |sum|: p >= 2 / 2^n
+    assert [sign_flip_min_p(n) for n in (1, 4, 5, 6)] == [1.0, 0.125, 0.0625, 0.03125]
+    assert sign_flip_pvalue([0.1, 0.2, 0.3, 0.4, 0.5]) == sign_flip_min_p(5)
+    from ragen_torchrl.reporting.stats import Group
+    from ragen_torchrl.reporting.table import paired_table
+
+    def arm(name, finals):
+        return Group(
+            {"arm": name},
+            [Run(Path(f"{name}{s}"), {"seed": s}, [], [(5, {"success": f})]) for s, f in enumerate(finals)],
+        )
+
+    five = paired_table([arm("a", [0.1] * 5), arm("b", [0.2, 0.3, 0.4, 0.5, 0.6])], ["final"])
+    assert "| 0.062 |" in five[2]  # every seed up: p = 0.0625, the smallest 5 pairs can give
+    assert (
+        five[-1].startswith("- n too small for the sign-flip test to reach p < 0.05") and "0.0625 at n = 5" in five[-1]
+    )
+    six = paired_table([arm("a", [0.1] * 6), arm("b", [0.2, 0.3, 0.4, 0.5, 0.6, 0.7])], ["final"])
+    assert not any("n too small" in line for line in six)
 
 
 def test_correlation_refuses_below_five_and_matches_scipy():
@@ -196,6 +233,42 @@ def test_peak_and_final_validation_with_iterations():
     assert final_point(run) == (40, 0.7)
     assert peak_success(Run(Path("r"), {}, [], [(0, {"success": 0.5})])) is None
     assert final_point(Run(Path("r"), {})) is None
+
+
+def test_the_peak_is_over_full_set_validations_after_training_started():
+    # the start (0.60 on 512) is before training; the periodic 128-level validations (0.55, 0.70) play
+    # fewer levels than the final one: only the final validation (0.58 on 512) can set the peak
+    def point(success, levels):
+        return {"success": success, "num_trajectories": float(levels)}
+
+    run = Run(
+        Path("r"),
+        {},
+        [],
+        [(0, point(0.60, 512)), (10, point(0.55, 128)), (20, point(0.70, 128)), (60, point(0.58, 512))],
+    )
+    assert peak_success(run) == (60, 0.58)
+    # every validation on the full set (trainer=paper): the best after the start, the earliest on ties
+    paper = Run(
+        Path("p"),
+        {},
+        [],
+        [
+            (0, point(0.9, 512)),
+            (10, point(0.6, 512)),
+            (20, point(0.7, 512)),
+            (30, point(0.7, 512)),
+            (40, point(0.65, 512)),
+        ],
+    )
+    assert peak_success(paper) == (20, 0.7)
+    # the trainer's running peak follows the same rule
+    from ragen_torchrl.trainer.run_log import ValidationPeak
+
+    peak = ValidationPeak(levels=512)
+    for it, st in run.val:
+        peak.update(it, {"success": st["success"], "success_stderr": 0.02}, levels=int(st["num_trajectories"]))
+    assert (peak.iteration, peak.success, peak.levels) == (60, 0.58, 512)
 
 
 def test_totals_from_the_summary_else_summed_else_unknown():

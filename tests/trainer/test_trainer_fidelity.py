@@ -198,7 +198,8 @@ def test_dapo_collapse_stop_reads_the_batch_before_dynamic_sampling(ragen_cache_
     # iteration 1: {3, 0} twice, std 3 / sqrt 2 = 2.1213 each -> base 2.1213, limit .21213.
     # Later: {0.5, 0} (std .35355) and the constant {1, 1} (std 0): mean .17678 < .21213 as sampled.
     # Dynamic sampling drops {1, 1} and refills with {0.5, 0}: its batch has mean .35355, which
-    # would never trip the rule. The window is [2.1213, .17678] after iteration 2, both below after 3.
+    # would never trip the rule. The window starts empty once the base is set: [.17678] after iteration 2,
+    # [.17678, .17678] (both below) after 3.
     trainer = _dapo_run(
         ragen_cache_dir,
         tmp_path,

@@ -57,14 +57,18 @@ def test_default_run_validates_every_10_iterations_on_128_levels_start_and_end_o
 
 
 def test_validation_peak_keeps_the_first_maximum_and_survives_a_checkpoint():
-    peak = ValidationPeak()
+    peak = ValidationPeak(levels=128)
     assert peak.as_dict() is None
-    for it, s in [(0, 0.1), (10, 0.4), (20, 0.4), (30, float("nan")), (40, 0.2)]:
-        peak.update(it, {"success": s, "success_stderr": 0.05, "num_trajectories": 128})
+    for it, s in [(0, 0.9), (10, 0.4), (20, 0.4), (30, float("nan")), (40, 0.2)]:
+        peak.update(it, {"success": s, "success_stderr": 0.05}, levels=128)
     assert peak.as_dict() == {"success": 0.4, "stderr": 0.05, "iteration": 10, "levels": 128}
-    again = ValidationPeak()
+    again = ValidationPeak(levels=128)
     again.load_state_dict(peak.state_dict())
     assert again.as_dict() == peak.as_dict()
+    # a stored peak that cannot set it under this run's level set (the start, or fewer levels) is dropped
+    for stored in ({**peak.as_dict(), "iteration": 0}, {**peak.as_dict(), "levels": 32}):
+        again.load_state_dict(stored)
+        assert again.as_dict() is None
 
 
 def _scripted_trainer(cache_dir, tmp_path, monkeypatch, successes, *overrides):
@@ -102,25 +106,27 @@ def _scripted_trainer(cache_dir, tmp_path, monkeypatch, successes, *overrides):
 
 @pytest.mark.slow
 def test_default_schedule_stops_on_sustained_low_validation_success(ragen_cache_dir, tmp_path, monkeypatch):
-    # the default preset (val_every 10, filter.val_stop: below 1% for 5 validations): the
-    # validations at iterations 0, 10, 20, 30 and 40 all read 0 -> the fifth stops training at
-    # iteration 40
+    # the default preset (val_every 10, filter.val_stop: below 1% for 5 validations): every validation
+    # reads 0; the one before training is not counted (as the reference), so the fifth low one is at
+    # iteration 50
     trainer, calls, _ = _scripted_trainer(
-        ragen_cache_dir, tmp_path, monkeypatch, [0.0] * 6, "trainer.val_levels=16", "trainer.val_every_levels=4"
+        ragen_cache_dir, tmp_path, monkeypatch, [0.0] * 7, "trainer.val_levels=16", "trainer.val_every_levels=4"
     )
     summary = trainer.fit()
     assert trainer.stop_reason == "validation_success: below 0.01 for 5 consecutive validations"
-    assert [h["iteration"] for h in trainer.history][-1] == 40 and len(trainer.history) == 40
-    assert calls == [16, 4, 4, 4, 4, 16]  # start and end on all levels, periodic ones on the first 4
-    assert summary["val_peak"] == {"success": 0.0, "stderr": 0.01, "iteration": 0, "levels": 16}
+    assert [h["iteration"] for h in trainer.history][-1] == 50 and len(trainer.history) == 50
+    assert calls == [16, 4, 4, 4, 4, 4, 16]  # start and end on all levels, periodic ones on the first 4
+    # the periodic validations play 4 of the 16 levels: only the final one can set the peak
+    assert summary["val_peak"] == {"success": 0.0, "stderr": 0.01, "iteration": 50, "levels": 16}
 
 
 @pytest.mark.slow
 def test_scripted_validations_stop_and_peak(ragen_cache_dir, tmp_path, monkeypatch, capsys):
     # val_every 2, patience 3, threshold 0.01: validations at iterations 0, 2, 4, 6, 8, 10 read
-    # 0.2, 0.0, 0.6, 0.0, 0.0, 0.0 -> low counts 0, 1, 0, 1, 2, 3: the stop fires at iteration 10;
-    # the end validation (0.1) does not feed the stop; the peak is 0.6 at iteration 4
-    successes = [0.2, 0.0, 0.6, 0.0, 0.0, 0.0, 0.1]
+    # 0.7, 0.0, 0.6, 0.0, 0.0, 0.0 -> low counts (iteration 0 not counted) 1, 0, 1, 2, 3: the stop fires
+    # at iteration 10; the end validation (0.1) does not feed the stop; the peak is 0.6 at iteration 4
+    # (the start's 0.7 is before training)
+    successes = [0.7, 0.0, 0.6, 0.0, 0.0, 0.0, 0.1]
     trainer, calls, logged = _scripted_trainer(
         ragen_cache_dir,
         tmp_path,
@@ -139,8 +145,7 @@ def test_scripted_validations_stop_and_peak(ragen_cache_dir, tmp_path, monkeypat
     assert summary["val_peak"] == peak and read_summary(trainer.run_dir)["val_peak"] == peak
     # TensorBoard: the running peak after each validation
     assert [(step, v) for k, step, v in logged if k == "val/peak_success"] == [
-        (0, 0.2),
-        (2, 0.2),
+        (2, 0.0),
         (4, 0.6),
         (6, 0.6),
         (8, 0.6),
@@ -149,6 +154,30 @@ def test_scripted_validations_stop_and_peak(ragen_cache_dir, tmp_path, monkeypat
     ]
     assert trainer.checkpoint_state()["val_peak"] == peak  # a resumed run continues this peak
     assert capsys.readouterr().out.rstrip().endswith("peak 0.600 ± 0.010 at iteration 4")
+
+
+@pytest.mark.slow
+def test_summary_and_report_agree_on_the_peak(ragen_cache_dir, tmp_path, monkeypatch):
+    # 0.60 before training (8 levels), 0.90 on the 4-level periodic validation at 10, 0.58 at the end (8 levels):
+    # summary.json, val/peak_success and ragen-report all give 0.58 at iteration 20
+    from ragen_torchrl.reporting.runs import load_run
+    from ragen_torchrl.reporting.stats import peak_success
+
+    trainer, calls, logged = _scripted_trainer(
+        ragen_cache_dir,
+        tmp_path,
+        monkeypatch,
+        [0.60, 0.90, 0.58],
+        "trainer.total_iterations=20",
+        "trainer.val_every=10",
+        "trainer.val_levels=8",
+        "trainer.val_every_levels=4",
+    )
+    summary = trainer.fit()
+    assert calls == [8, 4, 8]
+    assert summary["val_peak"] == {"success": 0.58, "stderr": 0.01, "iteration": 20, "levels": 8}
+    assert [(step, v) for k, step, v in logged if k == "val/peak_success"] == [(20, 0.58)]
+    assert peak_success(load_run(trainer.run_dir)) == (20, 0.58)
 
 
 # ------------------------------------------------------------------------------ trainer=paper
