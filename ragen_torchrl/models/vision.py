@@ -68,6 +68,7 @@ __all__ = [
     "load_vl_processor",
     "sample_step",
     "score_conversation",
+    "stop_token_ids",
     "suppress_vision_tokens",
     "vl_sequence",
 ]
@@ -123,6 +124,20 @@ class VLProcessor:
         self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         if self.image_token_id is None or self.image_token_id == tokenizer.unk_token_id:
             raise ValueError(f"the tokenizer has no {IMAGE_PAD} token: not a Qwen2-VL-style vision-language tokenizer")
+
+    @property
+    def end_of_turn_id(self) -> int:
+        """The token the chat template closes an assistant message with (``<|im_end|>`` in ChatML).
+
+        What the text rollouts append after a reply the token budget cut (the first token of the
+        template's text after the reply, :mod:`~ragen_torchrl.collectors.token_trajectory`), and what
+        the warm start trains at the end of each reply; the tokenizer's ``eos_token_id`` when the
+        template writes nothing there.
+        """
+        template = self.tokenizer.chat_template
+        if getattr(self, "_end_of_turn", (None,))[0] != template:  # once per template (it may be replaced)
+            self._end_of_turn = (template, _end_of_turn_id(self.tokenizer))
+        return self._end_of_turn[1]
 
     def images(self, images: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """``pixel_values`` and ``image_grid_thw`` of uint8 ``[3, H, W]`` images (empty when there are none).
@@ -230,6 +245,45 @@ def load_vl_processor(path: str | os.PathLike) -> VLProcessor:
     from transformers import AutoImageProcessor, AutoTokenizer
 
     return VLProcessor(AutoTokenizer.from_pretrained(path), AutoImageProcessor.from_pretrained(path))
+
+
+_REPLY = "\x00reply\x00"  # a reply text no template writes on its own
+
+
+def _end_of_turn_id(tokenizer: Any) -> int:
+    """The first token of the text the chat template writes after an assistant message's content."""
+    chat = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _REPLY}]
+    text = tokenizer.apply_chat_template(chat, tokenize=False)
+    after = text[text.rfind(_REPLY) + len(_REPLY) :] if _REPLY in text else ""
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    end = int(ids[0]) if ids else tokenizer.eos_token_id
+    if end is None:
+        raise ValueError("the chat template writes nothing after a reply and the tokenizer has no eos_token_id")
+    return int(end)
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The ids a vision-language reply stops at: every ``model.generation_config.eos_token_id``
+    (one id or a list), as ``generate`` and the text rollouts stop; the tokenizer's
+    ``eos_token_id`` when the generation config names none.
+
+    Example:
+        >>> class Config:
+        ...     eos_token_id = [7, 3]
+        >>> class Model:
+        ...     generation_config = Config()
+        >>> class Tokenizer:
+        ...     eos_token_id = 7
+        >>> sorted(stop_token_ids(Model(), Tokenizer()))
+        [3, 7]
+    """
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = frozenset(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None)
+    if not ids:
+        raise ValueError("neither the model's generation_config nor the tokenizer names an end-of-sequence token")
+    return ids
 
 
 #: ``model_type`` values of the Qwen2-VL-style checkpoints this package trains
@@ -406,14 +460,15 @@ def _segment(
     """A turn segment's ids after the sequence ``before`` and its images' processor output.
 
     The first segment is the rendered messages and the generation prompt; a later one starts with
-    the end of the previous reply's turn (its end-of-turn token when the token budget cut the
-    reply, then ``"\\n"``). ``prime`` (``"<think>"``) follows the generation prompt: read, never sampled.
+    the end of the previous reply's turn (the template's end-of-turn token when the reply did not
+    sample it: the token budget cut it, or it stopped at another end id; then ``"\\n"``).
+    ``prime`` (``"<think>"``) follows the generation prompt: read, never sampled.
     """
     vision = processor.images(images)
     ids = processor.encode_segment(image_chat(messages), vision["image_grid_thw"], first=not before)
-    eos = processor.tokenizer.eos_token_id
-    if before and before[-1] != eos:
-        ids = [eos, *ids]
+    end = processor.end_of_turn_id
+    if before and before[-1] != end:
+        ids = [end, *ids]
     if prime:
         ids += processor.tokenizer(prime, add_special_tokens=False)["input_ids"]
     return ids, vision
@@ -465,7 +520,7 @@ def vl_sequence(
             continue
         segment, _ = _segment(processor, pending, pending_images, ids, prime)
         reply = content[len(prime) :] if prime and content.startswith(prime) else content
-        answer = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        answer = tok(reply, add_special_tokens=False)["input_ids"] + [processor.end_of_turn_id]
         ids += segment + answer
         mask += [False] * len(segment) + [True] * len(answer)
         used += pending_images
@@ -493,6 +548,8 @@ class _Sampler:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
         self.model, self.processor, self.temperature, self.generator = model, processor, temperature, generator
         self.prime = prime
+        #: a reply ends at any of these (the generation config's end ids, as the text rollouts)
+        self.stop_ids = stop_token_ids(model, processor.tokenizer)
         self._start()
 
     def _start(self) -> None:
@@ -574,7 +631,6 @@ class VLConversation(_Sampler):
             self.model, self.input_ids().view(1, -1), self.processor.image_token_id, self._grids
         )
         logits = self._forward(self._ids[self._cached :], self._positions[..., self._cached :], **kwargs)
-        eos = self.processor.tokenizer.eos_token_id
         reply: list[int] = []
         for _ in range(max_new_tokens):
             tokens, picked, entropy = sample_step(logits.view(1, -1), self.temperature, self.generator)
@@ -587,7 +643,7 @@ class VLConversation(_Sampler):
             self._log_probs.append(float(picked[0]))
             next_pos = self._positions[..., -1:] + 1
             self._positions = torch.cat([self._positions, next_pos], -1)
-            if token == eos:
+            if token in self.stop_ids:
                 break
             logits = self._forward([token], next_pos)
         return self.prime + self.processor.tokenizer.decode(reply, skip_special_tokens=True)
@@ -757,7 +813,6 @@ class VLBatchRollout(_Sampler):
             **kwargs,
         )
         cache, logits = out.cache, suppress_vision_tokens(out.logits[:, -1], self.model)
-        eos = self.processor.tokenizer.eos_token_id
         last = positions[..., -1:]
         running = torch.ones(len(eps), dtype=torch.bool)
         replies: list[list[int]] = [[] for _ in eps]
@@ -773,7 +828,7 @@ class VLBatchRollout(_Sampler):
                 ep.log_probs.append(picked_list[i])
                 ep.entropy_sum += entropy_list[i]
                 ep.entropy_count += 1
-                if token == eos:
+                if token in self.stop_ids:
                     running[i] = False
             if not bool(running.any()):
                 break

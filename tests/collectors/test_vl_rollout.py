@@ -7,7 +7,10 @@
 * the GRPO loss module on the resulting training batch: its gradient along a random direction of a
   vision-tower weight and of an LM weight equals central finite differences (float64);
 * the dense batch carries the images (padded) and mini-batch selection keeps them with their rows;
-* bad input raises clear errors.
+* bad input raises clear errors;
+* at a temperature the behaviour scoring gives the rollout's tempered log-probs;
+* replies stop at every end id of the checkpoint's generation config and a reply that did not sample
+  ``<|im_end|>`` is closed with it, as the text path's template closes it.
 """
 
 from __future__ import annotations
@@ -175,3 +178,99 @@ def test_bad_input_is_refused(vl, records):
                              processor=processor)  # fmt: skip
     with pytest.raises(ValueError, match="max_new_tokens"):
         VLRolloutPolicy(model, processor, max_new_tokens=0)
+
+
+def test_rollouts_at_a_temperature_are_scored_at_it(vl):
+    # the rollout's log-probs are of softmax(logits / T): the behaviour pass scores the same distribution
+    model, processor = vl
+    policy = VLRolloutPolicy(model, processor, max_new_tokens=6, temperature=0.5, reply_prime=PRIME, seed=1)
+    env = make_env("frozenlake_visual", num_envs=4, max_turn=2, size=3)
+    recs = collect_rollouts(env, policy, level_seeds=[1, 2], group_size=2)
+    tempered = make_logprob_policy(model, processor.tokenizer, reply_prime=PRIME, processor=processor, temperature=0.5)
+    plain = make_logprob_policy(model, processor.tokenizer, reply_prime=PRIME, processor=processor)
+    scored = behaviour_batch(tempered, recs, chunk_size=4)[K.LOG_PROBS_FULL]
+    untempered = behaviour_batch(plain, recs, chunk_size=4)[K.LOG_PROBS_FULL]
+    gap = 0.0
+    for i in range(4):
+        rollout, sampled = recs[i][K.LOG_PROBS_TRAJECTORY], recs[i][K.MASKS_TRAJECTORY]
+        t = rollout.numel()
+        torch.testing.assert_close(scored[i, -t:][sampled], rollout[sampled], atol=1e-4, rtol=0)
+        gap = max(gap, float((untempered[i, -t:][sampled] - rollout[sampled]).abs().max()))
+    assert gap > 1e-2  # scoring at temperature 1 would be off-policy
+
+
+def _two_end_ids_checkpoint(vl, directory, second: int, tokenizer_eos: str) -> str:
+    """The tiny VL checkpoint with ``generation_config.eos_token_id = [<|im_end|>, second]``; its tokenizer's
+    eos is ``<|im_end|>`` or the second id (as a base checkpoint whose eos is ``<|endoftext|>``)."""
+    model, processor = vl
+    tok = processor.tokenizer
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    saved = {"eos": tok.eos_token, "gen": model.generation_config.eos_token_id}
+    try:
+        model.generation_config.eos_token_id = [im_end, second]
+        if tokenizer_eos == "second":
+            tok.eos_token = tok.convert_ids_to_tokens(second)
+        for part in (tok, processor.image_processor, model):
+            part.save_pretrained(directory)
+    finally:
+        tok.eos_token, model.generation_config.eos_token_id = saved["eos"], saved["gen"]
+    return str(directory)
+
+
+def _replies(ids: torch.Tensor, sampled: torch.Tensor) -> list[tuple[list[int], int | None]]:
+    """Each run of sampled ids, with the id right after it (``None`` at the end)."""
+    out, run = [], []
+    for k, (token, s) in enumerate(zip(ids.tolist(), sampled.tolist())):
+        if s:
+            run.append(token)
+        elif run:
+            out.append((run, token))
+            run = []
+    if run:
+        out.append((run, None))
+    return out
+
+
+@pytest.mark.parametrize("tokenizer_eos", ["im_end", "second"])
+def test_replies_stop_at_every_end_id_of_the_generation_config(vl, tmp_path, tokenizer_eos):
+    from ragen_torchrl.collectors.token_trajectory import encode, env_turn_text
+    from ragen_torchrl.models.vision import load_policy
+
+    model, processor = vl
+    im_end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    first, _ = _collect(model, processor, seed=2, max_turn=2)
+    # the second end id: a token some row samples first, so that row must stop right after it
+    openings = [_replies(first[i][K.TOKENS_TRAJECTORY], first[i][K.MASKS_TRAJECTORY])[0][0] for i in range(4)]
+    row = next(i for i, r in enumerate(openings) if r[0] != im_end and len(r) > 1)
+    second = openings[row][0]
+    path = _two_end_ids_checkpoint(vl, tmp_path / "ckpt", second, tokenizer_eos)
+    model2, tok2, processor2 = load_policy(path, "cpu", "float32")
+    assert sorted(model2.generation_config.eos_token_id) == sorted([im_end, second])
+    assert (tok2.eos_token_id == second) == (tokenizer_eos == "second")
+    # the text path's closing after a reply that did not sample <|im_end|>: the template's text after it
+    chat = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "go"}]
+    before = tok2.apply_chat_template(chat, tokenize=False)
+    after = tok2.apply_chat_template(
+        [*chat, {"role": "user", "content": "v"}], tokenize=False, add_generation_prompt=True
+    )
+    prompt = tok2.apply_chat_template(chat[:1], tokenize=False, add_generation_prompt=True)
+    closing = encode(tok2, [env_turn_text(prompt, before, after, "go")[0]])[0]
+    assert int(closing[0]) == im_end
+
+    recs, _ = _collect(model2, processor2, seed=2, max_turn=2)
+    ends = {im_end, second}
+    stopped_at_second = 0
+    for i in range(4):
+        replies = _replies(recs[i][K.TOKENS_TRAJECTORY], recs[i][K.MASKS_TRAJECTORY])
+        if i == row:
+            assert replies[0][0] == [second]  # stopped at the second end id, as generate would
+        for reply, following in replies:
+            assert not ends & set(reply[:-1]), (i, reply)  # an end id only ever closes a reply
+            stopped_at_second += reply[-1] == second
+            if following is not None and reply[-1] != im_end:
+                # stopped at the other end id or cut by the budget: closed with the text path's token
+                assert following == int(closing[0]), (i, reply, following)
+            if following is not None and reply[-1] == im_end:
+                assert following != im_end
+    assert stopped_at_second >= 1
+    assert processor2.end_of_turn_id == im_end  # what the warm start's demonstrations end each reply with
