@@ -19,7 +19,8 @@ rendered without a generation prompt (``A``) and with the env's messages and a g
 (``B``); the turn is ``B[len(A):]`` when ``A`` is a prefix of ``B`` (any chat template that renders
 a conversation message by message), plus the text ``A`` writes after the reply's content. A row
 whose rendering breaks that (a template that rewrites earlier messages) is tokenised again from
-the whole rendered conversation for that turn, with the template's assistant mask; it is counted
+the whole rendered conversation for that turn, its assistant tokens found by construction
+(:mod:`~ragen_torchrl.models.chat_template`); it is counted
 (``("tokens", "trajectory_refits")``).
 
 Where the reply texts round-trip (decode, parse, render, tokenise back to the same ids), the
@@ -42,6 +43,7 @@ import torch
 from torchrl.data.llm import History
 from torchrl.modules.llm.policies.common import _extract_responses_from_full_histories
 
+from ..models.chat_template import assistant_token_masks
 from ..models.history_wrapper import parse_replies, reply_parser_name
 from ..models.priming import unmask_primed
 
@@ -200,17 +202,12 @@ class TokenTrajectories:
 
     def _refit(self, rows: list[int], conversations: list[list[dict]], texts: list[str]) -> None:
         """The rows whose template does not render the env turn as a suffix: the whole conversation
-        tokenised again, trained where the template's assistant mask says (the prime left out)."""
-        enc = self.tokenizer.apply_chat_template(
-            conversations,
-            add_generation_prompt=True,
-            return_assistant_tokens_mask=True,
-            return_dict=True,
-            tokenize=True,
-            chat_template=self.template,
+        tokenised again, its replies trained where their text is found (the prime left out)."""
+        # a reply the template rewrote (its content is not in the text) was never sampled as rendered: not trained
+        enc = assistant_token_masks(
+            self.tokenizer, conversations, self.template, add_generation_prompt=True, strict=False
         )
-        for row, text, ids, mask in zip(rows, texts, enc["input_ids"], enc["assistant_masks"]):
-            ids, mask = torch.as_tensor(ids, dtype=torch.long), torch.as_tensor(mask, dtype=torch.bool)
+        for row, text, (ids, mask) in zip(rows, texts, enc):
             if self.prime:
                 mask = unmask_primed(ids, mask, self.tokenizer, self.prime)
             self._set(row, ids, mask)

@@ -12,13 +12,10 @@ import logging
 import os
 import re
 import socket
-import warnings
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-
-from .tiny import CHAT_TEMPLATE, PAD_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -160,48 +157,97 @@ def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.dev
 
 
 def prepare_tokenizer(tokenizer, model=None):
-    """Make a tokenizer safe for multi-turn RL with torchrl.
+    """Ready a checkpoint's tokenizer for multi-turn RL without changing the checkpoint.
 
-    * a pad token distinct from the end-of-turn token (torchrl strips pad tokens; a
-      shared id would delete every end-of-turn token) — added, and the model's
-      embeddings resized, when missing;
-    * a chat template with a ``{% generation %}`` block (needed for the assistant-token
-      mask): ChatML models without one get our ChatML template, which keeps the
-      end-of-turn token inside the trained span.
+    Nothing is added to the vocabulary and no embedding is resized: a checkpoint whose pad token is
+    its end-of-turn token (SmolLM2, Qwen2.5, Llama-3 publish it so) keeps it. Padding is told apart
+    from tokens by attention masks and by each row's own length (the token trajectories and the
+    turn cache cut a reply at its first end-of-turn token), never by the pad id. In memory only:
+
+    * padding on the left (generation appends on the right);
+    * a tokenizer without a pad token pads with its end-of-turn token (``eos``), and the model's
+      generation config gets that pad id, so ``generate`` does not warn on every call.
+
+    The chat template is the checkpoint's own, whatever its format
+    (:mod:`~ragen_torchrl.models.chat_template` finds the assistant tokens); exports copy the
+    checkpoint's tokenizer files unchanged (:func:`copy_tokenizer_files`).
+
+    Example:
+        >>> from ragen_torchrl.models.tiny import train_tokenizer
+        >>> tok = train_tokenizer(["a b"] * 5, vocab_size=270)
+        >>> n = len(tok)
+        >>> tok.pad_token = tok.eos_token            # a checkpoint that pads with its end-of-turn token
+        >>> len(prepare_tokenizer(tok)) == n, tok.pad_token == tok.eos_token, tok.padding_side
+        (True, True, 'left')
     """
-    if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
-        tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
-        if model is not None:
-            model.resize_token_embeddings(len(tokenizer))
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    template = tokenizer.chat_template or ""
-    if "{% generation %}" not in template and "{%- generation %}" not in template:
-        if "<|im_start|>" in tokenizer.get_vocab():
-            tokenizer.chat_template = CHAT_TEMPLATE
-        else:
-            warnings.warn(
-                "the tokenizer's chat template has no {% generation %} block; assistant-token masks "
-                "will be unavailable. Set tokenizer.chat_template to a template with one.",
-                stacklevel=2,
-            )
-    if model is not None:
+    if model is not None and getattr(model.generation_config, "pad_token_id", None) is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return tokenizer
 
 
+#: the tokenizer files of a saved checkpoint, copied byte for byte into every export
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def copy_tokenizer_files(tokenizer, path: str | os.PathLike) -> list[str]:
+    """Copy the tokenizer files of the checkpoint ``tokenizer`` was loaded from into ``path``, unchanged.
+
+    The in-memory tokenizer is not saved (its left padding and a pad token set for a tokenizer
+    without one are run-time choices, not the checkpoint's). A tokenizer that was not loaded from a
+    local directory holding such files is saved with ``save_pretrained``. Returns the file names written.
+
+    Example:
+        >>> import tempfile
+        >>> from ragen_torchrl.models.tiny import train_tokenizer
+        >>> src, dst = tempfile.mkdtemp(), tempfile.mkdtemp()
+        >>> tok = train_tokenizer(["a b"] * 5, vocab_size=270)
+        >>> _ = tok.save_pretrained(src)
+        >>> from transformers import AutoTokenizer
+        >>> sorted(copy_tokenizer_files(AutoTokenizer.from_pretrained(src), dst))[:2]
+        ['chat_template.jinja', 'tokenizer.json']
+    """
+    import shutil
+
+    src = Path(str(getattr(tokenizer, "name_or_path", "") or "")).expanduser()
+    names = [n for n in TOKENIZER_FILES if src.is_dir() and (src / n).is_file() and not (src / n).is_symlink()]
+    if "tokenizer_config.json" not in names:
+        return list(tokenizer.save_pretrained(str(path)))
+    for n in names:
+        shutil.copyfile(src / n, Path(path) / n)
+    return names
+
+
 def wrapper_chat_template(tokenizer) -> str | None:
-    """The tokenizer's own chat template when it can produce assistant masks, else ``None``.
+    """The tokenizer's own chat template (any format), or ``None`` when it has none.
 
     Pass it as ``chat_template=`` to torchrl's LLM wrappers: without it, torchrl picks a
     built-in template by matching the tokenizer's ``name_or_path`` against model-family
     names ("qwen", "llama", ...), so a directory such as ``tiny-qwen2-<hash>`` (or any
-    path containing such a word) silently swaps in a different template, whose assistant
-    mask leaves out the end-of-turn token (or whose format differs from SFT's altogether).
+    path containing such a word) silently swaps in a different template.
+
+    Example:
+        >>> class Tok:
+        ...     chat_template = "{{ messages }}"
+        >>> wrapper_chat_template(Tok())
+        '{{ messages }}'
     """
     template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, str) and ("{% generation %}" in template or "{%- generation %}" in template):
-        return template
-    return None
+    return template if isinstance(template, str) and template else None
 
 
 def resolved_chat_template(wrapper) -> str | None:
@@ -242,8 +288,9 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
         # fail with the real reason, not a hub repo-id traceback
         raise ModelSourceError(f"{path}: the local path does not exist")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+        # a checkpoint from elsewhere never runs its own code (auto_map entries are refused, not asked about)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, trust_remote_code=False)
     except OSError as e:
         where = "a local directory" if Path(str(path)).expanduser().exists() else "a Hugging Face hub name"
         hint = "" if where.startswith("a local") else " (if it is a hub name, this machine may be offline)"

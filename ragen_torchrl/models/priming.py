@@ -44,8 +44,8 @@ def primed_chat_template(template: str | None, prime: str) -> str | None:
     prompt) is the same. ``prime=""`` returns ``template`` unchanged.
 
     Raises:
-        ValueError: a prime without a template (the tokenizer's template has no ``{% generation %}``
-            block, so the policy would leave the choice to torchrl's model-family detection).
+        ValueError: a prime without a template (the tokenizer has no chat template, so the policy
+            would leave the choice to torchrl's model-family detection).
 
     Example:
         >>> from jinja2 import Template
@@ -60,8 +60,8 @@ def primed_chat_template(template: str | None, prime: str) -> str | None:
         return template
     if template is None:
         raise ValueError(
-            f"priming generation with {prime!r} (rollout.prime_think) needs the tokenizer's chat template with a "
-            "{% generation %} block; set rollout.prime_think=false for this tokenizer"
+            f"priming generation with {prime!r} (rollout.prime_think) needs the tokenizer's chat template; "
+            "the tokenizer has none: save one with the checkpoint or set rollout.prime_think=false"
         )
     return template + "{% if add_generation_prompt %}{{ " + repr(prime) + " }}{% endif %}"
 

@@ -55,6 +55,7 @@ from ..keys import (
     TOKENS_LAST_RESPONSE,
     TOKENS_TRAJECTORY,
 )
+from ..models.chat_template import assistant_token_masks
 from ..models.kv_cache import shared_prefix_supported
 from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
@@ -269,17 +270,14 @@ def _prompt_assistant_masks(
     usable = [k for k, c in enumerate(conversations) if c and c[-1]["role"] == "assistant"]
     if not usable:
         return out
-    enc = actor.tokenizer.apply_chat_template(
+    enc = assistant_token_masks(
+        actor.tokenizer,
         [conversations[k][:-1] for k in usable],
+        resolved_chat_template(actor),
         add_generation_prompt=True,
-        return_assistant_tokens_mask=True,
-        return_dict=True,
-        tokenize=True,
-        chat_template=resolved_chat_template(actor),
     )
     prime = reply_prime(actor)
-    for k, ids, amask in zip(usable, enc["input_ids"], enc["assistant_masks"]):
-        ids, amask = torch.as_tensor(ids, dtype=torch.long), torch.as_tensor(amask, dtype=torch.bool)
+    for k, (ids, amask) in zip(usable, enc):
         prompt, n = prompts[rows[k]], len(ids)
         if torch.equal(ids, prompt):
             out[k] = amask
@@ -297,22 +295,11 @@ def _prompt_assistant_masks(
 
 def _retokenized(actor: TransformersWrapper, records: TensorDictBase) -> TensorDictBase:
     """Rows of the conversations rendered by the wrapper's chat template and tokenised (the wrapper's tokens)."""
-    history = records.get(HISTORY_FULL)
-    kwargs = {"add_generation_prompt": False, "return_assistant_tokens_mask": True, "tokenize": True}
-    if getattr(actor, "chat_template_name", None) is not None:
-        kwargs["chat_template_name"] = actor.chat_template_name
-    if getattr(actor, "chat_template", None) is not None:
-        kwargs["chat_template"] = actor.chat_template
-    enc = history.apply_chat_template(tokenizer=actor.tokenizer, padding=False, return_dict=True, **kwargs)
+    # the assistant tokens by construction (models.chat_template): any template, with or without a generation block
+    enc = assistant_token_masks(actor.tokenizer, chat_dicts(records.get(HISTORY_FULL)), resolved_chat_template(actor))
     prime = reply_prime(actor)
     rows = []
-    for ids, attn, amask in zip(
-        enc.get("input_ids", as_list=True),
-        enc.get("attention_mask", as_list=True),
-        enc.get("assistant_masks", as_list=True),
-    ):
-        keep = attn.bool()
-        ids, amask = ids[keep], amask.bool()[keep]
+    for ids, amask in enc:
         if prime:  # the primed tag opening each reply was a prompt token: not trained
             amask = unmask_primed(ids, amask, actor.tokenizer, prime)
         rows.append(_row(ids, amask))

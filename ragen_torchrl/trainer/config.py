@@ -61,6 +61,8 @@ from .config_schema import check_fields, typed_config
 
 #: algorithms whose advantage compares a sample with its group (a group of one has A = 0)
 GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")
+#: model presets that build their policy when ``model.name_or_path`` is null
+BUILT_MODELS = ("tiny", "tiny_vl", "smollm2", None)
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -389,8 +391,14 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         ):
             check_positive_int(typed, key)
     check_sizes(typed)
-    if _get(typed, "model.name_or_path") is None and _get(typed, "model.name") not in ("tiny", "tiny_vl", None):
-        raise ConfigError("model.name_or_path is required unless model=tiny or model=tiny_vl")
+    if _get(typed, "model.name_or_path") is None and _get(typed, "model.name") not in BUILT_MODELS:
+        raise ConfigError("model.name_or_path is required unless model=tiny, model=tiny_vl or model=smollm2")
+    if _get(typed, "model.name") == "smollm2" and _get(typed, "model.name_or_path") is None:
+        from ..models.smollm2 import smollm2_missing
+
+        missing = smollm2_missing()
+        if missing and not _get(typed, "trainer.dry_run"):
+            raise ConfigError(missing)
     check_paths(typed)
     # then the checks that import torch / torchrl (a few seconds)
     check_rollout_backend(typed)

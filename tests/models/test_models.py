@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 
 import pytest
 import torch
@@ -173,10 +172,14 @@ def test_wrapper_chat_template_is_the_tokenizer_template(tiny_model):
     _, tok = tiny_model
     assert wrapper_chat_template(tok) == CHAT_TEMPLATE
 
-    class NoGeneration:
+    class NoGeneration:  # any template is the policy's (the assistant tokens are found by construction)
         chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
-    assert wrapper_chat_template(NoGeneration()) is None
+    class NoTemplate:
+        chat_template = None
+
+    assert wrapper_chat_template(NoGeneration()) == NoGeneration.chat_template
+    assert wrapper_chat_template(NoTemplate()) is None
 
 
 # --------------------------------------------------------------------------- cache
@@ -285,49 +288,28 @@ def _model_for(tok):
     return Qwen2ForCausalLM(cfg)
 
 
-def test_prepare_tokenizer_adds_distinct_pad_and_resizes_embeddings():
+def test_prepare_tokenizer_never_changes_the_checkpoint():
     tok = _chatml_tokenizer_without_pad()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # no generation block
     assert tok.pad_token_id == tok.eos_token_id
     n_before = len(tok)
     model = _model_for(tok)
+    rows = model.get_input_embeddings().weight.shape[0]
     out = prepare_tokenizer(tok, model)
     assert out is tok
-    assert tok.pad_token == PAD_TOKEN
-    assert tok.pad_token_id != tok.eos_token_id
-    assert len(tok) == n_before + 1
-    assert model.get_input_embeddings().weight.shape[0] == len(tok)
-    assert model.generation_config.pad_token_id == tok.pad_token_id
-    assert tok.padding_side == "left"
-    # a ChatML vocabulary without a {% generation %} template gets ours (end-of-turn trained)
-    assert tok.chat_template == CHAT_TEMPLATE
-    # idempotent: a second call adds nothing
-    prepare_tokenizer(tok, model)
-    assert len(tok) == n_before + 1
+    # pad == eos is kept: no token added, no embedding row, the checkpoint's own template
+    assert tok.pad_token_id == tok.eos_token_id and len(tok) == n_before
+    assert model.get_input_embeddings().weight.shape[0] == rows
+    assert tok.chat_template == "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert tok.padding_side == "left"  # in memory only (exports copy the files)
 
 
-def test_prepare_tokenizer_reuses_existing_pad_token(tiny_model):
-    model, tok = tiny_model
-    n = len(tok)
-    tok.pad_token = tok.eos_token  # simulate a checkpoint saved with pad == eos
-    assert tok.pad_token_id == tok.eos_token_id
-    prepare_tokenizer(tok, model)
-    assert tok.pad_token == PAD_TOKEN and tok.pad_token_id != tok.eos_token_id
-    assert len(tok) == n  # <|pad|> already existed: no new token, no resize
-    assert model.get_input_embeddings().weight.shape[0] == n
-
-
-def test_prepare_tokenizer_warns_without_a_usable_template():
-    # a non-ChatML vocabulary whose template has no {% generation %} block
+def test_prepare_tokenizer_without_a_pad_token_pads_with_eos():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.WordLevel({"</s>": 0, "a": 1, "[UNK]": 2}, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     plain = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="</s>", unk_token="[UNK]")
-    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        prepare_tokenizer(plain)
-    assert any("generation" in str(w.message) for w in caught)
-    assert plain.pad_token == PAD_TOKEN and plain.pad_token_id != plain.eos_token_id
-    assert plain.chat_template == "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    prepare_tokenizer(plain)
+    assert plain.pad_token_id == plain.eos_token_id == 0 and len(plain) == 3
