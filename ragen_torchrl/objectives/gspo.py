@@ -10,7 +10,9 @@ clipped with its own, much tighter range (T3 used eps_low 3e-4, eps_high 4e-4), 
 ``-min(s_i A_i, clip(s_i) A_i)`` to every token of the sequence. With the default
 ``prompt_mean`` aggregation (token mean per sequence, then mean over sequences) the loss is
 exactly GSPO's ``(1/G) sum_i min(...)``; the gradient reaching each token is
-``-A_i s_i / |y_i|`` (unclipped) or 0 (clipped). No KL term by default.
+``-A_i s_i / |y_i|`` (unclipped) or 0 (clipped). No KL term by default. As in verl, ``log s_i``
+is capped at :data:`MAX_SEQUENCE_LOG_RATIO` (10) before the ``exp``: a sequence far off-policy
+with ``A_i < 0`` gives a bounded loss (``e^10 |A_i|``, no gradient) instead of an overflow to inf.
 
 Example:
     >>> import torch
@@ -26,6 +28,9 @@ import torch
 from torchrl.objectives.llm import GRPOLoss
 
 from .base import INPUT_CONTRACT, TokenStatsMixin, masked_aggregate_sum
+
+#: the cap on ``log s_i`` before the ``exp`` (verl's ``compute_policy_loss_gspo``)
+MAX_SEQUENCE_LOG_RATIO = 10.0
 
 
 def sequence_log_ratio(log_weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -64,7 +69,7 @@ class GSPOLoss(TokenStatsMixin, GRPOLoss):
         mask = self._loss_mask
         seq_lw = sequence_log_ratio(log_weight, mask)  # [B, 1]: carries the gradient of every token
         seq_lw_tok = seq_lw.unsqueeze(-2).expand_as(log_weight)  # the sequence ratio, on each token
-        gain1 = seq_lw_tok.exp() * advantage
+        gain1 = seq_lw_tok.clamp(max=MAX_SEQUENCE_LOG_RATIO).exp() * advantage
         clipped_lw = seq_lw_tok.clamp(*self._clip_bounds)
         gain2 = clipped_lw.exp() * advantage
         gain = torch.minimum(gain1, gain2)

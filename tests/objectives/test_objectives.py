@@ -289,6 +289,32 @@ def test_gspo_sequence_ratio_clipping_and_gradient_by_hand():
     assert sequence_metrics(m)["seq_clip_fraction"] == pytest.approx(0.75)
 
 
+def test_gspo_caps_the_sequence_log_ratio_at_10_before_exp():
+    # float32, as training runs: exp(100) overflows to inf; verl caps log s_i at 10 first
+    #   seq 0: log s = 100, A = -1 -> the unclipped branch, e^10 (no gradient: the cap is flat)
+    #   seq 1: log s = 100, A = +1 -> the clipped branch, 1 + 4e-4 (no gradient)
+    #   seq 2: log s = 1e-4, A = +0.5 -> inside the range: the usual gradient
+    lw = {0: [100.0] * 3, 1: [100.0] * 3, 2: [1e-4] * 3}
+    adv = torch.tensor([-1.0, 1.0, 0.5])
+    mask = torch.tensor([[False, True, True, True]] * 3)
+    cur = torch.full((3, 4), -1.0)
+    batch = make_batch(cur, {}, mask, adv)
+    for b, xs in lw.items():
+        batch["log_probs", "full"][b, 1:] = cur[b, 1:] - torch.tensor(xs)
+    actor = FakeActor(cur)
+    loss = GSPOLoss(actor, masking_strategy="rlhf", entropy_bonus=False)
+    out = loss(batch)
+    out.loss_objective.sum().backward()
+    s2 = math.exp(1e-4)
+    expected = (math.exp(10.0) - (1 + 4e-4) - s2 * 0.5) / 3
+    assert math.isfinite(out.loss_objective.item())
+    assert out.loss_objective.item() == pytest.approx(expected, rel=1e-5)
+    g = actor.cur.grad
+    assert torch.isfinite(g).all() and g[:2].abs().sum() == 0
+    assert g[2, 1:].tolist() == pytest.approx([-0.5 * s2 / 9] * 3, rel=1e-4)
+    assert out.token_stats["sequence_log_ratio"][:2].tolist() == pytest.approx([100.0, 100.0])  # logged uncapped
+
+
 # --------------------------------------------------------------------------- metrics and KL
 def test_metrics_average_over_assistant_tokens_only():
     ent = torch.full_like(CUR, 2.0)
