@@ -10,8 +10,10 @@ the min / max, and the flat-group mask.
 Statistics are float64 and each group's values are summed in ascending order, so two groups
 holding the same values in another order get bit-identical moments (ties stay ties at every
 reward scale). The variance is two-pass (deviations from the mean) and a *flat* group (all values
-equal, which includes a group of one) has variance and advantage exactly 0, whatever the rounding
-of its mean: a zero test then needs no absolute tolerance, which would depend on the reward scale.
+equal, which includes a group of one) has variance exactly 0, whatever the rounding of its mean: a
+zero test then needs no absolute tolerance, which would depend on the reward scale. A flat group of
+two or more has advantage exactly 0; a group of one has nothing to compare with and takes mean 0
+and std 1, so its advantage is its value (verl's and RAGEN's GRPO advantage).
 
 Example:
     >>> import torch
@@ -19,7 +21,7 @@ Example:
     >>> g.ids.tolist(), g.counts.tolist(), g.var.tolist(), g.flat.tolist()
     ([3, 7, 9], [2, 2, 1], [0.0, 0.5, 0.0], [True, False, True])
     >>> [round(a, 4) for a in g.advantage().tolist()]
-    [0.7071, -0.7071, 0.0, 0.0, 0.0]
+    [0.7071, -0.7071, 0.0, 0.0, 2.0]
 """
 
 from __future__ import annotations
@@ -216,19 +218,22 @@ class Groups:
         """Group-relative advantage per row (float32): ``(R - mean) / (std + eps)`` or ``R - mean``.
 
         ``scale="std"`` (GRPO, DAPO, GSPO) divides by the unbiased in-group std plus ``eps``;
-        ``"none"`` (Dr.GRPO) keeps the centred value. A flat group gets exactly 0.
+        ``"none"`` (Dr.GRPO) keeps the centred value. A flat group of two or more gets exactly 0; a
+        group of one takes mean 0 and std 1 (verl, RAGEN): ``R / (1 + eps)``, or ``R`` unscaled.
 
         Example:
             >>> g = Groups.from_values(torch.tensor([0, 0, 1]), torch.tensor([2.0, 0.0, 5.0]))
             >>> g.advantage("none").tolist(), [round(a, 4) for a in g.advantage("std").tolist()]
-            ([1.0, -1.0, 0.0], [0.7071, -0.7071, 0.0])
+            ([1.0, -1.0, 5.0], [0.7071, -0.7071, 5.0])
         """
         if scale not in ("std", "none"):
             raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
-        centred = self.centred()
+        alone = (self.counts == 1)[self.inverse]
+        centred = torch.where(alone, self._moment("values"), self.centred())
         if scale == "none":
             return centred.to(torch.float32)
-        return (centred / (self.std[self.inverse] + eps)).to(torch.float32)
+        std = torch.where(alone, torch.ones_like(centred), self.std[self.inverse])
+        return (centred / (std + eps)).to(torch.float32)
 
     def _moment(self, name: str) -> torch.Tensor:
         value = getattr(self, name)

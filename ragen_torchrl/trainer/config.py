@@ -17,8 +17,7 @@ one dataclass per group, every default filled in) the trainer reads. In order, i
   written next to the field: learning rates in (0, 1], probabilities in [0, 1], penalties <= 0,
   choices, and every size-like key bounded by :data:`LIMITS` (``env.size=100000`` would allocate
   10^10 cells).
-* **relations between fields**: clip ranges, a group of one sample for a group-relative algorithm
-  (every advantage would be 0), T3 on an env without a stall rule, GSPO with a token-level dual
+* **relations between fields**: clip ranges, T3 on an env without a stall rule, GSPO with a token-level dual
   clip, the SNR filter's value range (RAGEN-2 §3.3, checked once here), the tokens one iteration
   can generate and the tiny model's training memory (:func:`estimate_iteration_tokens`).
 * **paths** (:func:`~ragen_torchrl.trainer.config_paths.check_paths`): the model source exists (or, for a hub name, is cached or
@@ -59,8 +58,6 @@ from .config_keys import check_unknown_keys
 from .config_paths import check_paths
 from .config_schema import check_fields, typed_config
 
-#: algorithms whose advantage compares a sample with its group (a group of one has A = 0)
-GROUP_RELATIVE = ("grpo", "drgrpo", "dapo", "gspo")
 #: model presets that build their policy when ``model.name_or_path`` is null
 BUILT_MODELS = ("tiny", "tiny_vl", "smollm2", None)
 
@@ -85,20 +82,6 @@ def check_clip_epsilon(cfg: DictConfig) -> None:
         raise ConfigError(
             f"algo.clip_epsilon high must be <= 1 (a ratio clip above 2 is almost always a typo, "
             f"e.g. 20 for 0.2), got {clip!r}"
-        )
-
-
-def check_group_size(cfg: DictConfig) -> None:
-    """A group-relative advantage (GRPO, Dr.GRPO, DAPO, GSPO) needs G >= 2: with one sample per
-    group ``R - mean_g R = 0`` for every row, so the policy learns from the entropy bonus alone.
-    PPO (a critic's baseline, also ``algo=dapo_ragen``) allows G = 1."""
-    name = str(_get(cfg, "algo.name") or "grpo").lower()
-    g = _get(cfg, "trainer.group_size")
-    if name in GROUP_RELATIVE and g == 1:
-        raise ConfigError(
-            f"trainer.group_size=1 with algo.name={name}: a group-relative advantage is 0 for every "
-            "sample of a one-sample group (nothing to learn from); use group_size >= 2, or algo=ppo "
-            "(a critic baseline)"
         )
 
 
@@ -377,7 +360,6 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         )
     check_rollout_sampling(typed)
     check_algo(typed)
-    check_group_size(typed)
     check_env(typed)
     tiny = not _get(typed, "model.name_or_path")
     if tiny and _has(typed, "model.hidden_size"):

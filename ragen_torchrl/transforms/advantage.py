@@ -36,8 +36,9 @@ def group_advantage(
         group_ids: group of each trajectory, shape ``(N,)``.
         scale: ``"std"`` divides by the unbiased in-group std plus ``eps`` (GRPO);
             ``"none"`` keeps ``R - mean`` (Dr.GRPO).
-        eps: added to the std. A group of one, or with equal returns, gets advantage
-            exactly 0 (statistics in float64; the result is float32).
+        eps: added to the std. A group of two or more equal returns gets advantage exactly 0
+            (statistics in float64; the result is float32); a group of one takes mean 0 and
+            std 1, as verl and RAGEN: its advantage is its return (over ``1 + eps`` with ``"std"``).
     """
     returns = torch.as_tensor(returns).reshape(-1)
     group_ids = torch.as_tensor(group_ids).reshape(-1)

@@ -27,11 +27,12 @@ def test_moments_by_hand():
     assert g.flat.tolist() == [False, False, True]
     assert g.spread.tolist() == [1.0, 2.0, 0.0]
     assert [m.tolist() for m in g.members()] == [[1, 4], [0, 2, 5], [3]]
-    # advantages: (R - mean) / (std + eps), flat group 0
+    # advantages: (R - mean) / (std + eps); group 9, of one, takes mean 0 and std 1 (verl, RAGEN)
     eps = 1e-6
-    expected = [1 / (1 + eps), -0.5 / (math.sqrt(0.5) + eps), -1 / (1 + eps), 0.0, 0.5 / (math.sqrt(0.5) + eps), 0.0]
+    expected = [1 / (1 + eps), -0.5 / (math.sqrt(0.5) + eps), -1 / (1 + eps), 7 / (1 + eps)]
+    expected += [0.5 / (math.sqrt(0.5) + eps), 0.0]
     assert g.advantage("std", eps).tolist() == pytest.approx(expected, rel=1e-6)
-    assert g.advantage("none").tolist() == [1.0, -0.5, -1.0, 0.0, 0.5, 0.0]
+    assert g.advantage("none").tolist() == [1.0, -0.5, -1.0, 7.0, 0.5, 0.0]
 
 
 def test_float64_moments_of_values_float32_gets_wrong():
@@ -55,7 +56,7 @@ def test_flat_groups_at_every_reward_scale(scale):
     assert g.var[0].item() == 0.0 and g.var[2].item() == 0.0
     assert g.var[1].item() == pytest.approx(0.5 * scale**2, rel=1e-6)
     adv = g.advantage()
-    assert adv[:4].tolist() == [0.0] * 4 and adv[6].item() == 0.0
+    assert adv[:4].tolist() == [0.0] * 4 and adv[6].item() == pytest.approx(0.7 * scale / (1 + 1e-6), rel=1e-6)
 
 
 def test_ties_are_bit_identical_in_any_row_order():
@@ -67,7 +68,7 @@ def test_ties_are_bit_identical_in_any_row_order():
 def test_groups_of_one_and_string_ids():
     g = Groups.from_values(["a", "b", "c"], [1.0, -2.0, 5.0])
     assert g.counts.tolist() == [1, 1, 1] and g.flat.tolist() == [True] * 3
-    assert g.var.tolist() == [0.0] * 3 and g.advantage().tolist() == [0.0] * 3
+    assert g.var.tolist() == [0.0] * 3 and g.advantage("none").tolist() == [1.0, -2.0, 5.0]
 
 
 def test_take_keeps_whole_groups_and_their_moments():

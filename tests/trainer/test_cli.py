@@ -71,7 +71,6 @@ BAD_CASES = [
     (["algo.lr=nan"], "algo.lr must be a finite number, got nan"),
     (["env.format_penalty=nan"], "env.format_penalty must be a finite number"),
     (["seed=abc"], "seed must be an integer, got 'abc'"),
-    (["trainer.group_size=1"], "trainer.group_size=1 with algo.name=grpo"),
     (["filter=snr_top_p", "filter.value=1.5"], "filter.value must be in (0, 1] for strategy top_p"),
     (["algo.clip_epsilon=5"], "algo.clip_epsilon low must be < 1"),
     (["t3.enabled=true"], "t3.enabled=true needs an env with a T3 stall rule"),

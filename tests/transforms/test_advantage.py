@@ -53,15 +53,19 @@ def test_advantages_sum_to_zero_within_each_group():
             assert adv[groups == g].sum().abs() < 1e-5
 
 
-def test_singleton_group_and_equal_returns_give_zero():
-    returns = torch.tensor([3.0, 0.2, 0.2, 0.2, -1.0, 1.0])
-    groups = torch.tensor([0, 1, 1, 1, 2, 2])  # group 0 has one member, group 1 equal returns
+def test_equal_returns_give_zero_and_a_group_of_one_its_return():
+    # verl's and RAGEN's GRPO advantage: a group of one has mean 0 and std 1, so A = R / (1 + eps)
+    returns = torch.tensor([3.0, 0.2, 0.2, 0.2, -1.0, 1.0, -0.5])
+    groups = torch.tensor([0, 1, 1, 1, 2, 2, 3])  # groups 0 and 3 have one member, group 1 equal returns
     for scale in ("std", "none"):
         adv = group_advantage(returns, groups, scale=scale)
         assert torch.isfinite(adv).all()
-        assert adv[:4].tolist() == [0.0, 0.0, 0.0, 0.0]
+        assert adv[1:4].tolist() == [0.0, 0.0, 0.0]
     std_adv = group_advantage(returns, groups)
-    assert std_adv[4:].tolist() == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2)], abs=1e-5)
+    assert std_adv[[0, 6]].tolist() == pytest.approx([3.0 / (1 + 1e-6), -0.5 / (1 + 1e-6)], rel=1e-7)
+    assert std_adv[4:6].tolist() == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2)], abs=1e-5)
+    assert group_advantage(returns, groups, scale="none")[[0, 6]].tolist() == [3.0, -0.5]
+    assert group_advantage(returns, groups, eps=0.5)[0].item() == pytest.approx(2.0)  # 3 / (1 + 0.5)
 
 
 def test_accepts_column_shaped_inputs_and_lists():
