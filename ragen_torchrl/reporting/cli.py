@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..flat_config import flatten_config
+from ..safe_io import write_text_atomic
 from .runs import RunError, load_runs, result_set_runs
 from .stats import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .table import DEFAULT_PAIRED, PAIRED_METRICS, markdown_report
@@ -92,7 +93,7 @@ def write_report(
 
     def write(names: Sequence[str]) -> None:
         text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base, paired, within)
-        report.write_text(text, encoding="utf-8", newline="\n")
+        write_text_atomic(report, text)  # the out dir may be a result set from elsewhere: no link followed
 
     from .plots import plot_names, write_plots
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..flat_config import flatten_config
+from ..safe_io import write_bytes_atomic
 from .runs import Run
 from .stats import (
     DIAGNOSTICS,
@@ -106,11 +107,12 @@ def _legend(ax, title: str | None = None) -> None:
 
 
 def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    import io
+
+    buf = io.BytesIO()  # rendered here, then written without following a link planted in the out dir
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
     pyplot().close(fig)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())
 
 
 def legend_labels(groups: Sequence[Group], keys: Sequence[str] = ()) -> list[str]:

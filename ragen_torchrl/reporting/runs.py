@@ -14,8 +14,14 @@ A **result set** (``docs/results/<name>/``) holds ``report.md``, its plots and t
   the config then comes from ``.hydra/config.yaml`` (interpolations such as ``${oc.env:...}``
   kept as their text, never resolved), else is empty.
 
-Only JSON, YAML (``yaml.safe_load``) and TensorBoard event files are read: a report never
-unpickles a checkpoint, so a run dir from elsewhere cannot run code in it.
+Only JSON, YAML and TensorBoard event files are read: a report never unpickles a checkpoint, so a
+run dir from elsewhere cannot run code in it. What is read stays inside the run dir (a symlink that
+leads out of it, ``.hydra/config.yaml -> ~/.ssh/id_rsa``, is refused), within size limits
+(:data:`MAX_SUMMARY_BYTES`, :data:`~ragen_torchrl.safe_io.MAX_YAML_BYTES`), YAML without aliases
+and with bounded nodes (:func:`~ragen_torchrl.safe_io.load_yaml_bounded`); a ``summary.json`` field of
+the wrong type (``"val_end": "x"``, a history iteration ``"one"``, ``"provenance": 3``) is a
+:class:`RunError` naming the file and the field. Anything under ``tb/`` named like an event file but
+not a file is skipped with a warning.
 
 Example:
     >>> import json, tempfile
@@ -34,11 +40,14 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..safe_io import MAX_YAML_BYTES, UnsafeFileError, inside, load_yaml_bounded, read_bytes_inside
 
 __all__ = [
     "Run",
@@ -54,6 +63,10 @@ __all__ = [
 
 #: the per-iteration scalars of a run: ``iteration,<tag>,...``, tags sorted, empty cell = not logged
 SCALARS_CSV = "scalars.csv"
+#: bytes of a ``summary.json`` or ``scalars.csv`` that is read
+MAX_SUMMARY_BYTES = 256 << 20
+
+log = logging.getLogger(__name__)
 
 
 class RunError(ValueError):
@@ -133,8 +146,89 @@ def _finite(v: Any) -> bool:
 
 
 def _event_files(run_dir: Path) -> list[Path]:
+    """The event files under ``tb/``: regular files inside the run dir (a dir named like one is skipped)."""
     tb = run_dir / "tb"
-    return sorted(tb.rglob("events.out.tfevents*")) if tb.is_dir() else []
+    if not tb.is_dir():
+        return []
+    out = []
+    for f in sorted(tb.rglob("events.out.tfevents*")):
+        if not f.is_file():
+            log.warning("%s: named like a TensorBoard event file but not a file; skipped", f)
+            continue
+        try:
+            out.append(inside(f, run_dir))
+        except UnsafeFileError as e:
+            raise RunError(str(e)) from None
+    return out
+
+
+def _read_inside(path: Path, run_dir: Path, limit: int) -> bytes:
+    try:
+        return read_bytes_inside(path, run_dir, limit)
+    except UnsafeFileError as e:
+        raise RunError(str(e)) from None
+    except OSError as e:
+        raise RunError(f"{path}: unreadable ({e.strerror or e})") from None
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_summary(summary: Mapping[str, Any], path: Path) -> None:
+    """Every field the report reads has the type the trainer writes, else :class:`RunError` naming it.
+
+    Example:
+        >>> _check_summary({"config": {}, "val_end": {"success": 0.5}, "history": [{"iteration": 1}]}, Path("s.json"))
+        >>> for bad in ({"val_end": "x"}, {"history": [{"iteration": "one"}]}, {"provenance": {"git": {"commit": 7}}}):
+        ...     try:
+        ...         _check_summary(bad, Path("s.json"))
+        ...     except RunError as e:
+        ...         print(e)
+        s.json: field 'val_end': of type str, expected an object of validation stats or null
+        s.json: field 'history[0].iteration': 'one' is not an integer
+        s.json: field 'provenance.git.commit': of type int, expected a string or null
+    """
+
+    def bad(field: str, why: str) -> RunError:
+        return RunError(f"{path}: field {field!r}: {why}")
+
+    def mapping(value: Any, field: str, what: str) -> Mapping:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise bad(field, f"of type {type(value).__name__}, expected {what} or null")
+        return value
+
+    for key in ("val_start", "val_end", "val_peak"):
+        mapping(summary.get(key), key, "an object of validation stats")
+    history = summary.get("history")
+    if history is not None and not isinstance(history, list):
+        raise bad("history", f"of type {type(history).__name__}, expected a list of per-iteration objects")
+    for i, h in enumerate(history or []):
+        if isinstance(h, Mapping) and "iteration" in h:
+            it = h["iteration"]
+            if not _number(it) or not math.isfinite(it) or it != int(it) or abs(it) > 1 << 62:
+                raise bad(f"history[{i}].iteration", f"{it!r} is not an integer"[:200])
+    for key in ("iterations", "seconds"):
+        v = summary.get(key)
+        if v is not None and (not _number(v) or not math.isfinite(v) or abs(v) > 1 << 62):
+            raise bad(key, f"{v!r} is not a finite number"[:200])
+    prov = mapping(summary.get("provenance"), "provenance", "an object")
+    git = mapping(prov.get("git"), "provenance.git", "an object")
+    if git.get("commit") is not None and not isinstance(git["commit"], str):
+        raise bad("provenance.git.commit", f"of type {type(git['commit']).__name__}, expected a string or null")
+    mapping(prov.get("versions"), "provenance.versions", "an object")
+    mapping(prov.get("machine"), "provenance.machine", "an object")
+    for key in ("load_start", "load_end"):
+        v = prov.get(key)
+        if v is not None and not (isinstance(v, list) and v and all(_number(x) and math.isfinite(x) for x in v)):
+            raise bad(f"provenance.{key}", "expected a list of load averages or null")
+    for name, phase in mapping(summary.get("phases"), "phases", "an object of phases").items():
+        for k, v in mapping(phase, f"phases.{name}", "an object {wall, cpu}").items():
+            if v is not None and not (_number(v) and math.isfinite(v)):
+                raise bad(f"phases.{name}.{k}", f"{v!r} is not a finite number"[:200])
+    mapping(summary.get("totals"), "totals", "an object of totals")
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -231,9 +325,10 @@ def _tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return out
 
 
-def read_scalars_csv(path: str | Path) -> dict[int, dict[str, float]]:
+def read_scalars_csv(path: str | Path, root: str | Path | None = None) -> dict[int, dict[str, float]]:
     """``{iteration: {tag: value}}`` from a ``scalars.csv`` (header ``iteration,<tag>,...``; an empty cell
-    is a tag not logged at that iteration). Raises :class:`RunError` naming the file, line and column.
+    is a tag not logged at that iteration). Raises :class:`RunError` naming the file, line and column;
+    a file resolving outside ``root`` (default: its folder) or over :data:`MAX_SUMMARY_BYTES` is refused.
 
     Example:
         >>> import tempfile
@@ -243,12 +338,13 @@ def read_scalars_csv(path: str | Path) -> dict[int, dict[str, float]]:
         {1: {'train/success': 0.25}, 2: {'train/success': 0.5, 'val/success': 0.75}}
     """
     import csv
+    import io
 
     path = Path(path)
+    raw = _read_inside(path, Path(root) if root is not None else path.parent, MAX_SUMMARY_BYTES)
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8"), newline="")))
+    except (UnicodeDecodeError, csv.Error) as e:
         raise RunError(f"{path}: unreadable ({' '.join(str(e).split())[:200]})") from None
     if not rows or not rows[0] or rows[0][0] != "iteration":
         raise RunError(f"{path}: line 1: the header must start with 'iteration'")
@@ -291,10 +387,13 @@ def _config_without_summary(run_dir: Path) -> dict[str, Any]:
         return {}
     import yaml
 
+    raw = _read_inside(hydra_cfg, run_dir, MAX_YAML_BYTES)
     try:
-        cfg = yaml.safe_load(hydra_cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise RunError(f"{hydra_cfg}: unreadable config ({' '.join(str(e).split())})") from None
+        cfg = load_yaml_bounded(raw.decode("utf-8"), hydra_cfg)
+    except UnsafeFileError as e:
+        raise RunError(str(e)) from None
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise RunError(f"{hydra_cfg}: unreadable config ({' '.join(str(e).split())[:200]})") from None
     if cfg is None:
         return {}
     if not isinstance(cfg, Mapping):
@@ -315,19 +414,21 @@ def load_run(path: str | Path) -> Run:
         raise RunError(f"{run_dir} is not a run dir (no summary.json, no TensorBoard events under {run_dir / 'tb'})")
     summary_file = run_dir / "summary.json"
     if summary_file.is_file():
+        raw = _read_inside(summary_file, run_dir, MAX_SUMMARY_BYTES)
         try:
-            summary = json.loads(summary_file.read_text())
-        except (OSError, ValueError, RecursionError) as e:
+            summary = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
             raise RunError(f"{summary_file}: unreadable summary ({' '.join(str(e).split())[:200]})") from None
         if not isinstance(summary, Mapping):
             raise RunError(f"{summary_file}: not a run summary (a JSON object is expected)")
         if not isinstance(summary.get("config") or {}, Mapping):
             raise RunError(f"{summary_file}: its config is a {type(summary['config']).__name__}, not a mapping")
+        _check_summary(summary, summary_file)
         config = dict(summary.get("config") or {})
         history = [dict(h) for h in summary.get("history") or [] if isinstance(h, Mapping) and "iteration" in h]
         source = "summary.json"
         if (run_dir / SCALARS_CSV).is_file():
-            rows = read_scalars_csv(run_dir / SCALARS_CSV)
+            rows = read_scalars_csv(run_dir / SCALARS_CSV, root=run_dir)
             history = [{"iteration": it, **rows[it]} for it in sorted(rows) if it > 0 or _has_train(rows[it])]
             source = "summary.json + scalars.csv"
         planned = _iterations(config) or summary.get("iterations")  # the summary's count is what ran

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .runs import Run
 from .stats import (
@@ -53,6 +55,8 @@ __all__ = [
     "change_table",
     "group_row",
     "markdown_report",
+    "md_code",
+    "md_escape",
     "paired_table",
     "provenance_lines",
     "summary_table",
@@ -168,8 +172,49 @@ def _cell(stat: tuple[float, float, int], runs: int, digits: int = 3) -> str:
     return text if n == runs else f"{text} ({n} runs)"
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|")
+# line breaks (a fake heading on the next line), other control characters and Unicode line separators
+_BREAKS = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
+# Markdown's inline syntax: code, emphasis, links and images, table cells, backslash itself
+_MARKDOWN = re.compile(r"([\\`*\[\]|])")
+# an underscore that can open or close emphasis (not one inside a word such as snr_top_p)
+_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def md_escape(text: Any) -> str:
+    r"""A value from a run (a config value, a label, a path) as inert Markdown text for one table cell or line.
+
+    Line breaks and control characters become spaces, ``&``, ``<`` and ``>`` HTML entities (no raw
+    HTML, so no ``<script>`` or ``<img onerror>`` reaches a rendered page), and Markdown's inline
+    syntax is backslash-escaped (an underscore inside a word is left as it is).
+
+    Example:
+        >>> md_escape("none"), md_escape("snr_top_p"), md_escape("a|b")
+        ('none', 'snr_top_p', 'a\\|b')
+        >>> md_escape("x\n# Fake heading <script>alert(1)</script> [click](javascript:x) *b* _i_")
+        'x # Fake heading &lt;script&gt;alert(1)&lt;/script&gt; \\[click\\](javascript:x) \\*b\\* \\_i\\_'
+    """
+    text = _BREAKS.sub(" ", str(text))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _UNDERSCORE.sub(r"\\_", _MARKDOWN.sub(r"\\\1", text))
+
+
+def md_code(text: Any) -> str:
+    r"""A value as a Markdown code span (`` `text` ``) when it can be one safely, else :func:`md_escape`'d text.
+
+    A code span shows its text literally (HTML included), but a backtick, a line break or a table's ``|``
+    inside would end it, so such text is escaped instead.
+
+    Example:
+        >>> md_code("runs/seed0"), md_code("a`b|c")
+        ('`runs/seed0`', 'a\\`b\\|c')
+    """
+    text = str(text)
+    if _BREAKS.search(text) or any(c in text for c in "`|\\"):
+        return md_escape(text)
+    return f"`{text}`"
+
+
+_escape = md_escape
 
 
 def summary_table(keys: Sequence[str], groups: Sequence[Group], paired: Sequence[str] = DEFAULT_PAIRED) -> str:
@@ -383,17 +428,19 @@ def provenance_lines(groups: Sequence[Group]) -> list[str]:
         git = p.get("git") or {}
         if not git.get("commit"):
             return "not recorded"
-        return f"commit `{git['commit'][:12]}`, {'with uncommitted changes' if git.get('dirty') else 'clean'}"
+        return (
+            f"commit {md_code(str(git['commit'])[:12])}, {'with uncommitted changes' if git.get('dirty') else 'clean'}"
+        )
 
     def versions(p: dict) -> str:
         v = p.get("versions") or {}
-        return ", ".join(f"{k} {v[k]}" for k in sorted(v)) or "not recorded"
+        return ", ".join(f"{md_escape(k)} {md_escape(v[k])}" for k in sorted(v, key=str)) or "not recorded"
 
     def machine(p: dict) -> str:
         m = p.get("machine") or {}
         if not m:
             return "not recorded"
-        return f"{m.get('torch_threads', '?')} torch thread(s) on {m.get('cpu_count', '?')} CPUs"
+        return f"{md_escape(m.get('torch_threads', '?'))} torch thread(s) on {md_escape(m.get('cpu_count', '?'))} CPUs"
 
     lines = [
         f"- Code: {_count_phrase(tally([code(p) for p in provs]), n)}.",
@@ -457,7 +504,7 @@ def markdown_report(
         ('# Run report', True)
     """
     base = Path(base) if base is not None else None
-    by = ", ".join(f"`{k}`" for k in keys) if keys else "nothing (all runs differ only in seed and paths)"
+    by = ", ".join(md_code(k) for k in keys) if keys else "nothing (all runs differ only in seed and paths)"
     n_runs = sum(len(g.runs) for g in groups)
     out = [
         "# Run report",
@@ -479,7 +526,9 @@ def markdown_report(
     if dropped:
         out += [
             "Duplicate runs (same config and seed) dropped, each listed with the run it repeats: "
-            + "; ".join(f"`{_display(d.path, base)}` (repeats `{_display(k.path, base)}`)" for d, k in dropped)
+            + "; ".join(
+                f"{md_code(_display(d.path, base))} (repeats {md_code(_display(k.path, base))})" for d, k in dropped
+            )
             + ".",
             "",
         ]
@@ -505,7 +554,9 @@ def markdown_report(
     paired_lines = paired_table(groups, paired, within)
     if paired_lines:
         # named in the text, so ragen-report --check pairs the same groups (cli.paired_within_keys)
-        pairs = "For every pair of groups" + (" with the same " + ", ".join(f"`{k}`" for k in within) if within else "")
+        pairs = "For every pair of groups" + (
+            " with the same " + ", ".join(md_code(k) for k in within) if within else ""
+        )
         out += [
             "## Paired differences (B − A on the same seed)",
             "",
@@ -536,7 +587,7 @@ def markdown_report(
             "|---|---|---|---|---|---|---|",
         ]
         for d in diagnostics:
-            keys_text = ", ".join(f"`{k}`" for k in d.keys)
+            keys_text = ", ".join(md_code(k) for k in d.keys)
             for pool, t in d.pools(groups):
                 if t.refused:
                     cells = f"{t.refused} | — | — |"
@@ -573,7 +624,7 @@ def markdown_report(
         for r in g.runs:
             start, peak, final, totals = r.start_success, peak_success(r), final_point(r), run_totals(r)
             out.append(
-                f"| {_escape(g.label)} | `{_display(r.path, base)}` | {format_value(_seed(r))} | {r.source} | "
+                f"| {_escape(g.label)} | {md_code(_display(r.path, base))} | {_escape(format_value(_seed(r)))} | {r.source} | "
                 f"{r.last_iteration} | {num(start)} | "
                 f"{f'{num(peak[1])} ({peak[0]})' if peak else '—'} | {f'{num(final[1])} ({final[0]})' if final else '—'} | "
                 f"{num(totals['optimizer steps'], 0)} | {num(totals['trained samples'], 0)} |"

@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 from ..flat_config import flatten_config
+from ..safe_io import UnsafeFileError, create_exclusive, inside
 from .config_checks import ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,11 @@ class DamagedCheckpointError(RuntimeError):
 class UnsafeCheckpointError(DamagedCheckpointError):
     """A checkpoint holds objects other than tensors, numbers, strings and containers (code to
     run on load); it is refused without running anything. Names the file and the first object."""
+
+
+class InvalidCheckpointError(ConfigError):
+    """A checkpoint that loads but whose contents are not what the trainer wrote (a field of the wrong
+    type, structure or shape); names the file and the field (a config error: the CLIs exit 2)."""
 
 
 class NoCheckpointError(ConfigError, FileNotFoundError):
@@ -153,7 +159,9 @@ def write_synced(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
         {'x': 1}
     """
     path = Path(path)
-    with open(path, "wb") as f:
+    if os.path.lexists(path):  # a stale temp file, or a link planted in a run dir from elsewhere
+        path.unlink()
+    with create_exclusive(path) as f:  # O_EXCL | O_NOFOLLOW: never written through a symlink
         torch.save(plain(state), f)
         f.flush()
         os.fsync(f.fileno())
@@ -296,6 +304,10 @@ def load_latest(ckpt_dir: str | os.PathLike, *, what: str = "resume") -> tuple[d
     errors = []
     for path in files:
         try:
+            inside(path, ckpt_dir.parent)  # the run dir: a link out of it is a tampered dir, not a fallback
+        except UnsafeFileError as e:
+            raise NoCheckpointError(f"{what}: {e}") from None
+        try:
             state = read_checkpoint(path)
         except UnsafeCheckpointError as e:
             raise NoCheckpointError(f"{what}: {e}") from None
@@ -307,6 +319,157 @@ def load_latest(ckpt_dir: str | os.PathLike, *, what: str = "resume") -> tuple[d
             log.warning("falling back to the previous checkpoint %s (iteration %d)", path, int(state["iteration"]))
         return state, path
     raise NoCheckpointError(f"{what}: no loadable checkpoint in {ckpt_dir}: " + "; ".join(errors))
+
+
+# -- contents ----------------------------------------------------------------------------------
+#: the largest iteration a checkpoint may carry (``trainer.total_iterations``' limit)
+MAX_ITERATION = 10_000_000
+#: optional fields of a checkpoint and the types each may have (``None`` allowed for every one)
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "history": (list,),
+    "guard": (Mapping,),
+    "val_stop": (Mapping,),
+    "val_peak": (Mapping,),
+    "objective": (Mapping,),
+    "collapse": (Mapping,),
+    "refills": (int,),
+    "model_path": (str,),
+    "clock": (Mapping,),
+    "scalars": (Mapping,),
+    "config": (Mapping,),
+}
+
+
+def _invalid(path, field: str, why: str) -> InvalidCheckpointError:
+    return InvalidCheckpointError(f"invalid checkpoint {path}: field {field!r}: {why}")
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _check_rng(rng: Any, path) -> None:
+    """Each RNG state restores into a throwaway generator (the process's own are left alone)."""
+    if not isinstance(rng, Mapping):
+        raise _invalid(path, "rng", f"a {_type_name(rng)}, not a mapping of RNG states")
+    for name in ("python", "numpy", "torch"):
+        if name not in rng:
+            raise _invalid(path, f"rng.{name}", "missing")
+    try:
+        random.Random().setstate(tuple(rng["python"]) if isinstance(rng["python"], list) else rng["python"])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _invalid(path, "rng.python", f"not a Python RNG state ({e})") from None
+    nps = rng["numpy"]
+    fields = ("bit_generator", "key", "pos", "has_gauss", "cached_gaussian")
+    if not isinstance(nps, Mapping) or any(k not in nps for k in fields):
+        raise _invalid(path, "rng.numpy", f"expected a mapping with {', '.join(fields)}")
+    if not isinstance(nps["key"], torch.Tensor) or nps["key"].dtype.is_floating_point:
+        raise _invalid(path, "rng.numpy.key", "not an integer tensor")
+    try:
+        key = nps["key"].numpy().astype(np.uint32)
+        np.random.RandomState().set_state(
+            (nps["bit_generator"], key, nps["pos"], nps["has_gauss"], nps["cached_gaussian"])
+        )
+    except (TypeError, ValueError, OverflowError, RuntimeError) as e:
+        raise _invalid(path, "rng.numpy", f"not a NumPy RNG state ({' '.join(str(e).split())})") from None
+    state = rng["torch"]
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
+        raise _invalid(path, "rng.torch", "not a torch RNG state (a 1-D uint8 tensor)")
+    try:
+        torch.Generator().set_state(state)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise _invalid(path, "rng.torch", f"not a torch RNG state ({' '.join(str(e).split())})") from None
+    cuda = rng.get("cuda")
+    if cuda is not None and (
+        not isinstance(cuda, (list, tuple))
+        or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1 for t in cuda)
+    ):
+        raise _invalid(path, "rng.cuda", "not a list of CUDA RNG states (1-D uint8 tensors)")
+
+
+def check_checkpoint_state(
+    state: Mapping[str, Any], path: str | os.PathLike, *, resume: bool = True
+) -> Mapping[str, Any]:
+    """``state`` unchanged when its contents are what :func:`save_rotating` writes for a training run,
+    else :class:`InvalidCheckpointError` naming ``path`` and the field; runs before any model is built.
+
+    Checked: ``model`` a mapping of names to tensors and the optional fields' types
+    (:data:`OPTIONAL_FIELDS`); for a ``resume`` also ``iteration`` an int in ``[0, MAX_ITERATION]``,
+    ``optimizer`` an optimizer state dict (``state``, ``param_groups``) or empty, and ``rng`` the states
+    :func:`rng_state` captures (each restored into a throwaway generator). ``ragen-eval`` reads the
+    weights only (``resume=False``). Tensor shapes are checked against the model by :func:`check_model_state`.
+
+    Example:
+        >>> good = {"iteration": 3, "model": {"w": torch.zeros(2)}, "optimizer": {}, "rng": rng_state()}
+        >>> check_checkpoint_state(good, "last.pt")["iteration"]
+        3
+        >>> for bad in ({"iteration": "two"}, {"rng": {}}, {"model": {"w": [1.0]}}):
+        ...     try:
+        ...         check_checkpoint_state({**good, **bad}, "last.pt")
+        ...     except InvalidCheckpointError as e:
+        ...         print(e)
+        invalid checkpoint last.pt: field 'iteration': a str, not an integer in [0, 10000000]
+        invalid checkpoint last.pt: field 'rng.python': missing
+        invalid checkpoint last.pt: field 'model.w': a list, not a tensor
+    """
+    it = state.get("iteration")
+    if resume and (isinstance(it, bool) or not isinstance(it, int)):
+        raise _invalid(path, "iteration", f"a {_type_name(it)}, not an integer in [0, {MAX_ITERATION}]")
+    if resume and not 0 <= it <= MAX_ITERATION:
+        raise _invalid(path, "iteration", f"{it} is not in [0, {MAX_ITERATION}]")
+    model = state.get("model")
+    if not isinstance(model, Mapping):
+        raise _invalid(path, "model", f"a {_type_name(model)}, not a state dict")
+    for name, value in model.items():
+        if not isinstance(name, str):
+            raise _invalid(path, "model", f"a key of type {_type_name(name)}, not a parameter name")
+        if not isinstance(value, torch.Tensor):
+            raise _invalid(path, f"model.{name}", f"a {_type_name(value)}, not a tensor")
+    for name, types in OPTIONAL_FIELDS.items():
+        value = state.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise _invalid(path, name, f"a {_type_name(value)}, not a {' or '.join(t.__name__ for t in types)}")
+    if not resume:
+        return state
+    optim = state.get("optimizer")
+    if not isinstance(optim, Mapping):
+        raise _invalid(path, "optimizer", f"a {_type_name(optim)}, not an optimizer state dict")
+    if optim:
+        if not isinstance(optim.get("state"), Mapping):
+            raise _invalid(path, "optimizer.state", f"a {_type_name(optim.get('state'))}, not a mapping")
+        groups = optim.get("param_groups")
+        if not isinstance(groups, list) or not all(
+            isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in groups
+        ):
+            raise _invalid(path, "optimizer.param_groups", "not a list of parameter groups with their params")
+    _check_rng(state.get("rng"), path)
+    return state
+
+
+def check_model_state(model_state: Mapping[str, torch.Tensor], model: torch.nn.Module, path) -> None:
+    """The checkpoint's weights fit ``model``: the same parameter names and every tensor's shape, else
+    :class:`InvalidCheckpointError` naming ``path`` and the first field that differs.
+
+    Example:
+        >>> net = torch.nn.Linear(2, 3)
+        >>> check_model_state({"weight": torch.zeros(3, 2), "bias": torch.zeros(3)}, net, "last.pt")
+        >>> try:
+        ...     check_model_state({"weight": torch.zeros(2, 2), "bias": torch.zeros(3)}, net, "last.pt")
+        ... except InvalidCheckpointError as e:
+        ...     print(e)
+        invalid checkpoint last.pt: field 'model.weight': shape (2, 2), the model's is (3, 2)
+    """
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in model_state]
+    if missing:
+        raise _invalid(path, f"model.{missing[0]}", f"missing ({len(missing)} of the model's tensors are)")
+    for name, value in model_state.items():
+        if name not in expected:
+            raise _invalid(path, f"model.{name}", "not a tensor of the model")
+        if tuple(value.shape) != tuple(expected[name].shape):
+            raise _invalid(
+                path, f"model.{name}", f"shape {tuple(value.shape)}, the model's is {tuple(expected[name].shape)}"
+            )
 
 
 # -- config comparison on resume -------------------------------------------------------------

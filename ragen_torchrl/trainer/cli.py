@@ -23,7 +23,8 @@ use your own configs instead; :data:`CONFIG_DIR` is the folder in use.
 
 Exit status: 0 on success, **2 for a config error** (a bad value, an unknown key such as
 ``+foo=1``, a missing model path, an unwritable run or cache dir, ``trainer.resume`` without
-a checkpoint), printed as one ``config error: <key>...`` line. The whole config is checked
+a checkpoint, a ``hydra.run.dir`` that holds another run, a run dir another process is using),
+printed as one ``config error: <key>...`` line. The whole config is checked
 (:func:`~ragen_torchrl.trainer.config.validate_config`) by :class:`PreflightCallback`
 before Hydra creates the run dir, so a bad config leaves nothing behind and no model is built.
 
@@ -57,14 +58,18 @@ def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
     ``cfg`` is the full config (with its ``hydra`` node) as Hydra passes it to callbacks; the
     task config is the same without ``hydra``. The dir at ``dir_key`` (Hydra's run dir; a sweep
     job's is ``hydra.runtime.output_dir``) is checked for writability without being created (a
-    ``trainer.resume`` run also needs its resumed dir writable).
+    ``trainer.resume`` run also needs its resumed dir writable), and a run or job dir that already
+    holds another run is refused unless ``trainer.resume`` names it
+    (:func:`~ragen_torchrl.trainer.run_dir.check_new_run_dir`).
     """
     from omegaconf import OmegaConf, open_dict
 
     from .config import validate_config
     from .config_checks import ConfigError
     from .config_paths import check_run_dir
+    from .run_dir import RUN_MARKERS, check_new_run_dir
 
+    after_hydra = tuple(m for m in RUN_MARKERS if m != ".hydra")
     task = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False))
     run_dir = OmegaConf.select(cfg, dir_key, throw_on_missing=False)
     with open_dict(task):
@@ -73,6 +78,11 @@ def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
         validate_config(task)
         if run_dir:  # Hydra writes .hydra/ and its log there even when a resumed run trains elsewhere
             check_run_dir(run_dir, dir_key)
+            resume = OmegaConf.select(task, "trainer.resume", default=None)
+            if dir_key == "hydra.run.dir":  # before Hydra writes .hydra/ into it
+                check_new_run_dir(run_dir, resume, dir_key)
+            elif dir_key == "hydra.runtime.output_dir":  # a sweep job's dir: Hydra has just written its .hydra/
+                check_new_run_dir(run_dir, resume, dir_key, markers=after_hydra)
     except ConfigError as e:
         raise _config_error(e) from None
 

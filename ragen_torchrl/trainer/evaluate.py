@@ -48,6 +48,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from tensordict import TensorDictBase
 from ..collectors.grouped import collect_rollouts
 from ..envs.splits import val_level_seeds
 from ..keys import DONE
+from ..models.loading import copy_tokenizer_files
 from .episode_frames import DUMP_FORMATS, EpisodeFrames, save_episode
 from .run_log import summarize
 
@@ -147,8 +149,9 @@ def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None)
     ``state_dict``: the weights to write instead of ``model``'s own (e.g. an FSDP2-sharded model's
     full state dict, gathered on rank 0).
 
-    Written to a sibling temp dir first and then renamed, so ``path`` is never half-written; an
-    existing model dir there is replaced. A non-empty dir that is not a model dir is refused.
+    Written to a fresh sibling temp dir first (:func:`tempfile.mkdtemp`) and then renamed, so ``path``
+    is never half-written; an existing model dir there is replaced. A non-empty dir that is not a
+    model dir, and a symlink, are refused.
     The result loads with ``AutoModelForCausalLM.from_pretrained(path)`` and as ``model.name_or_path``.
 
     Example:
@@ -161,17 +164,20 @@ def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None)
         ragen_torchrl.trainer.evaluate.EvalError: refusing to export into ... (exists and is not a model dir)
     """
     path = Path(path)
+    if path.is_symlink():
+        raise EvalError(f"refusing to export into {path} (a symlink; name the dir itself)")
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "config.json").is_file())):
         raise EvalError(f"refusing to export into {path} (exists and is not a model dir)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # a fresh dir of our own (mkdtemp: a new name, mode 0700): a name planted next to the target,
+    # a symlink to a victim dir included, is never written into
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     try:
         if state_dict is None:
             model.save_pretrained(tmp)
         else:
             model.save_pretrained(tmp, state_dict=state_dict)
-        tokenizer.save_pretrained(tmp)  # the chat template travels with the tokenizer files
+        copy_tokenizer_files(tokenizer, tmp)  # the checkpoint's own tokenizer files (chat template included), unchanged
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -253,7 +259,7 @@ def _run_config(run_dir: Path) -> tuple[dict[str, Any], tuple | None]:
             return check_stored_config(ckpt[0]["config"], ckpt[1]), ckpt
         hydra_cfg = run_dir / ".hydra" / "config.yaml"
         if hydra_cfg.is_file():
-            return load_yaml_config(hydra_cfg), ckpt
+            return load_yaml_config(hydra_cfg, root=run_dir), ckpt
     except ConfigError as e:
         raise EvalError(str(e)) from None
     raise EvalError(f"{run_dir}: no config found (no summary.json, checkpoint or .hydra/config.yaml)")
@@ -273,14 +279,22 @@ def _latest_checkpoint(run_dir: Path, *, required: bool = True):
         raise EvalError(str(e)) from None
 
 
-def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dtype: str):
-    """The checkpoint's weights on its starting model (``model_path``)."""
+def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dtype: str, base_model: str | None = None):
+    """The checkpoint's weights on its starting model: ``base_model`` (named on the command line, a
+    hub id allowed) or else the checkpoint's ``model_path``, which must be a local model dir: a name
+    read from a file is never looked up on the hub."""
     from ..models.loading import ModelSourceError
     from ..models.vision import load_policy
+    from .checkpoint import check_model_state
 
-    base = state.get("model_path")
+    base = base_model or state.get("model_path")
     if not base:
-        raise EvalError(f"{where}: the checkpoint does not name its starting model (model_path)")
+        raise EvalError(f"{where}: the checkpoint does not name its starting model (model_path); pass --base-model")
+    if base_model is None and not (Path(str(base)).expanduser() / "config.json").is_file():
+        raise EvalError(
+            f"{where}: cannot load the checkpoint's starting model {str(base)[:200]!r}: not a local model dir, and a "
+            "model named by a file is never looked up on the hub (pass --base-model NAME to load it from there)"
+        )
     try:
         model, tokenizer, processor = load_policy(str(base), device, dtype)
     except ModelSourceError as e:
@@ -288,10 +302,21 @@ def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dty
             f"{where}: cannot load the checkpoint's starting model (its weights are applied on it): {_one_line(e)}"
         ) from None
     try:
+        check_model_state(state["model"], model, where)
         model.load_state_dict(state["model"])
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:
         raise EvalError(f"{where}: the weights do not fit the starting model {base}: {_one_line(e)}") from None
     return model.eval(), tokenizer, processor
+
+
+def _checked_state(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The fields ``ragen-eval`` reads (weights, starting model, config) of the right types, else :class:`EvalError`."""
+    from .checkpoint import InvalidCheckpointError, check_checkpoint_state
+
+    try:
+        return check_checkpoint_state(state, path, resume=False)
+    except InvalidCheckpointError as e:
+        raise EvalError(str(e)) from None
 
 
 def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[str, Any]:
@@ -327,6 +352,7 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
             raise EvalError(str(e)) from None
         except DamagedCheckpointError as e:
             raise EvalError(f"{target}: not a training checkpoint ({str(e).split(': ', 1)[-1]})") from None
+        _checked_state(state, path)
         if not state.get("config"):
             raise EvalError(f"{target}: the checkpoint holds no config")
         try:
@@ -339,6 +365,7 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
         config, ckpt = _run_config(path)
         cfg = OmegaConf.create(config)
         policy, last = path / POLICY_DIR, path / "checkpoints" / "last.pt"
+        _inside(policy, path)
         fresh = (policy / "config.json").is_file() and (
             not last.is_file() or policy.stat().st_mtime >= last.stat().st_mtime
         )
@@ -346,6 +373,8 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
             ckpt = None
         elif ckpt is None:  # each checkpoint file is read once
             ckpt = _latest_checkpoint(path)
+        if ckpt is not None:
+            _checked_state(*ckpt)
         out = {"kind": "run", "policy": policy if fresh else None, "run_dir": path, "checkpoint": ckpt}
     elif (path / "config.json").is_file():
         cfg = _compose([f"model.name_or_path={path}", "sft.enabled=false"])
@@ -360,6 +389,15 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
         cfg.env = _env_node(env)
     out["config"] = _typed(cfg)
     return out
+
+
+def _inside(path: Path, root: Path) -> None:
+    from ..safe_io import UnsafeFileError, inside
+
+    try:
+        inside(path, root)
+    except UnsafeFileError as e:
+        raise EvalError(str(e)) from None
 
 
 def _typed(cfg) -> Any:
@@ -418,6 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the results here (default: <run dir>/eval.json for a run dir, else stdout)")
     p.add_argument("--export", help="also write the evaluated policy as a Hugging Face model dir here")
     p.add_argument(
+        "--base-model",
+        metavar="NAME_OR_PATH",
+        help="a checkpoint's starting model (its weights are applied on it; a hub id allowed); default: the "
+        "checkpoint's model_path, which must then be a local model dir (a name read from a file is never "
+        "looked up on the hub)",
+    )
+    p.add_argument(
         "-o",
         "--override",
         action="append",
@@ -472,6 +517,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from ..envs import make_env
     from ..models.loading import ModelSourceError
     from ..models.priming import prime_text
+    from ..models.template_guard import ChatTemplateError, check_chat_template
     from ..models.vision import load_policy
     from .model_setup import env_kwargs
 
@@ -522,10 +568,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             source = str(tgt["policy"])
         else:
             state, ckpt_path = tgt["checkpoint"]
-            model, tokenizer, processor = _load_checkpoint_policy(state, ckpt_path, device, dtype)
+            model, tokenizer, processor = _load_checkpoint_policy(
+                state, ckpt_path, device, dtype, getattr(args, "base_model", None)
+            )
             source = str(ckpt_path)
+        for renderer in (tokenizer, processor):  # a chat template that never finishes would hang every rollout
+            check_chat_template(renderer, source)
     except EvalError:
         raise
+    except ChatTemplateError as e:
+        raise EvalError(str(e)) from None
     except ModelSourceError as e:
         raise EvalError(_one_line(e)) from None
     except Exception as e:  # transformers raises many types for a dir that is no loadable model

@@ -53,6 +53,8 @@ from ..objectives.logprobs import make_logprob_policy
 from ..transforms.snr import build_filter, keep_rows
 from .checkpoint import (
     LAST,
+    check_checkpoint_state,
+    check_model_state,
     check_resume_config,
     load_latest,
     restore_rng_state,
@@ -79,6 +81,7 @@ from .evaluate import POLICY_DIR, evaluate_policy, export_policy
 from .metrics import Metrics
 from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
+from .run_dir import lock_run_dir
 from .run_log import (
     SCALARS_FILE,
     NullLogger,
@@ -144,17 +147,20 @@ class Trainer:
             check_run_dir(run_dir, "run_dir")
         self.run_dir = Path(resume if resume else run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
+        # before a resume reads or cleans the dir: a second process on it exits 2
+        self.run_lock = lock_run_dir(self.run_dir) if self.dist.is_main else None
         self.resumed_from: Path | None = None
         resume_state = None
         if resume:
-            # before any model is built: a missing/damaged checkpoint or a refused config
-            # change is a config error (exit 2), not a traceback after the warm start
+            # before any model is built: a missing/damaged checkpoint, a refused config change or
+            # contents of the wrong type are config errors (exit 2), not a traceback after the warm start
             resume_state, self.resumed_from = load_latest(self.ckpt_dir, what=f"trainer.resume={resume}")
             check_resume_config(
                 check_stored_config(resume_state.get("config") or {}, self.resumed_from),
                 OmegaConf.to_container(cfg, resolve=True),
                 allow_changes=bool(cfg.trainer.resume_allow_changes),
             )
+            check_checkpoint_state(resume_state, self.resumed_from)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.model.threads:
             torch.set_num_threads(int(cfg.model.threads))
@@ -184,6 +190,8 @@ class Trainer:
         self.model, self.tokenizer, self.processor = load_policy(
             self.model_path, self.dist.device(str(cfg.model.device)), cfg.model.dtype
         )
+        if resume_state is not None:  # the weights' names and shapes, before anything else is built on the model
+            check_model_state(resume_state["model"], self.model, self.resumed_from)
         self.dist.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
         rcfg = cfg.rollout

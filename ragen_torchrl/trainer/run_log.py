@@ -24,6 +24,7 @@ from tensordict import TensorDictBase
 from torchrl.record.loggers import TensorboardLogger
 
 from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_TURNS, SUCCESS
+from ..safe_io import write_text_atomic
 from ..validation_peak import can_set_peak, peak_of
 from .episode_frames import frame_strip
 
@@ -350,14 +351,7 @@ def write_scalars_csv(path: str | os.PathLike, scalars: Mapping[int, Mapping[str
     for step in sorted(scalars):
         row = scalars[step]
         w.writerow([int(step), *(repr(float(row[t])) if t in row else "" for t in tags)])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(buf.getvalue(), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text_atomic(path, buf.getvalue())  # a resumed run dir may come from elsewhere: no link followed
 
 
 def read_scalars_csv(path: str | os.PathLike) -> dict[int, dict[str, float]]:

@@ -50,7 +50,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OPTIONAL_KEYS", "SUMMARY_FILE", "SUMMARY_KEYS", "json_safe", "read_summary", "write_summary"]
+from ..safe_io import UnsafeFileError, read_bytes_inside, write_text_atomic
+
+__all__ = [
+    "MAX_SUMMARY_BYTES",
+    "OPTIONAL_KEYS",
+    "SUMMARY_FILE",
+    "SUMMARY_KEYS",
+    "json_safe",
+    "read_summary",
+    "write_summary",
+]
 
 SUMMARY_FILE = "summary.json"
 #: the top-level keys of a summary, in file order
@@ -66,6 +76,8 @@ SUMMARY_KEYS = (
     "run_dir",
     "final_policy",
 )
+#: bytes of a ``summary.json`` that is read (a 100,000-iteration run's is ~200 MiB)
+MAX_SUMMARY_BYTES = 256 << 20
 #: top-level keys a summary has when it was written with them (after :data:`SUMMARY_KEYS`, in this order)
 OPTIONAL_KEYS = ("provenance", "phases", "totals")
 
@@ -99,7 +111,9 @@ def json_safe(obj: Any) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as strict JSON (NaN/inf -> ``null``) to ``path`` atomically (tmp file + ``os.replace``).
+    """Write ``obj`` as strict JSON (NaN/inf -> ``null``) to ``path`` atomically
+    (:func:`~ragen_torchrl.safe_io.write_text_atomic`: a fresh ``O_EXCL | O_NOFOLLOW`` temp file, then
+    ``os.replace``; a symlink planted in the directory is never written through).
 
     Example:
         >>> import tempfile
@@ -107,19 +121,8 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
         >>> p.read_text()
         '{\\n  "v": null\\n}\\n'
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text_atomic(path, text)
 
 
 def write_summary(
@@ -170,9 +173,13 @@ def write_summary(
 def read_summary(path: str | os.PathLike) -> dict[str, Any]:
     """Load a summary written by :func:`write_summary` (a run dir is accepted too: its ``summary.json``).
 
+    A run dir's ``summary.json`` that is a symlink leading out of the dir is refused, and so is a file
+    over :data:`MAX_SUMMARY_BYTES`.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is not JSON, or lacks one of :data:`SUMMARY_KEYS`.
+        ValueError: the file is not JSON, lacks one of :data:`SUMMARY_KEYS`, leads out of its run
+            dir or is too large.
 
     Example:
         >>> import tempfile
@@ -185,12 +192,17 @@ def read_summary(path: str | os.PathLike) -> dict[str, Any]:
         not a run summary (missing ['val_start', 'val_end', 'val_peak', 'history', 'seconds', 'iterations', 'stop_reason', 'run_dir', 'final_policy'])
     """
     path = Path(path)
+    root = None
     if path.is_dir():
-        path = path / SUMMARY_FILE
+        root, path = path, path / SUMMARY_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+        data = json.loads(read_bytes_inside(path, root, MAX_SUMMARY_BYTES).decode("utf-8"))
+    except UnsafeFileError:
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({' '.join(str(e).split())[:200]})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a run summary (nested too deeply)") from None
     missing = [k for k in SUMMARY_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
         raise ValueError(f"{path}: not a run summary (missing {missing})")

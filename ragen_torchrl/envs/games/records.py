@@ -14,8 +14,11 @@ Files come from elsewhere, so the reader is strict and bounded:
   answers as the text ``"nan"``, or raise ``OverflowError`` later); in parquet, where NaN is how
   pandas marks a missing value, a NaN becomes ``None`` (missing);
 * nesting deeper than :data:`MAX_DEPTH` is refused (a deeply nested line raises ``RecursionError``
-  in the ``json`` module);
-* invalid UTF-8 names the file and the line.
+  in the ``json`` module), and so is a record of more than :data:`MAX_CONTAINERS` arrays and
+  objects, counted before it is parsed (30 MB of ``[],`` would parse into 10^7 lists, gigabytes);
+* a JSON-lines file is at most :data:`MAX_JSONL_BYTES`;
+* invalid UTF-8 names the file and the line, and so does a lone surrogate escape (``"\\ud800"``
+  parses as JSON but is no text: it fails wherever the string is encoded later).
 
 Example:
     >>> import json, tempfile
@@ -37,14 +40,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
+    "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
     "MAX_INT_DIGITS",
+    "MAX_JSONL_BYTES",
     "MAX_LINE_BYTES",
     "MAX_RECORDS",
     "RecordError",
@@ -64,6 +70,16 @@ MAX_RECORDS = 10_000_000
 MAX_DOCUMENT_BYTES = 2 << 30
 #: digits of a JSON integer (Python's default int/str conversion limit)
 MAX_INT_DIGITS = 4300
+#: arrays and objects in one record or one parsed string field (a record's tests held as a JSON
+#: string are counted when that string is parsed)
+MAX_CONTAINERS = 1_000_000
+#: bytes of a JSON-lines file (MetaMathQA's is ~400 MB)
+MAX_JSONL_BYTES = 16 << 30
+
+# a JSON string literal (escapes included), and what may hide a lone surrogate in one
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RecordError(ValueError):
@@ -111,14 +127,23 @@ class _Decoder:
         """Parse ``text``; a refused value raises :class:`RecordError` naming ``where`` and its field."""
         tail = f"; expected {expected}" if expected else ""
         self.bad = False
+        brackets = text.count("[") + text.count("{")
+        if brackets > MAX_CONTAINERS:  # the raw count includes brackets inside strings: count again without them
+            structural = _STRING.sub("", text)
+            if structural.count("[") + structural.count("{") > MAX_CONTAINERS:
+                raise RecordError(
+                    f"{where}: more than {MAX_CONTAINERS} arrays and objects in one record "
+                    f"(ragen_torchrl.envs.games.records.MAX_CONTAINERS){tail}"
+                )
+        surrogates = "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
         try:
             value = self.decoder.decode(text)
         except RecursionError:
             raise RecordError(f"{where}: nesting deeper than {MAX_DEPTH} levels{tail}") from None
         except json.JSONDecodeError as exc:
             raise RecordError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}){tail}") from None
-        if self.bad or text.count("[") + text.count("{") > MAX_DEPTH:
-            _check_tree(value, where, tail)
+        if self.bad or surrogates or brackets > MAX_DEPTH:
+            _check_tree(value, where, tail, surrogates)
         return value
 
 
@@ -136,20 +161,44 @@ def _locate(root: Any, path: list, where: str) -> tuple[str, str]:
     return where, (f" field {_field_name(path)!r}:" if path else "")
 
 
-def _check_tree(value: Any, where: str, tail: str) -> None:
-    """Depth and refused numbers, walked without recursion (the first problem is reported)."""
-    stack: list[tuple[Any, list, int]] = [(value, [], 0)]
+def _problem(node: Any, depth: int, surrogates: bool) -> str | None:
+    """What is wrong with one node of a parsed record (``None``: nothing)."""
+    if isinstance(node, _Bad):
+        return node.why
+    if surrogates and isinstance(node, str) and _SURROGATE.search(node):
+        return "a lone surrogate escape (\\ud800-\\udfff without its pair) is not text"
+    if isinstance(node, (dict, list)):
+        if depth >= MAX_DEPTH:
+            return f"nests deeper than {MAX_DEPTH} levels"
+        if surrogates and isinstance(node, dict) and any(_SURROGATE.search(k) for k in node):
+            return "a key holds a lone surrogate escape (\\ud800-\\udfff without its pair), which is not text"
+    return None
+
+
+def _check_tree(value: Any, where: str, tail: str, surrogates: bool = False) -> None:
+    """Depth, refused numbers and (``surrogates``) lone surrogates, walked without recursion; the
+    first problem is reported with its field (paths are built only to name it)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
-        node, path, depth = stack.pop()
-        if isinstance(node, _Bad):
+        node, depth = stack.pop()
+        if _problem(node, depth, surrogates) is not None:
+            break
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    else:
+        return
+    paths: list[tuple[Any, list, int]] = [(value, [], 0)]
+    while paths:
+        node, path, depth = paths.pop()
+        why = _problem(node, depth, surrogates)
+        if why is not None:
             at, field = _locate(value, path, where)
-            raise RecordError(f"{at}:{field} {node.why}{tail}")
+            raise RecordError(f"{at}:{field} {why}{tail}")
         if isinstance(node, (dict, list)):
-            if depth >= MAX_DEPTH:
-                at, field = _locate(value, path, where)
-                raise RecordError(f"{at}:{field} nests deeper than {MAX_DEPTH} levels{tail}")
             items = node.items() if isinstance(node, dict) else enumerate(node)
-            stack.extend((v, [*path, k], depth + 1) for k, v in reversed(list(items)))
+            paths.extend((v, [*path, k], depth + 1) for k, v in reversed(list(items)))
 
 
 def parse_json(text: str, where: str, expected: str = "") -> Any:
@@ -241,6 +290,12 @@ def iter_records(path: str | os.PathLike, expected: str, limit: int | None = Non
         raise RecordError(f"{path}: file not found (expected a JSON-lines or parquet file with {expected})")
     if limit is not None and limit <= 0:
         return
+    size = os.path.getsize(path)
+    if size > MAX_JSONL_BYTES:
+        raise RecordError(
+            f"{path}: {size} bytes, over the limit of {MAX_JSONL_BYTES} for a data file "
+            f"(ragen_torchrl.envs.games.records.MAX_JSONL_BYTES); split it; expected {expected}"
+        )
     if path.endswith(".parquet"):
         _check_size(path, expected)
         for i, row in enumerate(_read_parquet(path), 1):
