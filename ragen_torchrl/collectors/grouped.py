@@ -207,8 +207,8 @@ def hf_generate_kwargs(
     ``top_k`` (``None``/0: off), ``top_p`` (1.0: off) and ``min_p`` (``None``: off) truncate it when
     set. Nothing comes from transformers' defaults (``top_k=50``) or from the checkpoint's own
     ``generation_config`` (instruct checkpoints ship ``top_k``, ``repetition_penalty``, ...): the
-    behaviour log-probs and the losses score tokens with the policy's full softmax, so the sampler
-    must draw from that same distribution (RAGEN-2, arXiv 2604.06268, samples at temperature 1,
+    behaviour log-probs and the losses score tokens with the policy's full softmax at ``temperature``,
+    so the sampler must draw from that same distribution (RAGEN-2, arXiv 2604.06268, samples at temperature 1,
     top-p 1, no top-k). The vLLM backend mirrors these
     (:func:`ragen_torchrl.collectors.vllm_backend.vllm_sampling_kwargs`).
 
