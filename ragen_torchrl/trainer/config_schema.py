@@ -456,7 +456,7 @@ class T3Config:
     )
     rule: Optional[str] = setting(
         None,
-        "preference_estimation / movie_recommendation only: null = improve (paper text) | decrease | reference | drift (MR only)",
+        "preference_estimation / movie_recommendation only: null = improve (paper text) | decrease | reference | drift (the reference code's live rule)",
         _lazy_choice("..transforms.t3_rules", "PREFERENCE_RULES.MovieRecommendation"),
     )
 

@@ -135,8 +135,8 @@ class T3Truncation(Transform):
             (not in the paper; default False). Config key ``t3.outside_trigger``.
         rule: PreferenceEstimation / MovieRecommendation only: which stall rule
             (:data:`~ragen_torchrl.transforms.t3_rules.PREFERENCE_RULES`; ``None`` = ``"improve"``,
-            the paper text; ``"decrease"``, ``"reference"``, and ``"drift"``, the reference's
-            unsupervised MovieRecommendation rule). Config key ``t3.rule``.
+            the paper text; ``"decrease"``, ``"reference"``, and ``"drift"``, the unsupervised rule the
+            reference code runs for both tasks). Config key ``t3.rule``.
         enabled: False makes the transform a no-op (validation).
         prompt: text appended to the next user message when the rule fires.
 

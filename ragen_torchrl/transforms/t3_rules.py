@@ -28,9 +28,10 @@ Rules and the paper defaults (:func:`make_rule`):
   consecutive turns without an improvement of ``cos(v̂_t, v*)`` (not increasing, or no new
   estimate), counted once a first estimate exists (``rule="improve"``, the default). The other
   :data:`PREFERENCE_RULES` (config key ``t3.rule``): ``"decrease"`` (only strict decreases are
-  stalls), ``"reference"`` (the reference code's supervised counting, see below) and, for
-  MovieRecommendation only, ``"drift"``: :class:`EstimateDriftRule` (the reference code's
-  unsupervised rule: mean of the last 4 raw estimate steps below 0.28).
+  stalls), ``"reference"`` (the supervised counting the reference code keeps commented out, see
+  below) and ``"drift"``: :class:`EstimateDriftRule`, the rule the released reference code runs (its
+  ``MovieRecSpace``, through which PreferenceEstimation runs too: mean of the last 4 raw estimate steps
+  below ``epsilon_win = 0.28``).
 
 Invalid turns of PE/MR. Under ``"improve"`` / ``"decrease"`` a query the game rejects as a whole
 (an unknown item, an estimate of the wrong length) carries no estimate: the game ignores it. The
@@ -292,9 +293,9 @@ class SimilarityDecreaseRule(StallRule):
 
 
 class EstimateDriftRule(StallRule):
-    """Unsupervised MovieRecommendation variant (reference code): the agent's estimate stopped
+    """The reference code's live PE / MR rule (its ``MovieRecSpace``): the agent's estimate stopped
     moving -- the mean of the last ``window`` step sizes ``||v̂_t - v̂_{t-1}||`` over the *raw*,
-    unnormalised estimates is below ``threshold``. As the reference, the estimate of a turn is the
+    unnormalised estimates is below ``threshold`` (the reference's ``epsilon_win = 0.28``). As the reference, the estimate of a turn is the
     one written in the query whatever its question part (``info["query_estimate"]``, even in a
     query the game rejects, e.g. about an unknown item); once a first estimate exists, a turn
     without one (missing, of the wrong length, or a malformed turn) is a step of size 0 (zero
@@ -382,10 +383,10 @@ TASK_NAMES: tuple[str, ...] = tuple(PAPER_DEFAULTS)
 
 #: ``t3.rule`` values per task (the first is the default): ``improve`` (paper text: no increase of
 #: cos(v̂, v*), or no new estimate), ``decrease`` (only strict decreases), ``reference`` (the
-#: reference code's supervised counting), ``drift`` (the reference code's unsupervised
-#: MovieRecommendation rule)
+#: supervised counting commented out in the reference code), ``drift`` (the unsupervised rule the
+#: reference code runs for both tasks)
 PREFERENCE_RULES: dict[str, tuple[str, ...]] = {
-    "PreferenceEstimation": ("improve", "decrease", "reference"),
+    "PreferenceEstimation": ("improve", "decrease", "reference", "drift"),
     "MovieRecommendation": ("improve", "decrease", "reference", "drift"),
 }
 
@@ -414,15 +415,17 @@ def make_rule(
     ``rule`` (PreferenceEstimation / MovieRecommendation only, :data:`PREFERENCE_RULES`; ``None``
     = ``"improve"``): ``"improve"`` / ``"decrease"`` / ``"reference"`` give
     :class:`SimilarityDecreaseRule` (default / ``require_decrease`` / ``reference_counting``),
-    ``"drift"`` (MovieRecommendation) :class:`EstimateDriftRule` (``k`` does not apply to it).
+    ``"drift"`` :class:`EstimateDriftRule` with the reference's window 4 and threshold 0.28 (``k`` does
+    not apply to it).
 
     Example:
         >>> make_rule("circuit_decoding").cumulative  # the paper: consecutive stalls
         False
         >>> type(make_rule("GuessNumbers", outside_trigger=True)).__name__
         'AnyRule'
-        >>> type(make_rule("movie_recommendation", rule="drift")).__name__
-        'EstimateDriftRule'
+        >>> drift = make_rule("preference_estimation", rule="drift")
+        >>> type(drift).__name__, drift.window, drift.threshold
+        ('EstimateDriftRule', 4, 0.28)
 
     Raises:
         ValueError: unknown task (the message lists the valid names), or an option that does not

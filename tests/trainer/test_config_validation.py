@@ -87,7 +87,7 @@ BAD = [
     (("env=guess_numbers", "env.malformed=ignore"), "env.malformed", "auto, end, retry, penalty"),
     (("t3.rule=fast",), "t3.rule", "improve, decrease, reference, drift"),
     (("env=circuit_decoding", "env.presentation=table"), "env.presentation", "indexed, formula"),
-    (("env=preference_estimation", "t3.enabled=true", "t3.rule=drift"), "t3.rule", "improve, decrease, reference"),
+    (("env=preference_estimation", "t3.enabled=true", "t3.rule=fast"), "t3.rule", "improve, decrease, reference, drift"),
     (("env=guess_numbers", "t3.enabled=true", "t3.rule=reference"), "t3.rule", "leave t3.rule null"),
     (("+foo=1",), "foo", "unknown config key"),
     (("+algo.lrr=0.1",), "algo.lrr (did you mean algo.lr?)", "unknown config key"),
@@ -166,6 +166,7 @@ def test_bad_input_is_a_config_error_naming_the_key(overrides, key, text, tmp_pa
         ("env=movie_recommendation", "t3.enabled=true"),
         ("env=circuit_decoding", "t3.enabled=true", "t3.cumulative=true"),
         ("env=movie_recommendation", "t3.enabled=true", "t3.rule=drift"),
+        ("env=preference_estimation", "t3.enabled=true", "t3.rule=drift"),  # the reference's live rule
         ("env=preference_estimation", "t3.enabled=true", "t3.rule=decrease"),
         ("algo=grpo", "+algo.aggregation=token_mean"),  # read by build_algorithm for every algorithm
         ("env.size=64",),  # the limit itself is allowed

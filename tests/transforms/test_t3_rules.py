@@ -188,6 +188,9 @@ def test_make_rule_defaults_and_errors():
     assert make_rule("preference-estimation").k == 2
     assert isinstance(make_rule("MovieRecommendation"), SimilarityDecreaseRule)
     assert isinstance(make_rule("MovieRecommendation", rule="drift"), EstimateDriftRule)
+    # the released reference code runs the drift rule for PreferenceEstimation too (its MovieRecSpace)
+    pe = make_rule("PreferenceEstimation", rule="drift")
+    assert isinstance(pe, EstimateDriftRule) and (pe.window, pe.threshold) == (4, 0.28)
     assert make_rule("PreferenceEstimation", rule="decrease").require_decrease
     assert make_rule("PreferenceEstimation", rule="reference").reference_counting
     gn = make_rule("GuessNumbers", k=2)
@@ -204,8 +207,8 @@ def test_make_rule_defaults_and_errors():
         make_rule("SituationPuzzles", cumulative=True)
     with pytest.raises(ValueError, match="leave t3.rule null"):
         make_rule("GuessNumbers", rule="drift")
-    with pytest.raises(ValueError, match="improve, decrease, reference"):
-        make_rule("PreferenceEstimation", rule="drift")  # the drift rule is MovieRecommendation's
+    with pytest.raises(ValueError, match="improve, decrease, reference, drift"):
+        make_rule("PreferenceEstimation", rule="supervised")
     with pytest.raises(ValueError):
         ShrinkStallRule(0)
 
@@ -332,5 +335,6 @@ def test_preference_rules_count_invalid_turns(task, rule, seq, expected):
         ),
     ],
 )
-def test_movie_drift_rule_counts_invalid_turns_as_the_reference(seq, expected):
-    assert _play_rule("MovieRecommendation", "drift", seq) == expected
+@pytest.mark.parametrize("task", ["PreferenceEstimation", "MovieRecommendation"])
+def test_drift_rule_counts_invalid_turns_as_the_reference(task, seq, expected):
+    assert _play_rule(task, "drift", seq) == expected
