@@ -109,15 +109,17 @@ def _probes() -> list[list[dict[str, str]]]:
     ]
 
 
-def check_chat_template(tokenizer: Any, where: str, timeout: float = PROBE_TIMEOUT) -> None:
-    """Render probe conversations with ``tokenizer.apply_chat_template`` under ``timeout`` seconds each;
-    a render that does not finish raises :class:`ChatTemplateError` naming ``where``.
+def check_chat_template(tokenizer: Any, where: str, timeout: float | None = None) -> None:
+    """Render probe conversations with ``tokenizer.apply_chat_template`` under ``timeout`` seconds each
+    (default :data:`PROBE_TIMEOUT`); a render that does not finish raises :class:`ChatTemplateError`
+    naming ``where``.
 
     A tokenizer (or processor) without a chat template, or one whose template raises on a probe, passes.
     See the module example.
     """
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return
+    timeout = PROBE_TIMEOUT if timeout is None else float(timeout)
     for messages in _probes():
         for prompt in (False, True):
             try:

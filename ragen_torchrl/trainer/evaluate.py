@@ -15,10 +15,18 @@ stream is left as it was. ``Trainer.validate`` calls it with the run's ``seed``;
     ragen-eval outputs/... --export exported/               # also write the policy as an HF model dir
     ragen-eval outputs/... --dump episode.gif               # a visual env: level 0's episode as a GIF
     ragen-eval outputs/... --dump strip.png --dump-level 3  # level 3's episode as a PNG strip
+    ragen-eval last.pt --base-model Qwen/Qwen2.5-0.5B        # a checkpoint whose starting model is on the hub
 
 It prints success ± standard error, mean return, turns, tokens and format-valid, and writes
 them as JSON (``--json PATH``; a run dir defaults to ``<run dir>/eval.json``; otherwise the
 JSON goes to stdout). Bad input exits 2 with one ``ragen-eval: error: ...`` line.
+
+A target may come from elsewhere: what is read stays inside a run dir (a symlink leading out of it
+is refused), a checkpoint's fields are checked before use and its weights against the starting
+model's names and shapes, a checkpoint's ``model_path`` is loaded only from a local dir (a hub id
+only when named with ``--base-model``), the loaded chat template must render probe conversations
+within a time limit (:func:`~ragen_torchrl.models.template_guard.check_chat_template`), and
+``eval.json`` is written without following a link planted in the run dir.
 
 ``--dump PATH`` (visual envs) writes the observed images of one episode (level ``--dump-level``,
 default 0: its board at each turn, then the final board) as an animated GIF (``.gif``) or a PNG
