@@ -19,7 +19,9 @@ test; its remaining tests count as failed). :meth:`Grader.prefetch` starts a bat
 submissions on ``workers`` background threads (the env's step then parses and renders while
 they run), and reports are cached by (code, problem, test set), so the G identical answers
 of a collapsed group run once. A program whose outcome depends on
-timing is graded once per cache entry.
+timing is graded once per cache entry. Grading never raises: a run the sandbox could not
+start or finish (or any other error while grading) is a failed test with status
+``"sandbox_error"``, logged, and such a report is not cached.
 
 Example:
     >>> from ragen_torchrl.envs.games.deepcoder_data import CodingProblem, TestCase
@@ -62,6 +64,8 @@ log = logging.getLogger(__name__)
 #: ``reward`` options: 1.0 when every hidden test passes (the reference), or the fraction passed
 REWARDS = ("binary", "fraction")
 
+#: status of a test the sandbox could not run (not cached: the next grading tries again)
+SANDBOX_ERROR = "sandbox_error"
 #: characters of a got/expected text quoted in feedback
 QUOTE_CHARS = 200
 
@@ -267,6 +271,14 @@ class Grader:
         return h.hexdigest()
 
     def _run_one(self, code: str, problem: CodingProblem, test: TestCase) -> tuple[TestOutcome, RunResult]:
+        try:
+            return self._run_test(code, problem, test)
+        except Exception as exc:  # whatever a program did to the grading: a failed test
+            log.warning("DeepCoder grading: a test could not be run: %s: %s", type(exc).__name__, exc)
+            run = RunResult(SANDBOX_ERROR, None, "", f"{type(exc).__name__}: {exc}", 0.0)
+            return TestOutcome(False, SANDBOX_ERROR), run
+
+    def _run_test(self, code: str, problem: CodingProblem, test: TestCase) -> tuple[TestOutcome, RunResult]:
         if problem.fn_name is None:
             run = self.sandbox.run_script(code, test.input)
             passed = run.status == "ok" and stdout_matches(run.stdout, test.output)
@@ -306,14 +318,24 @@ class Grader:
                 return hit
             running = self._inflight.get(key)
         if running is not None:
-            return running.result()
-        report = self._grade_uncached(code, problem, tests)
+            try:
+                return running.result()
+            except Exception:  # the background job failed as a whole: grade here instead
+                pass
+        report = self._grade_safely(code, problem, tests)
         self._store(key, report)
         return report
 
+    def _grade_safely(self, code: str, problem: CodingProblem, tests: tuple[TestCase, ...]) -> GradeReport:
+        try:
+            return self._grade_uncached(code, problem, tests)
+        except Exception as exc:
+            log.warning("DeepCoder grading: a submission could not be graded: %s: %s", type(exc).__name__, exc)
+            return GradeReport(tuple(TestOutcome(False, SANDBOX_ERROR) for _ in tests))
+
     def _store(self, key: str, report: GradeReport) -> None:
         with self._lock:
-            if self.cache_size:
+            if self.cache_size and not any(o.status == SANDBOX_ERROR for o in report.outcomes):
                 self._cache[key] = report
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
@@ -321,7 +343,7 @@ class Grader:
 
     def _background(self, key: str, code: str, problem: CodingProblem, tests: tuple[TestCase, ...]) -> GradeReport:
         try:
-            report = self._grade_uncached(code, problem, tests)
+            report = self._grade_safely(code, problem, tests)
         except BaseException:
             with self._lock:
                 self._inflight.pop(key, None)

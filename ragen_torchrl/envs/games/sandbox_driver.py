@@ -15,11 +15,15 @@ hot path: a run costs about one bare interpreter start). Before any untrusted co
    (fork, exec, spawn, ``subprocess``, ``os.system``), no signals to other processes, no
    ``ctypes``, no raising of limits, no ``chdir``, no links, no code-object forgery, no
    ``gc`` object walks; files may be written only inside the working directory and read only
-   there and in the interpreter's standard library;
-3. runs the program: ``script`` mode executes ``solution.py`` as ``__main__`` (stdin and
-   stdout are the test's); ``call`` mode reads ``{"token", "args"}`` from stdin, executes
-   ``solution.py`` as a module (its prints go to stderr), calls the function (or the method
-   of ``Solution()``) and writes ``token + " " + json(result)`` on the saved stdout.
+   there and in the interpreter's standard library, except the package directories and
+   the trainer's package (``denied``);
+3. runs the program: ``script`` mode executes it as ``__main__`` (stdin and stdout are the
+   test's); ``call`` mode reads ``{"token", "args"}`` from stdin, executes the program as a
+   module (its prints go to stderr), calls the function (or the method of ``Solution()``) and
+   writes ``token + " " + json(result)`` on the saved stdout.
+
+The program's source comes first on stdin (8 bytes of big-endian length, then the UTF-8
+text; the test's input follows), so no file of the run exists before it starts.
 
 The verdict is never computed here: the parent compares the captured output or the decoded
 JSON value with the expected one, which never enters the child.
@@ -31,13 +35,15 @@ parent checks a whole batch in one process instead of one process per broken pro
 
 Example (the parent builds the config; shown here for its shape):
     >>> sorted(default_config("/tmp/x", "script"))  # doctest: +NORMALIZE_WHITESPACE
-    ['hook', 'mode', 'read_roots', 'rlimits', 'workdir']
+    ['denied', 'hook', 'mode', 'read_roots', 'rlimits', 'workdir']
 """
 
 import sys
 
 #: the ``-c`` program of the child (``{folder!r}`` is this module's folder)
 BOOTSTRAP = "import sys; sys.path.insert(0, {folder!r}); import sandbox_driver as d; del sys.path[0]; d.main(sys.argv)"
+#: bytes of the source length that opens stdin
+SOURCE_HEADER = 8
 #: exit code of a program that does not compile
 COMPILE_ERROR = 3
 #: modules that give a way around the audit hook or to the network
@@ -100,7 +106,24 @@ UNAUDITED_OS = ("pidfd_open", "mkfifo", "mknod", "setns", "unshare")
 
 def default_config(workdir, mode):
     """A minimal config (the parent sends the real one)."""
-    return {"workdir": workdir, "mode": mode, "read_roots": [], "rlimits": {}, "hook": True}
+    return {"workdir": workdir, "mode": mode, "read_roots": [], "denied": [], "rlimits": {}, "hook": True}
+
+
+def _under(p, allowed, sep="/"):
+    return any(p == r or p.startswith(r.rstrip(sep) + sep) for r in allowed)
+
+
+def readable(path, read_roots, denied):
+    """Whether the hook lets a program read ``path`` (an absolute, resolved path) outside its
+    working directory: under a read root and under no denied directory.
+
+    Example:
+        >>> readable("/lib/py/os.py", ["/lib/py"], ["/lib/py/site-packages"])
+        True
+        >>> readable("/lib/py/site-packages/x.json", ["/lib/py"], ["/lib/py/site-packages"])
+        False
+    """
+    return _under(path, read_roots) and not _under(path, denied)
 
 
 def _set_limits(rlimits):
@@ -110,7 +133,7 @@ def _set_limits(rlimits):
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
-def _install_hook(workdir, read_roots, enabled=True):
+def _install_hook(workdir, read_roots, denied=(), enabled=True):
     if not enabled:  # tests of the kernel sandbox: as if the program had switched the hook off
         return
     import os
@@ -120,6 +143,7 @@ def _install_hook(workdir, read_roots, enabled=True):
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     work = realpath(workdir)
     roots = tuple(realpath(r) for r in read_roots) + ("/dev/null", "/dev/urandom")
+    denied = tuple(realpath(d) for d in denied) + tuple(denied)
     me = getpid()
     busy = [False]
 
@@ -136,7 +160,7 @@ def _install_hook(workdir, read_roots, enabled=True):
         p = resolve(path)
         if under(p, (work,)):
             return
-        if write or not under(p, roots):
+        if write or not under(p, roots) or under(p, denied):
             raise PermissionError(f"sandbox: access to {p!r} is not allowed")
         if opening and isdir(p):  # a directory descriptor outside would let dir_fd paths escape the check
             raise PermissionError(f"sandbox: opening the directory {p!r} is not allowed")
@@ -183,9 +207,25 @@ def _install_hook(workdir, read_roots, enabled=True):
                 delattr(module, name)
 
 
-def _compile(path):
-    with open(path, "rb") as f:
-        source = f.read()
+def _read_exact(fd, n):
+    import os
+
+    parts = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_source():
+    # exactly the source's bytes from fd 0: the rest of stdin stays the program's input
+    return _read_exact(0, int.from_bytes(_read_exact(0, SOURCE_HEADER), "big"))
+
+
+def _compile(source):
     try:
         return compile(source, "solution.py", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
@@ -209,16 +249,19 @@ def main(argv):
 
     cfg = marshal.loads(bytes.fromhex(argv[1]))
     _set_limits(cfg["rlimits"])
+    source = _read_source()
+    hook = (cfg["workdir"], cfg["read_roots"], cfg.get("denied", ()), cfg.get("hook", True))
     if cfg["mode"] == "compile":  # compile many programs (never run them): one 0/1 per program
         sources = marshal.loads(sys.stdin.buffer.read())
-        _install_hook(cfg["workdir"], cfg["read_roots"], cfg.get("hook", True))
+        _install_hook(*hook)
         flags = "".join(_compiles(src) for src in sources)
         sys.stdout.write(flags)
         return
-    code = _compile(os.path.join(cfg["workdir"], "solution.py"))
+    code = _compile(source)
+    del source
     if cfg["mode"] == "script":
         scope = {"__name__": "__main__", "__builtins__": builtins}
-        _install_hook(cfg["workdir"], cfg["read_roots"], cfg.get("hook", True))
+        _install_hook(*hook)
         del cfg, argv
         exec(code, scope)
         return
@@ -231,8 +274,8 @@ def main(argv):
     os.dup2(2, 1)  # the program's prints go to stderr
     dumps, write = json.dumps, os.write
     scope = {"__name__": "solution", "__builtins__": builtins}
-    _install_hook(cfg["workdir"], cfg["read_roots"], cfg.get("hook", True))
-    del cfg, argv, request
+    _install_hook(*hook)
+    del cfg, argv, request, hook
     exec(code, scope)
     target = scope.get("Solution")
     if isinstance(target, type) and hasattr(target, fn_name):

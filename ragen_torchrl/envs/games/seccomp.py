@@ -7,8 +7,11 @@ process without capabilities: new processes (``fork``, ``vfork``, ``clone`` with
 ``CLONE_THREAD``; ``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``,
 whose flags the filter can read), namespace and mount calls, ``ptrace`` and cross-process
 memory access, ``io_uring`` (whose operations bypass seccomp), kernel keyrings, ``bpf``,
-``perf_event_open``, ``userfaultfd``, module loading, priority changes (``nice``), and
-sockets of any family but ``AF_UNIX`` (the network namespace already has no interface).
+``perf_event_open``, ``userfaultfd``, module loading, priority changes (``nice``), memory
+that would live outside the run's limits (System V shared memory, message queues and
+semaphores, POSIX message queues, ``memfd_create``: kernel or tmpfs memory that neither
+``RLIMIT_AS`` nor the run's size-limited directory counts), and sockets of any family but
+``AF_UNIX`` (the network namespace already has no interface).
 Threads still work. A foreign architecture (x32 system calls included) is refused.
 
 Only x86-64 has a table: elsewhere :func:`deny_filter` returns ``None`` and the sandbox runs
@@ -39,8 +42,13 @@ _NR, _ARCH, _ARG0 = 0, 4, 16
 
 #: system call name -> x86-64 number, all refused with EPERM
 DENIED_SYSCALLS_X86_64 = {
+    "shmget": 29,
+    "shmat": 30,
+    "shmctl": 31,
     "fork": 57,
     "vfork": 58,
+    "semget": 64,
+    "msgget": 68,
     "ptrace": 101,
     "syslog": 103,
     "personality": 135,
@@ -60,6 +68,7 @@ DENIED_SYSCALLS_X86_64 = {
     "init_module": 175,
     "delete_module": 176,
     "quotactl": 179,
+    "mq_open": 240,
     "kexec_load": 246,
     "add_key": 248,
     "request_key": 249,
@@ -78,6 +87,7 @@ DENIED_SYSCALLS_X86_64 = {
     "finit_module": 313,
     "sched_setattr": 314,
     "kexec_file_load": 320,
+    "memfd_create": 319,
     "bpf": 321,
     "userfaultfd": 323,
     "pidfd_send_signal": 424,
@@ -93,6 +103,7 @@ DENIED_SYSCALLS_X86_64 = {
     "pidfd_open": 434,
     "pidfd_getfd": 438,
     "mount_setattr": 442,
+    "memfd_secret": 447,
 }
 _CLONE, _CLONE3, _SOCKET = 56, 435, 41
 
