@@ -67,9 +67,8 @@ def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
     from .config import validate_config
     from .config_checks import ConfigError
     from .config_paths import check_run_dir
-    from .run_dir import RUN_MARKERS, check_new_run_dir
+    from .run_dir import check_new_run_dir
 
-    after_hydra = tuple(m for m in RUN_MARKERS if m != ".hydra")
     task = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False))
     run_dir = OmegaConf.select(cfg, dir_key, throw_on_missing=False)
     with open_dict(task):
@@ -78,11 +77,8 @@ def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
         validate_config(task)
         if run_dir:  # Hydra writes .hydra/ and its log there even when a resumed run trains elsewhere
             check_run_dir(run_dir, dir_key)
-            resume = OmegaConf.select(task, "trainer.resume", default=None)
-            if dir_key == "hydra.run.dir":  # before Hydra writes .hydra/ into it
-                check_new_run_dir(run_dir, resume, dir_key)
-            elif dir_key == "hydra.runtime.output_dir":  # a sweep job's dir: Hydra has just written its .hydra/
-                check_new_run_dir(run_dir, resume, dir_key, markers=after_hydra)
+            if dir_key != "hydra.sweep.dir":  # a run's or a sweep job's own dir
+                check_new_run_dir(run_dir, OmegaConf.select(task, "trainer.resume", default=None), dir_key)
     except ConfigError as e:
         raise _config_error(e) from None
 

@@ -2,9 +2,9 @@
 file marks a run dir in use.
 
 * :func:`check_new_run_dir` (``ragen-train``'s preflight, before Hydra writes anything): a
-  ``hydra.run.dir`` that already holds a run (:data:`RUN_MARKERS`: its summary, checkpoints, final
-  policy, TensorBoard log, ``scalars.csv`` or Hydra's ``.hydra/``) is a config error unless
-  ``trainer.resume`` names that same dir;
+  ``hydra.run.dir`` (or a sweep job's dir) that already holds a run (:data:`RUN_MARKERS`: its
+  summary, a checkpoint, its final policy) is a config error unless ``trainer.resume`` names that
+  same dir;
 * :func:`lock_run_dir` (``Trainer``, on the main rank, before a resume reads or cleans anything):
   an exclusive ``flock`` on ``<run dir>/.ragen.lock``, held while the trainer lives. A second process
   (two resumes of one dir at once, or two runs that drew the same dir name) gets a config error
@@ -16,11 +16,12 @@ Example:
     >>> from pathlib import Path
     >>> run = Path(tempfile.mkdtemp())
     >>> (run / "checkpoints").mkdir()
+    >>> _ = (run / "checkpoints" / "last.pt").write_bytes(b"")
     >>> try:
     ...     check_new_run_dir(run, resume=None)
     ... except ConfigError as e:
     ...     print(str(e).replace(str(run), "RUN").split(";")[0])
-    hydra.run.dir=RUN already holds a run (checkpoints)
+    hydra.run.dir=RUN already holds a run (checkpoints/last.pt)
     >>> check_new_run_dir(run, resume=str(run))   # resuming it: fine
     >>> lock = lock_run_dir(run)
     >>> (run / LOCK_FILE).is_file(), lock_run_dir(run).path == lock.path   # the same process may lock again
@@ -48,8 +49,9 @@ __all__ = [
 
 #: the lock file of a run dir in use
 LOCK_FILE = ".ragen.lock"
-#: what a run leaves in its dir; any of them means the dir holds a run
-RUN_MARKERS = ("summary.json", "checkpoints", "policy", "tb", "scalars.csv", ".hydra")
+#: what a run leaves in its dir that a new run would replace (its results, checkpoints and final
+#: policy); a dir with only logs of a run that never checkpointed may be run again from scratch
+RUN_MARKERS = ("summary.json", "checkpoints/last.pt", "checkpoints/prev.pt", "policy")
 
 # realpath -> [fd, holders]: flock conflicts between two open files of one process too, so a
 # process locks each dir once and counts its holders

@@ -305,8 +305,12 @@ def test_a_normal_chat_template_passes_the_probe(tmp_path):
 def test_a_run_dir_holding_a_run_is_refused_unless_resumed(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
+    (run / ".hydra").mkdir()
+    (run / "tb").mkdir()
+    check_new_run_dir(run, resume=None)  # logs of a run that never checkpointed: run again from scratch
+    (run / "checkpoints" / "prev.pt").write_bytes(b"")
     (run / "summary.json").write_text("{}")
-    with pytest.raises(ConfigError, match=r"already holds a run \(summary.json, checkpoints\)"):
+    with pytest.raises(ConfigError, match=r"already holds a run \(summary.json, checkpoints/prev.pt\)"):
         check_new_run_dir(run, resume=None)
     check_new_run_dir(run, resume=str(run))
     check_new_run_dir(tmp_path / "fresh", resume=None)
