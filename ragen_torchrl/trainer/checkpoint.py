@@ -289,15 +289,22 @@ def checkpoint_files(ckpt_dir: str | os.PathLike) -> list[Path]:
     return [p for p in (ckpt_dir / LAST, ckpt_dir / PREV) if p.is_file()]
 
 
-def load_latest(ckpt_dir: str | os.PathLike, *, what: str = "resume") -> tuple[dict[str, Any], Path]:
-    """The newest checkpoint that loads, and its path; removes stale ``.tmp`` files first.
+def load_latest(
+    ckpt_dir: str | os.PathLike, *, what: str = "resume", clean: bool = True
+) -> tuple[dict[str, Any], Path]:
+    """The newest checkpoint that loads, and its path; removes stale ``.tmp`` files first (``clean``:
+    a resume, which holds the run dir's lock; a reader such as ``ragen-eval`` leaves them alone, since
+    a ``.tmp`` may be the write of a run still in progress).
+
+    A checkpoint file that resolves outside the run dir (``ckpt_dir``'s parent) is refused.
 
     A damaged ``last.pt`` is logged as an error naming the file and ``prev.pt`` is used.
     ``what`` prefixes the :class:`NoCheckpointError` raised when nothing loads (e.g.
     ``"trainer.resume=<dir>"``), which lists each file and why it failed.
     """
     ckpt_dir = Path(ckpt_dir)
-    remove_stale_tmp(ckpt_dir)
+    if clean:
+        remove_stale_tmp(ckpt_dir)
     files = checkpoint_files(ckpt_dir)
     if not files:
         raise NoCheckpointError(f"{what}: no checkpoint in {ckpt_dir} (expected {LAST} or {PREV})")

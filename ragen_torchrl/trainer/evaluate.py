@@ -282,7 +282,7 @@ def _latest_checkpoint(run_dir: Path, *, required: bool = True):
             raise EvalError(f"{run_dir}: no {POLICY_DIR}/ and no checkpoint in checkpoints/ to evaluate")
         return None
     try:
-        return load_latest(run_dir / "checkpoints", what=str(run_dir))
+        return load_latest(run_dir / "checkpoints", what=str(run_dir), clean=False)  # the run may be training
     except ConfigError as e:
         raise EvalError(str(e)) from None
 

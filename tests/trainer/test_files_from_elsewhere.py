@@ -396,3 +396,21 @@ def test_a_temperature_that_overflows_logits_is_a_config_error(tmp_path, key):
     with pytest.raises(ConfigError, match=rf"{key}=1e-40 is below 0.001"):  # main: passes, dies at the first rollout
         validate_config(make_cfg(str(tmp_path), f"{key}=1e-40"))
     validate_config(make_cfg(str(tmp_path), f"{key}=0"))  # greedy
+
+
+def test_ragen_eval_leaves_the_temp_checkpoint_of_a_run_in_progress(tmp_path):
+    run = tmp_path / "run"
+    torch.save({**_valid_state(), "model_path": str(tmp_path / "base")}, _ckpt(run))
+    (run / "checkpoints" / "last.tmp").write_bytes(b"being written by the training process")
+    assert resolve_target(run)["checkpoint"][1] == run / "checkpoints" / "last.pt"
+    assert (run / "checkpoints" / "last.tmp").exists()  # main: removed as "stale"
+
+
+def test_a_checkpoint_symlinked_out_of_the_run_dir_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere.pt"
+    torch.save(_valid_state(), elsewhere)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    os.symlink(elsewhere, run / "checkpoints" / "last.pt")
+    with pytest.raises(EvalError, match=r"last.pt: a symlink leading outside"):  # main: loaded
+        resolve_target(run)
