@@ -105,6 +105,9 @@ def check_model_source(name_or_path: str, key: str = "model.name_or_path", *, pr
     if path.exists():
         if not path.is_dir():
             raise ModelSourceError(f"{key}={s}: {path} is a file; a model is a directory (save_pretrained layout)")
+        if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+            adapter_base(path)  # a LoRA adapter dir: its base checkpoint must be a local dir too
+            return "local"
         if not (path / "config.json").is_file():
             raise ModelSourceError(f"{key}={s}: {path} is not a model directory (no config.json in it)")
         return "local"
@@ -271,8 +274,34 @@ def resolved_chat_template(wrapper) -> str | None:
     return None
 
 
+def adapter_base(path: str | os.PathLike) -> Path:
+    """The base checkpoint dir of the LoRA adapter dir ``path`` (its ``adapter_config.json``'s
+    ``base_model_name_or_path``), which must be an existing local model dir: a path read from a file is
+    never looked up on a hub.
+
+    Raises:
+        ModelSourceError: the adapter config is unreadable or names no existing local model dir.
+    """
+    import json
+
+    cfg_file = Path(path) / "adapter_config.json"
+    try:
+        base = json.loads(cfg_file.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ModelSourceError(f"{cfg_file}: unreadable adapter config ({e})") from None
+    if not isinstance(base, str) or not (Path(base).expanduser() / "config.json").is_file():
+        raise ModelSourceError(
+            f"{cfg_file}: base_model_name_or_path={base!r} is not a local model dir (a path read from a file is "
+            "never downloaded): put the base checkpoint there or edit the adapter config"
+        )
+    return Path(base).expanduser()
+
+
 def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     """Load tokenizer + causal LM through ``from_pretrained`` and put the model in eval mode.
+
+    A LoRA adapter dir (``adapter_config.json``, as a LoRA run exports its ``policy/``) loads as its base
+    checkpoint (:func:`adapter_base`) with the adapter injected (:func:`~ragen_torchrl.models.lora.load_adapter_dir`).
 
     torchrl's GRPOLoss expects the policy in eval mode (dropout off) so that behaviour
     and current log-probs match.
@@ -284,6 +313,15 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev, dt = resolve_device(device, dtype)
+    from .lora import is_adapter_dir, load_adapter_dir
+
+    if is_adapter_dir(Path(str(path)).expanduser()):  # a LoRA adapter dir: its base model with the adapter
+        model, tokenizer = load_pretrained(str(adapter_base(path)), device, dtype)
+        model = load_adapter_dir(model, Path(str(path)).expanduser())
+        if (Path(str(path)).expanduser() / "tokenizer_config.json").is_file():
+            tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path, trust_remote_code=False), model)
+        model.to(dev).eval()
+        return model, tokenizer
     if not Path(str(path)).expanduser().exists() and looks_like_local_path(str(path)):
         # fail with the real reason, not a hub repo-id traceback
         raise ModelSourceError(f"{path}: the local path does not exist")

@@ -293,6 +293,24 @@ def check_rollout_sampling(cfg: DictConfig) -> None:
         )
 
 
+def check_lora(cfg: DictConfig) -> None:
+    """``model.lora.enabled`` trains adapters injected into the rollout model itself: it needs
+    ``rollout.backend=hf`` (a vLLM engine would be fed base weights) and ``trainer.fsdp=false``, and
+    ``peft`` installed."""
+    if not _get(cfg, "model.lora.enabled"):
+        return
+    if _get(cfg, "rollout.backend") != "hf":
+        raise ConfigError("model.lora.enabled=true needs rollout.backend=hf (the adapters live in the training model)")
+    if _get(cfg, "trainer.fsdp"):
+        raise ConfigError(
+            "model.lora.enabled=true with trainer.fsdp=true is not supported: train the adapters on one rank"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError("model.lora.enabled=true needs peft: pip install peft")
+
+
 def check_rollout_backend(cfg: DictConfig) -> None:
     """``rollout.backend``: ``hf`` (transformers ``generate`` through torchrl's ``TransformersWrapper``,
     the default) or ``vllm`` (torchrl's ``vLLMWrapper`` on a vLLM engine that the trainer keeps in sync
@@ -381,6 +399,7 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         missing = smollm2_missing()
         if missing and not _get(typed, "trainer.dry_run"):
             raise ConfigError(missing)
+    check_lora(typed)
     check_paths(typed)
     # then the checks that import torch / torchrl (a few seconds)
     check_rollout_backend(typed)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf resolves typing's generics by name
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..models.sampling import SAMPLERS
@@ -521,6 +521,31 @@ class FilterConfig:
 
 
 # ------------------------------------------------------------------------------------------- model
+def _lora_targets(cfg: DictConfig, key: str) -> None:
+    value = OmegaConf.select(cfg, key)
+    ok = value == "all-linear" or (
+        isinstance(value, (list, ListConfig)) and len(value) > 0 and all(isinstance(v, str) and v for v in value)
+    )
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: a non-empty list of module names (e.g. [q_proj, v_proj]) or all-linear")
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters on the policy (peft): only the adapters train; the KL reference is the base model."""
+
+    enabled: bool = setting(False, "train LoRA adapters instead of the whole model")
+    rank: int = setting(16, "adapter rank r", check_positive_int)
+    alpha: float = setting(32.0, "adapter scale alpha (the update is scaled by alpha / r)", check_positive_float)
+    dropout: float = setting(0.0, "dropout on the adapter input", partial(check_float_range, low=0.0, high=0.999))
+    target_modules: Any = setting(
+        help="module name suffixes that get adapters, or all-linear",
+        check=_lora_targets,
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+    )
+    export_merged: bool = setting(False, "also export policy_merged/: the base model with the adapter merged in")
+
+
 @dataclass
 class ModelConfig:
     name: str = setting(
@@ -533,6 +558,7 @@ class ModelConfig:
         "~/.cache/ragen_torchrl", "where tokenizers, tiny models and warm starts are cached ($RAGEN_CACHE)"
     )
     threads: Optional[int] = setting(2, "torch CPU threads (ignored on CUDA)", _opt_pos_int)
+    lora: LoRAConfig = _node(LoRAConfig, "LoRA adapters (peft; off by default)")
 
 
 @dataclass

@@ -23,6 +23,7 @@ import copy
 import logging
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -46,6 +47,8 @@ from ..keys import (
     IMAGES_TRAJECTORY,
     TRAJECTORY_REFITS,
 )
+from ..models.loading import copy_tokenizer_files
+from ..models.lora import LoRASettings, adapter_state, apply_lora, load_adapter_state, merged_state_dict, save_adapter
 from ..models.priming import prime_text
 from ..models.vision import load_policy
 from ..objectives import build_algorithm
@@ -102,6 +105,21 @@ from .summary import SUMMARY_FILE, write_summary
 from .update import minibatch_plan, optimize, training_batch
 
 log = logging.getLogger(__name__)
+
+
+#: with ``model.lora.export_merged``: the base model with the trained adapter merged in
+MERGED_POLICY_DIR = "policy_merged"
+
+
+class _TrainedState:
+    """What a checkpoint's ``model`` entry holds for this policy (its ``state_dict``): every weight, or for a
+    LoRA policy the adapters only; :func:`~ragen_torchrl.trainer.checkpoint.check_model_state` compares with it."""
+
+    def __init__(self, model: torch.nn.Module, lora: bool) -> None:
+        self.model, self.lora = model, lora
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return adapter_state(self.model) if self.lora else self.model.state_dict()
 
 
 class KeptGroups(NamedTuple):
@@ -190,8 +208,12 @@ class Trainer:
         self.model, self.tokenizer, self.processor = load_policy(
             self.model_path, self.dist.device(str(cfg.model.device)), cfg.model.dtype
         )
+        # LoRA (model.lora): adapters injected in place, the base frozen; checkpoints then hold the adapters
+        self.lora = bool(cfg.model.lora.enabled)
+        if self.lora:
+            self.model = apply_lora(self.model, LoRASettings.from_config(cfg.model.lora))
         if resume_state is not None:  # the weights' names and shapes, before anything else is built on the model
-            check_model_state(resume_state["model"], self.model, self.resumed_from)
+            check_model_state(resume_state["model"], _TrainedState(self.model, self.lora), self.resumed_from)
         self.dist.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.model.eval()  # GRPOLoss needs eval mode so behaviour and current log-probs agree
         rcfg = cfg.rollout
@@ -246,7 +268,8 @@ class Trainer:
         self.loss_module = self.algorithm.loss_module
         self.ref_actor = None
         if float(a.kl_coeff) > 0:
-            ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            # a LoRA policy's reference is its own base model (adapters switched off while it scores): no copy
+            ref_model = self.model if self.lora else copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_actor = make_logprob_policy(
                 ref_model,
                 self.tokenizer,
@@ -254,6 +277,7 @@ class Trainer:
                 processor=self.processor,
                 temperature=rcfg.temperature,
             )
+            self.ref_actor.lora_reference = self.lora
         if self.fsdp:
             shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
             # the shared-prefix pass backpropagates through KV-cache tensors, which are no module
@@ -669,7 +693,10 @@ class Trainer:
         ``torch.distributed.checkpoint``'s state-dict API (a collective: every rank calls this), so
         a checkpoint is one file that any number of ranks, or ``ragen-eval``, can load.
         """
-        model_state, optim_state = full_state(self.model, self.optimizer, sharded=self.fsdp)
+        if self.lora:  # the adapters are all that trains: the base weights are the model_path's
+            model_state, optim_state = adapter_state(self.model), self.optimizer.state_dict()
+        else:
+            model_state, optim_state = full_state(self.model, self.optimizer, sharded=self.fsdp)
         return {
             "iteration": self.iteration,
             "model": model_state,
@@ -702,8 +729,29 @@ class Trainer:
         self.clock.enter(outer)
         return path
 
+    def _export_lora(self) -> Path:
+        """A LoRA policy's export: ``policy/`` a PEFT adapter dir on the base checkpoint (with its tokenizer
+        files), and with ``model.lora.export_merged`` also ``policy_merged/``: the base model, adapter merged in."""
+        if self.cfg.model.lora.export_merged:
+            export_policy(
+                self.model, self.tokenizer, self.run_dir / MERGED_POLICY_DIR, state_dict=merged_state_dict(self.model)
+            )
+        path = self.run_dir / POLICY_DIR
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_adapter(self.model, tmp, base_model=str(Path(self.model_path).expanduser().resolve()))
+        copy_tokenizer_files(self.tokenizer, tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+        return path
+
     def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
-        load_full_state(self.model, self.optimizer, state["model"], state["optimizer"], sharded=self.fsdp)
+        if self.lora:
+            load_adapter_state(self.model, state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            load_full_state(self.model, self.optimizer, state["model"], state["optimizer"], sharded=self.fsdp)
         self.algorithm.load_state_dict(state.get("objective") or {})
         restore_rng_state(state["rng"])
         self.history = state.get("history", [])
@@ -785,9 +833,12 @@ class Trainer:
         whole = full_model_state(self.model, sharded=self.fsdp)  # FSDP2: gathered (a collective) for rank 0
         if self.dist.is_main:
             try:
-                final_policy = str(
-                    export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=whole)
-                )
+                if self.lora:
+                    final_policy = str(self._export_lora())
+                else:
+                    final_policy = str(
+                        export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=whole)
+                    )
                 if self.processor is not None:  # a vision-language policy loads with its image processor
                     self.processor.image_processor.save_pretrained(final_policy)
             except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy

@@ -28,6 +28,7 @@ from torchrl.modules.llm import TransformersWrapper
 from ..data.groups import Groups
 from ..data.minibatch import group_minibatches
 from ..keys import ADVANTAGE, GROUP_ID, LOG_PROBS_FULL, MASKS_ASSISTANT, REF_LOG_PROBS_FULL
+from ..models.lora import reference_scope
 from ..objectives.logprobs import attach_training_data, behaviour_batch
 from ..options import algo_options
 from .distributed import Distributed, local_rows, loss_unit, share_weight, unit_count
@@ -135,7 +136,8 @@ def training_batch(
     batch = attach_training_data(records, behaviour)
     if ref_actor is not None:
         scored = batch if isinstance(ref_actor, TransformersWrapper) else records
-        ref = behaviour_batch(ref_actor, scored, skip=skip_reference, shared_prefix=shared)
+        with reference_scope(ref_actor):  # a LoRA policy's reference: its base model, adapters off
+            ref = behaviour_batch(ref_actor, scored, skip=skip_reference, shared_prefix=shared)
         batch.set(REF_LOG_PROBS_FULL, ref.get(LOG_PROBS_FULL))
     batch, prepared = algorithm.prepare(batch)
     if scale != 1.0:
