@@ -4,10 +4,11 @@ Usage:
     python benchmarks/sandbox_cost.py [--runs 40]
 
 Each row runs the same small stdin -> stdout program (read two numbers, print their sum)
-``--runs`` times, one after the other (no threads, so the numbers are per test, not
-throughput), and prints the median and mean wall milliseconds per run and the ratio to a
-bare ``subprocess.run([python, "-I", "-S", "-c", PROGRAM])`` (the sandbox's own interpreter
-flags, no limits, no isolation):
+``--runs`` times, one run at a time (no threads, so the numbers are per test, not
+throughput). The rows take turns, one run each, so a machine whose load changes during the
+benchmark slows every row alike. Printed per row: the median and mean wall milliseconds per
+run and the median's ratio to a bare ``subprocess.run([python, "-I", "-S", "-c", PROGRAM])``
+(the sandbox's own interpreter flags, no limits, no isolation):
 
 * ``bare python -I -S``: the baseline;
 * ``bare python``: the same with site-packages loaded (what a naive harness pays);
@@ -31,13 +32,16 @@ from ragen_torchrl.envs.games.sandbox import Sandbox, _interpreter, _probe_bwrap
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)"
 
 
-def timed(fn, runs: int) -> list[float]:
-    fn()  # warm up (probes, page cache)
-    out = []
+def timed(rows: list, runs: int) -> dict[str, list[float]]:
+    """``name -> wall seconds`` of each run, the rows taking turns."""
+    for _, fn in rows:
+        fn()  # warm up (probes, page cache)
+    out: dict[str, list[float]] = {name: [] for name, _ in rows}
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
+        for name, fn in rows:
+            start = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - start)
     return out
 
 
@@ -64,13 +68,13 @@ def main() -> None:
     why = _probe_bwrap(python)
     if why is None:
         rows.append(("sandbox bwrap", boxed("bwrap")))
-    base = None
+    results = timed(rows, args.runs)
+    base = statistics.median(results[rows[0][0]])
     print(f"{'':20s} {'median ms':>10s} {'mean ms':>10s} {'x bare -I -S':>13s}")
-    for name, fn in rows:
-        times = timed(fn, args.runs)
-        med = statistics.median(times)
-        base = base or med
-        print(f"{name:20s} {1e3 * med:10.1f} {1e3 * statistics.fmean(times):10.1f} {med / base:13.2f}")
+    for name, _ in rows:
+        wall = results[name]
+        med = statistics.median(wall)
+        print(f"{name:20s} {1e3 * med:10.1f} {1e3 * statistics.fmean(wall):10.1f} {med / base:13.2f}")
     if why is not None:
         print(f"sandbox bwrap: not run ({why})")
 

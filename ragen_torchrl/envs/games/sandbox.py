@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import importlib.util
 import json
 import logging
 import marshal
@@ -323,6 +324,9 @@ def _box_filesystem(python: str) -> list[str]:
     for path in sorted(hide):
         args.extend(("--perms", "0555", "--tmpfs", path, "--remount-ro", path))
     args.extend(("--ro-bind", DRIVER_FILE, f"{BOX_DRIVER_DIR}/sandbox_driver.py"))
+    cached = importlib.util.cache_from_source(DRIVER_FILE)
+    if os.path.isfile(cached):  # its bytecode too: the box cannot write one, and compiling costs every run
+        args.extend(("--ro-bind", cached, f"{BOX_DRIVER_DIR}/__pycache__/{os.path.basename(cached)}"))
     return args
 
 
@@ -643,6 +647,11 @@ class Sandbox:
         assert proc.stdout is not None and proc.stderr is not None
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
+        try:  # readable once the process has exited (it stays unreaped): no polling for the exit
+            pidfd: int | None = os.pidfd_open(proc.pid)
+            sel.register(pidfd, selectors.EVENT_READ, None)
+        except (OSError, AttributeError):
+            pidfd = None
         timed_out = over = False
         try:
             while sel.get_map():
@@ -651,6 +660,9 @@ class Sandbox:
                     timed_out = True
                     break
                 for key, _ in sel.select(timeout=left):
+                    if key.data is None:
+                        sel.unregister(key.fileobj)
+                        continue
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         sel.unregister(key.fileobj)
@@ -674,6 +686,8 @@ class Sandbox:
                 time.sleep(0.002)
         finally:
             sel.close()
+            if pidfd is not None:
+                os.close(pidfd)
             proc.stdout.close()
             proc.stderr.close()
         return bytes(out[:cap]), bytes(err), timed_out, over

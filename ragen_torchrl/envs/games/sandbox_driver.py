@@ -198,10 +198,13 @@ def _install_hook(workdir, read_roots, denied=(), enabled=True):
 
     sys.addaudithook(hook)
     # calls that raise no audit event: removed (best effort; the PID namespace is the real fence)
+    import _signal  # not signal: its enum classes cost more than a whole bare interpreter start
     import posix
-    import signal
 
-    for module, names in ((posix, UNAUDITED_OS), (os, UNAUDITED_OS), (signal, ("pidfd_send_signal",))):
+    modules = [(posix, UNAUDITED_OS), (os, UNAUDITED_OS), (_signal, ("pidfd_send_signal",))]
+    if "signal" in sys.modules:  # a later ``import signal`` copies from _signal, already without it
+        modules.append((sys.modules["signal"], ("pidfd_send_signal",)))
+    for module, names in modules:
         for name in names:
             if hasattr(module, name):
                 delattr(module, name)
