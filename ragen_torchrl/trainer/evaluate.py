@@ -180,6 +180,9 @@ def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None)
     # a fresh dir of our own (mkdtemp: a new name, mode 0700): a name planted next to the target,
     # a symlink to a victim dir included, is never written into
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # the mode a plain mkdir gives: the exported dir stays readable by others
     try:
         if state_dict is None:
             model.save_pretrained(tmp)

@@ -414,3 +414,9 @@ def test_a_checkpoint_symlinked_out_of_the_run_dir_is_refused(tmp_path):
     os.symlink(elsewhere, run / "checkpoints" / "last.pt")
     with pytest.raises(EvalError, match=r"last.pt: a symlink leading outside"):  # main: loaded
         resolve_target(run)
+
+
+def test_an_exported_dir_has_the_mode_of_a_plain_mkdir(tmp_path):
+    export_policy(_FakeModel(), _FakeModel(), tmp_path / "policy")
+    (tmp_path / "plain").mkdir()
+    assert (tmp_path / "policy").stat().st_mode == (tmp_path / "plain").stat().st_mode
