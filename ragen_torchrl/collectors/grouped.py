@@ -572,7 +572,10 @@ def collect_rollouts(
             replies = out.get(TOKENS_RESPONSE, as_list=True)
             traj.add_replies(rows, replies)
             prompt_texts = [traj.prompt_texts[r] for r in rows]
-            out.set(HISTORY_FULL, reply_histories(policy.tokenizer, prompt_texts, replies, td.get(HISTORY_PROMPT)))
+            out.set(
+                HISTORY_FULL,
+                reply_histories(policy.tokenizer, prompt_texts, replies, td.get(HISTORY_PROMPT), traj.prime),
+            )
         nxt = env.step(out)["next"]
         idx = nxt[ENV_INDEX]
         if h_sum is not None:

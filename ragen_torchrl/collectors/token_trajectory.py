@@ -41,13 +41,12 @@ import os
 
 import torch
 from torchrl.data.llm import History
-from torchrl.modules.llm.policies.common import _extract_responses_from_full_histories
 
-from ..models.chat_template import assistant_token_masks
+from ..models.chat_template import assistant_token_masks, special_token_texts
 from ..models.history_wrapper import parse_replies, reply_parser_name
 from ..models.priming import unmask_primed
 
-__all__ = ["TokenTrajectories", "env_turn_text", "render", "encode", "reply_histories"]
+__all__ = ["TokenTrajectories", "encode", "env_turn_text", "render", "reply_histories", "reply_message"]
 
 
 def render(tokenizer, conversations: list[list[dict]], template: str | None, generation_prompt: bool) -> list[str]:
@@ -95,20 +94,41 @@ def env_turn_text(prompt: str, before: str, after: str, content: str, prime: str
     return before[start + len(content) :], after[len(before) :]
 
 
-def reply_histories(tokenizer, prompt_texts: list[str], replies: list[torch.Tensor], prompt: History) -> History:
+def reply_histories(
+    tokenizer, prompt_texts: list[str], replies: list[torch.Tensor], prompt: History, prime: str = ""
+) -> History:
     """``("history", "full")``: ``prompt`` plus each row's reply parsed as torchrl's history mode parses it.
 
-    The reply is decoded as the wrapper decodes its output (special tokens kept) and parsed from the
-    rendered prompt text plus that reply (:func:`~ragen_torchrl.models.history_wrapper.parse_replies`
-    for chat-ML templates, torchrl's own parser otherwise), so the env sees the same message.
+    The reply is decoded as the wrapper decodes its output (special tokens kept). For chat-ML templates it
+    is parsed from the rendered prompt text plus that reply
+    (:func:`~ragen_torchrl.models.history_wrapper.parse_replies`), so the env sees the message torchrl's
+    history mode would give it. Any other template's reply is read off its ids directly
+    (:func:`reply_message`, ``prime`` opening its content): no model-family parser is guessed from the
+    checkpoint's name.
     """
-    texts = [p + r for p, r in zip(prompt_texts, tokenizer.batch_decode(replies, skip_special_tokens=False))]
+    decoded = tokenizer.batch_decode(replies, skip_special_tokens=False)
     parser = reply_parser_name(None, tokenizer)
     if parser is None:
-        responses = _extract_responses_from_full_histories(texts, prompt, None, tokenizer)
+        specials = special_token_texts(tokenizer)
+        responses = torch.stack([reply_message(r, specials, prime) for r in decoded])
     else:
-        responses = parse_replies(texts, prompt, parser)
+        responses = parse_replies([p + r for p, r in zip(prompt_texts, decoded)], prompt, parser)
     return prompt.extend(responses, inplace=False, dim=-1)
+
+
+def reply_message(reply_text: str, specials: list[str], prime: str = "") -> History:
+    """The assistant message of one decoded reply: ``prime`` (the text the prompt ended with, ``"<think>"``
+    under ``rollout.prime_think``: it opens the message) and the reply's text up to its first special token
+    (the end of turn it stopped at); complete when the reply reached such a token.
+
+    Example:
+        >>> m = reply_message("go</think><answer>Up</answer><|eot_id|>", ["<|eot_id|>"], "<think>")
+        >>> m[0].content, m[0].is_complete
+        ('<think>go</think><answer>Up</answer>', True)
+    """
+    cut = min((at for at in (reply_text.find(s) for s in specials) if at >= 0), default=-1)
+    text = reply_text if cut < 0 else reply_text[:cut]
+    return History(role="assistant", content=prime + text, is_complete=cut >= 0, batch_size=(1,))
 
 
 class TokenTrajectories:

@@ -42,6 +42,7 @@ __all__ = [
     "assistant_token_masks",
     "check_chat_template",
     "closing_delimiter",
+    "special_token_texts",
 ]
 
 
@@ -53,6 +54,17 @@ def _render(tokenizer, conversation: list[dict], template: str | None, generatio
     return tokenizer.apply_chat_template(
         conversation, tokenize=False, add_generation_prompt=generation_prompt, chat_template=template
     )
+
+
+def special_token_texts(tokenizer) -> list[str]:
+    """The tokenizer's special tokens' texts, longest first (the end-of-turn delimiters are among them).
+
+    Example:
+        >>> from ragen_torchrl.models.tiny import train_tokenizer
+        >>> special_token_texts(train_tokenizer(["a b"] * 5, vocab_size=270))
+        ['<|im_start|>', '<|im_end|>', '<|pad|>']
+    """
+    return _special_tokens(tokenizer)
 
 
 def _special_tokens(tokenizer) -> list[str]:
@@ -200,7 +212,16 @@ def check_chat_template(tokenizer, template: str | None = None, prime: str = "")
         raise ChatTemplateError(
             "the tokenizer has no chat template: save one with the checkpoint (tokenizer.chat_template)"
         )
-    text, spans = assistant_spans(tokenizer, _PROBE, template)
+    try:
+        text, spans = assistant_spans(tokenizer, _PROBE, template)
+    except ChatTemplateError as e:
+        raise ChatTemplateError(
+            f"{e} (the template rewrites or drops part of a reply, e.g. its <think> block): training needs "
+            "replies rendered as they were sampled; give the checkpoint a chat template that writes assistant "
+            "messages verbatim"
+        ) from None
+    except Exception as e:  # a template that raises on the probe (e.g. one that refuses a system message)
+        raise ChatTemplateError(f"the chat template fails on a system + two-turn conversation: {e}") from None
     specials = _special_tokens(tokenizer)
     for start, end in spans:
         if not any(text[start:end].endswith(s) for s in specials):
