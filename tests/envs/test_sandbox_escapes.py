@@ -181,7 +181,9 @@ def test_real_routes_around_the_hook(mode, route, world, tmp_path):
 
 @pytest.mark.parametrize("mode", _modes())
 def test_reading_the_problem_file_scores_zero(mode, world, tmp_path):
-    # a program that looks for the expected answers in the problem's data file gets nothing
+    # a program that looks for the expected answers in the problem's data file gets nothing;
+    # weak: the hook refuses the package's directory wherever it is installed (site-packages
+    # of a normal install lies inside the standard library's directory in many layouts)
     box = _box(mode, tmp_path / "runs", hook=mode == "weak")  # bwrap: the kernel alone
     problem = CodingProblem("Echo.", (TestCase("a\n", "a\n"),), (TestCase("b\n", "b\n"),))
     cheat = (

