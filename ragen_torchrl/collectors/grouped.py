@@ -98,7 +98,7 @@ from ..keys import (
     TRUNCATED_BY_T3,
     TURN,
 )
-from ..models.chat_template import check_chat_template
+from ..models.chat_template import trainable_chat_template
 from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
@@ -348,7 +348,7 @@ def make_generation_policy(
     policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,
         tokenizer=tokenizer,
-        chat_template=primed_chat_template(check_chat_template(tokenizer, prime=reply_prime), reply_prime),
+        chat_template=primed_chat_template(trainable_chat_template(tokenizer, prime=reply_prime), reply_prime),
         input_mode=trajectory,
         generate=True,
         return_log_probs=False,

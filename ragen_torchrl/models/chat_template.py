@@ -18,7 +18,7 @@ comes from rendering the conversation message by message with the checkpoint's o
   one around ``content + end-of-turn``, the masks are the same.
 
 A template that drops or rewrites a reply's text (one that strips past reasoning, say) cannot be
-masked this way: :func:`check_chat_template` says so before a run starts, as it says when a reply
+masked this way: :func:`trainable_chat_template` says so before a run starts, as it says when a reply
 prime such as ``<think>`` does not survive the template.
 
 Example:
@@ -36,18 +36,16 @@ import os
 
 import torch
 
+from .template_guard import ChatTemplateError
+
 __all__ = [
     "ChatTemplateError",
     "assistant_spans",
     "assistant_token_masks",
-    "check_chat_template",
     "closing_delimiter",
     "special_token_texts",
+    "trainable_chat_template",
 ]
-
-
-class ChatTemplateError(ValueError):
-    """A chat template the rollouts cannot train with (none at all, or one that rewrites earlier messages)."""
 
 
 def _render(tokenizer, conversation: list[dict], template: str | None, generation_prompt: bool) -> str:
@@ -177,7 +175,7 @@ def assistant_token_masks(
     return out
 
 
-#: the probe conversation :func:`check_chat_template` renders (two turns, a reply in the tags the envs ask for)
+#: the probe conversation :func:`trainable_chat_template` renders (two turns, a reply in the tags the envs ask for)
 _PROBE = [
     {"role": "system", "content": "You play a game."},
     {"role": "user", "content": "Turn 1: where?"},
@@ -187,7 +185,7 @@ _PROBE = [
 ]
 
 
-def check_chat_template(tokenizer, template: str | None = None, prime: str = "") -> str:
+def trainable_chat_template(tokenizer, template: str | None = None, prime: str = "") -> str:
     """The template the rollouts render with (``template``, else the tokenizer's own), checked on a probe
     conversation: rendered message by message, each reply's content verbatim and closed by a special token,
     and with ``prime`` (``"<think>"`` under ``rollout.prime_think``) surviving in the replies.
@@ -199,13 +197,13 @@ def check_chat_template(tokenizer, template: str | None = None, prime: str = "")
     Example:
         >>> from ragen_torchrl.models.tiny import train_tokenizer
         >>> tok = train_tokenizer(["a b"] * 5, vocab_size=270)
-        >>> check_chat_template(tok, prime="<think>") == tok.chat_template
+        >>> trainable_chat_template(tok, prime="<think>") == tok.chat_template
         True
         >>> tok.chat_template = None
-        >>> check_chat_template(tok)
+        >>> trainable_chat_template(tok)
         Traceback (most recent call last):
         ...
-        ragen_torchrl.models.chat_template.ChatTemplateError: the tokenizer has no chat template: save one with the checkpoint (tokenizer.chat_template)
+        ragen_torchrl.models.template_guard.ChatTemplateError: the tokenizer has no chat template: save one with the checkpoint (tokenizer.chat_template)
     """
     template = template if template is not None else getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or not template:

@@ -329,10 +329,23 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
         # a checkpoint from elsewhere never runs its own code (auto_map entries are refused, not asked about)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, trust_remote_code=False)
+    except ValueError as e:
+        if "trust_remote_code" not in str(e):
+            raise
+        raise ModelSourceError(
+            f"{path}: the model dir asks to run its own code (auto_map in its config); a checkpoint's code never "
+            "runs here: use a checkpoint of an architecture transformers ships"
+        ) from None
     except OSError as e:
         where = "a local directory" if Path(str(path)).expanduser().exists() else "a Hugging Face hub name"
         hint = "" if where.startswith("a local") else " (if it is a hub name, this machine may be offline)"
         raise ModelSourceError(f"cannot load the model {path!r} as {where}{hint}: {e}") from e
+    from .template_guard import ChatTemplateError, check_chat_template
+
+    try:  # the template is code from elsewhere: a probe render under a time limit before any rollout
+        check_chat_template(tokenizer, str(path))
+    except ChatTemplateError as e:
+        raise ModelSourceError(str(e)) from None
     tokenizer = prepare_tokenizer(tokenizer, model)
     model.to(dev).eval()
     return model, tokenizer

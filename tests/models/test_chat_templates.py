@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from ragen_torchrl import keys as K
 from ragen_torchrl.collectors.grouped import collect_rollouts, make_generation_policy
 from ragen_torchrl.envs import make_env
-from ragen_torchrl.models.chat_template import ChatTemplateError, assistant_token_masks, check_chat_template
+from ragen_torchrl.models.chat_template import ChatTemplateError, assistant_token_masks, trainable_chat_template
 from ragen_torchrl.models.loading import TOKENIZER_FILES, load_pretrained
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import tokenizer_corpus
@@ -106,7 +106,7 @@ CONV = [
 def test_assistant_tokens_are_each_reply_and_its_end_of_turn_token(checkpoints, family):
     _, tok = load_pretrained(str(checkpoints[family]), device="cpu", dtype="float32")
     assert "{% generation %}" not in tok.chat_template
-    check_chat_template(tok, prime="<think>")  # the prime survives every one of these templates
+    trainable_chat_template(tok, prime="<think>")  # the prime survives every one of these templates
     ((ids, mask),) = assistant_token_masks(tok, [CONV])
     eot = FAMILIES[family]["eot"]
     spans, start = [], None  # runs of trained tokens
@@ -156,14 +156,14 @@ def test_a_template_that_drops_the_reasoning_is_refused_with_a_clear_message(che
     _, tok = load_pretrained(str(checkpoints["qwen2_5"]), device="cpu", dtype="float32")
     stripping = tok.chat_template.replace("message.content", "message.content.split('</think>')[-1]")
     with pytest.raises(ChatTemplateError, match="writes assistant messages verbatim"):
-        check_chat_template(tok, stripping, prime="<think>")
+        trainable_chat_template(tok, stripping, prime="<think>")
     # one that keeps the reasoning but not the opening tag: the prime would be lost
     untagged = tok.chat_template.replace("message.content", "message.content.replace('<think>', '')")
     with pytest.raises(ChatTemplateError):
-        check_chat_template(tok, untagged, prime="<think>")
+        trainable_chat_template(tok, untagged, prime="<think>")
     refusing = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
     with pytest.raises(ChatTemplateError, match="System role not supported"):
-        check_chat_template(tok, refusing + tok.chat_template)
+        trainable_chat_template(tok, refusing + tok.chat_template)
 
 
 def _cfg(path: Path, cache: Path, run: Path):

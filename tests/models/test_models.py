@@ -313,3 +313,32 @@ def test_prepare_tokenizer_without_a_pad_token_pads_with_eos():
     plain = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="</s>", unk_token="[UNK]")
     prepare_tokenizer(plain)
     assert plain.pad_token_id == plain.eos_token_id == 0 and len(plain) == 3
+
+
+def test_a_model_dir_that_ships_its_own_code_never_runs_it(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    marker = tmp_path / "ran"
+    outputs = []
+    for model_type in ("qwen2", "evil"):  # a known architecture (loads natively) and an unknown one (refused)
+        evil = tmp_path / model_type
+        shutil.copytree(tiny_model_dir, evil)
+        (evil / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+        config = json.loads((evil / "config.json").read_text())
+        config["auto_map"] = {"AutoConfig": "modeling_evil.C", "AutoModelForCausalLM": "modeling_evil.M"}
+        config["model_type"] = model_type
+        (evil / "config.json").write_text(json.dumps(config))
+        # a subprocess that would answer "y" if transformers asked whether to run the code
+        code = (
+            "from ragen_torchrl.models.loading import load_pretrained, ModelSourceError\n"
+            f"try:\n    m, _ = load_pretrained({str(evil)!r}, device='cpu', dtype='float32'); print('loaded', type(m).__name__)\n"
+            "except ModelSourceError as e:\n    print('refused:', e)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], input="y\n", capture_output=True, text=True, timeout=300)
+        outputs.append(out.stdout)
+    assert "loaded Qwen2ForCausalLM" in outputs[0]
+    assert "refused:" in outputs[1] and "its own code" in outputs[1], outputs[1]
+    assert not marker.exists()
