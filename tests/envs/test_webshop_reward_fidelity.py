@@ -11,6 +11,7 @@ When thefuzz 0.19.0 itself is importable the port is also checked against it.
 from __future__ import annotations
 
 import difflib
+import json
 import random
 import re
 
@@ -18,10 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ragen_torchrl.envs.games.webshop_data import load_products
 from ragen_torchrl.envs.games.webshop_reward import (
     COLOR_SET,
     Goal,
     Product,
+    attribute_matches,
+    option_matches,
     purchase_score,
     title_words,
     token_set_ratio,
@@ -31,9 +35,9 @@ from ragen_torchrl.envs.games.webshop_reward import (
 
 # --------------------------------------------------------------------------- the port (thefuzz 0.19.0)
 def port_full_process(s) -> str:
-    # utils.asciidammit: str.translate deleting chr(128)..chr(255); StringProcessor: (?ui)\W -> " ",
-    # str.lower, str.strip
-    s = s.translate({c: None for c in range(128, 256)})
+    # utils.asciidammit: a non-string is str()-ed (a (name, value) tuple reads "('color', 'red')"),
+    # str.translate deleting chr(128)..chr(255); StringProcessor: (?ui)\W -> " ", str.lower, str.strip
+    s = str(s).translate({c: None for c in range(128, 256)})
     return re.sub(r"(?ui)\W", " ", s).lower().strip()
 
 
@@ -124,7 +128,10 @@ def port_get_reward(purchased_product: dict, goal: dict, price: float, options: 
     r_type = port_get_type_reward(purchased_product, goal)
     r_price = (price <= goal["price_upper"]) if goal["price_upper"] > 0 else None
     num_attr_matches = port_get_attribute_reward(purchased_product, goal)
-    num_option_matches = port_get_option_reward(list(options.values()), goal["goal_options"])
+    goal_options = goal["goal_options"]
+    # a synthetic goal's options are a dict: get_reward passes its (name, value) items
+    goal_options = goal_options.items() if isinstance(goal_options, dict) else goal_options
+    num_option_matches = port_get_option_reward(list(options.values()), goal_options)
     total_reward = (num_attr_matches + num_option_matches + r_price) / (
         len(goal["attributes"]) + len(goal["goal_options"]) + 1
     )
@@ -322,3 +329,51 @@ def test_documented_departures_from_get_reward():
     with pytest.raises(TypeError):
         port_get_reward(*records(base, goal), base.price, {})
     assert purchase_score(base, goal, [])[0] == 1.0
+
+
+def test_synthetic_goal_options_are_compared_as_values_not_pairs():
+    # WebShop keeps a synthetic goal's options as a dict and get_reward passes its (name, value) items:
+    # normalize_color tests tuple membership (a colour only when the name or value *is* one) and thefuzz
+    # reads str(pair), "('size', 'standard')" -> "size standard". Here values are compared with values.
+    # "standard" reads "tan" (its first colour substring): 2 * 3 / (3 + 13) = 0.375 -> 38 against the pair
+    assert port_token_set_ratio("tan", ("size", "standard")) == 38
+    assert port_get_option_reward(["standard"], [("size", "standard")]) == 0
+    assert option_matches(["standard"], ["standard"]) == 1
+    # "x-large" against the pair: "large" vs "large x" is 2 * 5 / 12 -> 83; against the value "large" 100
+    assert port_token_set_ratio("x-large", ("size", "large")) == 83
+    assert port_get_option_reward(["x-large"], [("size", "large")]) == 0
+    assert option_matches(["x-large"], ["large"]) == 1
+    # the pair is never reduced to "blue": "navy" is one of its words (100); the value reads "blue" (0)
+    assert port_get_option_reward(["navy"], [("color", "dark navy blue")]) == 1
+    assert option_matches(["navy"], ["dark navy blue"]) == 0
+    # the whole score: attribute, price, and the asked "standard" chosen: WebShop (1 + 0 + 1) / 3, here 1
+    product = Product("B0TEST0001", "Cotton Shirt", 9.0, options={"size": ("standard",)}, attributes=("cotton",))
+    goal = Goal("B0TEST0001", "x", ("cotton",), ("standard",), 10.0, name="Cotton Shirt", option_names=("size",))
+    p, g = records(product, goal)
+    g["goal_options"] = {"size": "standard"}
+    assert port_get_reward(p, g, product.price, {"size": "standard"}) == pytest.approx(2 / 3)
+    assert purchase_score(product, goal, ["standard"])[0] == 1.0
+
+
+def test_pair_reading_agrees_with_thefuzz_0_19_when_installed():
+    fuzz = pytest.importorskip("thefuzz.fuzz")
+    import thefuzz
+
+    if thefuzz.__version__ != "0.19.0":
+        pytest.skip(f"WebShop pins thefuzz 0.19.0; {thefuzz.__version__} scores differently")
+    for chosen, pair in (("tan", ("size", "standard")), ("x-large", ("size", "large")), ("navy", ("color", "navy"))):
+        assert fuzz.token_set_ratio(chosen, pair) == port_token_set_ratio(chosen, pair), (chosen, pair)
+
+
+def test_loader_collapses_title_whitespace(tmp_path):
+    # WebShop keeps a title as scraped; the loader collapses runs of whitespace, so an attribute is found
+    # across a double space in the title, where WebShop's verbatim search misses it
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps([{"asin": "B0TEST0001", "name": "Soy  Wax Candle", "pricing": "$9.00"}]))
+    product = load_products(path)[0]
+    assert product.title == "Soy Wax Candle"
+    goal = Goal("B0TEST0001", "x", ("soy wax",), (), 10.0, name="Soy Wax Candle")
+    p, g = records(product, goal)
+    p["Title"] = p["name"] = "Soy  Wax Candle"
+    assert port_get_attribute_reward(p, g) == 0
+    assert attribute_matches(product, goal.attributes) == 1

@@ -25,13 +25,16 @@ reads ``crme``; every other non-word character a space; lowercased), and the rat
 ``round(100 * SequenceMatcher(None, a, b).ratio())``. Written here so that the package needs no
 fuzzy-matching dependency.
 
-Where this module departs from ``get_reward`` on purpose (each only reachable off WebShop's data):
-an attribute is lowercased before the verbatim search (the original lowercases only the text, so an
-attribute with a capital letter never matches there); an empty search query matches no query (the
-original counts two products without a query as the same type); empty levels of a category path
-(``"A ›  › B"``) are not category levels; a budget ``<= 0`` means "no price limit" and counts as
-met (the original adds ``None`` to a number and raises); strings are cut to :data:`MAX_FUZZY_CHARS`
-before fuzzy matching.
+Where this module departs from ``get_reward`` on purpose: goal options are compared as values for
+every goal (``get_reward`` passes a synthetic goal's options as ``(name, value)`` pairs, which its
+colour normalisation and thefuzz read as the text ``"name value"``; ``docs/envs/webshop.md`` lists
+what that changes). Each of the others is only reachable off WebShop's data: an attribute is
+lowercased before the verbatim search (the original lowercases only the text, so an attribute with
+a capital letter never matches there); an empty search query matches no query (the original counts
+two products without a query as the same type); empty levels of a category path (``"A ›  › B"``)
+are not category levels; a budget ``<= 0`` means "no price limit" and counts as met (the original
+adds ``None`` to a number and raises); strings are cut to :data:`MAX_FUZZY_CHARS` before fuzzy
+matching.
 
 Example:
     >>> token_set_ratio("Machine Wash", "wash machine"), token_set_ratio("long sleeve", "short sleeve")
