@@ -250,6 +250,26 @@ def wrapper_generate_kwargs(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if not (k == "top_k" and (v is None or v <= 0))}
 
 
+def pads_with_end_of_turn(model, tokenizer) -> bool:
+    """Whether ``tokenizer``'s pad id is one of the ids generation stops at (the model's generation config's
+    end ids, else the tokenizer's eos): SmolLM2, Qwen2.5 and Llama-3 checkpoints are published so.
+
+    Example:
+        >>> class Tok:
+        ...     pad_token_id, eos_token_id = 2, 2
+        >>> pads_with_end_of_turn(None, Tok())
+        True
+    """
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        return False
+    ends = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ends is None:
+        ends = getattr(tokenizer, "eos_token_id", None)
+    ends = ends if isinstance(ends, (list, tuple)) else [ends]
+    return int(pad) in {int(e) for e in ends if e is not None}
+
+
 class TokenPromptWrapper(HistoryTransformersWrapper):
     """A token-prompt generation wrapper (``input_mode="tokens"``) that also answers a history prompt.
 
@@ -344,6 +364,13 @@ def make_generation_policy(
         raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
     check_turn_cache_settings(kv_cache, max_cached_tokens)
     check_sampler(sampler)
+    if (trajectory != "tokens" or not kv_cache) and pads_with_end_of_turn(model, tokenizer):
+        # torchrl's generate wrapper tells padding from tokens by the pad id: it would cut every sampled end-of-turn
+        raise ValueError(
+            "this checkpoint pads with its end-of-turn token, which torchrl's generation wrapper "
+            "(rollout.trajectory=history or rollout.kv_cache=false) drops from every reply; use the defaults "
+            "rollout.trajectory=tokens rollout.kv_cache=true, which cut replies at their own end token"
+        )
     kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,

@@ -207,3 +207,12 @@ def test_two_iterations_train_and_the_export_is_the_checkpoint_unchanged(checkpo
     x = torch.tensor([[3, 4, 5, 6]])
     with torch.no_grad():
         assert torch.allclose(model(x).logits, trainer.model(x).logits, atol=1e-5)  # save -> from_pretrained
+
+
+def test_torchrls_wrapper_is_refused_for_a_checkpoint_that_pads_with_its_end_of_turn(checkpoints):
+    model, tok = load_pretrained(str(checkpoints["smollm2"]), device="cpu", dtype="float32")
+    assert tok.pad_token_id == tok.eos_token_id
+    for kwargs in ({"trajectory": "history"}, {"kv_cache": False}):
+        with pytest.raises(ValueError, match="pads with its end-of-turn token"):
+            make_generation_policy(model, tok, **kwargs)
+    make_generation_policy(model, tok)  # the default token trajectories cut replies at their own end token
