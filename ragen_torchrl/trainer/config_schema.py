@@ -781,7 +781,7 @@ class DeepCoderEnvConfig(DataEnvConfig):
     limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
     num_public: int = setting(1, "tests shown as examples when a record has no public/hidden split")
     timeout_s: float = setting(1.0, "wall-clock seconds per test run")
-    memory_mb: int = setting(512, "RLIMIT_AS of a run, in [64, 65536]", _env_int)
+    memory_mb: int = setting(512, "memory of a run (address space + its files), in [64, 65536]", _env_int)
     max_output_bytes: int = setting(1048576, "stdout + stderr read before a run is killed", _env_int)
     isolation: str = setting("auto", "auto (bwrap if it works, else weak) | bwrap | weak (NOT a security boundary)")
     workers: int = setting(4, "threads grading a step's programs in parallel", _env_int)
