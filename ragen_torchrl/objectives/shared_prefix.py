@@ -43,7 +43,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..models.kv_cache import forward_kwargs, row_prefix_cache
-from .token_distribution import supports_logits_to_keep
+from .token_distribution import logits_at
 
 __all__ = ["prefix_groups", "shared_prefix_logits"]
 
@@ -129,20 +129,23 @@ def shared_prefix_logits(
         if cache is not None:
             kwargs[forward_kwargs(model)[0]] = cache
         attention = torch.cat([prefix_mask, valid.to(device)], dim=1)
-        # the LM head only at the columns some row needs
+        # the LM head only at the positions some row needs; one gather for every row: indexing row by row
+        # would make the backward pass zero-fill and add a whole [rows, columns, V] gradient once per row
         keep = torch.unique(torch.cat(trained))
-        column = torch.arange(width)
-        if supports_logits_to_keep(model) and keep.numel() < width:
-            kwargs["logits_to_keep"] = keep.to(device)
-            column = torch.full((width,), -1, dtype=torch.long)
-            column[keep] = torch.arange(keep.numel())
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=pos, use_cache=True, **kwargs)["logits"]
-        vocab, dtype = logits.shape[-1], logits.dtype
-        # one gather for every row: indexing row by row would make the backward pass zero-fill and add a
-        # whole [rows, columns, V] gradient once per row
         counts = [int(t.numel()) for t in trained]
         at_row = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(counts))
-        picked = logits[at_row.to(device), column[torch.cat(trained)].to(device)]
+        picked = logits_at(
+            model,
+            at_row.to(device),
+            torch.cat(trained).to(device),
+            keep if keep.numel() < width else None,
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=pos,
+            use_cache=True,
+            **kwargs,
+        )
+        vocab, dtype = picked.shape[-1], picked.dtype
         if len(rows) == len(masks) and not any(bool(m[0]) for m in masks if m.numel()):
             return picked  # every row scored, none at position 0: already in row-major order
         by_row = dict(zip(rows, picked.split(counts), strict=True))

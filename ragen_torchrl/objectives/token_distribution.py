@@ -30,7 +30,14 @@ import torch
 import torch.nn.functional as F
 from torchrl.modules.distributions import LLMMaskedCategorical
 
-__all__ = ["CompactMaskedCategorical", "masked_position_logits", "supports_logits_to_keep"]
+__all__ = [
+    "PLAIN_HEAD_MODEL_TYPES",
+    "CompactMaskedCategorical",
+    "logits_at",
+    "masked_position_logits",
+    "plain_head",
+    "supports_logits_to_keep",
+]
 
 
 class CompactMaskedCategorical(LLMMaskedCategorical):
@@ -96,6 +103,57 @@ def _forward_takes_logits_to_keep(cls: type) -> bool:
         return False
 
 
+#: causal LMs whose logits are exactly ``lm_head(decoder(...).last_hidden_state)`` (no soft-capping, no scale)
+PLAIN_HEAD_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def plain_head(model) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+    """``(decoder, lm_head)`` of a causal LM whose logits are the LM head on the decoder's last hidden state
+    (:data:`PLAIN_HEAD_MODEL_TYPES`, an ``nn.Linear`` head, not FSDP-sharded), else ``None``.
+
+    Example:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> m = LlamaForCausalLM(LlamaConfig(vocab_size=20, hidden_size=8, intermediate_size=16,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        >>> type(plain_head(m)[1]).__name__, plain_head(torch.nn.Linear(2, 2))
+        ('Linear', None)
+    """
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
+        return None
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None
+    if type(model).__name__.startswith("FSDP"):  # FSDP2 gathers the root's weights only in the root's forward
+        return None
+    head, decoder = model.get_output_embeddings(), model.get_decoder()
+    if type(head) is not torch.nn.Linear or decoder is None or decoder is model:
+        return None
+    return decoder, head
+
+
+def logits_at(
+    model, rows: torch.Tensor, cols: torch.Tensor, keep: torch.Tensor | None = None, **forward
+) -> torch.Tensor:
+    """``[N, V]`` output logits of the ``N`` (row, column) positions ``rows``/``cols`` of one forward.
+
+    A :func:`plain_head` model runs its LM head on those ``N`` hidden states only (with a 49k vocabulary the
+    head is a large part of a small model's compute); any other runs its forward with ``logits_to_keep=keep``
+    (the sorted columns any row needs; ``cols`` then index into ``keep``'s order through the caller's map)
+    when it takes one, and the logits are gathered.
+    """
+    plain = plain_head(model)
+    if plain is not None:
+        decoder, head = plain
+        hidden = decoder(**forward).last_hidden_state
+        return head(hidden[rows, cols])
+    if keep is not None and supports_logits_to_keep(model):
+        column = torch.full((int(forward["input_ids"].shape[1]),), -1, dtype=torch.long, device=cols.device)
+        column[keep.to(cols.device)] = torch.arange(keep.numel(), device=cols.device)
+        logits = model(**forward, logits_to_keep=keep.to(forward["input_ids"].device))["logits"]
+        return logits[rows, column[cols]]
+    return model(**forward)["logits"][rows, cols]
+
+
 def masked_position_logits(
     model, tokens: torch.Tensor, attention: torch.Tensor, mask: torch.Tensor, **model_kwargs
 ) -> torch.Tensor:
@@ -107,19 +165,20 @@ def masked_position_logits(
     mask = mask.bool()
     need = mask[:, 1:].any(0)  # output position j scores token j + 1
     keep = torch.nonzero(need).reshape(-1)
-    if supports_logits_to_keep(model) and keep.numel() < need.numel():
-        logits = model(tokens, attention, logits_to_keep=keep.to(tokens.device), **model_kwargs)["logits"]
-        column = torch.full((need.numel(),), -1, dtype=torch.long)
-        column[keep] = torch.arange(keep.numel())
-    else:
-        logits = model(tokens, attention, **model_kwargs)["logits"][:, :-1]
-        column = torch.arange(need.numel())
     rows, cols = torch.nonzero(mask.cpu(), as_tuple=True)
     scored = cols > 0
-    src_rows, src_cols = rows[scored].to(logits.device), column[cols[scored] - 1].to(logits.device)
-    picked = logits[src_rows, src_cols]
+    device = tokens.device
+    picked = logits_at(
+        model,
+        rows[scored].to(device),
+        (cols[scored] - 1).to(device),
+        keep if keep.numel() < need.numel() else None,
+        input_ids=tokens,
+        attention_mask=attention,
+        **model_kwargs,
+    )
     if bool(scored.all()):
         return picked
-    out = logits.new_zeros((rows.numel(), logits.shape[-1]))  # position 0: nothing before it scores it
+    out = picked.new_zeros((rows.numel(), picked.shape[-1]))  # position 0: nothing before it scores it
     out[scored.to(out.device)] = picked
     return out

@@ -241,7 +241,7 @@ def test_compact_logits_run_the_lm_head_on_fewer_positions(tiny_model):
     attn = rows.get(("masks", "all_attention_mask"), as_padded_tensor=True, padding_side="left", padding_value=False)
     mask = rows.get(("masks", "all_assistant_mask"), as_padded_tensor=True, padding_side="left", padding_value=False)
     seen = []
-    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, out: seen.append(out.shape[1]))
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, a, out: seen.append(out.shape[:-1].numel()))
     try:
         compact = masked_position_logits(model, tokens, attn.long(), mask)
     finally:
@@ -249,4 +249,5 @@ def test_compact_logits_run_the_lm_head_on_fewer_positions(tiny_model):
     full = model(tokens, attn.long()).logits
     shifted = torch.cat([torch.zeros_like(full[:, :1]), full[:, :-1]], 1)
     torch.testing.assert_close(compact, shifted[mask.bool()], atol=1e-5, rtol=1e-5)
-    assert seen[0] < tokens.shape[1]  # the prompt-only positions were never projected to the vocabulary
+    # the LM head ran on the scored assistant positions only: no prompt-only position reached the vocabulary
+    assert seen[0] == int(mask[:, 1:].sum()) < tokens.numel()
