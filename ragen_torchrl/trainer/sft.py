@@ -28,6 +28,7 @@ from ..models.build_cache import build_once, has_config
 from ..models.chat_template import assistant_token_masks
 from ..models.loading import copy_tokenizer_files
 from ..models.priming import unmask_primed
+from ..objectives.token_distribution import logits_at
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,15 @@ def assistant_token_loss(
     ``model_kwargs``: a vision-language batch's image inputs
     (:meth:`~ragen_torchrl.models.vision.VLProcessor.batch_inputs`).
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, **model_kwargs).logits[:, :-1].float()
-    targets = input_ids[:, 1:]
-    mask = target_mask[:, 1:]
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    return (nll * mask).sum() / mask.sum().clamp_min(1)
+    mask = target_mask[:, 1:].bool()
+    rows, cols = torch.nonzero(mask, as_tuple=True)  # output position j scores token j + 1
+    keep = torch.nonzero(mask.any(0)).reshape(-1)
+    # the LM head only where a target is (a 49k vocabulary makes the full [B, T, V] logits most of a step)
+    logits = logits_at(
+        model, rows, cols, keep, input_ids=input_ids, attention_mask=attention_mask, **model_kwargs
+    ).float()
+    nll = torch.nn.functional.cross_entropy(logits, input_ids[:, 1:][rows, cols], reduction="sum")
+    return nll / mask.sum().clamp_min(1)
 
 
 def pad_batch(pairs, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
