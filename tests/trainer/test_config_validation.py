@@ -87,7 +87,11 @@ BAD = [
     (("env=guess_numbers", "env.malformed=ignore"), "env.malformed", "auto, end, retry, penalty"),
     (("t3.rule=fast",), "t3.rule", "improve, decrease, reference, drift"),
     (("env=circuit_decoding", "env.presentation=table"), "env.presentation", "indexed, formula"),
-    (("env=preference_estimation", "t3.enabled=true", "t3.rule=fast"), "t3.rule", "improve, decrease, reference, drift"),
+    (
+        ("env=preference_estimation", "t3.enabled=true", "t3.rule=fast"),
+        "t3.rule",
+        "improve, decrease, reference, drift",
+    ),
     (("env=guess_numbers", "t3.enabled=true", "t3.rule=reference"), "t3.rule", "leave t3.rule null"),
     (("+foo=1",), "foo", "unknown config key"),
     (("+algo.lrr=0.1",), "algo.lrr (did you mean algo.lr?)", "unknown config key"),
