@@ -9,8 +9,8 @@ limits, no network, no environment variables, an empty temporary directory); the
 are compared in the trainer's process.
 
 Rule followed (RAGEN-2, arXiv 2604.06268; the RAGEN reference's ``DeepCoder`` env):
-reward = 1.0 when every **hidden** test passes, else 0.0 (``reward="binary"``, the
-reference's; ``reward="fraction"`` pays the fraction passed). Public tests are shown and
+reward = the fraction of **hidden** tests passed (``reward="fraction"``, the reference's
+``passed / total``); ``reward="binary"`` pays 1.0 only when every one passes. Public tests are shown and
 never counted, nor are hidden tests that repeat them (dropped on load, with a log line; the
 reference scores all of a record's tests, having no split); ``success`` when all pass;
 one turn (``max_turn: 1``, the reference's setting). ``max_turn > 1`` turns on feedback
@@ -116,7 +116,7 @@ class DeepCoderEnv(TextGameEnv):
         timeout_s, memory_mb, max_output_bytes: per-run sandbox limits (:class:`SandboxLimits`).
         isolation: ``"auto"``, ``"bwrap"`` or ``"weak"`` (:class:`Sandbox`).
         workers: threads grading a step's programs in parallel (at most 256).
-        reward: ``"binary"`` (1.0 when every hidden test passes) or ``"fraction"``.
+        reward: ``"fraction"`` (of hidden tests passed, the reference's) or ``"binary"`` (1.0 when all pass).
         skip_after_timeout: a submission's remaining tests fail after its first timeout.
         **kwargs: turn/action limits and format penalty of :class:`TextGameEnv` (defaults:
             ``max_turn=1``, ``max_actions_per_turn=1``, ``max_actions_per_traj=max_turn``).
@@ -142,7 +142,7 @@ class DeepCoderEnv(TextGameEnv):
         isolation: str = "auto",
         workers: int = 4,
         skip_after_timeout: bool = True,
-        reward: str = "binary",
+        reward: str = "fraction",
         **kwargs: Any,
     ) -> None:
         data_path, val_data_path = check_data_paths(data_path, val_data_path)

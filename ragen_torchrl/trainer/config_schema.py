@@ -785,7 +785,7 @@ class DeepCoderEnvConfig(DataEnvConfig):
     max_output_bytes: int = setting(1048576, "stdout + stderr read before a run is killed", _env_int)
     isolation: str = setting("auto", "auto (bwrap if it works, else weak) | bwrap | weak (NOT a security boundary)")
     workers: int = setting(4, "threads grading a step's programs in parallel", _env_int)
-    reward: str = setting("binary", "binary (all hidden tests pass) | fraction (of hidden tests passed)")
+    reward: str = setting("fraction", "fraction (of hidden tests passed, the reference) | binary (all pass)")
     skip_after_timeout: bool = setting(True, "a submission's remaining tests fail after its first timeout", check_bool)
     max_turn: int = setting(1, "turns per episode", _env_int)
 

@@ -76,7 +76,7 @@ def test_oracle_partial_and_wrong_replies():
     assert nxt["history", "prompt"][0].content[-1].startswith("All ")
 
 
-@pytest.mark.parametrize("reward,expected", [("binary", 0.0), ("fraction", 0.25), (None, 0.0)])
+@pytest.mark.parametrize("reward,expected", [("binary", 0.0), ("fraction", 0.25), (None, 0.25)])
 def test_sum_of_list_reward_through_the_env(reward, expected):
     # printing 0 passes 1 of sum_of_list's 4 hidden tests (sums -5, 150, 0, 2000000000)
     env = DeepCoderEnv(num_envs=1) if reward is None else DeepCoderEnv(num_envs=1, reward=reward)

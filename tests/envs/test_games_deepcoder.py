@@ -71,12 +71,12 @@ def test_value_comparison_hand_cases():
 
 
 # ----------------------------------------------------------------------------- rewards
-def test_reward_is_binary_by_default_and_the_fraction_on_request(grader):
+def test_reward_is_the_fraction_by_default_as_the_reference_and_binary_on_request(grader):
     # sum_of_list's hidden sums are -5, 150, 0, 2000000000: printing 0 passes exactly one of 4
     game = DeepCoderGame(shipped("sum_of_list"), grader)
     reward, done, info = game.step("print(0)")
-    assert (reward, done, info["success"], info["passed"], info["total"]) == (0.0, True, False, 1, 4)
-    assert DeepCoderGame(shipped("sum_of_list"), grader, reward="fraction").step("print(0)")[0] == 0.25
+    assert (reward, done, info["success"], info["passed"], info["total"]) == (0.25, True, False, 1, 4)
+    assert DeepCoderGame(shipped("sum_of_list"), grader, reward="binary").step("print(0)")[0] == 0.0
     game = DeepCoderGame(shipped("sum_of_list"), grader)
     assert game.step(game.oracle_action())[0] == 1.0
     with pytest.raises(ValueError, match="reward"):
@@ -94,10 +94,10 @@ def test_public_tests_do_not_count(grader):
 
 
 def test_function_problem_rewards(grader):
-    game = DeepCoderGame(shipped("add"), grader)
+    game = DeepCoderGame(shipped("add"), grader, reward="binary")
     # hidden: add(0,0)=0, add(-5,5)=0, add(100,23)=123, add(7,-9)=-2; returning 0 passes two
     assert game.step("```python\ndef add(a, b):\n    return 0\n```")[0] == 0.0
-    game = DeepCoderGame(shipped("add"), grader, reward="fraction")
+    game = DeepCoderGame(shipped("add"), grader)
     assert game.step("```python\ndef add(a, b):\n    return 0\n```")[0] == 0.5
     game = DeepCoderGame(shipped("max_profit"), grader)
     reward, done, info = game.step(game.oracle_action())

@@ -7,9 +7,9 @@ program; :func:`extract_code` never raises.
 
 Rules (RAGEN-2, arXiv 2604.06268; the RAGEN reference's DeepCoder env, itself after rllm):
 
-* **reward** of the final submission: ``reward="binary"`` (default, the reference's): 1.0
-  when every hidden test passes, else 0.0; ``reward="fraction"``: the fraction of hidden
-  tests passed. Public tests never count (they are shown, so counting them would pay for
+* **reward** of the final submission: ``reward="fraction"`` (default, the reference's
+  ``passed / total``): the fraction of hidden tests passed; ``reward="binary"``: 1.0 when every
+  hidden test passes, else 0.0. Public tests never count (they are shown, so counting them would pay for
   hard-coding the examples), nor do hidden tests that repeat them
   (:func:`~ragen_torchrl.envs.games.deepcoder_grading.dedupe_hidden_tests`, applied where
   the env loads problems). The reference has no public/hidden split and scores all tests of
@@ -133,8 +133,8 @@ def render_problem(problem: CodingProblem) -> str:
 class DeepCoderGame(TextGame):
     """One coding problem, up to ``max_attempts`` answers (see the module docstring).
 
-    ``reward``: ``"binary"`` (1.0 when every hidden test passes, the reference) or
-    ``"fraction"`` (of hidden tests passed). ``info`` of a step adds ``passed`` and
+    ``reward``: ``"fraction"`` (of hidden tests passed, the reference) or ``"binary"`` (1.0 when
+    every hidden test passes). ``info`` of a step adds ``passed`` and
     ``total`` (hidden tests, on a graded submission; public tests on a feedback turn) and
     ``submitted``. ``progress()`` is 1 minus the best hidden fraction so far (lower is closer).
 
@@ -153,7 +153,7 @@ class DeepCoderGame(TextGame):
     )
 
     def __init__(
-        self, problem: CodingProblem, grader: Grader | None = None, max_attempts: int = 1, reward: str = "binary"
+        self, problem: CodingProblem, grader: Grader | None = None, max_attempts: int = 1, reward: str = "fraction"
     ) -> None:
         if not isinstance(problem, CodingProblem) or not problem.hidden_tests:
             raise ValueError("DeepCoderGame needs a CodingProblem with hidden tests")

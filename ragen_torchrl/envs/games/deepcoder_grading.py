@@ -61,8 +61,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-#: ``reward`` options: 1.0 when every hidden test passes (the reference), or the fraction passed
-REWARDS = ("binary", "fraction")
+#: ``reward`` options: the fraction of hidden tests passed (the reference), or 1.0 only when all pass
+REWARDS = ("fraction", "binary")
 
 #: status of a test the sandbox could not run (not cached: the next grading tries again)
 SANDBOX_ERROR = "sandbox_error"
@@ -162,14 +162,14 @@ def dedupe_hidden_tests(problems: Iterable[CodingProblem], source: str = "") -> 
     return out
 
 
-def reward_of(report: "GradeReport", reward: str = "binary") -> float:
-    """The reward of a graded submission: ``"binary"`` (the reference: 1.0 when every test
-    passes, else 0.0) or ``"fraction"`` (the share of tests passed).
+def reward_of(report: "GradeReport", reward: str = "fraction") -> float:
+    """The reward of a graded submission: ``"fraction"`` (the reference's ``passed / total``) or
+    ``"binary"`` (1.0 when every test passes, else 0.0).
 
     Example:
         >>> r = GradeReport((TestOutcome(True, "ok"), TestOutcome(True, "ok"), TestOutcome(False, "error")))
-        >>> reward_of(r), reward_of(r, "fraction")
-        (0.0, 0.6666666666666666)
+        >>> reward_of(r), reward_of(r, "binary")
+        (0.6666666666666666, 0.0)
     """
     if reward == "binary":
         return 1.0 if report.all_passed else 0.0
