@@ -250,6 +250,14 @@ def wrapper_generate_kwargs(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if not (k == "top_k" and (v is None or v <= 0))}
 
 
+def _policy_template(tokenizer, reply_prime: str) -> str | None:
+    """The checked template the policy renders with; ``None`` for a tokenizer without one and no prime
+    (torchrl's wrapper then picks its own, as for any torchrl policy)."""
+    if wrapper_chat_template(tokenizer) is None and not reply_prime:
+        return None
+    return trainable_chat_template(tokenizer, prime=reply_prime)
+
+
 def pads_with_end_of_turn(model, tokenizer) -> bool:
     """Whether ``tokenizer``'s pad id is one of the ids generation stops at (the model's generation config's
     end ids, else the tokenizer's eos): SmolLM2, Qwen2.5 and Llama-3 checkpoints are published so.
@@ -375,7 +383,7 @@ def make_generation_policy(
     policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
         model,
         tokenizer=tokenizer,
-        chat_template=primed_chat_template(trainable_chat_template(tokenizer, prime=reply_prime), reply_prime),
+        chat_template=primed_chat_template(_policy_template(tokenizer, reply_prime), reply_prime),
         input_mode=trajectory,
         generate=True,
         return_log_probs=False,

@@ -404,7 +404,11 @@ CHILD = textwrap.dedent("""
 
     def save(obj, f, *args, **kwargs):
         # the N-th checkpoint write stops half-way and waits to be killed
-        if str(getattr(f, "name", f)).endswith(".tmp"):
+        # the checkpoint's temp file is opened by descriptor (O_EXCL | O_NOFOLLOW): its path via /proc
+        name = getattr(f, "name", f)
+        if isinstance(name, int):
+            name = os.readlink(f"/proc/self/fd/{f.fileno()}")
+        if str(name).endswith(".tmp"):
             writes.append(1)
             if len(writes) == int(os.environ["KILL_AT_WRITE"]):
                 buf = io.BytesIO()
