@@ -131,3 +131,25 @@ def random_qwen2(vocab_size: int, *, seed: int = 0, logit_scale: float = 20.0):
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return model
+
+
+class RecordingPolicy:
+    """Wraps a rollout policy and records what it read and sampled at each turn, per env row:
+    ``seen[env_index]`` is a list of ``(prompt ids, reply ids)``."""
+
+    def __init__(self, policy) -> None:
+        from collections import defaultdict
+
+        self.policy, self.seen = policy, defaultdict(list)
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def __call__(self, td):
+        from ragen_torchrl import keys as K
+
+        out = self.policy(td)
+        rows = out.get(K.ENV_INDEX).tolist()
+        for i, p, r in zip(rows, out.get(K.TOKENS_PROMPT, as_list=True), out.get(K.TOKENS_RESPONSE, as_list=True)):
+            self.seen[i].append((p.clone(), r.clone()))
+        return out

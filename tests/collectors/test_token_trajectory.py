@@ -8,11 +8,9 @@ policy read at each turn are the trajectory's prefix."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 import torch
-from helpers import algo_objective, grads
+from helpers import RecordingPolicy, algo_objective, grads
 from tensordict import lazy_stack
 from torchrl.data.llm import History
 
@@ -168,26 +166,13 @@ def test_a_sampling_model_reads_and_trains_its_trajectory(tiny_model, env_name, 
     model, tok = tiny_model
     policy = make_generation_policy(model, tok, max_new_tokens=5, temperature=1.0, reply_prime=prime)
     assert policy.input_mode == "tokens"
-    seen = defaultdict(list)
-
-    class Recording:  # what the policy read and sampled at each turn, per env row
-        def __getattr__(self, name):
-            return getattr(policy, name)
-
-        def __call__(self, td):
-            out = policy(td)
-            for i, p, r in zip(
-                out.get(K.ENV_INDEX).tolist(), out.get(K.TOKENS_PROMPT, as_list=True), out.get(K.TOKENS_RESPONSE, as_list=True)
-            ):  # fmt: skip
-                seen[i].append((p.clone(), r.clone()))
-            return out
-
+    recording = RecordingPolicy(policy)  # what the policy read and sampled at each turn, per env row
     torch.manual_seed(0)
-    recs = collect_rollouts(make_env(env_name, num_envs=4, max_turn=3), Recording(), [3, 5], 2)
+    recs = collect_rollouts(make_env(env_name, num_envs=4, max_turn=3), recording, [3, 5], 2)
     assert int(recs.get(K.NUM_TURNS).max()) >= 2
     for i in range(4):
         ids, mask = recs[i].get(K.TOKENS_TRAJECTORY), recs[i].get(K.MASKS_TRAJECTORY)
-        turns = seen[i]
+        turns = recording.seen[i]
         assert len(turns) == int(recs[i].get(K.NUM_TURNS))
         for prompt, reply in turns:  # each turn read the trajectory so far, and its reply follows it
             assert torch.equal(ids[: prompt.numel()], prompt)

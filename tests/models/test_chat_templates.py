@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import filecmp
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import RecordingPolicy
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl import keys as K
@@ -123,26 +123,13 @@ def test_assistant_tokens_are_each_reply_and_its_end_of_turn_token(checkpoints, 
 def test_every_trained_token_of_every_turn_was_sampled(checkpoints, family):
     model, tok = load_pretrained(str(checkpoints[family]), device="cpu", dtype="float32")
     policy = make_generation_policy(model, tok, max_new_tokens=6, temperature=1.0, reply_prime="<think>")
-    seen = defaultdict(list)
-
-    class Recording:  # what the policy read and sampled at each turn, per env row
-        def __getattr__(self, name):
-            return getattr(policy, name)
-
-        def __call__(self, td):
-            out = policy(td)
-            for i, p, r in zip(
-                out.get(K.ENV_INDEX).tolist(), out.get(K.TOKENS_PROMPT, as_list=True), out.get(K.TOKENS_RESPONSE, as_list=True)
-            ):  # fmt: skip
-                seen[i].append((p.clone(), r.clone()))
-            return out
-
+    recording = RecordingPolicy(policy)  # what the policy read and sampled at each turn, per env row
     torch.manual_seed(0)
-    recs = collect_rollouts(make_env("frozenlake", num_envs=4, max_turn=3), Recording(), [3, 5], 2)
+    recs = collect_rollouts(make_env("frozenlake", num_envs=4, max_turn=3), recording, [3, 5], 2)
     ends = set(model.generation_config.eos_token_id)
     for i in range(4):
         ids, mask = recs[i].get(K.TOKENS_TRAJECTORY), recs[i].get(K.MASKS_TRAJECTORY)
-        turns = seen[i]
+        turns = recording.seen[i]
         assert len(turns) == int(recs[i].get(K.NUM_TURNS))
         for prompt, reply in turns:
             assert torch.equal(ids[: prompt.numel()], prompt)

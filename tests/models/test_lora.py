@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 from transformers import AutoModelForCausalLM
 
@@ -101,15 +102,8 @@ def _cfg(cache_dir, *extra):
                 "trainer.val_levels=2",
                 "trainer.val_every=0",
                 "trainer.log_text_samples=0",
-                "sft.steps=2",
-                "sft.episodes=4",
-                "model.hidden_size=32",
-                "model.intermediate_size=64",
-                "model.num_layers=1",
-                "model.vocab_size=300",
+                *TINY_RUN,
                 f"model.cache_dir={cache_dir}",
-                "model.device=cpu",
-                "model.threads=1",
                 "rollout.max_new_tokens=8",
                 "algo.kl_coeff=0.1",
                 "diagnostics.mi.enabled=false",
