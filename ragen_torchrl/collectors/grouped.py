@@ -106,6 +106,7 @@ from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
 from ..models.sampling import check_sampler, check_sampling, sampling_truncation
 from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
+from ..models.vision import stop_token_ids
 from .token_trajectory import TokenTrajectories, reply_histories
 
 __all__ = [
@@ -271,11 +272,10 @@ def pads_with_end_of_turn(model, tokenizer) -> bool:
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
         return False
-    ends = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if ends is None:
-        ends = getattr(tokenizer, "eos_token_id", None)
-    ends = ends if isinstance(ends, (list, tuple)) else [ends]
-    return int(pad) in {int(e) for e in ends if e is not None}
+    try:
+        return int(pad) in stop_token_ids(model, tokenizer)
+    except ValueError:  # no end id at all: nothing for the pad id to be confused with
+        return False
 
 
 class TokenPromptWrapper(HistoryTransformersWrapper):

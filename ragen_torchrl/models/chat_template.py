@@ -62,10 +62,6 @@ def special_token_texts(tokenizer) -> list[str]:
         >>> special_token_texts(train_tokenizer(["a b"] * 5, vocab_size=270))
         ['<|im_start|>', '<|im_end|>', '<|pad|>']
     """
-    return _special_tokens(tokenizer)
-
-
-def _special_tokens(tokenizer) -> list[str]:
     specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
     for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
         if getattr(token, "special", False):
@@ -117,7 +113,7 @@ def assistant_spans(
         ('<u>hi<e>\\n<a>yo<e>\\n', [(12, 17)])
     """
     text = _render(tokenizer, conversation, template, add_generation_prompt)
-    specials = _special_tokens(tokenizer)
+    specials = special_token_texts(tokenizer)
     spans: list[tuple[int, int]] = []
     for i, message in enumerate(conversation):
         if message.get("role") != "assistant":
@@ -220,7 +216,7 @@ def trainable_chat_template(tokenizer, template: str | None = None, prime: str =
         ) from None
     except Exception as e:  # a template that raises on the probe (e.g. one that refuses a system message)
         raise ChatTemplateError(f"the chat template fails on a system + two-turn conversation: {e}") from None
-    specials = _special_tokens(tokenizer)
+    specials = special_token_texts(tokenizer)
     for start, end in spans:
         if not any(text[start:end].endswith(s) for s in specials):
             raise ChatTemplateError(

@@ -297,6 +297,16 @@ def adapter_base(path: str | os.PathLike) -> Path:
     return Path(base).expanduser()
 
 
+def _probe_template(tokenizer, path) -> None:
+    """The template is code from elsewhere: one probe render under a time limit, refused as a model source."""
+    from .template_guard import ChatTemplateError, check_chat_template
+
+    try:
+        check_chat_template(tokenizer, str(path))
+    except ChatTemplateError as e:
+        raise ModelSourceError(str(e)) from None
+
+
 def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     """Load tokenizer + causal LM through ``from_pretrained`` and put the model in eval mode.
 
@@ -319,7 +329,9 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
         model, tokenizer = load_pretrained(str(adapter_base(path)), device, dtype)
         model = load_adapter_dir(model, Path(str(path)).expanduser())
         if (Path(str(path)).expanduser() / "tokenizer_config.json").is_file():
-            tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path, trust_remote_code=False), model)
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+            _probe_template(tokenizer, path)
+            tokenizer = prepare_tokenizer(tokenizer, model)
         model.to(dev).eval()
         return model, tokenizer
     if not Path(str(path)).expanduser().exists() and looks_like_local_path(str(path)):
@@ -328,6 +340,7 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     try:
         # a checkpoint from elsewhere never runs its own code (auto_map entries are refused, not asked about)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        _probe_template(tokenizer, path)  # before the weights: a template that never finishes costs nothing to refuse
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, trust_remote_code=False)
     except ValueError as e:
         if "trust_remote_code" not in str(e):
@@ -340,12 +353,6 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
         where = "a local directory" if Path(str(path)).expanduser().exists() else "a Hugging Face hub name"
         hint = "" if where.startswith("a local") else " (if it is a hub name, this machine may be offline)"
         raise ModelSourceError(f"cannot load the model {path!r} as {where}{hint}: {e}") from e
-    from .template_guard import ChatTemplateError, check_chat_template
-
-    try:  # the template is code from elsewhere: a probe render under a time limit before any rollout
-        check_chat_template(tokenizer, str(path))
-    except ChatTemplateError as e:
-        raise ModelSourceError(str(e)) from None
     tokenizer = prepare_tokenizer(tokenizer, model)
     model.to(dev).eval()
     return model, tokenizer

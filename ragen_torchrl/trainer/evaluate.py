@@ -68,6 +68,7 @@ from ..collectors.grouped import collect_rollouts
 from ..envs.splits import val_level_seeds
 from ..keys import DONE
 from ..models.loading import copy_tokenizer_files
+from ..models.lora import save_adapter
 from .episode_frames import DUMP_FORMATS, EpisodeFrames, save_episode
 from .run_log import summarize
 
@@ -151,11 +152,14 @@ def evaluate_policy(
     return stats, records
 
 
-def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None) -> Path:
+def export_policy(
+    model, tokenizer, path: str | os.PathLike, *, state_dict=None, adapter_base: str | None = None
+) -> Path:
     """Write ``model`` and ``tokenizer`` (chat template included) as a Hugging Face model dir at ``path``.
 
     ``state_dict``: the weights to write instead of ``model``'s own (e.g. an FSDP2-sharded model's
-    full state dict, gathered on rank 0).
+    full state dict, gathered on rank 0). ``adapter_base``: ``model`` carries LoRA adapters; write them
+    as a PEFT adapter dir on that base checkpoint (:func:`~ragen_torchrl.models.lora.save_adapter`).
 
     Written to a fresh sibling temp dir first (:func:`tempfile.mkdtemp`) and then renamed, so ``path``
     is never half-written; an existing model dir there is replaced. A non-empty dir that is not a
@@ -174,7 +178,8 @@ def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None)
     path = Path(path)
     if path.is_symlink():
         raise EvalError(f"refusing to export into {path} (a symlink; name the dir itself)")
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "config.json").is_file())):
+    saved_model = (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not saved_model)):
         raise EvalError(f"refusing to export into {path} (exists and is not a model dir)")
     path.parent.mkdir(parents=True, exist_ok=True)
     # a fresh dir of our own (mkdtemp: a new name, mode 0700): a name planted next to the target,
@@ -184,7 +189,9 @@ def export_policy(model, tokenizer, path: str | os.PathLike, *, state_dict=None)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # the mode a plain mkdir gives: the exported dir stays readable by others
     try:
-        if state_dict is None:
+        if adapter_base is not None:
+            save_adapter(model, tmp, base_model=adapter_base)
+        elif state_dict is None:
             model.save_pretrained(tmp)
         else:
             model.save_pretrained(tmp, state_dict=state_dict)

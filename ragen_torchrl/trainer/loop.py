@@ -23,7 +23,6 @@ import copy
 import logging
 import os
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,8 +46,7 @@ from ..keys import (
     IMAGES_TRAJECTORY,
     TRAJECTORY_REFITS,
 )
-from ..models.loading import copy_tokenizer_files
-from ..models.lora import LoRASettings, adapter_state, apply_lora, load_adapter_state, merged_state_dict, save_adapter
+from ..models.lora import LoRASettings, adapter_state, apply_lora, load_adapter_state, merged_state_dict
 from ..models.priming import prime_text
 from ..models.vision import load_policy
 from ..objectives import build_algorithm
@@ -736,15 +734,8 @@ class Trainer:
             export_policy(
                 self.model, self.tokenizer, self.run_dir / MERGED_POLICY_DIR, state_dict=merged_state_dict(self.model)
             )
-        path = self.run_dir / POLICY_DIR
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_adapter(self.model, tmp, base_model=str(Path(self.model_path).expanduser().resolve()))
-        copy_tokenizer_files(self.tokenizer, tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-        return path
+        base = str(Path(self.model_path).expanduser().resolve())
+        return export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, adapter_base=base)
 
     def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
         if self.lora:
