@@ -44,6 +44,16 @@ def test_without_the_wheel_it_is_a_config_error_naming_the_install(monkeypatch):
         build_smollm2("/nonexistent-cache")
 
 
+def test_the_preset_pins_a_pretrained_scale_warm_start_and_rate_that_overrides_still_beat():
+    # the tiny model's 500 SFT steps of 16 at 2e-3 and GRPO's 2e-4 would overwrite a pretrained model
+    cfg = _cfg("env=bandit")
+    assert (cfg.sft.steps, cfg.sft.batch_size, cfg.sft.episodes, cfg.sft.lr) == (100, 8, 800, 1e-4)
+    assert cfg.algo.lr == 1e-5 and cfg.model.name == "smollm2" and cfg.model.threads == 2
+    assert _cfg("algo=dapo").algo.lr == 1e-5  # the model preset composes after the algo preset
+    assert _cfg("sft.lr=3e-4", "algo.lr=2e-5").sft.lr == 3e-4
+    assert _cfg("algo.lr=2e-5").algo.lr == 2e-5
+
+
 @needs_wheel
 def test_the_converted_checkpoint_is_smollm2_as_published(smollm2_dir, ragen_cache_dir):
     from transformers import AutoTokenizer
