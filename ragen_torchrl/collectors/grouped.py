@@ -104,7 +104,7 @@ from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
-from ..models.sampling import check_sampler, check_sampling, sampling_truncation
+from ..models.sampling import check_attention, check_sampler, check_sampling, per_device, sampling_truncation
 from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
 from ..models.vision import stop_token_ids
 from .token_trajectory import TokenTrajectories, reply_histories
@@ -334,7 +334,8 @@ def make_generation_policy(
     trajectory: str = "tokens",
     kv_cache: bool = True,
     max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
-    sampler: str = "inverse_cdf",
+    sampler: str | None = None,
+    attention: str | None = None,
 ) -> HistoryTransformersWrapper:
     """A ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
 
@@ -347,7 +348,11 @@ def make_generation_policy(
     cache between turns (:class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`, at most
     ``max_cached_tokens`` tokens, ``rollout.kv_cache_max_tokens``, over all rows; ``policy.turn_cache``).
     ``sampler`` (``rollout.sampler``) draws each sampled token by inverse CDF (``"inverse_cdf"``,
-    :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or with ``transformers``' ``torch.multinomial``.
+    :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or with ``transformers``' ``torch.multinomial``;
+    ``attention`` (``rollout.attention``) decodes the first turn of rows that share a prompt with cascade
+    attention (``"cascade"``) or ``transformers``' SDPA (``"sdpa"``). ``None`` (either): the model's device
+    picks (:func:`~ragen_torchrl.models.sampling.per_device`: inverse CDF and cascade on the CPU, where they
+    were tuned; ``multinomial`` and ``sdpa`` on an accelerator).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token
     entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
@@ -371,7 +376,11 @@ def make_generation_policy(
     if trajectory not in TRAJECTORY_MODES:
         raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
     check_turn_cache_settings(kv_cache, max_cached_tokens)
+    device = str(getattr(model, "device", "cpu"))
+    sampler = per_device(device, "inverse_cdf", "multinomial") if sampler is None else sampler
+    attention = per_device(device, "cascade", "sdpa") if attention is None else attention
     check_sampler(sampler)
+    check_attention(attention)
     if (trajectory != "tokens" or not kv_cache) and pads_with_end_of_turn(model, tokenizer):
         # torchrl's generate wrapper tells padding from tokens by the pad id: it would cut every sampled end-of-turn
         raise ValueError(
@@ -406,7 +415,13 @@ def make_generation_policy(
     # logits generate computes anyway (no extra forward pass)
     policy.entropy_recorder = attach_entropy_recorder(policy)
     if trajectory == "tokens" and kv_cache:
-        turn_cache = TurnCachePolicy(model, kv_cache=True, max_cached_tokens=max_cached_tokens, sampler=sampler)
+        turn_cache = TurnCachePolicy(
+            model,
+            kv_cache=True,
+            max_cached_tokens=max_cached_tokens,
+            sampler=sampler,
+            cascade=attention == "cascade",
+        )
         # one dict: the same sampling settings and the same entropy recorder on both paths
         turn_cache.generate_kwargs = policy.generate_kwargs
         # a plain attribute, not a submodule: the wrapper's state_dict and modules stay the model's

@@ -42,6 +42,7 @@ def build_rollout_policy(
     kv_cache: bool = True,
     max_cached_tokens: int | None = None,
     sampler: str | None = None,
+    attention: str | None = None,
     processor=None,
     **vllm_kwargs,
 ):
@@ -51,8 +52,9 @@ def build_rollout_policy(
       itself, so always current) and ``sync=None``; ``trajectory`` (``rollout.trajectory``, default
       ``"tokens"``) picks its token-level or history rollout; ``kv_cache`` / ``max_cached_tokens``
       (``rollout.kv_cache`` / ``rollout.kv_cache_max_tokens``, ``None``: the default cap) set the
-      token-level rollout's per-row KV cache; ``sampler`` (``rollout.sampler``, ``None``: inverse CDF)
-      how each token is drawn;
+      token-level rollout's per-row KV cache; ``sampler`` (``rollout.sampler``) how each token is drawn and
+      ``attention`` (``rollout.attention``) how the first turn of a group decodes (``None``: the model's
+      device picks, :func:`~ragen_torchrl.models.sampling.per_device`);
     * ``"vllm"``: :func:`~ragen_torchrl.collectors.vllm_backend.make_vllm_generation_policy` and a :class:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync` to
       :meth:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync.push` after each update. Pass ``engine=policy.model`` of a first vLLM
       policy to sample at another temperature from the same engine: ``sync`` is then ``None``, the
@@ -97,7 +99,8 @@ def build_rollout_policy(
             trajectory=trajectory or "tokens",
             kv_cache=kv_cache,
             **({} if max_cached_tokens is None else {"max_cached_tokens": max_cached_tokens}),
-            **({} if sampler is None else {"sampler": sampler}),
+            sampler=sampler,
+            attention=attention,
             **sampling,
         )
         return policy, None

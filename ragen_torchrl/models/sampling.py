@@ -13,13 +13,71 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["SAMPLERS", "check_sampler", "check_sampling", "sampling_truncation"]
+__all__ = [
+    "ATTENTIONS",
+    "SAMPLERS",
+    "check_attention",
+    "check_sampler",
+    "check_sampling",
+    "device_type",
+    "per_device",
+    "sampling_truncation",
+]
 
 #: ``rollout.sampler`` values: ``inverse_cdf`` draws each token by inverse CDF
 #: (:class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`, ~20x cheaper than ``torch.multinomial`` on CPU),
 #: ``multinomial`` leaves it to ``transformers``' ``torch.multinomial``; the same distribution, different
-#: seeded token streams
+#: seeded token streams. The default is :func:`per_device`: ``inverse_cdf`` on the CPU, where it was
+#: measured, ``multinomial`` on an accelerator, where no benchmark has compared them.
 SAMPLERS = ("inverse_cdf", "multinomial")
+
+#: ``rollout.attention`` values of the token rollout's first-turn decoding: ``cascade`` reads each GRPO
+#: group's shared prompt once per step (:mod:`~ragen_torchrl.models.cascade_attention`, measured on the CPU,
+#: where reading the cache is the cost), ``sdpa`` leaves every row to ``transformers``' SDPA (the fused
+#: kernels of a GPU). The default is :func:`per_device`: ``cascade`` on the CPU, ``sdpa`` elsewhere.
+ATTENTIONS = ("cascade", "sdpa")
+
+
+def device_type(device) -> str:
+    """The device type ``model.device`` names: ``auto`` is ``cuda`` when ``torch.cuda.is_available()``,
+    else ``cpu``; ``cuda:1`` is ``cuda``. Only ``auto`` imports torch.
+
+    Example:
+        >>> device_type("cuda:1"), device_type("cpu"), device_type("auto") in ("cpu", "cuda")
+        ('cuda', 'cpu', True)
+    """
+    device = str(device)
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device.split(":", 1)[0]
+
+
+def per_device(device, cpu_value, accelerator_value):
+    """``cpu_value`` when ``device`` (``model.device``, see :func:`device_type`) is the CPU, else
+    ``accelerator_value``: the defaults of the settings tuned on a CPU only. The config's
+    ``${per_device:${model.device},<cpu>,<accelerator>}`` resolver (``rollout.sampler``,
+    ``rollout.attention``; ``ragen-train --cfg job model.device=cuda --resolve`` prints the values).
+
+    Example:
+        >>> per_device("cpu", "inverse_cdf", "multinomial"), per_device("cuda", "cascade", "sdpa")
+        ('inverse_cdf', 'sdpa')
+    """
+    return cpu_value if device_type(device) == "cpu" else accelerator_value
+
+
+def check_attention(attention, *, prefix: str = "rollout.") -> None:
+    """Raise ``ValueError`` naming the key unless ``attention`` is one of :data:`ATTENTIONS`.
+
+    Example:
+        >>> check_attention("flash")
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.attention must be one of cascade, sdpa, got 'flash'
+    """
+    if attention not in ATTENTIONS:
+        raise ValueError(f"{prefix}attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
 
 
 def check_sampler(sampler, *, prefix: str = "rollout.") -> None:

@@ -33,7 +33,7 @@ from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf resolves typin
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..models.sampling import SAMPLERS
+from ..models.sampling import ATTENTIONS, SAMPLERS, per_device
 from ..options import FILTER_CONFIG_DEFAULTS, AlgoOptions, DynamicSamplingOptions, OverlongOptions
 from .config_checks import (
     LIMITS,
@@ -46,6 +46,10 @@ from .config_checks import (
     check_positive_int,
     check_probability,
 )
+
+# ${per_device:${model.device},<cpu value>,<accelerator value>}: the defaults of the settings tuned on a
+# CPU only (rollout.sampler, rollout.attention), resolved wherever the config is read
+OmegaConf.register_new_resolver("per_device", per_device, replace=True)
 
 __all__ = [
     "MOVED_KEYS",
@@ -407,10 +411,17 @@ class RolloutConfig:
         262144, "cap on the tokens cached across rows; rows beyond it re-prefill at their next turn", _nonneg_int
     )
     sampler: str = setting(
-        "inverse_cdf",
-        "backend hf: inverse_cdf draws each token by inverse CDF (cheap) | multinomial: transformers' "
-        "torch.multinomial; the same distribution, different seeded streams",
+        "${per_device:${model.device},inverse_cdf,multinomial}",
+        "backend hf: inverse_cdf draws each token by inverse CDF (cheap on a CPU) | multinomial: transformers' "
+        "torch.multinomial; the same distribution, different seeded streams. Default: inverse_cdf on the CPU, "
+        "multinomial on CUDA",
         _choice(*SAMPLERS),
+    )
+    attention: str = setting(
+        "${per_device:${model.device},cascade,sdpa}",
+        "backend hf, token rollout: cascade reads each group's shared prompt once per first-turn decoding step "
+        "(tuned on a CPU) | sdpa: transformers' SDPA for every row. Default: cascade on the CPU, sdpa on CUDA",
+        _choice(*ATTENTIONS),
     )
     shards: Optional[int] = setting(
         None,
