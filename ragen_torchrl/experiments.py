@@ -9,7 +9,8 @@ Every experiment of the repository is registered here (:data:`EXPERIMENTS`) as a
     ragen-experiment --list
     ragen-experiment snr_filter_frozenlake --dry-run            # the plan and the cost, nothing run
     ragen-experiment snr_filter_frozenlake --out docs/results/snr_filter_frozenlake
-    ragen-experiment t3_cpu --seeds 0 1 -o algo.lr=1e-4          # any ragen-train override, every run
+    ragen-experiment t3_cpu --seeds 0 1 algo.lr=1e-4             # any ragen-train override, every run
+    ragen-experiment t3_cpu --config-dir my_presets env=mine     # presets of your own (my_presets/env/mine.yaml)
     ragen-experiment mechanism_rl --jobs 2                       # two runs at a time (a 2-core machine)
 
 A run whose dir already holds ``summary.json`` is not run again, and one with a checkpoint
@@ -443,7 +444,7 @@ def describe(exp: Experiment, seeds: Sequence[int] | None, out: Path, extra: Seq
         f"{cost['warm_starts'] / 3600:.1f} h)"
         + (f" for the {len(runs) - len(done)} runs still to run" if done else "")
         + (f"; about {cost['total'] / jobs / 3600:.1f} h wall with {jobs} runs at a time" if jobs > 1 else ""),
-        f"  estimated from {COST_NOTE}; overrides given with -o are not costed",
+        f"  estimated from {COST_NOTE}; overrides given on the command line are not costed",
     ]
     return "\n".join(lines)
 
@@ -555,6 +556,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a registered experiment (arms x seeds of ragen-train, interleaved by seed), then its report.",
     )
     p.add_argument("name", nargs="?", help="experiment name (--list shows them)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="ragen-train overrides (Hydra's syntax) for every run"
+    )
+    p.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        help="a folder of presets added to the shipped ones (Hydra's --config-dir) for every run",
+    )
     p.add_argument("--list", action="store_true", help="list the registered experiments and their cost")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the estimated cost, run nothing")
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="seeds (default: the experiment's)")
@@ -567,7 +576,12 @@ def _parser() -> argparse.ArgumentParser:
         help="runs at a time (default 1); each uses the experiment's torch threads (1), so up to one per core",
     )
     p.add_argument(
-        "-o", "--override", action="append", default=[], metavar="KEY=VALUE", help="ragen-train override for every run"
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="deprecated (goes in the next release): write the override bare, KEY=VALUE",
     )
     return p
 
@@ -579,7 +593,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["no_such_experiment"])
         2
     """
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)
+    if args.override:
+        print(
+            "ragen-experiment: warning: -o/--override is deprecated and goes in the next release; "
+            f"write the overrides bare: ragen-experiment {args.name or 'NAME'} {' '.join(args.override)}",
+            file=sys.stderr,
+        )
+    extra = [*args.overrides, *args.override]
+    if args.config_dir is not None:
+        if not Path(args.config_dir).is_dir():
+            print(f"ragen-experiment: error: --config-dir {args.config_dir}: no such directory", file=sys.stderr)
+            return 2
+        # what ragen-train --config-dir DIR does, as an override every run takes
+        extra.append(f"hydra.searchpath=[{Path(args.config_dir).resolve().as_uri()}]")
     if args.list:
         for exp in EXPERIMENTS.values():
             cost = estimate_seconds(exp)
@@ -592,9 +619,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds is not None and (not args.seeds or len(set(args.seeds)) != len(args.seeds)):
         print(f"ragen-experiment: error: --seeds must be distinct integers, got {args.seeds}", file=sys.stderr)
         return 2
-    bad = [o for o in args.override if "=" not in o and not o.startswith("~")]
+    bad = [o for o in extra if "=" not in o and not o.startswith("~")]
     if bad:
-        print(f"ragen-experiment: error: -o takes KEY=VALUE overrides, got {bad}", file=sys.stderr)
+        print(f"ragen-experiment: error: overrides are KEY=VALUE, got {bad}", file=sys.stderr)
         return 2
     if args.jobs < 1:
         print(f"ragen-experiment: error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
@@ -608,10 +635,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     out = Path(args.out or Path("outputs") / "experiments" / exp.name)
-    print(describe(exp, args.seeds, out, args.override, args.jobs), flush=True)
+    print(describe(exp, args.seeds, out, extra, args.jobs), flush=True)
     if args.dry_run:
         return 0
-    return run_experiment(exp, out, args.seeds, args.override, jobs=args.jobs)
+    return run_experiment(exp, out, args.seeds, extra, jobs=args.jobs)
 
 
 def console_main() -> None:

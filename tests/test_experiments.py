@@ -109,8 +109,25 @@ def test_bad_arguments_are_clear_errors(capsys):
     assert "unknown experiment 'nope' (known: default_run" in capsys.readouterr().err
     assert main(["t3_cpu", "--dry-run", "--seeds", "1", "1"]) == 2
     assert "--seeds must be distinct integers, got [1, 1]" in capsys.readouterr().err
-    assert main(["t3_cpu", "--dry-run", "-o", "trainer.total_iterations"]) == 2
-    assert "-o takes KEY=VALUE overrides" in capsys.readouterr().err
+    assert main(["t3_cpu", "--dry-run", "trainer.total_iterations"]) == 2
+    assert "overrides are KEY=VALUE, got ['trainer.total_iterations']" in capsys.readouterr().err
+    assert main(["t3_cpu", "--dry-run", "--config-dir", "/nonexistent/presets"]) == 2
+    assert "--config-dir /nonexistent/presets: no such directory" in capsys.readouterr().err
+
+
+def test_bare_overrides_and_the_deprecated_o_alias_give_the_same_plan(tmp_path, capsys):
+    """``ragen-experiment NAME key=value`` (Hydra style, anywhere among the options) plans what ``-o`` did;
+    ``-o`` still works, with a deprecation warning on stderr; ``--config-dir`` becomes every run's search path."""
+    assert main(["t3_cpu", "trainer.total_iterations=3", "--dry-run", "--seeds", "0", "--out", str(tmp_path)]) == 0
+    bare = capsys.readouterr()
+    assert main(["t3_cpu", "--dry-run", "--seeds", "0", "--out", str(tmp_path), "-o", "trainer.total_iterations=3"]) == 0
+    alias = capsys.readouterr()
+    assert bare.out == alias.out and "trainer.total_iterations=3" in bare.out
+    assert bare.err == "" and "-o/--override is deprecated" in alias.err
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    assert main(["t3_cpu", "--dry-run", "--seeds", "0", "--out", str(tmp_path), "--config-dir", str(presets)]) == 0
+    assert f"hydra.searchpath=[{presets.resolve().as_uri()}]" in capsys.readouterr().out
 
 
 def test_user_overrides_replace_the_experiments(capsys):

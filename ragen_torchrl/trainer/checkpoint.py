@@ -17,6 +17,16 @@ and the one before it, ``prev.pt``, so a damaged newest file never loses the run
   with the one given on resume. Changes that alter what the run means (:data:`PROTECTED`:
   seed, algorithm, env, batch shape P x G, filter, model, warm start, T3, validation set)
   are refused unless ``trainer.resume_allow_changes=true``; every change is logged.
+* **best** (:func:`save_best`, with ``trainer.keep_best``): ``best.pt``, the state at the validation
+  that set the run's peak (written like ``last.pt``: temp file, fsync, verify, atomic replace), never
+  rotated away; ``ragen-eval RUN --which best`` reads it when ``policy_best/`` is missing.
+* **layout**: one ``torch.save`` file per checkpoint, not ``torchrl.checkpoint``'s layout (a directory
+  of per-component payloads and a ``manifest.json`` per step, ``checkpoint-<step>`` names, kept by
+  ``CheckpointRotation``): every reader (``trainer.resume``, ``ragen-eval``, ``ragen-experiment``'s resume
+  check) and every run dir already written use these names, each read is one ``weights_only`` load
+  checked field by field, and ``CheckpointRotation``'s keep-best picks the highest metric of the *latest*
+  step on a tie over every checkpoint it sees, where the run's peak is the *first* validation to reach the
+  maximum on the full level set (:mod:`~ragen_torchrl.validation_peak`).
 * **safety**: a checkpoint holds only tensors, numbers, strings, ``None`` and containers of
   them (the NumPy RNG state is stored as a tensor), and every read uses
   ``torch.load(weights_only=True)``, which refuses any other object instead of running its
@@ -62,6 +72,8 @@ log = logging.getLogger(__name__)
 
 LAST = "last.pt"
 PREV = "prev.pt"
+#: with ``trainer.keep_best``: the state at the validation that set the run's peak
+BEST = "best.pt"
 TMP_SUFFIX = ".tmp"
 #: keys every checkpoint has; a file without them is not a (complete) checkpoint
 REQUIRED_KEYS = ("iteration", "model", "optimizer", "rng")
@@ -281,6 +293,35 @@ def save_rotating(state: Mapping[str, Any], ckpt_dir: str | os.PathLike) -> Path
     os.replace(tmp, last)  # atomic: readers see the old last.pt or the new one, never a partial file
     _fsync_dir(ckpt_dir)
     return last
+
+
+def save_best(state: Mapping[str, Any], ckpt_dir: str | os.PathLike) -> Path:
+    """Write ``state`` as ``best.pt`` (replacing the one before): temp file, fsync, verify, atomic rename.
+
+    A new file that does not load back raises :class:`DamagedCheckpointError` and leaves the older
+    ``best.pt`` as it was.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> for it in (3, 7):
+        ...     path = save_best({"iteration": it, "model": {}, "optimizer": {}, "rng": {}}, d)
+        >>> path.name, read_checkpoint(path)["iteration"], sorted(p.name for p in Path(d).iterdir())
+        ('best.pt', 7, ['best.pt'])
+    """
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    best = ckpt_dir / BEST
+    tmp = best.with_suffix(TMP_SUFFIX)
+    write_synced(state, tmp)
+    try:
+        verify_checkpoint(tmp)
+    except DamagedCheckpointError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, best)
+    _fsync_dir(ckpt_dir)
+    return best
 
 
 def checkpoint_files(ckpt_dir: str | os.PathLike) -> list[Path]:

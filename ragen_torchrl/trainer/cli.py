@@ -17,9 +17,14 @@ group, ``--describe env.sokoban`` one env's keys) and ``ragen-train --help`` lis
 The presets are the repository's top-level ``configs/``, shipped in the wheel as
 ``ragen_torchrl/configs/`` (:data:`PACKAGE_CONFIG_DIR`, resolved by
 :mod:`ragen_torchrl.trainer.config_paths`), so a non-editable install (``pip install .`` or a wheel)
-runs from any directory. Set
-``RAGEN_CONFIG_DIR`` to a folder with the same layout (``config.yaml`` plus the groups) to
-use your own configs instead; :data:`CONFIG_DIR` is the folder in use.
+runs from any directory. Presets of your own go in a folder added with Hydra's ``--config-dir DIR``
+(``DIR/env/mine.yaml`` is then ``env=mine``; ``ragen-eval`` and ``ragen-experiment`` take the same
+option); a shipped preset of the same name still wins there. ``RAGEN_CONFIG_DIR`` replaces the whole
+tree instead (``config.yaml`` plus the groups; what ``--config-dir`` cannot: a changed
+``config.yaml`` or a shipped preset's name), for every app at once; :data:`CONFIG_DIR` is the folder in use.
+
+Each app is its own Hydra job: ``hydra.job.name`` is ``ragen-train`` or ``ragen-sft``, and its log
+file in the run dir ``ragen-train.log`` / ``ragen-sft.log``.
 
 Exit status: 0 on success, **2 for a config error** (a bad value, an unknown key such as
 ``+foo=1``, a missing model path, an unwritable run or cache dir, ``trainer.resume`` without
@@ -230,7 +235,24 @@ def describe_main(argv: list[str]) -> bool:
     return True
 
 
-def _hydra_main(task):
+def job_name_override(app: str, argv: list[str]) -> list[str]:
+    """The ``hydra.job.name`` / ``hydra.help.app_name`` overrides naming ``app``'s job (its log file
+    ``<run dir>/<app>.log``), less those ``argv`` sets itself.
+
+    Example:
+        >>> job_name_override("ragen-sft", ["trainer=smoke"])
+        ['hydra.job.name=ragen-sft', 'hydra.help.app_name=ragen-sft']
+        >>> job_name_override("ragen-sft", ["hydra.job.name=mine"])
+        ['hydra.help.app_name=ragen-sft']
+    """
+    out = []
+    for key in ("hydra.job.name", "hydra.help.app_name"):
+        if not any(a.lstrip("+").startswith(f"{key}=") for a in argv):
+            out.append(f"{key}={app}")
+    return out
+
+
+def _hydra_main(task, app: str = "ragen-train"):
     import hydra
 
     from .config_schema import check_moved_overrides, register_schemas
@@ -242,6 +264,8 @@ def _hydra_main(task):
     except ValueError as e:
         raise _config_error(e) from None
     register_schemas()  # a preset of the user's may build on /schema/<group>/<option>
+    # Hydra names the job after the task's module (cli): every app's log would be cli.log
+    sys.argv.extend(job_name_override(app, sys.argv[1:]))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     return hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")(task)
 
@@ -253,4 +277,4 @@ def train_main() -> None:
 
 def sft_main() -> None:
     """Entry point of ``ragen-sft``."""
-    _hydra_main(_sft)()
+    _hydra_main(_sft, "ragen-sft")()

@@ -150,6 +150,20 @@ def _quoted_choice(*choices: str) -> Check:
     return check
 
 
+def _precision(cfg: DictConfig, key: str) -> None:
+    """``model.precision``: mixed | pure; fp16 compute over fp32 parameters (mixed) would need loss scaling."""
+    check_choice(cfg, key, ("mixed", "pure"))
+    if _get(cfg, key) == "mixed" and _get(cfg, "model.dtype") in ("float16", "fp16"):
+        raise ConfigError(
+            f"{key}=mixed with model.dtype=float16: fp16 compute over fp32 parameters needs loss scaling, "
+            "which the update does not do; use model.dtype=bfloat16, or model.precision=pure"
+        )
+
+
+def _export_dtype(cfg: DictConfig, key: str) -> None:
+    check_choice(cfg, key, ("auto", "float32", "bfloat16", "float16"))
+
+
 def _unit(cfg: DictConfig, key: str) -> None:
     check_float_range(cfg, key, 0.0, 1.0)
 
@@ -219,6 +233,12 @@ class TrainerConfig:
         "stop once this many optimizer steps were taken (null = no cap): an equal-steps arm",
         _limited(_opt_pos_int, 10_000_000),
     )
+    keep_best: bool = setting(
+        False,
+        "keep the checkpoint (checkpoints/best.pt) and export the policy (policy_best/) of the validation "
+        "that set the peak (ragen-eval RUN --which best)",
+        check_bool,
+    )
     resume: Optional[str] = setting(
         None, "a previous run dir: continue from its last good checkpoint (last.pt, else prev.pt)"
     )
@@ -238,6 +258,27 @@ class TrainerConfig:
         False, "under torchrun: shard parameters, gradients and optimizer state with FSDP2", check_bool
     )
     early_stop: EarlyStopConfig = _node(EarlyStopConfig, "the early-stop rules (with or without a filter)")
+
+
+def _logger_backend(cfg: DictConfig, key: str) -> None:
+    """One of torchrl's logger types, its package installed (imported at check time: the loggers import torch)."""
+    from .run_log import check_backend
+
+    try:
+        check_backend(_get(cfg, key), key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+@dataclass
+class LoggerConfig:
+    backend: str = setting(
+        "tensorboard",
+        "where the run logs: tensorboard (run_dir/tb) | csv (run_dir/csv) | wandb (run_dir/wandb; WANDB_MODE=offline "
+        "keeps it local) | mlflow ($MLFLOW_TRACKING_URI, else run_dir/mlflow.db) | trackio; torchrl's loggers",
+        _logger_backend,
+    )
+    project: str = setting("ragen_torchrl", "the W&B / trackio project, the MLflow experiment")
 
 
 # ------------------------------------------------------------------------------------------- algo
@@ -387,7 +428,7 @@ ROLLOUT_BACKENDS = ("hf", "vllm")
 class RolloutConfig:
     backend: str = setting(
         "hf",
-        "hf: transformers generate | vllm: torchrl vLLMWrapper (vllm extra + CUDA GPU)",
+        "hf: transformers generate | vllm: a vLLM engine fed token prompts (vllm extra + CUDA GPU)",
         _choice(*ROLLOUT_BACKENDS),
     )
     max_new_tokens: int = setting(48, "new tokens per turn", check_positive_int)
@@ -402,7 +443,7 @@ class RolloutConfig:
     )
     trajectory: str = setting(
         "tokens",
-        "tokens: each row is one token sequence | history: the conversation re-rendered each turn (vllm needs it)",
+        "tokens: each row is one token sequence | history: the conversation re-rendered each turn (either backend)",
         _choice("tokens", "history"),
     )
     chunk_size: int = setting(128, "rows generated together", check_positive_int)
@@ -564,7 +605,21 @@ class ModelConfig:
     )
     name_or_path: Optional[str] = setting(None, "null = build the tiny model; else any HF causal LM path/name")
     device: str = setting("auto", "auto = cuda (bf16) when present, else cpu (fp32)")
-    dtype: str = setting("auto", "auto | float32 | bfloat16 | float16")
+    dtype: str = setting(
+        "auto", "the compute dtype: auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16"
+    )
+    precision: str = setting(
+        "mixed",
+        "mixed: float32 parameters and optimizer state, compute in model.dtype (autocast; FSDP2's mixed "
+        "precision policy) | pure: the parameters themselves in model.dtype",
+        _precision,
+    )
+    export_dtype: str = setting(
+        "auto", "dtype of the exported policy/ weights: auto (= model.dtype) | float32 | bfloat16", _export_dtype
+    )
+    gradient_checkpointing: bool = setting(
+        False, "recompute each decoder layer's activations in the backward of the training passes", check_bool
+    )
     cache_dir: str = setting(
         "~/.cache/ragen_torchrl", "where tokenizers, tiny models and warm starts are cached ($RAGEN_CACHE)"
     )
@@ -936,6 +991,7 @@ class RagenConfig:
         T3Config, "T3: truncate belief-trapped trajectories (arXiv T3; active-reasoning envs, training only)"
     )
     diagnostics: DiagnosticsConfig = _node(DiagnosticsConfig, "diagnostics: MI proxy, gradient SNR")
+    logger: LoggerConfig = _node(LoggerConfig, "where the run logs: any torchrl logger backend")
 
 
 #: the groups (top-level nodes) of the config, in the order ``--help`` lists them

@@ -16,6 +16,14 @@ stream is left as it was. ``Trainer.validate`` calls it with the run's ``seed``;
     ragen-eval outputs/... --dump episode.gif               # a visual env: level 0's episode as a GIF
     ragen-eval outputs/... --dump strip.png --dump-level 3  # level 3's episode as a PNG strip
     ragen-eval last.pt --base-model Qwen/Qwen2.5-0.5B        # a checkpoint whose starting model is on the hub
+    ragen-eval outputs/... --which best                     # the peak validation's policy (trainer.keep_best)
+    ragen-eval outputs/... rollout.max_new_tokens=64 env=sokoban   # Hydra-style overrides, as ragen-train
+    ragen-eval /models/my-policy --config-dir my_presets env=mine  # a preset of your own (my_presets/env/mine.yaml)
+
+Overrides are bare ``KEY=VALUE`` in Hydra's syntax (``+KEY=VALUE`` adds a key); they set keys of the
+evaluated config, and ``env=NAME`` picks an env preset as ``--env NAME`` does. ``-o KEY=VALUE`` still
+works for one release, with a deprecation warning. ``--config-dir DIR`` adds DIR's presets to the
+shipped ones (Hydra's ``--config-dir``), for ``env=`` / ``--env`` and a model dir's defaults.
 
 It prints success ± standard error, mean return, turns, tokens and format-valid, and writes
 them as JSON (``--json PATH``; a run dir defaults to ``<run dir>/eval.json``; otherwise the
@@ -72,13 +80,17 @@ from ..models.lora import save_adapter
 from .episode_frames import DUMP_FORMATS, EpisodeFrames, save_episode
 from .run_log import summarize
 
-__all__ = ["EvalError", "evaluate_policy", "export_policy", "main", "resolve_target", "stats_line"]
+__all__ = ["EvalError", "evaluate_policy", "export_policy", "main", "parse_overrides", "resolve_target", "stats_line"]
 
 log = logging.getLogger(__name__)
 
 #: the final policy of a run, written by ``Trainer.fit`` (an HF model dir)
 POLICY_DIR = "policy"
+#: with ``trainer.keep_best``: the policy of the validation that set the run's peak
+BEST_POLICY_DIR = "policy_best"
 EVAL_FILE = "eval.json"
+#: ``ragen-eval RUN --which best`` writes here by default
+EVAL_BEST_FILE = "eval_best.json"
 
 
 class EvalError(ValueError):
@@ -220,13 +232,15 @@ def stats_line(stats: dict[str, float]) -> str:
 
 
 # -- ragen-eval ---------------------------------------------------------------------------------
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str], config_dir: str | None = None):
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from .config_paths import CONFIG_DIR
 
+    if config_dir is not None:  # what Hydra's --config-dir does: the folder joins the search path
+        overrides = [*overrides, f"hydra.searchpath=[{Path(config_dir).resolve().as_uri()}]"]
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
             return compose("config", overrides=overrides)
@@ -234,8 +248,8 @@ def _compose(overrides: list[str]):
         raise EvalError(_one_line(e)) from None
 
 
-def env_presets() -> list[str]:
-    """The env presets (``configs/env/*.yaml``) a model dir can be evaluated on.
+def env_presets(config_dir: str | None = None) -> list[str]:
+    """The env presets (``configs/env/*.yaml``, and ``env/*.yaml`` of ``config_dir``) a model dir can be evaluated on.
 
     Example:
         >>> "frozenlake" in env_presets()
@@ -243,13 +257,47 @@ def env_presets() -> list[str]:
     """
     from .config_paths import CONFIG_DIR
 
-    return sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml"))
+    dirs = [Path(CONFIG_DIR)] + ([Path(config_dir)] if config_dir is not None else [])
+    return sorted({p.stem for d in dirs for p in (d / "env").glob("*.yaml")})
 
 
-def _env_node(preset: str):
-    if preset not in env_presets():
-        raise EvalError(f"unknown env preset {preset!r}; available: {', '.join(env_presets())}")
-    return _compose([f"env={preset}"]).env
+def _env_node(preset: str, config_dir: str | None = None):
+    if preset not in env_presets(config_dir):
+        raise EvalError(f"unknown env preset {preset!r}; available: {', '.join(env_presets(config_dir))}")
+    return _compose([f"env={preset}"], config_dir).env
+
+
+def parse_overrides(items: list[str]) -> list[tuple[str, Any, bool]]:
+    """Hydra-style ``KEY=VALUE`` overrides as ``(key, value, add)`` (``add``: written ``+KEY=`` or ``++KEY=``).
+
+    Values are typed as Hydra types them (``64`` an int, ``null`` None, ``[a,b]`` a list, quotes a string).
+
+    Raises:
+        EvalError: not an override, a deletion (``~KEY``), or a sweep (``a=1,2``: one evaluation per call).
+
+    Example:
+        >>> parse_overrides(["rollout.max_new_tokens=64", "+extra.note='a b'", "env=sokoban"])
+        [('rollout.max_new_tokens', 64, False), ('extra.note', 'a b', True), ('env', 'sokoban', False)]
+        >>> parse_overrides(["seed=0,1"])
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.evaluate.EvalError: seed=0,1: one value per key (ragen-eval runs one evaluation, not a sweep)
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    out = []
+    for item in items:
+        try:
+            o = parser.parse_override(item)
+        except Exception as e:  # noqa: BLE001 - Hydra's parse errors have several types
+            raise EvalError(f"{item}: not a KEY=VALUE override ({_one_line(e)})") from None
+        if o.is_delete():
+            raise EvalError(f"{item}: ragen-eval sets keys; it deletes none")
+        if o.is_sweep_override():
+            raise EvalError(f"{item}: one value per key (ragen-eval runs one evaluation, not a sweep)")
+        out.append((o.key_or_group, o.value(), o.is_add() or o.is_force_add()))
+    return out
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -337,11 +385,14 @@ def _checked_state(state: dict[str, Any], path: Path) -> dict[str, Any]:
         raise EvalError(str(e)) from None
 
 
-def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[str, Any]:
+def resolve_target(
+    target: str | os.PathLike, env: str | None = None, which: str = "last", config_dir: str | None = None
+) -> dict[str, Any]:
     """What ``ragen-eval TARGET`` evaluates: ``{"kind", "config", "policy", "run_dir", "checkpoint"}``.
 
-    ``kind`` is ``"run"`` (a run dir: its config, and its final ``policy/`` or, when that is
-    missing or older, ``checkpoints/last.pt``), ``"checkpoint"`` (a checkpoint file: its config
+    ``kind`` is ``"run"`` (a run dir: its config, and with ``which="last"`` its final ``policy/`` or, when
+    that is missing or older, ``checkpoints/last.pt``; with ``which="best"`` the peak validation's
+    ``policy_best/`` or, when that is missing or older, ``checkpoints/best.pt``), ``"checkpoint"`` (a checkpoint file: its config
     and weights) or ``"model"`` (an HF model dir: the config files' defaults with ``env``).
     ``policy`` is a model dir to load, or ``None`` when the weights come from ``checkpoint``.
 
@@ -357,8 +408,12 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
     from omegaconf import OmegaConf
 
     path = Path(target).expanduser()
+    if which not in ("last", "best"):
+        raise EvalError(f"--which must be last or best, got {which!r}")
     if not path.exists():
         raise EvalError(f"{target}: no such file or directory")
+    if which == "best" and not (path.is_dir() and _is_run_dir(path)):
+        raise EvalError(f"{target}: --which best needs a run dir (its policy_best/ or checkpoints/best.pt)")
     if path.is_file():
         from .checkpoint import DamagedCheckpointError, UnsafeCheckpointError, read_checkpoint
         from .config_checks import ConfigError
@@ -382,20 +437,29 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
     elif _is_run_dir(path):
         config, ckpt = _run_config(path)
         cfg = OmegaConf.create(config)
-        policy, last = path / POLICY_DIR, path / "checkpoints" / "last.pt"
+        name = BEST_POLICY_DIR if which == "best" else POLICY_DIR
+        policy, last = path / name, path / "checkpoints" / ("best.pt" if which == "best" else "last.pt")
         _inside(policy, path)
+        saved = (policy / "config.json").is_file() or (policy / "adapter_config.json").is_file()
         fresh = (policy / "config.json").is_file() and (
             not last.is_file() or policy.stat().st_mtime >= last.stat().st_mtime
         )
+        if which == "best" and not saved and not last.is_file():
+            raise EvalError(
+                f"{target}: no {BEST_POLICY_DIR}/ and no checkpoints/best.pt (the run kept no best policy: "
+                "train with trainer.keep_best=true)"
+            )
         if fresh:
             ckpt = None
+        elif which == "best":
+            ckpt = _best_checkpoint(path)
         elif ckpt is None:  # each checkpoint file is read once
             ckpt = _latest_checkpoint(path)
         if ckpt is not None:
             _checked_state(*ckpt)
         out = {"kind": "run", "policy": policy if fresh else None, "run_dir": path, "checkpoint": ckpt}
     elif (path / "config.json").is_file():
-        cfg = _compose([f"model.name_or_path={path}", "sft.enabled=false"])
+        cfg = _compose([f"model.name_or_path={path}", "sft.enabled=false"], config_dir)
         out = {"kind": "model", "policy": path, "run_dir": None, "checkpoint": None}
     else:
         raise EvalError(
@@ -404,9 +468,21 @@ def resolve_target(target: str | os.PathLike, env: str | None = None) -> dict[st
         )
     if env is not None:
         OmegaConf.set_struct(cfg, False)
-        cfg.env = _env_node(env)
+        cfg.env = _env_node(env, config_dir)
     out["config"] = _typed(cfg)
     return out
+
+
+def _best_checkpoint(run_dir: Path):
+    """``checkpoints/best.pt`` of ``run_dir`` and its path (read like any checkpoint, never through a link)."""
+    from .checkpoint import BEST, DamagedCheckpointError, read_checkpoint
+
+    path = run_dir / "checkpoints" / BEST
+    _inside(path, run_dir)
+    try:
+        return read_checkpoint(path), path
+    except DamagedCheckpointError as e:
+        raise EvalError(str(e)) from None
 
 
 def _inside(path: Path, root: Path) -> None:
@@ -435,22 +511,18 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _set(cfg, key: str, value: Any) -> None:
-    from omegaconf import OmegaConf
+def _set(cfg, key: str, value: Any, add: bool = False) -> None:
+    from omegaconf import DictConfig, OmegaConf
 
     missing = object()
-    if OmegaConf.select(cfg, key, default=missing) is missing:
-        raise EvalError(f"-o {key}=...: no such config key")
+    current = OmegaConf.select(cfg, key, default=missing)
+    if current is missing and not add:
+        raise EvalError(f"{key}=...: no such config key (+{key}=... adds one)")
+    if isinstance(current, DictConfig) and isinstance(value, str):
+        raise EvalError(
+            f"{key}={value}: ragen-eval evaluates with the target's own {key} config; only env=NAME picks a preset"
+        )
     OmegaConf.update(cfg, key, value, merge=False, force_add=True)
-
-
-def _parse_value(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -465,6 +537,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate a run dir, a checkpoint file or an HF model dir on an env's fixed validation levels.",
     )
     p.add_argument("target", help="run dir, checkpoint file (checkpoints/last.pt) or Hugging Face model dir")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides in Hydra's syntax, as ragen-train takes them (rollout.max_new_tokens=64; "
+        "+KEY=VALUE adds a key; env=NAME picks an env preset)",
+    )
+    p.add_argument(
+        "--which",
+        choices=("last", "best"),
+        default="last",
+        help="a run dir's final policy (last, default) or the peak validation's (best: policy_best/, "
+        "checkpoints/best.pt; trainer.keep_best=true)",
+    )
+    p.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        help="a folder of presets added to the shipped ones (Hydra's --config-dir), e.g. DIR/env/mine.yaml for env=mine",
+    )
     p.add_argument(
         "--env", help="env preset (configs/env/*.yaml); for a model dir the default is the config's (frozenlake)"
     )
@@ -486,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="set a config key, e.g. -o rollout.max_new_tokens=64 (repeatable)",
+        help="deprecated (goes in the next release): write the override bare, KEY=VALUE",
     )
     p.add_argument(
         "--dump",
@@ -539,14 +630,20 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from ..models.vision import load_policy
     from .model_setup import env_kwargs
 
-    tgt = resolve_target(args.target, args.env)
+    config_dir = getattr(args, "config_dir", None)
+    if config_dir is not None and not Path(config_dir).is_dir():
+        raise EvalError(f"--config-dir {config_dir}: no such directory")
+    overrides = parse_overrides([*getattr(args, "overrides", []), *args.override])
+    env = args.env
+    for key, value, _ in overrides:
+        if key == "env" and isinstance(value, str):  # a preset choice, as ragen-train reads env=NAME
+            env = value
+    tgt = resolve_target(args.target, env, getattr(args, "which", "last"), config_dir)
     # the overrides go onto a plain copy, typed again after them (their values checked like the run's)
     cfg = OmegaConf.create(OmegaConf.to_container(tgt["config"]))
-    for item in args.override:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise EvalError(f"-o {item}: expected KEY=VALUE")
-        _set(cfg, key.strip(), _parse_value(value))
+    for key, value, add in overrides:
+        if not (key == "env" and isinstance(value, str)):
+            _set(cfg, key, value, add)
     if args.levels is not None:
         if int(args.levels) < 1:
             raise EvalError(f"--levels must be >= 1, got {args.levels}")
@@ -628,6 +725,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     result = {
         "target": str(args.target),
         "kind": tgt["kind"],
+        "which": getattr(args, "which", "last"),
         "policy": source,
         "env": env_name,
         "levels": levels,
@@ -672,7 +770,14 @@ def main(argv: list[str] | None = None) -> int:
     """
     from .summary import json_safe, write_json_atomic
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
+    if args.override:
+        print(
+            "ragen-eval: warning: -o/--override is deprecated and goes in the next release; "
+            f"write the overrides bare: ragen-eval {args.target} {' '.join(args.override)}",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         result = evaluate(args)
     except EvalError as e:
@@ -687,7 +792,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print(stats_line(result["stats"]), flush=True)
-    out = args.json or (str(Path(args.target) / EVAL_FILE) if result["kind"] == "run" else None)
+    default = EVAL_BEST_FILE if args.which == "best" else EVAL_FILE
+    out = args.json or (str(Path(args.target) / default) if result["kind"] == "run" else None)
     if out:
         try:
             write_json_atomic(out, result)

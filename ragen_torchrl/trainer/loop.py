@@ -10,15 +10,18 @@ become the iteration's scalars (:class:`~ragen_torchrl.trainer.metrics.Metrics`)
         cfg = compose("config", overrides=["trainer=smoke"])
     summary = Trainer(cfg, run_dir="outputs/my_run").fit()
 
-Everything is logged to TensorBoard under ``run_dir/tb`` through torchrl's
-``TensorboardLogger``; checkpoints go to ``run_dir/checkpoints/last.pt``, the one before to
-``prev.pt`` (fsync-ed, verified, then renamed: see :mod:`ragen_torchrl.trainer.checkpoint`).
-A resumed run reopens the TensorBoard writer with ``purge_step`` at its first re-run
-iteration, so the steps an interrupted run logged after its last checkpoint are not counted twice.
+Everything is logged through torchrl's logger of ``logger.backend`` (TensorBoard under ``run_dir/tb`` by
+default; :class:`~ragen_torchrl.trainer.run_log.RunLog`); checkpoints go to ``run_dir/checkpoints/last.pt``,
+the one before to ``prev.pt`` (fsync-ed, verified, then renamed: see :mod:`ragen_torchrl.trainer.checkpoint`),
+and with ``trainer.keep_best`` the state and the policy of the peak validation to ``checkpoints/best.pt`` and
+``policy_best/``. A resumed run reopens the TensorBoard writer with ``purge_step`` at its first re-run
+iteration (the CSV log drops those rows), so the steps an interrupted run logged after its last checkpoint
+are not counted twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -46,6 +49,13 @@ from ..keys import (
     IMAGES_TRAJECTORY,
     TRAJECTORY_REFITS,
 )
+from ..models.loading import (
+    checkpointed_layers,
+    dtype_name,
+    enable_gradient_checkpointing,
+    low_precision_warning,
+    resolve_precision,
+)
 from ..models.lora import LoRASettings, adapter_state, apply_lora, load_adapter_state, merged_state_dict
 from ..models.priming import prime_text
 from ..models.vision import load_policy
@@ -60,6 +70,7 @@ from .checkpoint import (
     load_latest,
     restore_rng_state,
     rng_state,
+    save_best,
     save_rotating,
 )
 from .config import validate_config
@@ -67,6 +78,7 @@ from .config_checks import ConfigError
 from .config_paths import check_run_dir
 from .distributed import (
     Distributed,
+    fsdp_mixed_precision,
     full_model_state,
     full_state,
     gathered,
@@ -78,7 +90,7 @@ from .distributed import (
 )
 from .early_stop import FilterGuard, ValidationStop, loss_scale, stop_stats, unfiltered_stats
 from .episode_frames import EpisodeFrames
-from .evaluate import POLICY_DIR, evaluate_policy, export_policy
+from .evaluate import BEST_POLICY_DIR, POLICY_DIR, evaluate_policy, export_policy
 from .metrics import Metrics
 from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
 from .provenance import PhaseClock, load_average, run_provenance, run_totals
@@ -92,10 +104,9 @@ from .run_log import (
     hparam_metrics,
     iteration_line,
     log_episode_images,
-    make_tensorboard_logger,
+    make_run_log,
     run_hparams,
     summarize,
-    write_hparams,
     write_scalars_csv,
 )
 from .stored_config import check_stored_config
@@ -202,10 +213,23 @@ class Trainer:
         self.clock.enter("warm_start")
         self.model_path = self._prepare_model()
         self.clock.enter("setup")
+        # model.precision=mixed: float32 parameters (and so AdamW state), the forwards in model.dtype (autocast)
+        try:
+            self.precision = resolve_precision(
+                self.dist.device(str(cfg.model.device)), str(cfg.model.dtype), str(cfg.model.precision)
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        warning = low_precision_warning(self.precision, float(cfg.algo.lr), "algo.lr")
+        if warning and self.dist.is_main:
+            log.warning(warning)
         # processor: a vision-language model's (None for a text model); the rollouts and losses pass images with it
         self.model, self.tokenizer, self.processor = load_policy(
-            self.model_path, self.dist.device(str(cfg.model.device)), cfg.model.dtype
+            self.model_path, self.dist.device(str(cfg.model.device)), dtype_name(self.precision.param_dtype)
         )
+        self.gradient_checkpointing = bool(cfg.model.gradient_checkpointing)
+        if self.gradient_checkpointing:  # armed here; only the training forwards checkpoint (_training_forward)
+            enable_gradient_checkpointing(self.model)
         # LoRA (model.lora): adapters injected in place, the base frozen; checkpoints then hold the adapters
         self.lora = bool(cfg.model.lora.enabled)
         if self.lora:
@@ -268,6 +292,9 @@ class Trainer:
         if float(a.kl_coeff) > 0:
             # a LoRA policy's reference is its own base model (adapters switched off while it scores): no copy
             ref_model = self.model if self.lora else copy.deepcopy(self.model).eval().requires_grad_(False)
+            if self.fsdp and not self.lora:
+                # the policy computes with FSDP2's gathered compute-dtype weights: so does its unsharded reference
+                ref_model.to(self.precision.compute_dtype)
             self.ref_actor = make_logprob_policy(
                 ref_model,
                 self.tokenizer,
@@ -277,9 +304,16 @@ class Trainer:
             )
             self.ref_actor.lora_reference = self.lora
         if self.fsdp:
-            shard_model(self.model)  # in place, before the optimizer sees the (now sharded) parameters
+            # in place, before the optimizer sees the (now sharded) parameters; mixed precision: float32 shards
+            # gathered in the compute dtype, gradients reduced in float32
+            shard_model(self.model, fsdp_mixed_precision(self.precision.param_dtype, self.precision.compute_dtype))
             # the shared-prefix pass backpropagates through KV-cache tensors, which are no module
             # outputs: FSDP2 would not gather a layer's weights again before that backward
+            self.loss_module.shared_prefix = False
+        if self.gradient_checkpointing and self.loss_module.shared_prefix:
+            # the shared-prefix pass writes a KV cache, which a checkpointed layer cannot keep: it would run
+            # unchecked (objectives/shared_prefix.py); the padded pass, checkpointed, keeps far fewer activations
+            log.info("model.gradient_checkpointing: the loss scores with the padded pass (algo.shared_prefix off)")
             self.loss_module.shared_prefix = False
         self.optimizer = torch.optim.AdamW(
             self.algorithm.optimizer_param_groups(float(a.lr)), lr=float(a.lr), weight_decay=float(a.weight_decay)
@@ -328,7 +362,9 @@ class Trainer:
             # anything an interrupted run logged from there on is dropped by TensorBoard
             purge_step = int(resume_state["iteration"]) + 2
         self.logger = (
-            make_tensorboard_logger(self.run_dir, purge_step=purge_step) if self.dist.is_main else NullLogger()
+            make_run_log(cfg.logger.backend, self.run_dir, purge_step=purge_step, project=str(cfg.logger.project))
+            if self.dist.is_main
+            else NullLogger()
         )
         if resume_state is not None:
             self._apply_checkpoint(resume_state, self.resumed_from)  # last: it restores the RNG states
@@ -397,6 +433,25 @@ class Trainer:
     def _gathered(self):
         """FSDP2: the full weights on every rank for a block of rank-dependent forwards (else a no-op)."""
         return gathered(self.model, enabled=self.fsdp)
+
+    def _compute(self):
+        """The block's forwards in the compute dtype: :func:`torch.autocast` under ``model.precision=mixed``
+        with a lower ``model.dtype`` (else a no-op; under FSDP2 its mixed precision policy casts instead).
+
+        Generation runs under it too, rather than on a separate bf16 copy of the weights: the torchrl
+        wrappers, the turn-cache policy, the vLLM weight push and FSDP2's gathered weights all hold the one
+        model, and within one autocast block each float32 weight is cast once and cached, so a collection
+        reads a compute-dtype copy made from the weights of this iteration, after the last update (what a
+        copy refreshed once per iteration would hold). Frozen weights (a LoRA base) are cast per call.
+        """
+        return self.precision.autocast(enabled=not self.fsdp)
+
+    @contextlib.contextmanager
+    def _training_forward(self):
+        """One loss forward: in the compute dtype (:meth:`_compute`), its decoder layers checkpointed under
+        ``model.gradient_checkpointing`` (the backward, outside the block, recomputes their activations)."""
+        with self._compute(), checkpointed_layers(self.model, enabled=self.gradient_checkpointing):
+            yield
 
     def _collect(self, seeds: list[int], stream: int = 0) -> TensorDictBase:
         """Groups for ``seeds``, played in :attr:`shards` parts (rank r plays part r), gathered in order.
@@ -484,7 +539,7 @@ class Trainer:
         levels = int(self.cfg.trainer.val_levels) if levels is None else int(levels)
         stats = records = None
         frames = EpisodeFrames(min(int(self.cfg.trainer.log_image_samples), levels))
-        with self._gathered():
+        with self._gathered(), self._compute():
             if self.dist.is_main:  # rank 0 validates; every rank gets its numbers for the stop rules
                 stats, records = evaluate_policy(
                     self._val_env(levels),
@@ -497,7 +552,9 @@ class Trainer:
                 )
         stats = self.dist.broadcast_object(stats)
         logged = Metrics().add("val", stats)
-        self.val_peak.update(step, stats, levels=levels)
+        new_peak = self.val_peak.update(step, stats, levels=levels)
+        if new_peak and self.cfg.trainer.keep_best:
+            self._keep_best(step)
         if self.val_peak.success is not None:
             logged.add("val", {"peak_success": self.val_peak.success})
         if stop_rule:
@@ -509,9 +566,9 @@ class Trainer:
             self.logger.log_scalar(k, v, step=step)
         n_text = int(self.cfg.trainer.log_text_samples)
         for i in range(min(n_text, records.batch_size[0]) if records is not None else 0):
-            self.logger.experiment.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
+            self.logger.add_text(f"val/conversation_{i}", conversation_text(records, i), global_step=step)
         if records is not None:  # visual envs: each turn's observed image next to the reply
-            log_episode_images(self.logger.experiment, records, frames.frames, step)
+            log_episode_images(self.logger, records, frames.frames, step)
         self.clock.enter(outer)
         return stats, logged.scalars
 
@@ -525,7 +582,8 @@ class Trainer:
         """
         metrics = Metrics()
         with self._gathered():  # FSDP2: generation and scoring run on the gathered weights
-            records, stats = self._collect_step()
+            with self._compute():
+                records, stats = self._collect_step()
             metrics.update(stats)
             metrics.update(self._diagnose(records))
             kept, stats = self._filter_step(records)
@@ -535,7 +593,7 @@ class Trainer:
             # the gradient-SNR probe scores every row with the loss, so it needs all behaviour log-probs
             probe = self.grad_snr is not None and self.grad_snr.should_run(self.iteration)
             self.clock.enter("update")
-            with metrics.timer("update"):
+            with metrics.timer("update"), self._compute():  # behaviour and reference log-probs
                 train, batch_stats = self._advantage_step(kept, on_policy_first=not probe)
             if probe:
                 metrics.update(self._grad_snr(kept, train.batch))
@@ -579,7 +637,9 @@ class Trainer:
         self.clock.enter("diagnostics")
         if self.collapse is not None and self.collapse.should_run(self.iteration):
             images = records.get(IMAGES_TRAJECTORY, as_list=True) if self.processor is not None else None
-            stats.update(self.collapse(records, images=images))
+            # diagnostics.mi.dtype=null: in the policy's compute dtype; a dtype of its own: in that dtype
+            with self._compute() if self.cfg.diagnostics.mi.dtype is None else contextlib.nullcontext():
+                stats.update(self.collapse(records, images=images))
         return stats
 
     def _filter_step(self, records: TensorDictBase) -> tuple[KeptGroups | None, dict[str, float]]:
@@ -648,6 +708,7 @@ class Trainer:
             plan=train.plan,
             on_policy_first=train.on_policy_first,
             dist=self.dist,
+            forward_context=self._training_forward,
         )
 
     def _grad_snr(self, kept: KeptGroups, batch: TensorDictBase) -> dict[str, float]:
@@ -681,7 +742,8 @@ class Trainer:
         if num_groups < 1:
             return None
         seeds = train_level_seeds(int(self.cfg.seed) + 7919 * self._refills, self.iteration, num_groups)
-        return self.algorithm.shape_rewards(self._collect(seeds, stream=self._refills))
+        with self._compute():
+            return self.algorithm.shape_rewards(self._collect(seeds, stream=self._refills))
 
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_state(self) -> dict[str, Any]:
@@ -727,15 +789,46 @@ class Trainer:
         self.clock.enter(outer)
         return path
 
-    def _export_lora(self) -> Path:
-        """A LoRA policy's export: ``policy/`` a PEFT adapter dir on the base checkpoint (with its tokenizer
-        files), and with ``model.lora.export_merged`` also ``policy_merged/``: the base model, adapter merged in."""
-        if self.cfg.model.lora.export_merged:
-            export_policy(
-                self.model, self.tokenizer, self.run_dir / MERGED_POLICY_DIR, state_dict=merged_state_dict(self.model)
-            )
+    def _export_lora(self, policy_dir: Path, merged_dir: Path | None) -> Path:
+        """A LoRA policy's export: ``policy_dir`` a PEFT adapter dir on the base checkpoint (with its tokenizer
+        files), and with ``model.lora.export_merged`` also ``merged_dir``: the base model, adapter merged in."""
+        if self.cfg.model.lora.export_merged and merged_dir is not None:
+            export_policy(self.model, self.tokenizer, merged_dir, state_dict=merged_state_dict(self.model))
         base = str(Path(self.model_path).expanduser().resolve())
-        return export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, adapter_base=base)
+        return export_policy(self.model, self.tokenizer, policy_dir, adapter_base=base)
+
+    def _export_policy(self, policy_dir: Path, whole: dict[str, torch.Tensor], merged_dir: Path | None = None) -> Path:
+        """Rank 0: the policy as a model dir at ``policy_dir`` (``whole``: its full state dict, gathered under FSDP2)."""
+        if self.lora:
+            path = self._export_lora(policy_dir, merged_dir)
+        else:
+            path = export_policy(self.model, self.tokenizer, policy_dir, state_dict=whole)
+        if self.processor is not None:  # a vision-language policy loads with its image processor
+            self.processor.image_processor.save_pretrained(path)
+        return path
+
+    def _keep_best(self, step: int) -> None:
+        """``trainer.keep_best``: the validation at ``step`` set a new peak; keep its state
+        (``checkpoints/best.pt``) and export its policy (``policy_best/``), both replacing the earlier peak's.
+
+        Called right after that validation, before any further update, so ``policy_best/`` is the policy
+        that scored the peak: ``ragen-eval RUN --which best`` reproduces it. In a multi-rank run every
+        rank calls this (the state is gathered) and rank 0 writes.
+        """
+        outer = self.clock.enter("checkpoint")
+        state = self.checkpoint_state()
+        # the iterations done at this validation, as a checkpoint written then stores them (the final
+        # validation runs after fit counted its last iteration)
+        state["iteration"] = int(step) - 1
+        whole = full_model_state(self.model, sharded=self.fsdp)
+        if self.dist.is_main:
+            save_best(state, self.ckpt_dir)
+            try:
+                self._export_policy(self.run_dir / BEST_POLICY_DIR, whole)
+            except (OSError, ValueError) as e:  # training goes on; checkpoints/best.pt holds the weights
+                log.error("could not write the peak's policy to %s: %s", self.run_dir / BEST_POLICY_DIR, e)
+        self.dist.barrier()
+        self.clock.enter(outer)
 
     def _apply_checkpoint(self, state: dict[str, Any], path: str | os.PathLike) -> None:
         if self.lora:
@@ -818,20 +911,15 @@ class Trainer:
             val_end, scalars = self.validate(step=self.iteration, stop_rule=False)
             if self.history and self.history[-1]["iteration"] == self.iteration:
                 self.history[-1].update(scalars)
-        self.logger.experiment.flush()
+        self.logger.flush()
         self.clock.enter("export")
         final_policy = None
         whole = full_model_state(self.model, sharded=self.fsdp)  # FSDP2: gathered (a collective) for rank 0
         if self.dist.is_main:
             try:
-                if self.lora:
-                    final_policy = str(self._export_lora())
-                else:
-                    final_policy = str(
-                        export_policy(self.model, self.tokenizer, self.run_dir / POLICY_DIR, state_dict=whole)
-                    )
-                if self.processor is not None:  # a vision-language policy loads with its image processor
-                    self.processor.image_processor.save_pretrained(final_policy)
+                final_policy = str(
+                    self._export_policy(self.run_dir / POLICY_DIR, whole, merged_dir=self.run_dir / MERGED_POLICY_DIR)
+                )
             except (OSError, ValueError) as e:  # the summary is still written; it says there is no policy
                 log.error("could not write the final policy to %s: %s", self.run_dir / POLICY_DIR, e)
         summary = {
@@ -853,7 +941,8 @@ class Trainer:
         if self.dist.is_main:
             write_summary(self.run_dir / SUMMARY_FILE, **summary)
             write_scalars_csv(self.run_dir / SCALARS_FILE, self.logger.scalars)
-            write_hparams(self.logger.experiment, run_hparams(summary), hparam_metrics(summary), step=self.iteration)
+            self.logger.log_hparams(run_hparams(summary), hparam_metrics(summary), step=self.iteration)
+            self.logger.close()  # a W&B / MLflow run ends here
         self.dist.barrier()  # the run's files are written before any rank returns
         if val_end is not None:
             self._print(final_validation_line(val_start, val_end, summary["seconds"], summary["val_peak"]), flush=True)

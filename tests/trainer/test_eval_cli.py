@@ -202,6 +202,14 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         ([str(tmp / "broken.pt")], "not a training checkpoint"),
         ([str(tmp / "run")], "no config found"),
         ([str(model_like), "-o", "no.such.key=1"], "no such config key"),
+        ([str(model_like), "no.such.key=1"], "no such config key"),
+        ([str(model_like), "seed=0,1"], "one value per key"),
+        ([str(model_like), "~seed"], "it deletes none"),
+        ([str(model_like), "algo=ppo"], "only env=NAME picks a preset"),
+        ([str(model_like), "env=no_such_env"], "unknown env preset 'no_such_env'"),
+        ([str(model_like), "--which", "best"], "--which best needs a run dir"),
+        ([str(tmp / "run"), "--which", "best"], "no config found"),
+        ([str(model_like), "--config-dir", str(tmp / "missing")], "--config-dir"),
         ([str(tmp / "orphan.pt")], "cannot load the checkpoint's starting model"),
         ([str(model_like), "--levels", "0"], "--levels must be >= 1"),
     ]
@@ -233,8 +241,72 @@ def test_a_stored_config_is_merged_onto_the_schema_once(tmp_path):
         "auto",
         2,
     )
-    with pytest.raises(EvalError, match=r"-o no.such.key=...: no such config key"):
+    with pytest.raises(EvalError, match=r"no.such.key=...: no such config key"):
         _set(cfg, "no.such.key", 1)
     # an override is checked like the run's own values when the config is typed again
     with pytest.raises(EvalError, match=r"^rollout.kv_cache must be true or false, got 'maybe'$"):
         _typed({"rollout": {"kv_cache": "maybe"}})
+
+
+@pytest.mark.slow
+def test_keep_best_policy_reproduces_the_peak_validation_exactly(ragen_cache_dir, tmp_path, capsys):
+    """``trainer.keep_best=true``: ``policy_best/`` and ``checkpoints/best.pt`` are the policy of the validation
+    that set the peak (here an intermediate one), and ``ragen-eval RUN --which best`` plays that validation's
+    numbers again, exactly; ``--which last`` (the default) still evaluates the final policy."""
+    run_dir = tmp_path / "run"
+    torch.manual_seed(0)
+    overrides = ["trainer.total_iterations=4", "trainer.val_every_levels=null", "trainer.keep_best=true"]
+    summary = Trainer(make_cfg(ragen_cache_dir, *overrides, "algo.lr=5e-2"), run_dir=run_dir).fit()
+    peak = summary["val_peak"]
+    vals = {h["iteration"]: h["val/success"] for h in summary["history"] if "val/success" in h}
+    print("validation success per iteration:", vals, "peak:", peak)
+    assert 0 < peak["iteration"] < 4, "the peak should be an intermediate validation"
+    assert peak["success"] == max(vals.values()) and vals[peak["iteration"]] == peak["success"]
+    at_peak = next(h for h in summary["history"] if h["iteration"] == peak["iteration"])
+    assert (run_dir / "policy_best" / "config.json").is_file()
+    best = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)
+    assert best["val_peak"] == peak and best["iteration"] == peak["iteration"] - 1
+
+    assert eval_main([str(run_dir), "--which", "best", "--no-progress"]) == 0
+    got = stats_of(run_dir / "eval_best.json")
+    print("peak validation:", {k: at_peak[f"val/{k}"] for k in STAT_KEYS}, "\n--which best:", {k: got[k] for k in STAT_KEYS})
+    assert {k: got[k] for k in STAT_KEYS} == {k: at_peak[f"val/{k}"] for k in STAT_KEYS}
+    assert json.loads((run_dir / "eval_best.json").read_text())["which"] == "best"
+
+    # with policy_best/ gone, checkpoints/best.pt gives the same numbers
+    import shutil
+
+    shutil.rmtree(run_dir / "policy_best")
+    assert eval_main([str(run_dir), "--which", "best", "--json", str(tmp_path / "ckpt.json"), "--no-progress"]) == 0
+    assert {k: stats_of(tmp_path / "ckpt.json")[k] for k in STAT_KEYS} == {k: got[k] for k in STAT_KEYS}
+    assert eval_main([str(run_dir), "--no-progress"]) == 0
+    last = stats_of(run_dir / "eval.json")
+    assert {k: last[k] for k in STAT_KEYS} == {k: summary["val_end"][k] for k in STAT_KEYS}
+    assert last["tokens"] != got["tokens"]  # the peak's policy is not the final one (73 vs 80 tokens here)
+
+
+@pytest.mark.slow
+def test_ragen_eval_takes_bare_overrides_and_the_o_alias_alike(smoke_run, tmp_path, capsys):
+    """``ragen-eval RUN key=value`` (Hydra style) sets what ``-o key=value`` set; ``-o`` warns it is deprecated."""
+    run_dir, _ = smoke_run
+    bare, alias = tmp_path / "bare.json", tmp_path / "alias.json"
+    assert eval_main([str(run_dir), "rollout.max_new_tokens=4", "--json", str(bare), "--no-progress"]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    assert eval_main([str(run_dir), "-o", "rollout.max_new_tokens=4", "--json", str(alias), "--no-progress"]) == 0
+    assert "-o/--override is deprecated" in capsys.readouterr().err
+    assert json.loads(bare.read_text())["max_new_tokens"] == 4
+    assert stats_of(bare) | {"seconds": 0} == stats_of(alias) | {"seconds": 0}
+
+
+def test_ragen_eval_config_dir_adds_an_env_preset(tmp_path):
+    """``--config-dir DIR`` adds DIR's presets to the shipped ones (a shipped preset of the same name still wins);
+    ``env=NAME`` picks one as ``--env NAME`` does."""
+    from ragen_torchrl.trainer.evaluate import _env_node, env_presets
+
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "frozenlake3.yaml").write_text("defaults:\n  - frozenlake\n  - _self_\nsize: 3\n")
+    (tmp_path / "env" / "frozenlake.yaml").write_text("name: frozenlake\nsize: 7\n")
+    assert "frozenlake3" in env_presets(str(tmp_path)) and "frozenlake3" not in env_presets()
+    node = _env_node("frozenlake3", str(tmp_path))
+    assert (node.name, node.size, node.max_turn) == ("frozenlake", 3, 5)
+    assert _env_node("frozenlake", str(tmp_path)).size == 4  # the shipped preset of that name
