@@ -254,6 +254,16 @@ class TrainerConfig:
     dry_run: bool = setting(
         False, "build the model on the meta device, print the memory it needs, exit (nothing trained)", check_bool
     )
+    dry_run_ranks: Optional[int] = setting(
+        None,
+        "trainer.dry_run: ranks to size for (FSDP shards over them); null = torchrun's WORLD_SIZE, else 1",
+        _limited(_opt_pos_int, 4096),
+    )
+    dry_run_prompt_tokens: int = setting(
+        512,
+        "trainer.dry_run: tokens of a prompt and its observations, added to turns x max_new_tokens",
+        check_positive_int,
+    )
     fsdp: bool = setting(
         False, "under torchrun: shard parameters, gradients and optimizer state with FSDP2", check_bool
     )

@@ -200,18 +200,74 @@ def _dtype_name(model_cfg) -> str:
     return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
 
 
+def _dry_run_ranks(cfg) -> int:
+    """Ranks the dry run sizes for: ``trainer.dry_run_ranks``, else torchrun's ``WORLD_SIZE``, else 1."""
+    ranks = OmegaConf.select(cfg, "trainer.dry_run_ranks", default=None)
+    if ranks is None:
+        ranks = os.environ.get("WORLD_SIZE", "1")
+    try:
+        ranks = int(ranks)
+    except (TypeError, ValueError):
+        ranks = 0
+    if ranks < 1:
+        from .config_checks import ConfigError
+
+        raise ConfigError(f"trainer.dry_run_ranks (or WORLD_SIZE) must be a positive integer, got {ranks!r}")
+    return ranks
+
+
+def _lora_parameters(model, lora_cfg) -> int:
+    """Adapter parameters peft adds: ``rank x (in + out)`` for each ``nn.Linear`` named in ``target_modules``."""
+    import torch
+
+    targets = set(lora_cfg.get("target_modules") or [])
+    rank = int(lora_cfg.get("rank", 16))
+    return sum(
+        rank * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets
+    )
+
+
+#: values a decoder layer keeps for its backward, per token: ``8 x hidden + 4 x intermediate`` (the two
+#: norms' inputs and outputs, q / k / v and the attention output, the residual; the MLP's gate, up,
+#: activated gate and product), in the compute dtype; fused SDPA keeps no ``seq x seq`` matrix
+ACTIVATION_HIDDEN_FACTOR, ACTIVATION_INTERMEDIATE_FACTOR = 8, 4
+
+#: bytes per vocabulary entry per token of the scored logits: float32 logits and their log-softmax
+LOGIT_BYTES = 8
+
+
 def training_memory(cfg: DictConfig) -> dict[str, Any]:
-    """Bytes the policy's training state needs, from a model built on the meta device (no weight allocated).
+    """Bytes a training run of ``cfg`` needs per rank, from a model built on the meta device (nothing allocated).
 
-    The parameters are counted on ``AutoModelForCausalLM.from_config`` built under
-    ``torch.device("meta")`` (tied embeddings once). Gradients and torch's AdamW states
-    (``exp_avg``, ``exp_avg_sq``) have the parameters' dtype (``model.dtype``). A KL term
-    (``algo.kl_coeff > 0``) adds a frozen reference copy; PPO's separate critic
-    (``algo.critic=separate``) is counted as a second trunk with its own gradients and AdamW states.
-    Activations, the KV cache and a vLLM engine come on top.
+    ``n`` parameters (tied embeddings once) of a model in the compute dtype ``model.dtype`` (``c``
+    bytes; ``auto``: bfloat16 on CUDA, else float32). Under ``model.precision=mixed`` with ``c < 4``
+    the trained parameters also have float32 master weights, and their gradients and AdamW's two
+    moments are float32; otherwise (``pure``, or float32 compute) gradients and moments have the
+    parameters' dtype. With LoRA (``model.lora.enabled``) only the adapters train (their parameters
+    ``rank x (in + out)`` per target ``Linear``), and the reference is the base with the adapters
+    off (no copy); without it a KL term (``algo.kl_coeff > 0``) keeps a frozen copy in ``c``. PPO's
+    separate critic (``algo.critic=separate``) is a second trunk with the policy's training state.
 
-    Returns ``parameters``, ``dtype``, ``bytes_per_param``, ``source`` (see :func:`model_architecture`) and
-    the bytes of ``weights``, ``gradients``, ``optimizer``, ``reference``, ``critic`` and ``total``.
+    Shapes: one sequence is ``T = prompt + turns x max_new_tokens`` tokens (``trainer.dry_run_prompt_tokens``
+    for the prompt and the observations, ``env.max_turn``, ``rollout.max_new_tokens``). A training
+    pass holds ``b`` rows (``algo.micro_batch_size``, else ``ceil(algo.mini_batch_size / ranks)``), its
+    activations are, per layer, ``b x T x (8 x hidden + 4 x intermediate) x c`` bytes
+    (:data:`ACTIVATION_HIDDEN_FACTOR`), or with ``model.gradient_checkpointing`` each layer's input
+    ``b x T x hidden x c`` plus one layer recomputed in full, and the logits add ``b x T x vocab x 8``
+    (float32 logits and log-softmax). The KV cache of the rollouts holds ``rows = min(rollout.chunk_size,
+    prompts_per_iter x group_size / ranks)`` rows of ``T`` tokens: ``rows x T x layers x 2 x kv_heads
+    x head_dim x c``. Under ``trainer.fsdp`` the parameters, master weights, gradients, moments, the
+    reference and the critic are sharded over the ranks (``trainer.dry_run_ranks``, else ``WORLD_SIZE``,
+    else 1); activations, logits and the KV cache are per rank. ``total`` adds everything (an upper
+    bound: the rollout's cache and the training activations do not coexist).
+
+    Returns ``parameters``, ``trainable``, ``dtype``, ``bytes_per_param``, ``mixed``, ``ranks``, ``fsdp``,
+    ``source`` (see :func:`model_architecture`), the shapes (``seq_tokens``, ``train_rows``,
+    ``rollout_rows``) and per-rank bytes of ``weights``, ``master``, ``gradients``, ``optimizer``,
+    ``reference``, ``critic``, ``activations``, ``activations_checkpointed``, ``logits``, ``kv_cache``
+    and ``total`` (with the activations of the configured ``model.gradient_checkpointing``).
 
     Example:
         >>> from omegaconf import OmegaConf
@@ -220,9 +276,11 @@ def training_memory(cfg: DictConfig) -> dict[str, Any]:
         ...     "device": "cpu", "dtype": "auto"}, "algo": {"name": "grpo", "kl_coeff": 0.0}})
         >>> mem = training_memory(cfg)
         >>> # embedding 300*32 + layer (q, k, v with bias: 1056 + 528 + 528; o 1024; mlp 3*32*64; 2 norms) + norm
-        >>> mem["parameters"], mem["dtype"], mem["total"] == 4 * 4 * mem["parameters"]  # weights, grads, 2 states
+        >>> mem["parameters"], mem["dtype"], mem["weights"] + mem["gradients"] + mem["optimizer"] == 16 * 18976
         (18976, 'float32', True)
     """
+    import math
+
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -231,28 +289,81 @@ def training_memory(cfg: DictConfig) -> dict[str, Any]:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     n = sum(p.numel() for p in model.parameters())
-    size = _DTYPE_BYTES[dtype]
-    algo = cfg.algo
-    weights = n * size
-    reference = weights if float(algo.kl_coeff) > 0 else 0
-    critic = 4 * weights if algo.name == "ppo" and str(algo.critic) == "separate" else 0
+    c = _DTYPE_BYTES[dtype]
+    mcfg, algo = cfg.model, cfg.algo
+    mixed = str(mcfg.get("precision", "mixed")) == "mixed" and c < 4
+    lora_cfg = mcfg.get("lora") or {}
+    lora = bool(lora_cfg.get("enabled", False))
+    trainable = _lora_parameters(model, lora_cfg) if lora else n
+    ranks = _dry_run_ranks(cfg)
+    fsdp = bool(OmegaConf.select(cfg, "trainer.fsdp", default=False)) and ranks > 1
+    shard = ranks if fsdp else 1
+    state = 4 if mixed else c  # bytes of a gradient and of each AdamW moment
+    weights = (n + (trainable if lora else 0)) * c
+    master = trainable * 4 if mixed else 0
+    gradients = trainable * state
+    optimizer = 2 * trainable * state
+    reference = n * c if float(algo.get("kl_coeff", 0.0)) > 0 and not lora else 0
+    critic = (
+        (weights + master + gradients + optimizer)
+        if algo.get("name") == "ppo" and str(algo.get("critic", "")) == "separate"
+        else 0
+    )
+    # the shapes
+    hidden, inter = int(config.hidden_size), int(config.intermediate_size)
+    layers, vocab = int(config.num_hidden_layers), int(config.vocab_size)
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    t = cfg.get("trainer") or {}
+    rollout = cfg.get("rollout") or {}
+    env = cfg.get("env") or {}
+    prompt = int(t.get("dry_run_prompt_tokens", 512))
+    seq = prompt + int(env.get("max_turn", 1) or 1) * int(rollout.get("max_new_tokens", 48))
+    rows_total = int(t.get("prompts_per_iter", 1)) * int(t.get("group_size", 1))
+    micro = algo.get("micro_batch_size")
+    train_rows = int(micro) if micro else math.ceil(int(algo.get("mini_batch_size", rows_total)) / ranks)
+    rollout_rows = min(int(rollout.get("chunk_size", 128)), math.ceil(rows_total / ranks))
+    per_layer = train_rows * seq * (ACTIVATION_HIDDEN_FACTOR * hidden + ACTIVATION_INTERMEDIATE_FACTOR * inter) * c
+    activations = layers * per_layer
+    activations_checkpointed = layers * train_rows * seq * hidden * c + per_layer
+    logits = train_rows * seq * vocab * LOGIT_BYTES
+    kv_cache = rollout_rows * seq * layers * 2 * kv_heads * head_dim * c
     out = {
         "parameters": n,
+        "trainable": trainable,
         "dtype": dtype,
-        "bytes_per_param": size,
+        "bytes_per_param": c,
+        "mixed": mixed,
+        "ranks": ranks,
+        "fsdp": fsdp,
         "source": source,
-        "weights": weights,
-        "gradients": weights,
-        "optimizer": 2 * weights,
-        "reference": reference,
-        "critic": critic,
+        "seq_tokens": seq,
+        "train_rows": train_rows,
+        "rollout_rows": rollout_rows,
+        "weights": weights // shard,
+        "master": master // shard,
+        "gradients": gradients // shard,
+        "optimizer": optimizer // shard,
+        "reference": reference // shard,
+        "critic": critic // shard,
+        "activations": activations,
+        "activations_checkpointed": activations_checkpointed,
+        "logits": logits,
+        "kv_cache": kv_cache,
     }
-    out["total"] = 4 * weights + reference + critic
+    checkpointing = bool(mcfg.get("gradient_checkpointing", False))
+    sharded = ("weights", "master", "gradients", "optimizer", "reference", "critic")
+    out["total"] = (
+        sum(out[k] for k in sharded) + (activations_checkpointed if checkpointing else activations) + logits + kv_cache
+    )
+    out["checkpointing"] = checkpointing
     return out
 
 
 def dry_run_report(cfg: DictConfig) -> str:
-    """What ``trainer.dry_run=true`` prints: the policy's size and the memory its training state needs.
+    """What ``trainer.dry_run=true`` prints: the policy's size and, per rank, the memory of each part of a
+    training run (see :func:`training_memory` for the formulas).
 
     Example:
         >>> from omegaconf import OmegaConf
@@ -261,26 +372,43 @@ def dry_run_report(cfg: DictConfig) -> str:
         ...     "device": "cpu", "dtype": "auto"}, "algo": {"name": "grpo", "kl_coeff": 0.0},
         ...     "trainer": {"prompts_per_iter": 2, "group_size": 2}})
         >>> print(dry_run_report(cfg).splitlines()[1])
-        parameters: 18,976 (0.00 B), float32 (4 bytes each)
+        parameters: 18,976 (0.00 B), float32 (4 bytes each), all trained
     """
     mem = training_memory(cfg)
     gib = 2.0**30
     name = cfg.model.name_or_path or "the tiny model"
-    t = cfg.trainer
+    dtype = mem["dtype"]
+    state = "float32" if mem["mixed"] else dtype
+    trained = "all trained" if mem["trainable"] == mem["parameters"] else f"{mem['trainable']:,} trained (LoRA)"
+    where = (
+        f"per rank of {mem['ranks']} (FSDP: parameters and optimizer state sharded)"
+        if mem["fsdp"]
+        else f"per rank ({mem['ranks']} rank{'s' if mem['ranks'] > 1 else ''}, nothing sharded)"
+    )
+    ck = " (model.gradient_checkpointing)" if mem["checkpointing"] else ""
+    rows = [
+        ("weights", mem["weights"], f"{dtype}, the compute copy"),
+        ("master weights", mem["master"], "float32 (model.precision=mixed)" if mem["mixed"] else ""),
+        ("gradients", mem["gradients"], state),
+        ("AdamW moments", mem["optimizer"], f"exp_avg + exp_avg_sq, {state}"),
+        ("reference", mem["reference"], f"{dtype} (algo.kl_coeff > 0)"),
+        ("critic", mem["critic"], "separate trunk: its weights and training state"),
+        (
+            "activations",
+            mem["activations_checkpointed"] if mem["checkpointing"] else mem["activations"],
+            f"{mem['train_rows']} rows x {mem['seq_tokens']} tokens{ck}; "
+            f"{mem['activations'] / gib:.2f} GiB without checkpointing, "
+            f"{mem['activations_checkpointed'] / gib:.2f} GiB with",
+        ),
+        ("logits", mem["logits"], "float32 logits + log-softmax"),
+        ("KV cache", mem["kv_cache"], f"{mem['rollout_rows']} rollout rows x {mem['seq_tokens']} tokens, {dtype}"),
+    ]
     lines = [
         f"dry run: {name} ({mem['source']}), built on the meta device; nothing loaded, nothing trained",
-        f"parameters: {mem['parameters']:,} ({mem['parameters'] / 1e9:.2f} B), {mem['dtype']} "
-        f"({mem['bytes_per_param']} bytes each)",
-        f"  weights         {mem['weights'] / gib:8.2f} GiB",
-        f"  gradients       {mem['gradients'] / gib:8.2f} GiB",
-        f"  AdamW states    {mem['optimizer'] / gib:8.2f} GiB (exp_avg + exp_avg_sq, {mem['dtype']})",
+        f"parameters: {mem['parameters']:,} ({mem['parameters'] / 1e9:.2f} B), {dtype} "
+        f"({mem['bytes_per_param']} bytes each), {trained}",
+        f"memory {where}:",
     ]
-    if mem["reference"]:
-        lines.append(f"  reference copy  {mem['reference'] / gib:8.2f} GiB (algo.kl_coeff > 0)")
-    if mem["critic"]:
-        lines.append(f"  critic          {mem['critic'] / gib:8.2f} GiB (separate trunk: weights, grads, AdamW)")
-    lines.append(
-        f"  total           {mem['total'] / gib:8.2f} GiB per process without FSDP, plus activations, the KV "
-        f"cache of {t.prompts_per_iter} x {t.group_size} rollouts and any vLLM engine"
-    )
+    lines += [f"  {label:<16}{b / gib:8.2f} GiB  {note}".rstrip() for label, b, note in rows if b]
+    lines.append(f"  {'total':<16}{mem['total'] / gib:8.2f} GiB  (an upper bound; plus any vLLM engine)")
     return "\n".join(lines)

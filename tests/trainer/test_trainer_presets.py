@@ -208,11 +208,14 @@ def test_paper_dry_run_counts_qwen25_3b_on_the_meta_device(monkeypatch, capsys):
     assert mem["parameters"] == params == 3_085_938_688
     assert mem["dtype"] == "bfloat16"
     assert mem["source"] in ("model.architecture", "Qwen/Qwen2.5-3B-Instruct (Hugging Face cache)")
-    # bf16 weights, gradients and AdamW's two states: 4 x 2 bytes per parameter
-    assert mem["total"] == 8 * params and mem["reference"] == mem["critic"] == 0
+    # model.precision=mixed: bf16 weights (2 bytes), fp32 master weights, gradients and AdamW's two moments (16)
+    state = ("weights", "master", "gradients", "optimizer")
+    assert sum(mem[k] for k in state) == 18 * params and mem["reference"] == mem["critic"] == 0
     _train(cfg)  # ragen-train trainer=paper model=qwen2.5-3b trainer.dry_run=true
     out = capsys.readouterr().out
-    assert "parameters: 3,085,938,688 (3.09 B), bfloat16" in out and "22.99 GiB" in out
+    assert "parameters: 3,085,938,688 (3.09 B), bfloat16" in out and "22.99 GiB" in out  # the AdamW moments
+    for row in ("weights", "master weights", "gradients", "AdamW moments", "activations", "logits", "KV cache"):
+        assert f"\n  {row} " in out, row
 
 
 def test_dry_run_reads_a_local_config_dir_and_counts_the_critic(tmp_path, monkeypatch):
@@ -226,8 +229,9 @@ def test_dry_run_reads_a_local_config_dir_and_counts_the_critic(tmp_path, monkey
     mem = training_memory(cfg)
     layer = (2048 * 2048 + 2048) + 2 * (2048 * 256 + 256) + 2048 * 2048 + 3 * 2048 * 11008 + 2 * 2048
     assert mem["parameters"] == 151936 * 2048 + 2 * layer + 2048 and mem["source"].endswith("config.json")
-    # fp32: weights, grads, 2 AdamW states (16 bytes per parameter), the separate critic as much again
-    assert mem["total"] == 2 * 16 * mem["parameters"]
+    # fp32: weights, grads, 2 AdamW states (16 bytes per parameter), no master copy, the separate critic as much again
+    state = ("weights", "master", "gradients", "optimizer", "critic")
+    assert sum(mem[k] for k in state) == 2 * 16 * mem["parameters"] and mem["master"] == 0
 
 
 # ------------------------------------------------------------------------------ trainer=smoke
