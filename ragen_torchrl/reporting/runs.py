@@ -120,11 +120,6 @@ class Run:
         return max(its, default=0)
 
     @property
-    def total_iterations(self) -> int:
-        """The planned number of iterations, else the last one that ran."""
-        return self.iterations if self.iterations else self.last_iteration
-
-    @property
     def start_success(self) -> float | None:
         """Validation success before training (``None`` when not measured)."""
         pts = self.val_series()

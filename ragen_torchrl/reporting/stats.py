@@ -258,16 +258,21 @@ def update_times(run: Run) -> list[tuple[int, float]]:
 def early_mean(run: Run, key: str, fraction: float = 0.2) -> float | None:
     """Mean of ``key`` over the iterations in the first ``fraction`` of the run (at least its first value).
 
+    The window is a fraction of the iterations that ran (:attr:`Run.last_iteration`), not of the
+    planned ``trainer.total_iterations``: an early-stopped run's windows cover its own length.
+
     Example:
         >>> from pathlib import Path
-        >>> h = [{"iteration": i, "mi": float(i)} for i in (1, 6, 11, 16, 21)]
+        >>> h = [{"iteration": i, "mi": float(i)} for i in (1, 6, 11, 16, 21, 26, 31, 36, 41, 46, 50)]
         >>> early_mean(Run(Path("r"), {}, h, iterations=50), "mi")   # iterations <= 10: 1 and 6
         3.5
+        >>> early_mean(Run(Path("r"), {}, h[:5], iterations=50), "mi")   # stopped at 21: <= 5
+        1.0
     """
     pts = run.series(key)
     if not pts:
         return None
-    cut = max(1, math.ceil(fraction * run.total_iterations))
+    cut = max(1, math.ceil(fraction * run.last_iteration))
     early = [v for it, v in pts if it <= cut] or [pts[0][1]]
     return sum(early) / len(early)
 
@@ -275,16 +280,21 @@ def early_mean(run: Run, key: str, fraction: float = 0.2) -> float | None:
 def late_mean(run: Run, key: str, fraction: float = 0.2) -> float | None:
     """Mean of ``key`` over the iterations in the last ``fraction`` of the run (at least its last value).
 
+    The window is a fraction of the iterations that ran, as in :func:`early_mean`.
+
     Example:
         >>> from pathlib import Path
         >>> h = [{"iteration": i, "mi": float(i)} for i in (1, 20, 41, 46, 50)]
         >>> late_mean(Run(Path("r"), {}, h, iterations=50), "mi")   # iterations > 40: 41, 46 and 50
         45.666666666666664
+        >>> late_mean(Run(Path("r"), {}, h[:4], iterations=50), "mi")   # stopped at 46: > 36
+        43.5
     """
     pts = run.series(key)
     if not pts:
         return None
-    cut = run.total_iterations - max(1, math.ceil(fraction * run.total_iterations))
+    ran = run.last_iteration
+    cut = ran - max(1, math.ceil(fraction * ran))
     late = [v for it, v in pts if it > cut] or [pts[-1][1]]
     return sum(late) / len(late)
 

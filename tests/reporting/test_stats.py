@@ -12,8 +12,10 @@ from ragen_torchrl.reporting.stats import (
     bootstrap_interval,
     correlation_test,
     drop_duplicates,
+    early_mean,
     final_point,
     incomplete_beta,
+    late_mean,
     min_detectable_effect,
     paired_comparison,
     peak_success,
@@ -275,3 +277,13 @@ def test_totals_from_the_summary_else_summed_else_unknown():
     h = [{"iteration": i, "train/optimizer_steps": 2.0, "train/assistant_tokens": 100.0} for i in (1, 2, 3)]
     run = Run(Path("r"), {}, h, summary={"optimizer_steps": 5, "seconds": 3.0})
     assert run_totals(run) == {"optimizer steps": 5.0, "trained samples": None, "trained tokens": 300.0}
+
+
+def test_early_and_late_windows_cover_the_iterations_that_ran_not_the_planned_ones():
+    # planned 240, early-stopped at 150: the last 20% is iterations 121..150 (30 points), the
+    # first 20% 1..30; with the planned length "late" would be > 192 (nothing: the last point alone)
+    # and "early" <= 48
+    h = [{"iteration": i, "mi": float(i)} for i in range(1, 151)]
+    run = Run(Path("r"), {}, h, iterations=240)
+    assert late_mean(run, "mi") == pytest.approx(sum(range(121, 151)) / 30)  # 135.5, not 150
+    assert early_mean(run, "mi") == pytest.approx(sum(range(1, 31)) / 30)  # 15.5, not 24.5
