@@ -8,11 +8,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 import torch
@@ -157,6 +160,209 @@ def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.dev
     if dtype not in names:
         raise ValueError(f"unknown model.dtype {dtype!r}; valid: auto, {', '.join(names)}")
     return dev, names[dtype]
+
+
+#: ``model.precision``: mixed = fp32 parameters and optimizer state, compute in ``model.dtype``; pure = the parameters in it
+PRECISIONS = ("mixed", "pure")
+
+#: below this learning rate most Adam steps of a bf16/fp16 weight round back to the weight (see :func:`low_precision_warning`)
+LOW_PRECISION_MIN_LR = 1e-4
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the name ``model.dtype`` and ``from_pretrained`` take).
+
+    Example:
+        >>> dtype_name(torch.bfloat16), dtype_name(torch.float32)
+        ('bfloat16', 'float32')
+    """
+    return str(dtype).removeprefix("torch.")
+
+
+class Precision(NamedTuple):
+    """Where a policy trains and in which dtypes: its parameters' (and so the optimizer state's) and its compute dtype.
+
+    ``mixed`` (``model.precision``, the default) keeps the parameters, their gradients and the AdamW
+    moments in float32 and computes in ``model.dtype`` through :func:`torch.autocast` (:meth:`autocast`),
+    as TRL trains under bf16 autocast; under FSDP2 the compute dtype is FSDP2's
+    ``MixedPrecisionPolicy(param_dtype=...)`` instead (:func:`~ragen_torchrl.trainer.distributed.shard_model`).
+    At a learning rate of 1e-6 an Adam step (about ``lr`` per weight) is far below bfloat16's resolution
+    (2^-8 of the weight), so bf16 parameters stepped directly mostly stay as they are; fp32 masters keep
+    every step. ``pure`` puts the parameters themselves in ``model.dtype``. With a float32 compute dtype
+    both are the same plain float32 run (no autocast, nothing copied).
+
+    Example:
+        >>> p = resolve_precision("cpu", "bfloat16", "mixed")
+        >>> p.param_dtype, p.compute_dtype, p.autocast_enabled
+        (torch.float32, torch.bfloat16, True)
+        >>> resolve_precision("cpu", "auto", "mixed").autocast_enabled
+        False
+    """
+
+    device: torch.device
+    param_dtype: torch.dtype
+    compute_dtype: torch.dtype
+    mode: str
+
+    @property
+    def autocast_enabled(self) -> bool:
+        """Whether the forwards need :func:`torch.autocast`: the parameters are in another dtype than the compute."""
+        return self.param_dtype != self.compute_dtype
+
+    def autocast(self, enabled: bool = True) -> contextlib.AbstractContextManager:
+        """A block's forwards in the compute dtype (:func:`torch.autocast` on the model's device type) when
+        :attr:`autocast_enabled` and ``enabled``; else a null context (the float32 default runs as it is).
+
+        Example:
+            >>> p = resolve_precision("cpu", "bfloat16", "mixed")
+            >>> with p.autocast():
+            ...     y = torch.nn.Linear(4, 4)(torch.ones(1, 4))
+            >>> y.dtype
+            torch.bfloat16
+        """
+        if not (enabled and self.autocast_enabled):
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+
+def resolve_precision(device: str = "auto", dtype: str = "auto", precision: str = "mixed") -> Precision:
+    """The :class:`Precision` of ``model.device``, ``model.dtype`` (the compute dtype) and ``model.precision``.
+
+    Raises:
+        ValueError: an unknown precision or dtype (the key named), CUDA requested but not available, or
+            ``float16`` with ``mixed``: fp16 compute over fp32 parameters needs loss scaling, which the
+            update does not do (use ``bfloat16``, or ``model.precision=pure``).
+
+    Example:
+        >>> resolve_precision("cpu", "bfloat16", "pure")[1:]
+        (torch.bfloat16, torch.bfloat16, 'pure')
+        >>> resolve_precision("cpu", "auto", "half")
+        Traceback (most recent call last):
+        ...
+        ValueError: model.precision='half': valid: mixed, pure
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"model.precision={precision!r}: valid: {', '.join(PRECISIONS)}")
+    dev, compute = resolve_device(device, dtype)
+    if precision == "mixed" and compute == torch.float16:
+        raise ValueError(
+            "model.dtype=float16 with model.precision=mixed: fp16 compute over fp32 parameters needs loss "
+            "scaling, which the update does not do; use model.dtype=bfloat16, or model.precision=pure"
+        )
+    param = torch.float32 if precision == "mixed" else compute
+    return Precision(dev, param, compute, precision)
+
+
+def low_precision_warning(precision: Precision, lr: float, key: str = "algo.lr") -> str | None:
+    """The warning for parameters stored in bf16/fp16 (``model.precision=pure``) at a learning rate below
+    :data:`LOW_PRECISION_MIN_LR`, else ``None``.
+
+    Example:
+        >>> low_precision_warning(resolve_precision("cpu", "bfloat16", "pure"), 1e-6)[:44]
+        'model.precision=pure stores the parameters i'
+        >>> low_precision_warning(resolve_precision("cpu", "bfloat16", "mixed"), 1e-6) is None
+        True
+    """
+    if precision.param_dtype not in (torch.bfloat16, torch.float16) or float(lr) >= LOW_PRECISION_MIN_LR:
+        return None
+    eps = torch.finfo(precision.param_dtype).eps
+    return (
+        f"model.precision=pure stores the parameters in {dtype_name(precision.param_dtype)}: at {key}={lr:g} "
+        f"an Adam step (~{key} per weight) is below the dtype's resolution ({eps:.1e} of a weight) for most "
+        "weights, so most updates round back to the weight; model.precision=mixed keeps float32 master weights"
+    )
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> torch.nn.Module:
+    """Arm transformers' activation checkpointing of every decoder layer (``use_reentrant=False``).
+
+    The policy stays in eval mode (dropout off: behaviour and current log-probs agree), and transformers
+    checkpoints a layer only in training mode with gradients on, so an armed model checkpoints nothing
+    until a block runs in :func:`checkpointed_layers`: generation and the no-grad scoring never
+    recompute anything. The embedding hook transformers adds for reentrant checkpointing is removed
+    (the non-reentrant kind does not need inputs that require grad).
+
+    Raises:
+        ValueError: the model does not support activation checkpointing.
+
+    Example:
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> m = Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8, intermediate_size=8,
+        ...     num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)).eval()
+        >>> len(checkpoint_layers(enable_gradient_checkpointing(m))), m.training
+        (2, False)
+    """
+    kwargs = {"use_reentrant": False}
+    # transformers >= 5 names it activation_checkpointing_enable (gradient_checkpointing_enable: its deprecated alias)
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # pragma: no cover - older transformers
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if hasattr(model, "disable_input_require_grads"):
+        model.disable_input_require_grads()
+    return model
+
+
+def checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The layers of ``model`` armed for activation checkpointing (:func:`enable_gradient_checkpointing`)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, GradientCheckpointingLayer) and getattr(m, "gradient_checkpointing", False)
+    ]
+
+
+@contextlib.contextmanager
+def checkpointed_layers(model: torch.nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Checkpoint the armed layers' activations in the block's forwards (a training forward and its backward).
+
+    Only the layers themselves switch to training mode (the flag transformers reads), not their
+    submodules: dropout stays off. A model that is not armed runs as it is.
+
+    Example:
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> m = enable_gradient_checkpointing(Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8,
+        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)).eval())
+        >>> with checkpointed_layers(m):
+        ...     [l.training for l in checkpoint_layers(m)], m.model.layers[0].self_attn.training
+        ([True], False)
+    """
+    layers = checkpoint_layers(model) if enabled else []
+    before = [m.training for m in layers]
+    for m in layers:
+        m.training = True
+    try:
+        yield
+    finally:
+        for m, was in zip(layers, before):
+            m.training = was
+
+
+@contextlib.contextmanager
+def without_checkpointing(model: torch.nn.Module) -> Iterator[None]:
+    """Disarm activation checkpointing for the block: for passes that read and write a KV cache, which a
+    checkpointed layer would drop (transformers sets ``cache=None`` there) and a recompute would append to twice.
+
+    Example:
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> m = enable_gradient_checkpointing(Qwen2ForCausalLM(Qwen2Config(vocab_size=16, hidden_size=8,
+        ...     intermediate_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)))
+        >>> with without_checkpointing(m):
+        ...     len(checkpoint_layers(m))
+        0
+        >>> len(checkpoint_layers(m))
+        1
+    """
+    layers = checkpoint_layers(model)
+    for m in layers:
+        m.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.gradient_checkpointing = True
 
 
 def prepare_tokenizer(tokenizer, model=None):

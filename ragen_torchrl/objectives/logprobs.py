@@ -61,7 +61,7 @@ from ..models.loading import resolved_chat_template, wrapper_chat_template
 from ..models.priming import reply_prime, unmask_primed
 from ..models.vision import suppress_vision_tokens
 from .shared_prefix import shared_prefix_logits
-from .token_distribution import CompactMaskedCategorical, masked_position_logits
+from .token_distribution import CompactMaskedCategorical, in_parameter_dtype, masked_position_logits
 
 __all__ = [
     "TRAIN_ON",
@@ -550,6 +550,7 @@ def token_dist(
         logits = masked_position_logits(actor.model, tokens.to(device), attention.long().to(device), mask, **kwargs)
     else:
         logits = actor.model(tokens.to(device), attention.long().to(device), **kwargs)["logits"]
+        logits = in_parameter_dtype(logits, actor.model)  # mixed precision: the log-softmax in float32
     logits = _tempered(logits, temperature)  # before the placeholders' floor, which a division would overflow
     if vision is not None:
         logits = suppress_vision_tokens(logits, actor.model)  # the policy never samples a placeholder

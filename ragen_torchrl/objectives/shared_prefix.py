@@ -22,6 +22,11 @@ passes add up to. On the single-turn Countdown batch of ``benchmarks/vs_trl.py``
 samples, a ~180-token prompt, 64-token replies) the model reads about a third of the tokens.
 The same idea for GRPO training is Prefix Grouper (arXiv 2506.05433).
 
+Activation checkpointing (``model.gradient_checkpointing``) is off inside it: its passes write and read a
+KV cache, which transformers drops in a checkpointed layer (the rows would attend to no prompt) and a
+recompute would append to a second time (:func:`~ragen_torchrl.models.loading.without_checkpointing`).
+The trainer therefore scores with the padded, checkpointed pass when checkpointing is on.
+
 It needs a model whose attention takes an arbitrary padding mask next to a KV cache (``sdpa`` or
 ``eager`` attention, no sliding window:
 :func:`~ragen_torchrl.models.kv_cache.shared_prefix_supported`); the callers fall back to the padded
@@ -43,6 +48,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..models.kv_cache import forward_kwargs, row_prefix_cache
+from ..models.loading import without_checkpointing
 from .token_distribution import logits_at
 
 __all__ = ["prefix_groups", "shared_prefix_logits"]
@@ -100,6 +106,13 @@ def shared_prefix_logits(
     """
     if len(tokens) != len(masks):
         raise ValueError(f"{len(tokens)} token rows but {len(masks)} masks")
+    with without_checkpointing(model):  # the cache passes: see the module docstring
+        return _shared_prefix_logits(model, tokens, masks, **model_kwargs)
+
+
+def _shared_prefix_logits(
+    model: torch.nn.Module, tokens: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], **model_kwargs
+) -> torch.Tensor:
     for r, (ids, mask) in enumerate(zip(tokens, masks)):
         if ids.shape != mask.shape or ids.ndim != 1:
             raise ValueError(

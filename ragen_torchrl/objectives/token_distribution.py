@@ -33,6 +33,7 @@ from torchrl.modules.distributions import LLMMaskedCategorical
 __all__ = [
     "PLAIN_HEAD_MODEL_TYPES",
     "CompactMaskedCategorical",
+    "in_parameter_dtype",
     "logits_at",
     "masked_position_logits",
     "plain_head",
@@ -140,7 +141,29 @@ def logits_at(
     head is a large part of a small model's compute); any other runs its forward with ``logits_to_keep=keep``
     (the sorted columns any row needs; ``cols`` then index into ``keep``'s order through the caller's map)
     when it takes one, and the logits are gathered.
+
+    The logits come back in the parameters' dtype (:func:`in_parameter_dtype`).
     """
+    return in_parameter_dtype(_logits_at(model, rows, cols, keep, **forward), model)
+
+
+def in_parameter_dtype(logits: torch.Tensor, model) -> torch.Tensor:
+    """``logits`` in ``model``'s parameter dtype: under mixed precision (float32 parameters, a bf16 forward
+    through :func:`torch.autocast` or FSDP2's mixed precision policy) the losses' log-softmax and entropy
+    then run in float32, as verl and TRL compute them; otherwise ``logits`` unchanged.
+
+    Example:
+        >>> m = torch.nn.Linear(2, 3)
+        >>> in_parameter_dtype(torch.zeros(1, 3, dtype=torch.bfloat16), m).dtype
+        torch.float32
+    """
+    param = next(model.parameters(), None)
+    if param is None or not param.dtype.is_floating_point or logits.dtype == param.dtype:
+        return logits
+    return logits.to(param.dtype)
+
+
+def _logits_at(model, rows: torch.Tensor, cols: torch.Tensor, keep: torch.Tensor | None, **forward) -> torch.Tensor:
     plain = plain_head(model)
     if plain is not None:
         decoder, head = plain

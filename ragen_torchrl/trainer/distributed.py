@@ -406,19 +406,41 @@ def full_model_state(model: torch.nn.Module, sharded: bool) -> dict | None:
 
 
 # -- FSDP2 -----------------------------------------------------------------------------------
-def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+def fsdp_mixed_precision(param_dtype: torch.dtype, compute_dtype: torch.dtype) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for parameters stored in ``param_dtype`` and computed in ``compute_dtype``:
+    all-gathered in the compute dtype, gradients reduce-scattered in float32 (verl's setting); ``None`` when the
+    two are the same (nothing to cast).
+
+    Example:
+        >>> fsdp_mixed_precision(torch.float32, torch.float32) is None
+        True
+        >>> p = fsdp_mixed_precision(torch.float32, torch.bfloat16)
+        >>> p.param_dtype, p.reduce_dtype
+        (torch.bfloat16, torch.float32)
+    """
+    if param_dtype == compute_dtype:
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+
+
+def shard_model(model: torch.nn.Module, mp_policy: Any = None) -> torch.nn.Module:
     """Shard ``model`` with FSDP2 (``fully_shard``): every decoder layer, then the root.
 
     Parameters, gradients and optimizer state are sharded across ranks; FSDP2 all-gathers a
     layer's weights for its forward and reduce-scatters its gradients (averaged over ranks).
     The model keeps its class (FSDP2 swaps in a subclass), so torchrl's wrappers still call it.
+    ``mp_policy`` (:func:`fsdp_mixed_precision`): the float32 shards are gathered in the compute
+    dtype for every forward (generation and scoring inside :func:`gathered` too); ``None``: as stored.
     """
     from torch.distributed.fsdp import fully_shard
 
+    kwargs = {} if mp_policy is None else {"mp_policy": mp_policy}
     layers = getattr(getattr(model, "model", None), "layers", None)
     for layer in layers if layers is not None else []:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
     return model
 
 

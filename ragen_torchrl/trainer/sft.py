@@ -26,7 +26,13 @@ import torch
 
 from ..models.build_cache import build_once, has_config
 from ..models.chat_template import assistant_token_masks
-from ..models.loading import copy_tokenizer_files
+from ..models.loading import (
+    checkpointed_layers,
+    copy_tokenizer_files,
+    dtype_name,
+    enable_gradient_checkpointing,
+    resolve_precision,
+)
 from ..models.priming import unmask_primed
 from ..objectives.token_distribution import logits_at
 
@@ -103,6 +109,8 @@ def supervised_finetune(
     reply_prime: str = "",
     processor=None,
     images: list | None = None,
+    compute_dtype: torch.dtype | None = None,
+    gradient_checkpointing: bool = False,
 ) -> list[float]:
     """Fine-tune ``model`` in place on the assistant tokens of ``conversations``.
 
@@ -113,12 +121,34 @@ def supervised_finetune(
     :class:`~ragen_torchrl.models.vision.VLProcessor`, and one uint8 image per user message of each
     conversation): each conversation is laid out as the rollouts lay it out
     (:func:`~ragen_torchrl.models.vision.vl_sequence`) and trained with its images.
+    ``compute_dtype`` (mixed precision, ``model.precision=mixed``): the forwards run under
+    :func:`torch.autocast` in it while the parameters and AdamW state keep their own dtype (float32);
+    ``None`` or the parameters' dtype: no autocast. ``gradient_checkpointing``: arm the model's activation
+    checkpointing (:func:`~ragen_torchrl.models.loading.enable_gradient_checkpointing`) and checkpoint the
+    decoder layers of every training forward.
+
+    Example (float32 parameters, bfloat16 compute):
+        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+        >>> from ragen_torchrl.models.tiny import train_tokenizer
+        >>> tok = train_tokenizer(["a b c"] * 5, vocab_size=270)
+        >>> tok.pad_token = tok.eos_token
+        >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)).eval()
+        >>> chats = [[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b c"}]] * 4
+        >>> losses = supervised_finetune(model, tok, chats, steps=2, batch_size=2, lr=1e-3, progress=False,
+        ...     compute_dtype=torch.bfloat16, gradient_checkpointing=True)
+        >>> len(losses), next(model.parameters()).dtype
+        (2, torch.float32)
     """
     from tqdm.auto import tqdm
 
     if steps < 0 or batch_size < 1 or lr <= 0:
         raise ValueError(f"invalid SFT settings: steps={steps}, batch_size={batch_size}, lr={lr}")
     device = next(model.parameters()).device
+    param_dtype = next(model.parameters()).dtype
+    autocast = compute_dtype is not None and compute_dtype != param_dtype
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     if processor is not None:
         from ..models.vision import vl_sequence
 
@@ -145,7 +175,11 @@ def supervised_finetune(
         if processor is not None:
             vision = processor.batch_inputs(ids, [shown for _, _, shown in batch])
             model.model.rope_deltas = None  # positions from this batch alone
-        loss = assistant_token_loss(model, ids, attn, tgt, **vision)
+        with (
+            torch.autocast(device.type, dtype=compute_dtype, enabled=autocast),
+            checkpointed_layers(model, enabled=gradient_checkpointing),
+        ):
+            loss = assistant_token_loss(model, ids, attn, tgt, **vision)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -170,6 +204,8 @@ def warm_start(
     dtype: str = "auto",
     env_config: dict | None = None,
     reply_prime: str = "",
+    precision: str = "mixed",
+    gradient_checkpointing: bool = False,
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
@@ -178,7 +214,11 @@ def warm_start(
     (``grounded`` or ``shuffled``; see :mod:`.demonstrations`).
     ``env_config`` (the env's constructor arguments) is part of the cache key: two sizes of one
     game must not share a warm start. ``reply_prime`` (``rollout.prime_think``) is left out of the
-    targets, and is part of the cache key.
+    targets, and is part of the cache key. ``precision`` (``model.precision``) with ``dtype`` (the compute
+    dtype, :func:`~ragen_torchrl.models.loading.resolve_precision`): ``mixed`` trains float32 parameters
+    under autocast and saves them in float32, ``pure`` trains and saves the parameters in ``dtype``; with a
+    float32 compute dtype both are the same run, and the cache key leaves the precision out (it is part of
+    the key otherwise). ``gradient_checkpointing`` (``model.gradient_checkpointing``) changes memory, not the result.
     """
     from ..models.vision import load_policy
     from .demonstrations import make_demonstrations
@@ -193,13 +233,16 @@ def warm_start(
         key_cfg.pop("reasoning", None)
     if reply_prime:
         key_cfg["reply_prime"] = reply_prime
+    prec = resolve_precision(device, dtype, precision)
+    if prec.compute_dtype != torch.float32:
+        key_cfg["precision"] = f"{precision}:{dtype_name(prec.compute_dtype)}"
     target = Path(cache_dir).expanduser() / f"sft-{sft_fingerprint(key_cfg, base_path, env_desc)}"
     if has_config(target):
         log.info("warm start: using cached model %s", target)
         return str(target)
 
     def build():
-        model, tokenizer, processor = load_policy(base_path, device=device, dtype=dtype)
+        model, tokenizer, processor = load_policy(base_path, device=device, dtype=dtype_name(prec.param_dtype))
         images: list | None = [] if processor is not None else None  # a vision-language policy reads the boards
         demos = make_demonstrations(
             env,
@@ -225,6 +268,8 @@ def warm_start(
                 reply_prime=reply_prime,
                 processor=processor,
                 images=images,
+                compute_dtype=prec.compute_dtype,
+                gradient_checkpointing=gradient_checkpointing,
             )
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)

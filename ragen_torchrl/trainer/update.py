@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -174,6 +174,7 @@ def optimize(
     plan: list[list[torch.Tensor]] | None = None,
     on_policy_first: bool = False,
     dist: Distributed | None = None,
+    forward_context: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> dict[str, float]:
     """Optimizer steps over the mini-batches of ``plan`` (default: :func:`minibatch_plan`); mean metrics.
 
@@ -192,6 +193,11 @@ def optimize(
     (PPO: actor at ``algo.max_grad_norm``, critic at ``algo.critic_grad_clip``), see
     :func:`clip_grad_norms`; a non-finite norm in any set skips the step.
 
+    ``forward_context``: a new context for each loss forward (the backward runs outside it), e.g.
+    mixed precision's autocast and activation checkpointing
+    (:meth:`~ragen_torchrl.models.loading.Precision.autocast`,
+    :func:`~ragen_torchrl.models.loading.checkpointed_layers`); default: none.
+
     Returns:
         The algorithm's metrics, ``loss`` and ``grad_norm`` (the policy's, before clipping; PPO
         adds ``critic_grad_norm``) averaged over the steps taken, plus
@@ -201,6 +207,7 @@ def optimize(
     if plan is None:
         plan = minibatch_plan(batch.get(GROUP_ID), algo)
     dist = dist or Distributed()
+    forward_context = forward_context or contextlib.nullcontext
     opts = algo_options(algo)
     micro = opts.micro_batch_size
     split = dist.enabled or bool(micro)
@@ -215,12 +222,14 @@ def optimize(
             on_policy = on_policy_first and epoch == 0 and k == 0 and hasattr(loss_module, "current_as_behaviour")
             optimizer.zero_grad(set_to_none=True)
             if split:
-                finite, vals = _accumulate(batch, idx, loss_module, algorithm, dist, micro, unit, on_policy, sharded)
+                finite, vals = _accumulate(
+                    batch, idx, loss_module, algorithm, dist, micro, unit, on_policy, sharded, forward_context
+                )
             else:
                 minibatch = batch[idx]
-                with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
+                with forward_context(), loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
                     out = loss_module(minibatch)
-                loss = algorithm.total_loss(out)
+                    loss = algorithm.total_loss(out)
                 finite = bool(torch.isfinite(loss))
                 if finite:
                     loss.backward()
@@ -281,7 +290,16 @@ def norms_as_metrics(norms: Mapping[str, torch.Tensor]) -> dict[str, float]:
 
 
 def _accumulate(
-    batch, idx, loss_module, algorithm, dist: Distributed, micro, unit: str, on_policy: bool, sharded: bool
+    batch,
+    idx,
+    loss_module,
+    algorithm,
+    dist: Distributed,
+    micro,
+    unit: str,
+    on_policy: bool,
+    sharded: bool,
+    forward_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> tuple[bool, dict[str, float]]:
     """Gradients of one mini-batch from this rank's micro-batches; ``(finite on every rank, metrics)``.
 
@@ -310,9 +328,9 @@ def _accumulate(
         minibatch = batch[rows]
         if sync is not None:
             sync(j == len(parts) - 1)  # FSDP2 reduce-scatters once, after the last micro-batch
-        with loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
+        with forward_context(), loss_module.current_as_behaviour() if on_policy else contextlib.nullcontext():
             out = loss_module(minibatch)
-        loss = algorithm.total_loss(out)
+            loss = algorithm.total_loss(out)
         if not bool(torch.isfinite(loss)):
             finite = False
             loss = loss.nan_to_num(0.0, 0.0, 0.0) * 0.0  # still backward: FSDP2 ranks stay in step
