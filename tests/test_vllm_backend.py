@@ -5,7 +5,10 @@
 * vLLM samples as the hf path does (``vllm_sampling_kwargs`` against ``hf_generate_kwargs`` and
   transformers' own defaults) and writes the same assistant messages (``reparse_replies``);
 * ``VLLMWeightSync`` sends every parameter under its Hugging Face name and shape to the engine's
-  ``load_weights`` (a stand-in engine records them) and resets the prefix cache;
+  ``load_weights`` through ``LLM.apply_model`` (a stand-in engine records them) and resets the prefix cache;
+* token mode (``rollout.trajectory=tokens``): with a test double of ``vllm.LLM`` that answers from the
+  tiny hf model (``HFBackedFakeLLM``), the vLLM token policy yields the hf token path's records and
+  training batch for the same sampled ids, and the engine's log-probs equal the hf scoring;
 * ``benchmarks/gpu_smoke.sh`` parses and its model helper builds a small model on the CPU.
 
 The test that builds a real engine needs vLLM and a CUDA GPU and is skipped elsewhere.
@@ -27,6 +30,7 @@ from tensordict import TensorDict, lazy_stack
 from torchrl.data.llm import History
 from torchrl.modules.llm.policies import ChatHistory
 
+from ragen_torchrl import keys as K
 from ragen_torchrl.collectors import (
     check_policy_output,
     collect_rollouts,
@@ -36,16 +40,23 @@ from ragen_torchrl.collectors import (
 )
 from ragen_torchrl.collectors.rollout_policy import build_rollout_policy
 from ragen_torchrl.collectors.vllm_backend import (
+    LOG_PROBS_RESPONSE,
+    VLLMTokenPolicy,
     VLLMUnavailableError,
     VLLMWeightSync,
     _RolloutvLLMWrapper,
     find_vllm_model,
     make_vllm_generation_policy,
     reparse_replies,
+    reply_from_output,
+    token_sampling_kwargs,
     vllm_engine_kwargs,
     vllm_sampling_kwargs,
 )
 from ragen_torchrl.envs import make_env
+from ragen_torchrl.models.priming import prime_text
+from ragen_torchrl.models.vision import stop_token_ids
+from ragen_torchrl.objectives.logprobs import compute_behaviour_log_probs, make_logprob_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_VLLM_GPU = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
@@ -167,6 +178,7 @@ def test_engine_kwargs():
         "seed": 5,
         "tensor_parallel_size": 1,
         "generation_config": "vllm",
+        "logprobs_mode": "processed_logprobs",
         "max_model_len": 2048,
     }
     assert vllm_engine_kwargs(model, dtype=torch.float32, world_size=1)["dtype"] == "float32"
@@ -234,14 +246,17 @@ def test_vllm_replies_are_parsed_as_the_hf_path_parses_them(tiny_model, finished
 
 # ----------------------------------------------------------------------------- weight sync
 class FakeEngine:
-    """A stand-in ``vllm.LLM`` (V1 in-process layout) whose model records what it receives."""
+    """A stand-in ``vllm.LLM`` whose model records what it receives: ``layout="apply_model"`` has vLLM's
+    public ``LLM.apply_model`` (one worker), ``"v1"`` / ``"v0"`` only the in-process attribute layouts."""
 
-    def __init__(self, layout: str = "v1", returns=None):
+    def __init__(self, layout: str = "apply_model", returns=None):
         self.received: list[tuple[str, torch.Tensor]] = []
         self.resets = 0
         inner = NS(load_weights=self._load)
         self._returns = returns
-        if layout == "v1":
+        if layout == "apply_model":
+            self.apply_model = lambda fn: [fn(inner)]
+        elif layout == "v1":
             self.llm_engine = NS(model_executor=NS(driver_worker=NS(worker=NS(model_runner=NS(model=inner)))))
         else:  # V0
             self.llm_engine = NS(model_executor=NS(driver_worker=NS(model_runner=NS(model=inner))))
@@ -254,7 +269,7 @@ class FakeEngine:
         self.resets += 1
 
 
-@pytest.mark.parametrize("layout", ["v1", "v0"])
+@pytest.mark.parametrize("layout", ["apply_model", "v1", "v0"])
 def test_weight_sync_sends_every_parameter_under_its_hf_name(tiny_model, layout):
     model, _ = tiny_model
     engine = FakeEngine(layout)
@@ -289,6 +304,247 @@ def test_weight_sync_errors_are_clear(tiny_model):
         VLLMWeightSync(model, FakeEngine(returns=set())).push()
     with pytest.raises(RuntimeError):
         find_vllm_model(object())
+
+
+# ----------------------------------------------------------------------------- token mode (a test double of vllm.LLM)
+class FakeSamplingParams:
+    """Test double of ``vllm.SamplingParams``: keeps the keywords it is given as attributes."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.__dict__.update(kwargs)
+
+
+class HFBackedFakeLLM:
+    """Test double of ``vllm.LLM`` on the CPU: ``generate(prompts, sampling_params, use_tqdm=...)`` takes
+    ``TokensPrompt`` dicts and returns ``RequestOutput``-shaped objects (``outputs[0].token_ids``,
+    ``.logprobs``: one ``{token_id: Logprob}`` per sampled id, ``.stop_reason``, ``.finish_reason``).
+
+    The ids come from ``replay`` (prompt ids -> the reply ids sampled after that prompt, in row order:
+    the G rows of a group share their first prompt) when given, else
+    greedily from the tiny hf ``model`` itself, stopping at ``sampling_params.stop_token_ids`` (kept in
+    ``token_ids``, as vLLM does) or at ``max_tokens``. The log-probs are the hf model's
+    ``log_softmax(logits / temperature)`` of the sampled ids, one unpadded forward per prompt: what
+    ``logprobs=0`` returns under ``logprobs_mode="processed_logprobs"``."""
+
+    def __init__(self, model, replay: dict | None = None):
+        self.hf = model
+        self.replay = replay
+        self.prompts: list[list[int]] = []
+
+    @torch.no_grad()
+    def _greedy(self, ids: list[int], params) -> list[int]:
+        out: list[int] = []
+        for _ in range(params.max_tokens):
+            logits = self.hf(torch.tensor([ids + out])).logits[0, -1]
+            out.append(int(logits.argmax()))
+            if out[-1] in params.stop_token_ids:
+                break
+        return out
+
+    @torch.no_grad()
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        results = []
+        for prompt in prompts:
+            ids = list(prompt["prompt_token_ids"])
+            self.prompts.append(ids)
+            reply = self.replay[tuple(ids)].pop(0) if self.replay is not None else self._greedy(ids, sampling_params)
+            temperature = sampling_params.temperature or 1.0
+            logits = self.hf(torch.tensor([ids + reply])).logits[0, len(ids) - 1 : -1].float()
+            lps = torch.log_softmax(logits / temperature, -1).gather(-1, torch.tensor(reply)[:, None])[:, 0]
+            stopped = reply[-1] in sampling_params.stop_token_ids
+            done = NS(
+                token_ids=reply,
+                logprobs=[{t: NS(logprob=float(lp), rank=1)} for t, lp in zip(reply, lps)],
+                finish_reason="stop" if stopped else "length",
+                stop_reason=reply[-1] if stopped else None,
+            )
+            results.append(NS(prompt_token_ids=ids, outputs=[done]))
+        return results
+
+
+def _replay_table(records) -> dict:
+    """prompt ids -> the reply ids of every turn after it, in row order, of token-trajectory records (a reply
+    is a run of trained ids; the collector calls the rows of a turn in row order)."""
+    table = {}
+    for ids, mask in zip(records.get(K.TOKENS_TRAJECTORY, as_list=True), records.get(K.MASKS_TRAJECTORY, as_list=True)):
+        k, n = 0, len(ids)
+        while k < n:
+            if not mask[k]:
+                k += 1
+                continue
+            end = k
+            while end < n and mask[end]:
+                end += 1
+            table.setdefault(tuple(ids[:k].tolist()), []).append(ids[k:end].tolist())
+            k = end
+    return table
+
+
+def _vllm_token_policy(model, tok, engine, **kwargs):
+    policy, sync = build_rollout_policy(
+        "vllm", model, tok, engine=engine, sampling_params_cls=FakeSamplingParams, trajectory="tokens", **kwargs
+    )
+    assert sync is None  # an engine passed in is kept current by its first policy's sync
+    return policy
+
+
+def _favour_end_of_turn(model, tok, bias: float):
+    """Add ``bias`` to the end-of-turn logit of every forward pass (the same model on both paths), so
+    that some replies stop at it before the token budget."""
+    end = int(tok.eos_token_id)
+
+    def hook(_module, _inp, out):
+        out[..., end] += bias
+        return out
+
+    return model.lm_head.register_forward_hook(hook)
+
+
+def test_token_mode_gives_the_hf_token_paths_training_batch_for_the_same_sampled_ids(tiny_model):
+    model, tok = tiny_model
+    _favour_end_of_turn(model, tok, 2.0)  # some replies stop at the end id, the others at the budget
+    prime, temperature, levels, group = prime_text(True), 0.7, [3, 5], 3
+    sampling = {"max_new_tokens": 8, "temperature": temperature, "reply_prime": prime}
+    hf_policy, _ = build_rollout_policy("hf", model, tok, trajectory="tokens", **sampling)
+    torch.manual_seed(0)
+    hf = collect_rollouts(make_env("frozenlake", num_envs=6), hf_policy, level_seeds=levels, group_size=group)
+    assert int(hf[K.NUM_TURNS].max()) >= 2 and int(hf[K.TRAJECTORY_REFITS].sum()) == 0  # multi-turn, no refit
+    ended = sum(
+        int((t[m] == tok.eos_token_id).sum())
+        for t, m in zip(*(hf.get(k, as_list=True) for k in (K.TOKENS_TRAJECTORY, K.MASKS_TRAJECTORY)))
+    )
+    assert 0 < ended < int(hf[K.NUM_TURNS].sum())  # both kinds of reply: stopped at the end id and budget-cut
+
+    engine = HFBackedFakeLLM(model, replay=_replay_table(hf))
+    policy = _vllm_token_policy(model, tok, engine, **sampling)
+    assert isinstance(policy, VLLMTokenPolicy) and policy.input_mode == "tokens" and policy.model is engine
+    assert policy.chat_template == hf_policy.chat_template and policy.reply_prime == prime
+    vl = collect_rollouts(make_env("frozenlake", num_envs=6), policy, level_seeds=levels, group_size=group)
+    # every turn's prompt was a row's token trajectory so far: as many engine calls as hf turns
+    assert len(engine.prompts) == int(hf[K.NUM_TURNS].sum())
+
+    # the same records: the hf token path's keys (less its KV-cache counts) plus the engine's log-probs
+    hf_keys = set(hf.keys(True, True)) - set(K.KV_COUNT_KEYS)
+    assert set(vl.keys(True, True)) - {K.LOG_PROBS_TRAJECTORY} == hf_keys
+    for key in (K.EPISODE_RETURN, K.NUM_TURNS, K.NUM_TOKENS, K.SUCCESS, K.FORMAT_VALID, K.TRAJECTORY_REFITS):
+        assert torch.equal(vl[key], hf[key]), key
+    for key in (K.TOKENS_TRAJECTORY, K.MASKS_TRAJECTORY, K.TOKENS_LAST_PROMPT, K.TOKENS_LAST_RESPONSE):
+        for a, b in zip(vl.get(key, as_list=True), hf.get(key, as_list=True), strict=True):
+            assert torch.equal(a, b), key
+    assert [h.content for h in vl[K.HISTORY_FULL].unbind(0)] == [h.content for h in hf[K.HISTORY_FULL].unbind(0)]
+
+    # the same training batch: ids, masks and behaviour log-probs of the training model
+    actor = make_logprob_policy(model, tok, reply_prime=prime, temperature=temperature)
+    b_hf, b_vl = (compute_behaviour_log_probs(actor, r) for r in (hf, vl))
+    for key in (K.TOKENS_FULL, K.MASKS_ASSISTANT, K.MASKS_ATTENTION):
+        for a, b in zip(b_vl.get(key, as_list=True), b_hf.get(key, as_list=True), strict=True):
+            assert torch.equal(a, b), key
+    gaps, sampled = [], 0
+    for lp_vl, lp_hf, mask, engine_lp, ids in zip(
+        b_vl.get(K.LOG_PROBS_FULL, as_list=True),
+        b_hf.get(K.LOG_PROBS_FULL, as_list=True),
+        b_vl.get(K.MASKS_ASSISTANT, as_list=True),
+        vl.get(K.LOG_PROBS_TRAJECTORY, as_list=True),
+        vl.get(K.TOKENS_TRAJECTORY, as_list=True),
+        strict=True,
+    ):
+        assert torch.allclose(lp_vl, lp_hf, atol=1e-5, rtol=0)
+        # the engine's log-probs of the sampled ids: the hf scoring at the rollout temperature, 0 elsewhere
+        assert engine_lp.shape == ids.shape and bool((engine_lp[~mask] == 0).all())
+        gaps.append((engine_lp[mask] - lp_hf[mask]).abs().max())
+        sampled += int(mask.sum())
+    assert sampled == int(hf[K.NUM_TOKENS].sum()) and float(torch.stack(gaps).max()) < 1e-5
+
+
+@pytest.mark.parametrize("bias", [0.0, 1.0])  # greedy replies: all budget-cut / all stopped at the end id
+def test_token_mode_samples_from_the_engine_and_stops_at_the_hf_end_ids(tiny_model, bias):
+    """The test double samples greedily from the hf model itself: the same trajectories as the hf
+    token path at temperature 0, and the engine is asked with the hf path's stop ids and logprobs=0."""
+    model, tok = tiny_model
+    _favour_end_of_turn(model, tok, bias)
+    sampling = {"max_new_tokens": 8, "temperature": 0.0, "reply_prime": prime_text(True)}
+    hf_policy, _ = build_rollout_policy("hf", model, tok, trajectory="tokens", **sampling)
+    hf = collect_rollouts(make_env("frozenlake", num_envs=4), hf_policy, level_seeds=[7, 8], group_size=2)
+    engine = HFBackedFakeLLM(model)
+    policy = _vllm_token_policy(model, tok, engine, **sampling)
+    params = policy.sampling_params.kwargs
+    assert params == {
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "logprobs": 0,
+        "stop_token_ids": sorted(stop_token_ids(model, tok)),
+        "ignore_eos": True,
+        "detokenize": False,
+    }
+    vl = collect_rollouts(make_env("frozenlake", num_envs=4), policy, level_seeds=[7, 8], group_size=2)
+    for a, b in zip(vl.get(K.TOKENS_TRAJECTORY, as_list=True), hf.get(K.TOKENS_TRAJECTORY, as_list=True), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(vl[K.NUM_TOKENS], hf[K.NUM_TOKENS])
+
+
+def test_reply_from_output_cuts_at_the_first_end_id():
+    def out(ids, stop_reason=None, logprobs=True):
+        lps = [{t: NS(logprob=-0.5 * (k + 1))} for k, t in enumerate(ids)] if logprobs else None
+        return NS(token_ids=ids, logprobs=lps, stop_reason=stop_reason)
+
+    ids, lps = reply_from_output(out([4, 7, 9, 7]), {7})
+    assert ids.tolist() == [4, 7] and lps.tolist() == [-0.5, -1.0]
+    ids, lps = reply_from_output(out([4, 5]), {7})  # cut by max_tokens: kept as it is
+    assert ids.tolist() == [4, 5] and lps.tolist() == [-0.5, -1.0]
+    ids, lps = reply_from_output(out([4, 5], stop_reason=7), {7})  # the stop id only in stop_reason
+    assert ids.tolist() == [4, 5, 7] and torch.isnan(lps[2]) and lps[:2].tolist() == [-0.5, -1.0]
+    ids, lps = reply_from_output(out([4, 5], logprobs=False), {7})
+    assert ids.tolist() == [4, 5] and bool(torch.isnan(lps).all())
+    with pytest.raises(ValueError, match="end-of-turn id"):
+        token_sampling_kwargs({"max_tokens": 4}, [])
+
+
+def test_token_policy_keeps_each_rows_engine_log_probs_and_refuses_a_history_prompt(tiny_model):
+    model, tok = tiny_model
+    replies = {(1, 2): [5, 2], (1, 2, 5, 2, 6): [8, 2], (9, 9): [3, 2]}
+    engine = NS(
+        generate=lambda prompts, params, use_tqdm=True: [
+            NS(outputs=[NS(token_ids=replies[tuple(p["prompt_token_ids"])], logprobs=None)]) for p in prompts
+        ]
+    )
+    policy = VLLMTokenPolicy(engine, tok, sampling_params=None, stop_ids={2})
+
+    def call(prompt, env_index=0):
+        row = TensorDict({"tokens": {"prompt": torch.tensor(prompt)}, "env_index": torch.tensor(env_index)}, [])
+        return policy(lazy_stack([row]))
+
+    out = call([1, 2])
+    assert out.get(K.TOKENS_RESPONSE, as_list=True)[0].tolist() == [5, 2]
+    assert torch.isnan(out.get(LOG_PROBS_RESPONSE, as_list=True)[0]).all()  # the engine gave none
+    call([1, 2, 5, 2, 6])  # the next turn extends the trajectory: the first reply's values are kept
+    lp = policy.trajectory(0)[K.LOG_PROBS_TRAJECTORY]
+    assert lp.shape == (7,) and lp[[0, 1, 4]].tolist() == [0.0, 0.0, 0.0] and bool(torch.isnan(lp[[2, 3, 5, 6]]).all())
+    policy.release([0])
+    with pytest.raises(KeyError):
+        policy.trajectory(0)
+    row = TensorDict({"env_index": torch.tensor(0)}, [])
+    row.set(K.HISTORY_PROMPT, History(role="user", content="hi", batch_size=(1,)))
+    with pytest.raises(ValueError, match="trajectory='history'"):
+        policy(lazy_stack([row]))
+
+
+def test_token_mode_bad_input_and_missing_vllm(monkeypatch, tiny_model):
+    model, tok = tiny_model
+    with pytest.raises(ValueError, match="rollout.trajectory must be one of tokens, history, got 'text'"):
+        make_vllm_generation_policy(model, tok, trajectory="text", engine=object())
+    _no_vllm(monkeypatch)
+    # an engine without vllm.SamplingParams to build its parameters: says what to install
+    with pytest.raises(VLLMUnavailableError, match="pip install 'ragen_torchrl\\[vllm\\]'"):
+        make_vllm_generation_policy(model, tok, engine=object())
+
+
+def test_weight_sync_takes_the_token_policys_engine(tiny_model):
+    model, tok = tiny_model
+    engine = FakeEngine()
+    policy = _vllm_token_policy(model, tok, engine, max_new_tokens=4, temperature=1.0)
+    VLLMWeightSync(model, policy).push()
+    assert [n for n, _ in engine.received] == [n for n, _ in model.named_parameters()] and engine.resets == 1
 
 
 # ----------------------------------------------------------------------------- the GPU smoke script

@@ -27,22 +27,28 @@ from .grouped import (
 from .rollout_policy import build_rollout_policy
 from .vl_policy import VLRolloutPolicy
 from .vllm_backend import (
+    LOG_PROBS_RESPONSE,
+    VLLMTokenPolicy,
     VLLMUnavailableError,
     VLLMWeightSync,
     find_vllm_model,
     make_vllm_generation_policy,
     reparse_replies,
+    reply_from_output,
     require_vllm,
+    token_sampling_kwargs,
     vllm_engine_kwargs,
     vllm_sampling_kwargs,
 )
 
 __all__ = [
+    "LOG_PROBS_RESPONSE",
     "POLICY_OUTPUT_KEYS",
     "TOKEN_POLICY_OUTPUT_KEYS",
     "TRAJECTORY_MODES",
     "PolicyContractError",
     "TokenPromptWrapper",
+    "VLLMTokenPolicy",
     "VLLMUnavailableError",
     "VLLMWeightSync",
     "VLRolloutPolicy",
@@ -55,8 +61,10 @@ __all__ = [
     "make_generation_policy",
     "make_vllm_generation_policy",
     "reparse_replies",
+    "reply_from_output",
     "require_vllm",
     "sampling_truncation",
+    "token_sampling_kwargs",
     "turn_cache_metrics",
     "vllm_engine_kwargs",
     "vllm_sampling_kwargs",

@@ -55,7 +55,8 @@ def build_rollout_policy(
       token-level rollout's per-row KV cache; ``sampler`` (``rollout.sampler``) how each token is drawn and
       ``attention`` (``rollout.attention``) how the first turn of a group decodes (``None``: the model's
       device picks, :func:`~ragen_torchrl.models.sampling.per_device`);
-    * ``"vllm"``: :func:`~ragen_torchrl.collectors.vllm_backend.make_vllm_generation_policy` and a :class:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync` to
+    * ``"vllm"``: :func:`~ragen_torchrl.collectors.vllm_backend.make_vllm_generation_policy` (``trajectory``
+      picks its token-level or history rollout, as for ``"hf"``) and a :class:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync` to
       :meth:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync.push` after each update. Pass ``engine=policy.model`` of a first vLLM
       policy to sample at another temperature from the same engine: ``sync`` is then ``None``, the
       first policy's sync keeps that engine current.
@@ -104,17 +105,13 @@ def build_rollout_policy(
             **sampling,
         )
         return policy, None
-    if trajectory not in (None, "history"):
-        raise ValueError(
-            f"rollout.backend=vllm generates from chat histories; rollout.trajectory={trajectory!r} needs "
-            "rollout.backend=hf (set rollout.trajectory=history)"
-        )
     policy = make_vllm_generation_policy(
         model,
         tokenizer,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         engine=engine,
+        trajectory=trajectory or "tokens",
         **sampling,
         **vllm_kwargs,
     )

@@ -1,48 +1,77 @@
 """Rollout generation through vLLM (``rollout.backend=vllm``), with the training model's weights.
 
-``rollout.backend=hf`` (the default) generates with transformers' ``generate`` through torchrl's
-:class:`~torchrl.modules.llm.TransformersWrapper` (:func:`~ragen_torchrl.collectors.make_generation_policy`).
-``rollout.backend=vllm`` generates with a vLLM engine through torchrl's
-:class:`~torchrl.modules.llm.vLLMWrapper`, in the same history mode, so
-:func:`~ragen_torchrl.collectors.collect_rollouts` cannot tell the two apart (the policy contract:
-``("history", "full")`` and ``("tokens", "response")``).
+``rollout.backend=hf`` (the default) generates with transformers' ``generate``
+(:func:`~ragen_torchrl.collectors.make_generation_policy`). ``rollout.backend=vllm`` generates with a
+vLLM engine, in either trajectory mode of ``rollout.trajectory``, so
+:func:`~ragen_torchrl.collectors.collect_rollouts` cannot tell the two backends apart;
 :func:`~ragen_torchrl.collectors.rollout_policy.build_rollout_policy` picks one.
+
+* ``rollout.trajectory=tokens`` (the default): :class:`VLLMTokenPolicy`, a token-prompt policy
+  (``input_mode="tokens"``). The collector keeps each row's trajectory as ids (first prompt, every
+  reply as sampled, every env turn tokenised once: :mod:`~ragen_torchrl.collectors.token_trajectory`)
+  and passes it as ``("tokens", "prompt")``; the policy sends it to the engine as a token prompt
+  and writes back the sampled ids (``("tokens", "response")``, cut after the first end-of-turn id,
+  as the hf token path cuts them) and the engine's log-probs of those ids
+  (``("log_probs", "response")``). The update trains exactly the ids that were sampled, as on the
+  hf path. vLLM's automatic prefix caching keeps each row's earlier turns' KV blocks: the next
+  turn's prompt extends the last one, so only the new tokens are prefilled.
+* ``rollout.trajectory=history``: torchrl's :class:`~torchrl.modules.llm.vLLMWrapper` in history mode
+  (the conversation rendered by the chat template at each turn), its replies re-parsed as the hf
+  path parses them (:func:`reparse_replies`).
+
+Why the token policy calls ``LLM.generate`` with vLLM's ``TokensPrompt`` rather than torchrl 0.14's
+``vLLMWrapper(input_mode="tokens")``: that wrapper asks for ``prompt_logprobs`` whenever it returns
+log-probs (a scoring pass over the whole trajectory at every turn, which vLLM V1 may also leave
+out), writes the full token, mask and text views the collector rebuilds itself, and leaves every id
+after an end-of-turn token in the reply; the collector's token contract needs only the reply ids.
+Its own generate call turns ``prompt_token_ids`` into the same ``TokensPrompt`` objects.
 
 Design:
 
-* **vLLM only samples; the training model scores.** The behaviour log-probs of the importance
-  ratio are computed by the training model on the collected tokens, as on the ``hf`` path, never
-  taken from vLLM: vLLM runs in another dtype with other kernels (and, when it lags, other weights),
-  so its log-probs differ from the ones the loss differentiates and would bias the ratio. The wrapper
-  is built with ``return_log_probs=False``; the loss paths are the same for both backends.
+* **vLLM samples; the training model scores.** The behaviour log-probs of the importance ratio are
+  computed by the training model on the collected tokens, as on the ``hf`` path
+  (:func:`~ragen_torchrl.objectives.logprobs.behaviour_batch`): vLLM runs in another dtype with
+  other kernels (and, when it lags, other weights), so its log-probs differ from the ones the loss
+  differentiates and would bias the ratio. The engine's log-probs of the sampled ids are kept
+  beside them (``("log_probs", "response")`` per turn, ``("log_probs", "trajectory")`` per record,
+  0 on the tokens that were not sampled) to measure that gap: the engine is built with
+  ``logprobs_mode="processed_logprobs"``, the distribution after temperature, which is what the
+  trainer scores (:func:`~ragen_torchrl.objectives.logprobs.make_logprob_policy`'s ``temperature``).
 * **The engine starts from the training model's weights.** The model and tokenizer in memory are
   written with ``save_pretrained`` to a temporary directory and ``vllm.LLM`` loads it (the directory
   the model came from may hold other weights, e.g. before the SFT warm start, or another vocabulary
   size after a pad token was added).
-* **Weights are pushed after every update.** :class:`VLLMWeightSync` copies the training model's
-  parameters into the engine's model (``load_weights``, which maps Hugging Face names onto vLLM's
-  fused layers) and clears the engine's prefix cache (cached KV blocks were computed by the old
-  weights). The trainer calls :meth:`VLLMWeightSync.push` after each optimizer update and after it
-  loads weights into the model (a resumed run), so each rollout samples from the current policy.
-  torchrl 0.14's weight-sync schemes for vLLM do not fit a same-process engine: the NCCL scheme
+* **Weights are pushed after every update** through vLLM's public ``LLM.apply_model``:
+  :class:`VLLMWeightSync` runs the engine model's ``load_weights`` (which maps Hugging Face names
+  onto vLLM's fused layers) on the training model's parameters and clears the engine's prefix
+  cache (``LLM.reset_prefix_cache``: cached KV blocks were computed by the old weights). The
+  trainer calls :meth:`VLLMWeightSync.push` after each optimizer update and after it loads weights
+  into the model (a resumed run), so each rollout samples from the current policy. torchrl 0.14's
+  weight-sync schemes for vLLM do not fit a same-process engine: the NCCL scheme
   (``VLLMWeightSyncScheme``) needs a Ray/``AsyncVLLM`` engine in other processes, the double-buffer
   scheme writes every parameter to disk per update, and ``LocalLLMWrapper.update_weights`` is a no-op.
   The engine therefore runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; under ``torchrun``
-  vLLM's ``external_launcher`` executor: one engine per rank, each on its rank's GPU) and the push is
-  a GPU-to-GPU copy with no serialisation.
+  vLLM's ``external_launcher`` executor: one engine per rank, each on its rank's GPU), so
+  ``apply_model``'s function runs here and the push is a GPU-to-GPU copy with no serialisation.
 * **Same sampling as the hf path** (:func:`vllm_sampling_kwargs`): ``temperature`` (greedy at 0), the
   full distribution by default (``top_k=-1``, ``top_p=1.0``, ``min_p=0.0``, no repetition, presence or
   frequency penalty, all passed explicitly, and the engine is built with ``generation_config="vllm"``
   so a checkpoint's ``generation_config.json`` does not set defaults), the same ``rollout.top_k`` /
   ``top_p`` / ``min_p`` truncation when asked, and the same chat template (``wrapper_chat_template``).
-* **Same assistant message as the hf path** (:func:`reparse_replies`): torchrl's vLLM wrapper puts
-  the raw reply text, end-of-turn token included, into the assistant message, while the
+  The token policy stops at the ids the hf path stops at
+  (:func:`~ragen_torchrl.models.vision.stop_token_ids`: the generation config's end ids, else the
+  tokenizer's eos), and at no other (``ignore_eos=True``: not at a tokenizer eos outside that set).
+* **Same assistant message as the hf path** (:func:`reparse_replies`, history mode): torchrl's vLLM
+  wrapper puts the raw reply text, end-of-turn token included, into the assistant message, while the
   transformers wrapper parses the decoded conversation back into messages (no end-of-turn token,
   whitespace trimmed). The vLLM policy re-parses the same way, so the next turn's prompt and the
-  conversation the training model scores are identical across backends.
+  conversation the training model scores are identical across backends. In token mode the
+  collector writes the message from the ids, as for the hf token path.
 
-vLLM is an optional dependency (``pip install 'ragen_torchrl[vllm]'``) that needs a CUDA GPU; it is
-imported only when an engine is built, so this module imports without it.
+vLLM is an optional dependency (``pip install 'ragen_torchrl[vllm]'``, the versions torchrl 0.14 is
+written against: ``vllm>=0.17,<0.19``) that needs a CUDA GPU; it is imported only when an engine is
+built, so this module imports without it (a test double of ``vllm.LLM`` drives the token policy on
+the CPU: ``tests/test_vllm_backend.py``).
 
 Example (the backends' sampling agree; without vLLM, asking for it says what to install):
     >>> from ragen_torchrl.collectors.vllm_backend import require_vllm, vllm_sampling_kwargs
@@ -67,23 +96,33 @@ from collections.abc import Iterator
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 from torchrl.modules.llm import vLLMWrapper
 
+from ..keys import ENV_INDEX, HISTORY_PROMPT, LOG_PROBS_TRAJECTORY, TOKENS_PROMPT, TOKENS_RESPONSE
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.sampling import sampling_truncation
-from .grouped import hf_generate_kwargs, wrapper_generate_kwargs
+from ..models.vision import stop_token_ids
+from .grouped import TRAJECTORY_MODES, _policy_template, hf_generate_kwargs, wrapper_generate_kwargs
 
 __all__ = [
+    "LOG_PROBS_RESPONSE",
+    "VLLMTokenPolicy",
     "VLLMUnavailableError",
     "VLLMWeightSync",
     "find_vllm_model",
     "make_vllm_generation_policy",
     "reparse_replies",
+    "reply_from_output",
     "require_vllm",
+    "token_sampling_kwargs",
     "vllm_engine_kwargs",
     "vllm_sampling_kwargs",
 ]
+
+#: float ``[L]`` per row of a token policy's output: the engine's log-probs of the sampled ids (torchrl's name)
+LOG_PROBS_RESPONSE = ("log_probs", "response")
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +195,71 @@ def vllm_sampling_kwargs(
     return kwargs
 
 
+def token_sampling_kwargs(sampling: dict, stop_ids) -> dict:
+    """``SamplingParams`` keywords of :class:`VLLMTokenPolicy`: ``sampling`` (:func:`vllm_sampling_kwargs`)
+    plus what the token contract needs.
+
+    * ``logprobs=0``: the log-prob of each sampled id and of no other;
+    * ``stop_token_ids``: the hf path's end ids, and ``ignore_eos=True`` so that vLLM does not also
+      stop at a tokenizer eos outside them (``generate`` stops at exactly these ids);
+    * ``detokenize=False``: the collector decodes the ids itself; no text is built per token.
+
+    Example:
+        >>> kw = token_sampling_kwargs(vllm_sampling_kwargs(8, 1.0), {7, 3})
+        >>> kw["max_tokens"], kw["logprobs"], kw["stop_token_ids"], kw["ignore_eos"], kw["detokenize"]
+        (8, 0, [3, 7], True, False)
+        >>> token_sampling_kwargs(vllm_sampling_kwargs(8, 1.0), set())
+        Traceback (most recent call last):
+        ...
+        ValueError: a token-mode vLLM policy needs at least one end-of-turn id to stop at
+    """
+    stop = sorted(int(i) for i in stop_ids)
+    if not stop:
+        raise ValueError("a token-mode vLLM policy needs at least one end-of-turn id to stop at")
+    return {**sampling, "logprobs": 0, "stop_token_ids": stop, "ignore_eos": True, "detokenize": False}
+
+
+def _sampled_log_prob(entry, token: int) -> float:
+    """The log-prob of ``token`` in one position of vLLM's ``CompletionOutput.logprobs``
+    (``{token_id: Logprob}``; a bare float is taken as it is)."""
+    if entry is None:
+        return float("nan")
+    value = entry.get(token) if hasattr(entry, "get") else entry  # a dict, or a mapping view per position
+    if value is None:
+        return float("nan")
+    return float(getattr(value, "logprob", value))
+
+
+def reply_from_output(completion, stop_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, log_probs)`` of one vLLM ``CompletionOutput``: the sampled ids up to and including the
+    first id of ``stop_ids`` (the hf token path's cut), and each one's log-prob (NaN where the engine
+    gave none).
+
+    vLLM includes the stop id in ``token_ids``; should a version report it only as ``stop_reason``
+    (an int), it is appended, so a reply that stopped always ends with its end-of-turn id.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> out = NS(token_ids=[5, 9, 2, 4], logprobs=[{5: NS(logprob=-0.5)}, {9: NS(logprob=-1.0)},
+        ...          {2: NS(logprob=-0.25)}, {4: NS(logprob=-3.0)}], stop_reason=None)
+        >>> ids, lps = reply_from_output(out, {2})
+        >>> ids.tolist(), lps.tolist()
+        ([5, 9, 2], [-0.5, -1.0, -0.25])
+    """
+    ids = [int(t) for t in completion.token_ids]
+    entries = list(completion.logprobs) if getattr(completion, "logprobs", None) is not None else [None] * len(ids)
+    lps = [_sampled_log_prob(e, t) for e, t in zip(entries, ids)] + [float("nan")] * (len(ids) - len(entries))
+    stop = {int(i) for i in stop_ids}
+    cut = next((k + 1 for k, t in enumerate(ids) if t in stop), None)
+    if cut is not None:
+        ids, lps = ids[:cut], lps[:cut]
+    else:
+        reason = getattr(completion, "stop_reason", None)
+        if isinstance(reason, int) and not isinstance(reason, bool) and reason in stop:
+            ids, lps = [*ids, reason], [*lps, float("nan")]
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(lps, dtype=torch.float32)
+
+
 # ----------------------------------------------------------------------------- the engine
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The Hugging Face model under DDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers,
@@ -189,6 +293,8 @@ def vllm_engine_kwargs(
     """Keywords of ``vllm.LLM`` for an engine beside the training model (pure: builds nothing).
 
     * ``dtype="auto"`` is the training model's dtype (the hf path generates in it too);
+    * ``logprobs_mode="processed_logprobs"``: the log-probs returned are those of the distribution
+      sampled (after temperature), the one the trainer scores, not vLLM's default raw logits;
     * ``gpu_memory_utilization`` is vLLM's share of the GPU (weights + KV cache): the training model,
       its gradients and optimizer state share the GPU, hence 0.3 by default;
     * under ``torchrun`` (``world_size`` > 1, default: the initialised process group's) vLLM's
@@ -220,6 +326,8 @@ def vllm_engine_kwargs(
         "tensor_parallel_size": 1,
         # vLLM's own sampling defaults, not the checkpoint's generation_config.json (top_k, ...)
         "generation_config": "vllm",
+        # the sampled ids' log-probs after temperature: what the trainer's behaviour pass scores
+        "logprobs_mode": "processed_logprobs",
     }
     if world > 1:
         # one in-process engine per torchrun rank (TRL's "colocate" layout); vLLM takes the rank's
@@ -271,6 +379,135 @@ class _RolloutvLLMWrapper(vLLMWrapper):
         return result
 
 
+def _tokens_prompt(ids: torch.Tensor) -> dict:
+    """vLLM's ``TokensPrompt`` for ``ids``: a ``TypedDict``, so at run time this dict is one."""
+    return {"prompt_token_ids": [int(t) for t in ids.tolist()]}
+
+
+class VLLMTokenPolicy(TensorDictModuleBase):
+    """A token-prompt rollout policy (``input_mode="tokens"``) that samples from a vLLM engine.
+
+    :func:`~ragen_torchrl.collectors.collect_rollouts` calls it with each running row's token
+    trajectory at ``("tokens", "prompt")`` (one 1-D long tensor per row) and its ``env_index``. Each
+    row goes to ``engine.generate`` as one token prompt (``TokensPrompt``) with ``sampling_params``
+    (:func:`token_sampling_kwargs`); the policy writes ``("tokens", "response")`` (the ids as sampled,
+    up to and including the first end-of-turn id: :func:`reply_from_output`) and
+    ``("log_probs", "response")`` (the engine's log-prob of each). It keeps, per ``env_index``, the
+    engine's log-probs over the row's whole trajectory; the collector reads them when the episode
+    ends (``owns_trajectories``: :meth:`trajectory`, the record's ``("log_probs", "trajectory")``,
+    0 on the tokens that were not sampled, NaN on earlier replies when the collector tokenised the
+    row again).
+
+    Args:
+        engine: a ``vllm.LLM`` (or anything with its ``generate(prompts, sampling_params, use_tqdm=...)``
+            and its output objects: ``outputs[0].token_ids`` / ``.logprobs``); ``policy.model``.
+        tokenizer: the training model's tokenizer (the collector renders and decodes with it).
+        sampling_params: what ``engine.generate`` is given (a ``vllm.SamplingParams``).
+        stop_ids: the end-of-turn ids a reply is cut after.
+        chat_template: the (primed) template the collector renders the trajectories with.
+        reply_prime: the text every prompt ends with (``"<think>"`` under ``rollout.prime_think``).
+
+    Example (an engine that always samples ids 5 and 2, the end id):
+        >>> from types import SimpleNamespace as NS
+        >>> from tensordict import TensorDict, lazy_stack
+        >>> class Engine:
+        ...     def generate(self, prompts, sampling_params, use_tqdm=False):
+        ...         done = NS(token_ids=[5, 2], logprobs=[{5: NS(logprob=-0.5)}, {2: NS(logprob=-0.1)}])
+        ...         return [NS(outputs=[done]) for _ in prompts]
+        >>> policy = VLLMTokenPolicy(Engine(), None, sampling_params=None, stop_ids={2})
+        >>> rows = [TensorDict({"tokens": {"prompt": torch.tensor([1, 3, 4])}, "env_index": torch.tensor(0)}, [])]
+        >>> out = policy(lazy_stack(rows))
+        >>> out.get(("tokens", "response"), as_list=True)[0].tolist(), policy.trajectory(0)["log_probs", "trajectory"].tolist()
+        ([5, 2], [0.0, 0.0, 0.0, -0.5, -0.10000000149011612])
+    """
+
+    input_mode = "tokens"
+    #: the collector asks :meth:`trajectory` for each finished row's entries (its log-probs)
+    owns_trajectories = True
+
+    def __init__(
+        self,
+        engine,
+        tokenizer,
+        *,
+        sampling_params,
+        stop_ids,
+        chat_template: str | None = None,
+        reply_prime: str = "",
+    ) -> None:
+        super().__init__()
+        self.model = engine
+        self.tokenizer = tokenizer
+        self.sampling_params = sampling_params
+        self.stop_ids = frozenset(int(i) for i in stop_ids)
+        self.chat_template = chat_template
+        self.reply_prime = reply_prime
+        # collect_rollouts reads it: no per-token entropy from vLLM (the records' entropy stays 0)
+        self.entropy_recorder = None
+        self.in_keys = [TOKENS_PROMPT, ENV_INDEX]
+        self.out_keys = [TOKENS_RESPONSE, LOG_PROBS_RESPONSE]
+        #: env_index -> (the row's ids so far, the engine's log-probs of them: 0 where not sampled)
+        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def clear(self) -> None:
+        """Forget every row (a collection starts)."""
+        self._rows.clear()
+
+    def release(self, env_indices) -> None:
+        """Forget these ``env_index`` rows (their episodes ended and were read)."""
+        for e in env_indices:
+            self._rows.pop(int(e), None)
+
+    def trajectory(self, env_index: int) -> dict:
+        """The record entries of the row's episode: ``{("log_probs", "trajectory"): [T] float}``."""
+        ids, log_probs = self._rows[int(env_index)]
+        return {LOG_PROBS_TRAJECTORY: log_probs.clone()}
+
+    def _remember(self, env_index: int, prompt: torch.Tensor, reply: torch.Tensor, reply_lps: torch.Tensor) -> None:
+        stored = self._rows.get(env_index)
+        head = torch.zeros(prompt.shape, dtype=torch.float32)
+        if stored is not None:
+            ids, lps = stored
+            if ids.numel() <= prompt.numel() and torch.equal(prompt[: ids.numel()], ids):
+                head[: ids.numel()] = lps  # the trajectory grew by an env turn: keep the earlier replies' values
+            else:  # tokenised again by the collector: the earlier replies' positions are unknown
+                head.fill_(float("nan"))
+        self._rows[env_index] = (torch.cat([prompt, reply]), torch.cat([head, reply_lps]))
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        keys = tensordict.keys(include_nested=True)
+        if TOKENS_PROMPT not in keys:
+            hint = (
+                " (it holds a conversation: build the policy with trajectory='history')"
+                if HISTORY_PROMPT in keys
+                else ""
+            )
+            raise ValueError(f"VLLMTokenPolicy reads each row's token trajectory at {TOKENS_PROMPT}{hint}")
+        prompts = [
+            torch.as_tensor(p).reshape(-1).to("cpu", torch.long) for p in tensordict.get(TOKENS_PROMPT, as_list=True)
+        ]
+        if not prompts or min(int(p.numel()) for p in prompts) == 0:
+            raise ValueError("every row needs a non-empty token prompt")
+        env_index = (
+            [int(e) for e in torch.as_tensor(tensordict.get(ENV_INDEX)).reshape(-1).tolist()]
+            if ENV_INDEX in keys
+            else list(range(len(prompts)))
+        )
+        outputs = self.model.generate([_tokens_prompt(p) for p in prompts], self.sampling_params, use_tqdm=False)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"the vLLM engine returned {len(outputs)} outputs for {len(prompts)} prompts")
+        replies, log_probs = [], []
+        for e, prompt, request in zip(env_index, prompts, outputs, strict=True):
+            ids, lps = reply_from_output(request.outputs[0], self.stop_ids)
+            replies.append(ids)
+            log_probs.append(lps)
+            self._remember(e, prompt, ids, lps)
+        tensordict.set(TOKENS_RESPONSE, torch.nested.as_nested_tensor(replies, layout=torch.jagged))
+        tensordict.set(LOG_PROBS_RESPONSE, torch.nested.as_nested_tensor(log_probs, layout=torch.jagged))
+        return tensordict
+
+
 def make_vllm_generation_policy(
     model: torch.nn.Module,
     tokenizer,
@@ -285,13 +522,18 @@ def make_vllm_generation_policy(
     dtype: str | torch.dtype = "auto",
     seed: int = 0,
     engine=None,
+    trajectory: str = "tokens",
+    sampling_params_cls=None,
     **engine_kwargs,
-) -> vLLMWrapper:
-    """A history-mode ``vLLMWrapper`` that samples replies from a vLLM engine holding ``model``'s weights.
+) -> VLLMTokenPolicy | vLLMWrapper:
+    """A rollout policy that samples replies from a vLLM engine holding ``model``'s weights.
 
-    It satisfies :func:`~ragen_torchrl.collectors.collect_rollouts`' policy contract like
-    :func:`~ragen_torchrl.collectors.make_generation_policy` (same chat template, same sampling:
-    :func:`vllm_sampling_kwargs`), without entropy recording (``entropy`` is 0 in the records).
+    ``trajectory="tokens"`` (``rollout.trajectory``, the default): a :class:`VLLMTokenPolicy` (the
+    collector keeps each row's trajectory as ids and the update trains the ids sampled, as
+    :func:`~ragen_torchrl.collectors.make_generation_policy`'s token policy); ``"history"``: a
+    history-mode ``vLLMWrapper``. Either satisfies :func:`~ragen_torchrl.collectors.collect_rollouts`'
+    policy contract like the hf policy of that mode (same chat template, same sampling:
+    :func:`vllm_sampling_kwargs`, same end ids), without entropy recording (``entropy`` is 0 in the records).
 
     Args:
         model, tokenizer: the training model (on a CUDA device) and its tokenizer.
@@ -301,12 +543,15 @@ def make_vllm_generation_policy(
             e.g. ``max_model_len``, ``enforce_eager``).
         engine: an existing ``vllm.LLM`` to sample from (e.g. the training policy's ``policy.model``
             for a validation policy at another temperature) instead of building one.
+        trajectory: ``"tokens"`` or ``"history"``.
+        sampling_params_cls: what builds the token policy's sampling parameters (default
+            ``vllm.SamplingParams``; a test double's own class when ``engine`` is one).
 
     The engine is ``policy.model``; keep the model's weights in it with :class:`VLLMWeightSync`.
 
     Raises:
         VLLMUnavailableError: vLLM is not installed, or there is no CUDA GPU.
-        ValueError: ``max_new_tokens < 1`` or ``temperature < 0``.
+        ValueError: ``max_new_tokens < 1``, ``temperature < 0`` or an unknown ``trajectory``.
 
     Example (bad input is refused before vLLM is imported):
         >>> make_vllm_generation_policy(None, None, max_new_tokens=0)
@@ -314,6 +559,8 @@ def make_vllm_generation_policy(
         ...
         ValueError: max_new_tokens must be >= 1, got 0
     """
+    if trajectory not in TRAJECTORY_MODES:
+        raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
     sampling = vllm_sampling_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     truncation = sampling_truncation(top_k, top_p, min_p) if temperature > 0 else None
     if truncation is not None:
@@ -333,6 +580,21 @@ def make_vllm_generation_policy(
         engine = vllm.LLM(model=directory.name, tokenizer=directory.name, **kwargs)
     else:
         directory = None
+    if trajectory == "tokens":
+        if sampling_params_cls is None:
+            sampling_params_cls = require_vllm().SamplingParams
+        stop_ids = stop_token_ids(model, tokenizer)  # the ids the hf token path cuts replies after
+        policy = VLLMTokenPolicy(
+            engine,
+            tokenizer,
+            sampling_params=sampling_params_cls(**token_sampling_kwargs(sampling, stop_ids)),
+            stop_ids=stop_ids,
+            # the template the hf token policy renders trajectories with: the same first prompts and env turns
+            chat_template=primed_chat_template(_policy_template(tokenizer, reply_prime), reply_prime),
+            reply_prime=reply_prime,
+        )
+        policy._export_dir = directory
+        return policy
     policy = _RolloutvLLMWrapper(
         engine,
         tokenizer=tokenizer,
@@ -356,7 +618,8 @@ def make_vllm_generation_policy(
 
 
 # ----------------------------------------------------------------------------- weight sync
-#: where vLLM keeps the ``torch.nn.Module`` it runs, newest first, for an in-process engine:
+#: where vLLM keeps the ``torch.nn.Module`` it runs, for an in-process engine object without
+#: ``LLM.apply_model`` (:class:`VLLMWeightSync` uses that public call when it is there), newest first:
 #: V1 (``LLMEngine.model_executor`` exists when multiprocessing is off; the driver worker wraps the
 #: GPU worker), the same reached through the in-process engine core, and V0 (vLLM < 0.11)
 _MODEL_PATHS = (
@@ -402,20 +665,25 @@ def find_vllm_model(engine) -> torch.nn.Module:
 class VLLMWeightSync:
     """Copies the training model's current weights into a vLLM engine in this process.
 
-    :meth:`push` hands ``model``'s parameters, under their Hugging Face names (vLLM's
-    ``load_weights`` maps them onto its fused ``qkv_proj``/``gate_up_proj`` layers and skips a tied
-    ``lm_head``), to the engine's model and resets the engine's prefix cache. The copy runs on the
-    GPU when both models are there, casting to the engine's dtype.
+    :meth:`push` hands ``model``'s parameters, under their Hugging Face names, to the engine model's
+    ``load_weights`` (which maps them onto vLLM's fused ``qkv_proj``/``gate_up_proj`` layers and
+    skips a tied ``lm_head``) through vLLM's public ``LLM.apply_model`` (the function runs on the
+    model inside each worker; the engine is in this process, so the tensors are not serialised),
+    and resets the engine's prefix cache (``LLM.reset_prefix_cache``). The copy runs on the GPU when
+    both models are there, casting to the engine's dtype. An engine object without ``apply_model``
+    is searched for its model (:func:`find_vllm_model`).
 
     Args:
         model: the training model (a DDP or ``torch.compile`` wrapper is looked through).
         policy: the vLLM policy (its ``.model`` is the engine) or the ``vllm.LLM`` itself.
 
-    Example (a stand-in engine that records what it receives):
+    Example (a stand-in engine whose model records what it receives):
         >>> from types import SimpleNamespace as NS
         >>> got = []
-        >>> inner = NS(load_weights=lambda weights: got.extend((n, tuple(t.shape)) for n, t in weights))
-        >>> engine = NS(llm_engine=NS(model_executor=NS(driver_worker=NS(model_runner=NS(model=inner)))))
+        >>> def load_weights(weights):
+        ...     got.extend((name, tuple(t.shape)) for name, t in weights)
+        ...     return {name for name, _ in got}
+        >>> engine = NS(apply_model=lambda fn: [fn(NS(load_weights=load_weights))], reset_prefix_cache=lambda: None)
         >>> VLLMWeightSync(torch.nn.Linear(3, 2), engine).push()
         2
         >>> got
@@ -424,14 +692,23 @@ class VLLMWeightSync:
 
     def __init__(self, model: torch.nn.Module, policy) -> None:
         self.model = model
-        self.engine = policy.model if isinstance(policy, vLLMWrapper) else policy
-        self._target = None  # resolved at the first push: the engine may not be built lazily later
+        self.engine = policy.model if isinstance(policy, (vLLMWrapper, VLLMTokenPolicy)) else policy
+        self._target = None  # the model found by attribute, for an engine without apply_model
         self.pushes = 0
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """``(name, tensor)`` of every parameter, as a Hugging Face checkpoint names it (tied ones once)."""
         for name, param in _unwrap(self.model).named_parameters():
             yield name, param.detach()
+
+    def _load(self, weights: list[tuple[str, torch.Tensor]]) -> list:
+        """What the engine's model(s) report loading: one result per worker."""
+        apply_model = getattr(self.engine, "apply_model", None)
+        if callable(apply_model):
+            return list(apply_model(lambda engine_model: engine_model.load_weights(iter(weights))))
+        if self._target is None:
+            self._target = find_vllm_model(self.engine)
+        return [self._target.load_weights(iter(weights))]
 
     @torch.no_grad()
     def push(self) -> int:
@@ -441,16 +718,14 @@ class VLLMWeightSync:
             RuntimeError: the engine's model cannot be reached (:func:`find_vllm_model`), or vLLM
                 reports that it loaded none of the weights (names it does not know).
         """
-        if self._target is None:
-            self._target = find_vllm_model(self.engine)
         weights = list(self.named_weights())
-        loaded = self._target.load_weights(iter(weights))
-        # vLLM returns the names it loaded (its own, fused ones); none at all means a name mismatch
-        if isinstance(loaded, (set, list, tuple)) and weights and not loaded:
-            raise RuntimeError(
-                f"vLLM loaded none of the {len(weights)} weights pushed (names such as {weights[0][0]!r}); "
-                "does the engine run the same architecture as the training model?"
-            )
+        for loaded in self._load(weights):
+            # vLLM returns the names it loaded (its own, fused ones); none at all means a name mismatch
+            if isinstance(loaded, (set, list, tuple)) and weights and not loaded:
+                raise RuntimeError(
+                    f"vLLM loaded none of the {len(weights)} weights pushed (names such as {weights[0][0]!r}); "
+                    "does the engine run the same architecture as the training model?"
+                )
         reset = getattr(self.engine, "reset_prefix_cache", None)
         if callable(reset):
             # cached KV blocks hold the old weights' activations: drop them

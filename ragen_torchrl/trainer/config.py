@@ -313,8 +313,8 @@ def check_lora(cfg: DictConfig) -> None:
 
 def check_rollout_backend(cfg: DictConfig) -> None:
     """``rollout.backend``: ``hf`` (transformers ``generate`` through torchrl's ``TransformersWrapper``,
-    the default) or ``vllm`` (torchrl's ``vLLMWrapper`` on a vLLM engine that the trainer keeps in sync
-    with the training model: :mod:`ragen_torchrl.collectors.vllm_backend`), which needs the ``vllm``
+    the default) or ``vllm`` (a vLLM engine that the trainer keeps in sync with the training model, in
+    either ``rollout.trajectory`` mode: :mod:`ragen_torchrl.collectors.vllm_backend`), which needs the ``vllm``
     extra and a CUDA GPU: both are checked here, before any model is loaded (the choice itself is
     :class:`~ragen_torchrl.trainer.config_schema.RolloutConfig`'s)."""
     if _get(cfg, "rollout.backend") != "vllm":
@@ -342,11 +342,6 @@ def check_rollout_backend(cfg: DictConfig) -> None:
         raise ConfigError(
             f"rollout.backend=vllm runs its engine on the GPU beside the training model; model.device={device} "
             "keeps the model on the CPU (use model.device=cuda or auto, or rollout.backend=hf)"
-        )
-    if (_get(cfg, "rollout.trajectory") or "tokens") == "tokens":
-        raise ConfigError(
-            "rollout.backend=vllm generates from chat histories: set rollout.trajectory=history "
-            "(rollout.trajectory=tokens, the default, is the hf backend's token-level rollout)"
         )
 
 

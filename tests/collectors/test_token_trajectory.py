@@ -227,8 +227,8 @@ def test_the_switch_and_its_errors(tiny_model):
     assert hist.input_mode == "history"
     with pytest.raises(ValueError, match="rollout.trajectory must be one of tokens, history, got 'text'"):
         make_generation_policy(model, tok, trajectory="text")
-    with pytest.raises(ValueError, match="rollout.backend=vllm generates from chat histories"):
-        build_rollout_policy("vllm", model, tok, max_new_tokens=4, temperature=1.0, trajectory="tokens")
+    with pytest.raises(ValueError, match="rollout.trajectory must be one of tokens, history, got 'text'"):
+        build_rollout_policy("vllm", model, tok, max_new_tokens=4, temperature=1.0, trajectory="text")
 
     def silent(td):  # a token-prompt policy that writes no reply ids
         return td

@@ -441,8 +441,9 @@ def test_rollout_backend_vllm_is_a_clear_config_error(tmp_path, monkeypatch):
     validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=cuda", "rollout.trajectory=history"))
     validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=auto", "rollout.trajectory=history"))
     assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cpu"), "model.device=cpu", "GPU")
-    # vLLM generates from chat histories: the token-level rollout (the default) is the hf backend's
-    assert_rejected(tmp_path, ("rollout.backend=vllm", "model.device=cuda"), "rollout.trajectory=history")
+    # token-level trajectories (the default) on either backend
+    cfg = validate_config(make_cfg(tmp_path, "rollout.backend=vllm", "model.device=cuda"))
+    assert cfg.rollout.trajectory == "tokens"
 
 
 def test_vllm_with_an_entropy_filter_is_refused(tmp_path):
