@@ -180,3 +180,27 @@ def test_ragen_train_moved_key_on_the_command_line_names_the_new_key(monkeypatch
     assert "config error: algo.ppo_epochs=2 is now algo.update_epochs" in err
     assert _run_train_main(monkeypatch, "filter.val_stop.patience=3") == 2
     assert "trainer.early_stop.val_stop.patience=3" in capsys.readouterr().err
+
+
+def test_ragen_train_job_is_named_after_the_app_and_config_dir_adds_presets(monkeypatch, tmp_path, capsys):
+    """The run dir gets ``ragen-train.log`` (Hydra's job name is the app's, not the module's ``cli``), and
+    ``--config-dir DIR`` adds DIR's presets: ``DIR/env/frozenlake3.yaml`` is ``env=frozenlake3``."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from ragen_torchrl.trainer.cli import train_main
+
+    presets = tmp_path / "presets"
+    (presets / "env").mkdir(parents=True)
+    (presets / "env" / "frozenlake3.yaml").write_text("defaults:\n  - frozenlake\n  - _self_\nsize: 3\n")
+    run = tmp_path / "run"
+    argv = ["ragen-train", "--config-dir", str(presets), "env=frozenlake3", "trainer.dry_run=true", f"hydra.run.dir={run}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        train_main()
+    finally:
+        GlobalHydra.instance().clear()
+    assert (run / "ragen-train.log").is_file() and not (run / "cli.log").exists()
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    assert (cfg.env.name, cfg.env.size) == ("frozenlake", 3)
+    assert OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra.job.name == "ragen-train"
