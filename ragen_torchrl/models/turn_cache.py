@@ -471,8 +471,9 @@ class TurnCachePolicy(TensorDictModuleBase):
             rows = torch.tensor(fresh, device=kv.device)
             plen = prefix_layers[0][0].shape[-2]
             for layer, (keys, values) in enumerate(prefix_layers):
-                kv[layer, 0, :, :, :plen].index_copy_(0, rows, keys)
-                kv[layer, 1, :, :, :plen].index_copy_(0, rows, values)
+                # under bf16 autocast keys leave the rotary embedding in float32 and values the projection in bf16
+                kv[layer, 0, :, :, :plen].index_copy_(0, rows, keys.to(kv.dtype))
+                kv[layer, 1, :, :, :plen].index_copy_(0, rows, values.to(kv.dtype))
         del prefix_layers, ref
         for r, k in enumerate(reuse):
             if k:

@@ -120,6 +120,27 @@ log = logging.getLogger(__name__)
 MERGED_POLICY_DIR = "policy_merged"
 
 
+def _set_config_dtype(path: Path, state: dict[str, torch.Tensor] | None) -> Path:
+    """Make the exported ``config.json``'s ``dtype`` that of the weights written (``save_pretrained`` records the
+    in-memory model's parameter dtype, float32 under mixed precision), so ``from_pretrained(dtype="auto")``
+    loads them as written; rewritten through a temp file and a rename."""
+    import json
+
+    dtype = next((v.dtype for v in (state or {}).values() if v.is_floating_point()), None)
+    config = Path(path) / "config.json"
+    if dtype is None or not config.is_file():
+        return path
+    data = json.loads(config.read_text(encoding="utf-8"))
+    name = dtype_name(dtype)
+    if data.get("dtype") != name:
+        data["dtype"] = name
+        data.pop("torch_dtype", None)
+        tmp = config.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, config)
+    return path
+
+
 class _TrainedState:
     """What a checkpoint's ``model`` entry holds for this policy (its ``state_dict``): every weight, or for a
     LoRA policy the adapters only; :func:`~ragen_torchrl.trainer.checkpoint.check_model_state` compares with it."""
@@ -793,16 +814,30 @@ class Trainer:
         """A LoRA policy's export: ``policy_dir`` a PEFT adapter dir on the base checkpoint (with its tokenizer
         files), and with ``model.lora.export_merged`` also ``merged_dir``: the base model, adapter merged in."""
         if self.cfg.model.lora.export_merged and merged_dir is not None:
-            export_policy(self.model, self.tokenizer, merged_dir, state_dict=merged_state_dict(self.model))
+            merged = self._in_export_dtype(merged_state_dict(self.model))
+            _set_config_dtype(export_policy(self.model, self.tokenizer, merged_dir, state_dict=merged), merged)
         base = str(Path(self.model_path).expanduser().resolve())
         return export_policy(self.model, self.tokenizer, policy_dir, adapter_base=base)
+
+    def _in_export_dtype(self, state: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+        """``state`` (``None``: the model's own) with its floating tensors in ``model.export_dtype`` (auto: the
+        compute dtype ``model.dtype``), so a mixed-precision run's float32 masters export as the bf16 checkpoint
+        a bf16 run would write (or as float32); ``state`` itself when the parameters are in that dtype already."""
+        name = str(self.cfg.model.export_dtype)
+        dtype = self.precision.compute_dtype if name == "auto" else getattr(torch, name)
+        if state is None:
+            if self.precision.param_dtype == dtype:
+                return None  # save_pretrained writes the model as it is
+            state = self.model.state_dict()
+        return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
 
     def _export_policy(self, policy_dir: Path, whole: dict[str, torch.Tensor], merged_dir: Path | None = None) -> Path:
         """Rank 0: the policy as a model dir at ``policy_dir`` (``whole``: its full state dict, gathered under FSDP2)."""
         if self.lora:
             path = self._export_lora(policy_dir, merged_dir)
         else:
-            path = export_policy(self.model, self.tokenizer, policy_dir, state_dict=whole)
+            whole = self._in_export_dtype(whole)
+            path = _set_config_dtype(export_policy(self.model, self.tokenizer, policy_dir, state_dict=whole), whole)
         if self.processor is not None:  # a vision-language policy loads with its image processor
             self.processor.image_processor.save_pretrained(path)
         return path

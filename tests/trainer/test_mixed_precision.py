@@ -9,6 +9,8 @@ bf16-autocast forward move as a float32 run's do. Ten GRPO steps of the trainer'
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import algo_objective, records
@@ -121,3 +123,39 @@ def test_pure_low_precision_at_a_small_rate_warns():
     assert low_precision_warning(resolve_precision("cpu", "bfloat16", "mixed"), 1e-6) is None
     assert low_precision_warning(resolve_precision("cpu", "float32", "pure"), 1e-6) is None
     assert low_precision_warning(resolve_precision("cpu", "float16", "pure"), 1e-5, "sft.lr").count("sft.lr") == 2
+
+
+def test_a_bf16_mixed_run_trains_fp32_masters_and_exports_bf16(ragen_cache_dir, tmp_path):
+    """One iteration with ``model.dtype=bfloat16``: float32 parameters and AdamW moments throughout, the
+    rollouts and the loss under bf16 autocast, and ``policy/`` written in bfloat16 (``model.export_dtype=auto``)."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+    from safetensors import safe_open
+
+    from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
+    from ragen_torchrl.trainer.loop import Trainer
+
+    overrides = [
+        "trainer=smoke",
+        "sft.enabled=false",
+        "model.device=cpu",
+        "model.dtype=bfloat16",
+        "trainer.total_iterations=1",
+        "trainer.val_levels=2",
+        "trainer.val_every=0",
+        "diagnostics.mi.enabled=false",
+    ]
+    with initialize_config_dir(config_dir=str(PACKAGE_CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    trainer = Trainer(cfg, run_dir=tmp_path / "run")
+    assert trainer.precision.compute_dtype == torch.bfloat16
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    summary = trainer.fit()
+    assert summary["history"][-1]["train/optimizer_steps"] >= 1
+    moments = [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.ndim > 0]
+    assert moments and {m.dtype for m in moments} == {torch.float32}
+    policy = Path(summary["final_policy"])
+    assert json.loads((policy / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(str(policy / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
