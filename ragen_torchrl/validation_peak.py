@@ -10,7 +10,7 @@ the start can set it; with the CPU default (periodic validations on 128 levels) 
 the peak is the final validation.
 
 The trainer's :class:`~ragen_torchrl.trainer.run_log.ValidationPeak` (``val_peak`` in ``summary.json``,
-``val/peak_success``) and ``ragen-report``'s peak (:func:`~ragen_torchrl.reporting.stats.peak_success`) both
+``val/peak_success``) and ``ragen-report``'s peak (:func:`~ragen_torchrl.reporting.run_metrics.peak_success`) both
 use :func:`peak_of`.
 
 Example:

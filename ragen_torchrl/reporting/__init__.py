@@ -1,9 +1,10 @@
 """Compare runs: ``ragen-report`` reads a set of run dirs and writes a markdown table and PNG plots.
 
 * :mod:`.runs`: loading a run (``summary.json`` + ``scalars.csv``, else its TensorBoard events) and result sets;
-* :mod:`.stats`: grouping by the swept config keys, duplicate runs, mean ± SE, peak/final validation,
-  paired differences (t and bootstrap intervals, sign-flip p-value, minimum detectable effect),
-  Spearman's rho with a bootstrap interval and a permutation p-value, early diagnostics;
+* :mod:`.run_metrics`: grouping by the swept config keys, duplicate runs, peak/final validation,
+  early/late diagnostics, per-run totals;
+* :mod:`.statistics`: mean ± SE, paired differences (t and bootstrap intervals, sign-flip p-value,
+  minimum detectable effect), Spearman's rho with a bootstrap interval and a permutation p-value;
 * :mod:`.table`: the markdown report;
 * :mod:`.plots`: the plots (matplotlib, the ``plot`` extra, imported only when plotting);
 * :mod:`.cli`: the ``ragen-report`` command (``--check``: does a committed ``report.md`` regenerate byte for byte).
@@ -17,27 +18,29 @@ Example:
 from __future__ import annotations
 
 from .cli import check_result_set, main, write_report
-from .runs import Run, RunError, find_runs, load_run, load_runs, read_scalars_csv, result_set_runs
-from .stats import (
+from .run_metrics import (
     DIAGNOSTICS,
     TRAINING_DIAGNOSTICS,
     Group,
-    bootstrap_interval,
-    correlation_test,
     diagnostic_points,
     drop_duplicates,
     early_mean,
     group_runs,
+    peak_success,
+    swept_keys,
+    update_times,
+)
+from .runs import Run, RunError, find_runs, load_run, load_runs, read_scalars_csv, result_set_runs
+from .statistics import (
+    bootstrap_interval,
+    correlation_test,
     mean_se,
     min_detectable_effect,
     paired_comparison,
-    peak_success,
     rank_correlation,
     sign_flip_pvalue,
     spearman,
-    swept_keys,
     t_interval,
-    update_times,
 )
 from .table import markdown_report, summary_table
 

@@ -1,7 +1,7 @@
 """``ragen-report RUN_DIR... [--out DIR] [--by KEY ...] [--paired METRIC ...] [--within KEY ...]``: a table and plots from a set of runs.
 
 Reads each run (:mod:`~ragen_torchrl.reporting.runs`), drops duplicate runs (same config and seed),
-groups the rest by their swept config keys (:mod:`~ragen_torchrl.reporting.stats`; ``--by`` picks the
+groups the rest by their swept config keys (:mod:`~ragen_torchrl.reporting.run_metrics`; ``--by`` picks the
 keys), writes ``report.md`` (:mod:`~ragen_torchrl.reporting.table`) and the PNG plots
 (:mod:`~ragen_torchrl.reporting.plots`) into ``--out`` (default ``report/``) and prints where it wrote them::
 
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from ..flat_config import flatten_config
 from ..safe_io import write_text_atomic
+from .run_metrics import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .runs import RunError, load_runs, result_set_runs
-from .stats import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .table import DEFAULT_PAIRED, PAIRED_METRICS, markdown_report
 
 __all__ = ["check_result_set", "grouping_keys", "main", "write_report"]

@@ -18,7 +18,7 @@ Example:
     >>> import tempfile
     >>> from pathlib import Path
     >>> from ragen_torchrl.reporting.runs import Run
-    >>> from ragen_torchrl.reporting.stats import group_runs
+    >>> from ragen_torchrl.reporting.run_metrics import group_runs
     >>> runs = [Run(Path(f"r{s}"), {"seed": s}, [{"iteration": 1, "timing/update": 1.0 + s}],
     ...             [(0, {"success": 0.2}), (1, {"success": 0.4 + s / 10})]) for s in (0, 1)]
     >>> _, groups = group_runs(runs)
@@ -34,17 +34,9 @@ from pathlib import Path
 
 from ..flat_config import flatten_config
 from ..safe_io import write_bytes_atomic
+from .run_metrics import DIAGNOSTICS, Diagnostic, DiagnosticPoints, Group, format_value, update_times
 from .runs import Run
-from .stats import (
-    DIAGNOSTICS,
-    MIN_CORRELATION_N,
-    Diagnostic,
-    DiagnosticPoints,
-    Group,
-    format_value,
-    mean_se,
-    update_times,
-)
+from .statistics import MIN_CORRELATION_N, mean_se
 
 __all__ = [
     "PlotDependencyError",
@@ -122,7 +114,7 @@ def legend_labels(groups: Sequence[Group], keys: Sequence[str] = ()) -> list[str
     Example:
         >>> runs = [Run(Path(f"{f}{s}"), {"seed": s, "filter": {"name": f, "value": v}})
         ...         for s in (0, 1) for f, v in (("none", 1.0), ("snr", 0.9))]
-        >>> from ragen_torchrl.reporting.stats import group_runs
+        >>> from ragen_torchrl.reporting.run_metrics import group_runs
         >>> legend_labels(group_runs(runs)[1], ["filter.name", "filter.value"])
         ['filter.name=none, filter.value=1.0', 'filter.name=snr, filter.value=0.9']
     """
@@ -248,7 +240,7 @@ def plot_train_success(groups: Sequence[Group], path: str | Path, window: int = 
 
 
 def plot_update_time(groups: Sequence[Group], path: str | Path, keys: Sequence[str] = ()) -> Path:
-    """Update time per iteration per group (:func:`~.stats.update_times`), mean over seeds with a ±1 SE band.
+    """Update time per iteration per group (:func:`~.run_metrics.update_times`), mean over seeds with a ±1 SE band.
 
     Example:
         >>> import tempfile
@@ -275,7 +267,7 @@ def plot_success_vs_diagnostic(
 
     Example:
         >>> import tempfile
-        >>> from ragen_torchrl.reporting.stats import diagnostic_points
+        >>> from ragen_torchrl.reporting.run_metrics import diagnostic_points
         >>> def run(mi, success):
         ...     return Run(Path("r"), {}, [{"iteration": 1, "collapse/trajectory/mi_zscore": mi}],
         ...                [(1, {"success": success})])
@@ -329,7 +321,7 @@ def plot_diagnostics(
 
     Example:
         >>> import tempfile
-        >>> from ragen_torchrl.reporting.stats import DIAGNOSTICS
+        >>> from ragen_torchrl.reporting.run_metrics import DIAGNOSTICS
         >>> g = Group({}, [Run(Path("r"), {}, [{"iteration": 1, "collapse/trajectory/mi_zscore": 0.5}], [])])
         >>> plot_diagnostics([g], DIAGNOSTICS[:1], Path(tempfile.mkdtemp()) / "diagnostics.png").name
         'diagnostics.png'
@@ -385,9 +377,9 @@ def write_plots(
 ) -> list[Path]:
     """Write every plot the runs allow into ``out_dir`` (:func:`plot_names`); returns their paths.
 
-    ``success_vs_<diagnostic>.png`` only for diagnostics at least :data:`~.stats.MIN_CORRELATION_N` runs
+    ``success_vs_<diagnostic>.png`` only for diagnostics at least :data:`~.statistics.MIN_CORRELATION_N` runs
     logged, ``diagnostics.png`` when some run logged one; ``keys``:
-    the config keys the legends name (:func:`~.stats.differing_keys` of the runs).
+    the config keys the legends name (:func:`~.run_metrics.differing_keys` of the runs).
 
     Example:
         >>> import tempfile

@@ -6,7 +6,7 @@ byte-identical ``report.md`` (``ragen-report --check`` relies on it).
 Example:
     >>> from pathlib import Path
     >>> from ragen_torchrl.reporting.runs import Run
-    >>> from ragen_torchrl.reporting.stats import group_runs
+    >>> from ragen_torchrl.reporting.run_metrics import group_runs
     >>> runs = [Run(Path(f"r{s}"), {"seed": s, "filter": {"name": "none"}},
     ...             [{"iteration": 1, "timing/update": 2.0 + s}], [(0, {"success": 0.5}), (1, {"success": 0.6 + s / 10})])
     ...         for s in (0, 1)]
@@ -25,12 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .runs import Run
-from .stats import (
-    EXACT_LIMIT,
-    MIN_CORRELATION_N,
-    RESAMPLES,
-    STAT_SEED,
+from .run_metrics import (
     TRAINING_DIAGNOSTICS,
     DiagnosticPoints,
     Group,
@@ -38,13 +33,20 @@ from .stats import (
     final_point,
     format_value,
     late_mean,
-    mean_se,
-    paired_comparison,
     peak_candidates,
     peak_success,
     run_totals,
-    sign_flip_min_p,
     update_times,
+)
+from .runs import Run
+from .statistics import (
+    EXACT_LIMIT,
+    MIN_CORRELATION_N,
+    RESAMPLES,
+    STAT_SEED,
+    mean_se,
+    paired_comparison,
+    sign_flip_min_p,
 )
 
 #: the most pairs the sign-flip test enumerates exactly (2^n sign patterns <= EXACT_LIMIT)

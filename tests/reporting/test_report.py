@@ -27,7 +27,7 @@ from ragen_torchrl.reporting import (
     write_report,
 )
 from ragen_torchrl.reporting.plots import PlotDependencyError, pyplot
-from ragen_torchrl.reporting.stats import diagnostic_points, early_mean
+from ragen_torchrl.reporting.run_metrics import diagnostic_points, early_mean
 from ragen_torchrl.reporting.table import group_row
 
 TOTAL = 10  # iterations per fake run; "early" = the first 20% = iterations 1 and 2

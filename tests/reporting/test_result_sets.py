@@ -11,8 +11,8 @@ import pytest
 
 from ragen_torchrl.reporting import main
 from ragen_torchrl.reporting.cli import check_result_set, grouping_keys, write_report
+from ragen_torchrl.reporting.run_metrics import Group, group_runs
 from ragen_torchrl.reporting.runs import Run, RunError, is_result_set, is_run_dir, load_run, read_scalars_csv
-from ragen_torchrl.reporting.stats import Group, group_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
@@ -135,7 +135,7 @@ def _run(name, seed, arm, lr, points, length=None):
 
 def test_two_point_series_are_markers_without_a_line_and_legends_name_every_differing_key(figures, tmp_path):
     from ragen_torchrl.reporting.plots import write_plots
-    from ragen_torchrl.reporting.stats import differing_keys
+    from ragen_torchrl.reporting.run_metrics import differing_keys
 
     # algo.lr splits the runs exactly as filter.name does: the table groups by filter.name only,
     # the legend must still name algo.lr
@@ -174,7 +174,7 @@ def test_runs_of_different_lengths_are_never_averaged(figures, tmp_path):
 
 def test_every_diagnostics_panel_gives_its_n(figures, tmp_path):
     from ragen_torchrl.reporting.plots import plot_diagnostics
-    from ragen_torchrl.reporting.stats import DIAGNOSTICS
+    from ragen_torchrl.reporting.run_metrics import DIAGNOSTICS
 
     runs = [
         Run(Path(f"r{s}"), {"seed": s}, [{"iteration": i, "collapse/trajectory/mi_zscore": 1.0 + s} for i in (1, 2, 3)])
@@ -187,7 +187,7 @@ def test_every_diagnostics_panel_gives_its_n(figures, tmp_path):
 
 def test_scatter_shows_the_correlation_test_or_no_plot_below_five(figures, tmp_path):
     from ragen_torchrl.reporting.plots import plot_names, write_plots
-    from ragen_torchrl.reporting.stats import diagnostic_points
+    from ragen_torchrl.reporting.run_metrics import diagnostic_points
 
     def run(s, mi, success):
         return Run(

@@ -160,8 +160,8 @@ def test_scripted_validations_stop_and_peak(ragen_cache_dir, tmp_path, monkeypat
 def test_summary_and_report_agree_on_the_peak(ragen_cache_dir, tmp_path, monkeypatch):
     # 0.60 before training (8 levels), 0.90 on the 4-level periodic validation at 10, 0.58 at the end (8 levels):
     # summary.json, val/peak_success and ragen-report all give 0.58 at iteration 20
+    from ragen_torchrl.reporting.run_metrics import peak_success
     from ragen_torchrl.reporting.runs import load_run
-    from ragen_torchrl.reporting.stats import peak_success
 
     trainer, calls, logged = _scripted_trainer(
         ragen_cache_dir,

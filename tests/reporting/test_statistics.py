@@ -7,19 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from ragen_torchrl.reporting.runs import Run
-from ragen_torchrl.reporting.stats import (
-    bootstrap_interval,
-    correlation_test,
+from ragen_torchrl.reporting.run_metrics import (
     drop_duplicates,
     early_mean,
     final_point,
-    incomplete_beta,
     late_mean,
-    min_detectable_effect,
-    paired_comparison,
     peak_success,
     run_totals,
+)
+from ragen_torchrl.reporting.runs import Run
+from ragen_torchrl.reporting.statistics import (
+    bootstrap_interval,
+    correlation_test,
+    incomplete_beta,
+    min_detectable_effect,
+    paired_comparison,
     sign_flip_min_p,
     sign_flip_pvalue,
     t_cdf,
@@ -158,7 +160,7 @@ def test_sign_flip_minimum_p_and_the_report_note():
     # exact two-sided sign-flip: the all-same-sign patterns alone reach the observed |sum|: p >= 2 / 2^n
     assert [sign_flip_min_p(n) for n in (1, 4, 5, 6)] == [1.0, 0.125, 0.0625, 0.03125]
     assert sign_flip_pvalue([0.1, 0.2, 0.3, 0.4, 0.5]) == sign_flip_min_p(5)
-    from ragen_torchrl.reporting.stats import Group
+    from ragen_torchrl.reporting.run_metrics import Group
     from ragen_torchrl.reporting.table import paired_table
 
     def arm(name, finals):
