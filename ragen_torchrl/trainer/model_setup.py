@@ -121,6 +121,8 @@ def prepare_model(cfg: DictConfig, env) -> str:
             cfg.model.dtype,
             env_kwargs(cfg.env),
             reply_prime=prime_text(bool(cfg.rollout.prime_think)),
+            precision=str(cfg.model.get("precision", "mixed")),
+            gradient_checkpointing=bool(cfg.model.get("gradient_checkpointing", False)),
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base

@@ -159,3 +159,29 @@ def test_a_bf16_mixed_run_trains_fp32_masters_and_exports_bf16(ragen_cache_dir, 
     assert json.loads((policy / "config.json").read_text())["dtype"] == "bfloat16"
     with safe_open(str(policy / "model.safetensors"), "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+
+
+def test_the_warm_start_trains_in_the_precision_and_caches_each_apart(tiny_model_dir, tmp_path):
+    import json
+
+    from ragen_torchrl.envs import make_env
+    from ragen_torchrl.trainer.sft import warm_start
+
+    env = make_env("frozenlake", num_envs=1)
+    sft = dict(
+        episodes=4, noise=0.0, noise_kind="uniform", steps=2, batch_size=2, lr=1e-3, seed=0, reasoning="grounded"
+    )
+    dirs = {
+        (dtype, precision): warm_start(tiny_model_dir, env, sft, str(tmp_path), "cpu", dtype, precision=precision)
+        for dtype, precision in (("float32", "mixed"), ("float32", "pure"), ("bfloat16", "mixed"), ("bfloat16", "pure"))
+    }
+    # float32 compute: one run whatever the precision, under the cache key it always had
+    assert dirs["float32", "mixed"] == dirs["float32", "pure"]
+    assert len(set(dirs.values())) == 3
+    saved = {k: json.loads((Path(d) / "config.json").read_text())["dtype"] for k, d in dirs.items()}
+    assert saved == {
+        ("float32", "mixed"): "float32",
+        ("float32", "pure"): "float32",
+        ("bfloat16", "mixed"): "float32",  # float32 masters, trained under bf16 autocast
+        ("bfloat16", "pure"): "bfloat16",
+    }
