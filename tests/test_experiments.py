@@ -120,7 +120,9 @@ def test_bare_overrides_and_the_deprecated_o_alias_give_the_same_plan(tmp_path, 
     ``-o`` still works, with a deprecation warning on stderr; ``--config-dir`` becomes every run's search path."""
     assert main(["t3_cpu", "trainer.total_iterations=3", "--dry-run", "--seeds", "0", "--out", str(tmp_path)]) == 0
     bare = capsys.readouterr()
-    assert main(["t3_cpu", "--dry-run", "--seeds", "0", "--out", str(tmp_path), "-o", "trainer.total_iterations=3"]) == 0
+    assert (
+        main(["t3_cpu", "--dry-run", "--seeds", "0", "--out", str(tmp_path), "-o", "trainer.total_iterations=3"]) == 0
+    )
     alias = capsys.readouterr()
     assert bare.out == alias.out and "trainer.total_iterations=3" in bare.out
     assert bare.err == "" and "-o/--override is deprecated" in alias.err

@@ -6,6 +6,11 @@ The Hydra presets live in the repository's top-level ``configs/``; a wheel ships
 package as ``ragen_torchrl/configs/``. :data:`PACKAGE_CONFIG_DIR` is whichever of the two exists,
 :data:`CONFIG_DIR` the folder in use (``RAGEN_CONFIG_DIR`` wins when set).
 
+Presets of a user's own are added with Hydra's ``--config-dir DIR`` (every app takes it): DIR joins the
+search path after the shipped folder, so it adds names (``DIR/env/mine.yaml`` is ``env=mine``) but cannot
+replace a shipped preset or ``config.yaml``. ``RAGEN_CONFIG_DIR`` is kept for that: it replaces the whole
+tree, for every app and every process it starts.
+
 Example:
     >>> import tempfile
     >>> check_writable_dir(tempfile.gettempdir() + "/ragen-not-created-yet/sub", "model.cache_dir")

@@ -194,7 +194,14 @@ def test_ragen_train_job_is_named_after_the_app_and_config_dir_adds_presets(monk
     (presets / "env").mkdir(parents=True)
     (presets / "env" / "frozenlake3.yaml").write_text("defaults:\n  - frozenlake\n  - _self_\nsize: 3\n")
     run = tmp_path / "run"
-    argv = ["ragen-train", "--config-dir", str(presets), "env=frozenlake3", "trainer.dry_run=true", f"hydra.run.dir={run}"]
+    argv = [
+        "ragen-train",
+        "--config-dir",
+        str(presets),
+        "env=frozenlake3",
+        "trainer.dry_run=true",
+        f"hydra.run.dir={run}",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     try:
         train_main()

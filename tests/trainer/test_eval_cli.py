@@ -269,7 +269,12 @@ def test_keep_best_policy_reproduces_the_peak_validation_exactly(ragen_cache_dir
 
     assert eval_main([str(run_dir), "--which", "best", "--no-progress"]) == 0
     got = stats_of(run_dir / "eval_best.json")
-    print("peak validation:", {k: at_peak[f"val/{k}"] for k in STAT_KEYS}, "\n--which best:", {k: got[k] for k in STAT_KEYS})
+    print(
+        "peak validation:",
+        {k: at_peak[f"val/{k}"] for k in STAT_KEYS},
+        "\n--which best:",
+        {k: got[k] for k in STAT_KEYS},
+    )
     assert {k: got[k] for k in STAT_KEYS} == {k: at_peak[f"val/{k}"] for k in STAT_KEYS}
     assert json.loads((run_dir / "eval_best.json").read_text())["which"] == "best"
 

@@ -59,8 +59,8 @@ def wandb_records(path: Path) -> list[bytes]:
 def same(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]]) -> bool:
     """Equal scalars (nan equal to nan), step by step and tag by tag."""
     return a.keys() == b.keys() and all(
-        a[s].keys() == b[s].keys() and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in
-                                           ((a[s][t], b[s][t]) for t in a[s]))
+        a[s].keys() == b[s].keys()
+        and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in ((a[s][t], b[s][t]) for t in a[s]))
         for s in a
     )
 
