@@ -252,6 +252,22 @@ def job_name_override(app: str, argv: list[str]) -> list[str]:
     return out
 
 
+def override_position(argv: list[str]) -> int:
+    """Where extra overrides go in ``argv``: right after the user's last ``key=value``, else at the end.
+
+    Hydra's parser takes the overrides as one run of positional arguments: an override added after a
+    trailing flag (``... model.device=cuda --resolve``) would be a second run, which argparse refuses.
+
+    Example:
+        >>> override_position(["ragen-train", "--cfg", "job", "model.device=cuda", "--resolve"])
+        4
+        >>> override_position(["ragen-train", "--cfg", "job"])
+        3
+    """
+    last = [i for i, a in enumerate(argv) if i > 0 and "=" in a and not a.startswith("-")]
+    return last[-1] + 1 if last else len(argv)
+
+
 def _hydra_main(task, app: str = "ragen-train"):
     import hydra
 
@@ -265,7 +281,8 @@ def _hydra_main(task, app: str = "ragen-train"):
         raise _config_error(e) from None
     register_schemas()  # a preset of the user's may build on /schema/<group>/<option>
     # Hydra names the job after the task's module (cli): every app's log would be cli.log
-    sys.argv.extend(job_name_override(app, sys.argv[1:]))
+    at = override_position(sys.argv)
+    sys.argv[at:at] = job_name_override(app, sys.argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     return hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")(task)
 

@@ -52,6 +52,11 @@ def test_cfg_job_shows_the_defaults_per_device(monkeypatch, capsys):
     # the command line still wins
     chosen = _cfg_job(monkeypatch, capsys, "--resolve", "model.device=cuda", "rollout.sampler=inverse_cdf")
     assert chosen["sampler"] == "inverse_cdf"
+    # the spelling, the flag after the overrides (the app's job-name overrides must not follow it)
+    assert _cfg_job(monkeypatch, capsys, "model.device=cuda", "--resolve") == {
+        "sampler": "multinomial",
+        "attention": "sdpa",
+    }
 
 
 def _compose(*overrides: str):
