@@ -80,6 +80,57 @@ def private_imports(path: Path) -> list[str]:
     return found
 
 
+def private_getattrs(path: Path) -> list[str]:
+    """``getattr(m, "_name")`` where ``m`` is a module of another ragen_torchrl package bound by an import
+    in the same file (``from .. import envs``, ``import ragen_torchrl.envs as e``): a private import spelled
+    another way."""
+    module, is_package = module_name(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules: dict[str, str] = {}  # local name -> module it binds
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = imported_from(node, module, is_package)
+            for alias in node.names:
+                modules[alias.asname or alias.name] = f"{source}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                modules[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+            continue
+        if len(node.args) < 2 or not isinstance(node.args[0], ast.Name) or not isinstance(node.args[1], ast.Constant):
+            continue
+        name, target = node.args[1].value, modules.get(node.args[0].id, "")
+        if not (isinstance(name, str) and name.startswith("_") and not name.startswith("__")):
+            continue
+        if target.startswith("ragen_torchrl") and subpackage(target) != subpackage(module):
+            found.append(f"{module}:{node.lineno} reads {name} of {target}")
+    return found
+
+
+def test_private_getattr_check_by_hand(tmp_path):
+    root = tmp_path / "pkg"
+    fake = PACKAGE / "trainer" / "example_private_getattr.py"
+    try:
+        fake.write_text('from .. import envs\nx = getattr(envs, "_REGISTRY", {})\ny = getattr(envs, "__doc__")\n')
+        assert private_getattrs(fake) == [
+            "ragen_torchrl.trainer.example_private_getattr:2 reads _REGISTRY of ragen_torchrl.envs"
+        ]
+        fake.write_text('from . import config\nx = getattr(config, "_get")\n')  # same package: allowed
+        assert private_getattrs(fake) == []
+    finally:
+        fake.unlink(missing_ok=True)
+    assert not root.exists()
+
+
+def test_no_private_name_is_read_with_getattr_across_packages():
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in private_getattrs(path)]
+    assert not found, "\n".join(found)
+
+
 def test_private_import_check_by_hand(tmp_path):
     # the check itself, on hand-written imports: relative and absolute, same and other package
     fake = PACKAGE / "models" / "example.py"
@@ -114,3 +165,16 @@ def test_every_package_init_has_explicit_exports():
         assert "__getattr__" not in functions | names, f"{rel} exports lazily"
         stars = [n for n in tree.body if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
         assert not stars, f"{rel} star-imports"
+
+
+def test_the_config_schema_imports_without_torch():
+    # --help, --describe and every config error go through the schema: none may pay torch's import
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import ragen_torchrl.trainer.config_schema"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.splitlines() if "|" in line}
+    assert "ragen_torchrl.trainer.config_schema" in imported
+    assert not imported & {"torch", "tensordict", "torchrl", "transformers"}

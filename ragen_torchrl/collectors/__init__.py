@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from ..models.sampling import check_sampling, sampling_truncation
+from ..rollout_options import check_sampling, sampling_truncation
 from .grouped import (
     POLICY_OUTPUT_KEYS,
     TOKEN_POLICY_OUTPUT_KEYS,

@@ -104,7 +104,7 @@ from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
-from ..models.sampling import check_attention, check_sampler, check_sampling, per_device, sampling_truncation
+from ..rollout_options import check_attention, check_sampler, check_sampling, per_device, sampling_truncation
 from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
 from ..models.vision import stop_token_ids
 from .token_trajectory import TokenTrajectories, reply_histories
@@ -351,7 +351,7 @@ def make_generation_policy(
     :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or with ``transformers``' ``torch.multinomial``;
     ``attention`` (``rollout.attention``) decodes the first turn of rows that share a prompt with cascade
     attention (``"cascade"``) or ``transformers``' SDPA (``"sdpa"``). ``None`` (either): the model's device
-    picks (:func:`~ragen_torchrl.models.sampling.per_device`: inverse CDF and cascade on the CPU, where they
+    picks (:func:`~ragen_torchrl.rollout_options.per_device`: inverse CDF and cascade on the CPU, where they
     were tuned; ``multinomial`` and ``sdpa`` on an accelerator).
 
     It satisfies :func:`collect_rollouts`' policy contract and records each row's token

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.sampling import sampling_truncation
+from ..rollout_options import sampling_truncation
 from .grouped import make_generation_policy
 from .vl_policy import VLRolloutPolicy
 from .vllm_backend import VLLMWeightSync, make_vllm_generation_policy
@@ -54,7 +54,7 @@ def build_rollout_policy(
       (``rollout.kv_cache`` / ``rollout.kv_cache_max_tokens``, ``None``: the default cap) set the
       token-level rollout's per-row KV cache; ``sampler`` (``rollout.sampler``) how each token is drawn and
       ``attention`` (``rollout.attention``) how the first turn of a group decodes (``None``: the model's
-      device picks, :func:`~ragen_torchrl.models.sampling.per_device`);
+      device picks, :func:`~ragen_torchrl.rollout_options.per_device`);
     * ``"vllm"``: :func:`~ragen_torchrl.collectors.vllm_backend.make_vllm_generation_policy` (``trajectory``
       picks its token-level or history rollout, as for ``"hf"``) and a :class:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync` to
       :meth:`~ragen_torchrl.collectors.vllm_backend.VLLMWeightSync.push` after each update. Pass ``engine=policy.model`` of a first vLLM

@@ -59,6 +59,16 @@ def available_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def env_builder(name: str) -> Callable[..., TextGameEnv] | None:
+    """The builder registered under ``name`` (its class for a shipped env), ``None`` when none is.
+
+    Example:
+        >>> env_builder("bandit").__name__, env_builder("no_such_env")
+        ('BanditEnv', None)
+    """
+    return _REGISTRY.get(name)
+
+
 def make_env(name: str, **cfg: Any) -> TextGameEnv:
     """Build a registered environment by name.
 
@@ -82,4 +92,5 @@ __all__ = [
     "make_env",
     "register_env",
     "available_envs",
+    "env_builder",
 ]

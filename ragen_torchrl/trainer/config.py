@@ -237,13 +237,13 @@ def check_t3(cfg: DictConfig) -> None:
     from ..transforms.t3_rules import make_rule
 
     env_name = str(_get(cfg, "env.name"))
-    builder = getattr(envs, "_REGISTRY", {}).get(env_name)
+    builder = envs.env_builder(env_name)
     task = (
         getattr(builder, "task_name", "") or ENV_TASKS.get(env_name) or ENV_TASKS.get(env_name.removesuffix("_small"))
     )
     if not task:
         t3_envs = sorted(
-            {n for n, b in getattr(envs, "_REGISTRY", {}).items() if getattr(b, "task_name", "")} | set(ENV_TASKS)
+            {n for n in envs.available_envs() if getattr(envs.env_builder(n), "task_name", "")} | set(ENV_TASKS)
         )
         raise ConfigError(
             f"t3.enabled=true needs an env with a T3 stall rule ({', '.join(t3_envs)}); env.name={env_name} has none"
@@ -276,7 +276,7 @@ def check_rollout_sampling(cfg: DictConfig) -> None:
         ...     print(str(e)[:55])
         rollout.top_k=50 truncates the sampling distribution, b
     """
-    from ..models.sampling import check_sampling, sampling_truncation
+    from ..rollout_options import check_sampling, sampling_truncation
 
     top_k, top_p, min_p = (_get(cfg, f"rollout.{k}") for k in ("top_k", "top_p", "min_p"))
     top_p = 1.0 if top_p is None else top_p

@@ -33,8 +33,8 @@ from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf resolves typin
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..models.sampling import ATTENTIONS, SAMPLERS, per_device
 from ..options import FILTER_CONFIG_DEFAULTS, AlgoOptions, DynamicSamplingOptions, OverlongOptions
+from ..rollout_options import ATTENTIONS, SAMPLERS, per_device
 from .config_checks import (
     LIMITS,
     ConfigError,
@@ -46,6 +46,7 @@ from .config_checks import (
     check_positive_int,
     check_probability,
 )
+from .logger_backends import check_backend
 
 # ${per_device:${model.device},<cpu value>,<accelerator value>}: the defaults of the settings tuned on a
 # CPU only (rollout.sampler, rollout.attention), resolved wherever the config is read
@@ -271,9 +272,7 @@ class TrainerConfig:
 
 
 def _logger_backend(cfg: DictConfig, key: str) -> None:
-    """One of torchrl's logger types, its package installed (imported at check time: the loggers import torch)."""
-    from .run_log import check_backend
-
+    """One of torchrl's logger types, its package installed."""
     try:
         check_backend(_get(cfg, key), key)
     except ValueError as e:

@@ -1,7 +1,7 @@
 """What a training run reports: rollout statistics, the iteration line, and the run log on any torchrl logger.
 
 The run log (:class:`RunLog`, built by :func:`make_run_log`) wraps whichever of torchrl's logger
-types ``logger.backend`` names (:data:`LOGGER_BACKENDS`: tensorboard, the default, csv, wandb, mlflow,
+types ``logger.backend`` names (:data:`~ragen_torchrl.trainer.logger_backends.LOGGER_BACKENDS`: tensorboard, the default, csv, wandb, mlflow,
 trackio) and writes the same scalars, text samples, images and histograms under the same tags to
 each; at the end the run's flattened config, provenance and final/peak metrics go to the backend
 once, in its own way (TensorBoard's HParams tab, :func:`write_hparams`; a W&B run config; MLflow
@@ -32,11 +32,11 @@ from ..keys import EPISODE_RETURN, FORMAT_VALID, HISTORY_FULL, NUM_TOKENS, NUM_T
 from ..safe_io import write_text_atomic
 from ..validation_peak import can_set_peak, peak_of
 from .episode_frames import frame_strip
+from .logger_backends import check_backend
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "LOGGER_BACKENDS",
     "NullLogger",
     "ResumableTensorboardLogger",
     "RunLog",
@@ -46,7 +46,6 @@ __all__ = [
     "flatten",
     "hparam_metrics",
     "iteration_line",
-    "check_backend",
     "log_episode_images",
     "make_backend_logger",
     "make_run_log",
@@ -147,10 +146,6 @@ class ResumableTensorboardLogger(TensorboardLogger):
         return SummaryWriter(log_dir=str(os.path.join(self.log_dir, self.exp_name)), purge_step=self.purge_step)
 
 
-#: ``logger.backend``: torchrl's logger types (``torchrl.record.loggers.get_logger``)
-LOGGER_BACKENDS = ("tensorboard", "csv", "wandb", "mlflow", "trackio")
-#: the package each backend needs (``None``: torch's own TensorBoard writer, always there)
-BACKEND_PACKAGES = {"tensorboard": None, "csv": None, "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
 #: where each backend writes inside the run dir (wandb: its offline/online run dirs; mlflow: its SQLite store)
 BACKEND_DIRS = {"tensorboard": "tb", "csv": "csv", "wandb": "wandb", "mlflow": "mlflow.db", "trackio": None}
 
@@ -181,7 +176,7 @@ def purge_csv_scalars(scalars_dir: str | os.PathLike, purge_step: int) -> int:
 def make_backend_logger(
     backend: str, run_dir: str | os.PathLike, *, purge_step: int | None = None, project: str = "ragen_torchrl"
 ):
-    """The torchrl logger of ``backend`` (one of :data:`LOGGER_BACKENDS`) writing into ``run_dir``.
+    """The torchrl logger of ``backend`` (one of :data:`~ragen_torchrl.trainer.logger_backends.LOGGER_BACKENDS`) writing into ``run_dir``.
 
     * ``tensorboard``: :class:`ResumableTensorboardLogger` in ``run_dir/tb``;
     * ``csv``: ``CSVLogger`` in ``run_dir/csv`` (``scalars/<tag>.csv`` as ``step,value`` lines, ``texts/``);
@@ -229,21 +224,6 @@ def make_backend_logger(
     from torchrl.record.loggers import TrackioLogger
 
     return TrackioLogger(exp_name=run_dir.name, project=project)
-
-
-def check_backend(backend: str, key: str = "logger.backend") -> None:
-    """``backend`` is one of :data:`LOGGER_BACKENDS` and its package is installed, else ``ValueError`` naming ``key``.
-
-    Example:
-        >>> check_backend("csv")
-    """
-    import importlib.util
-
-    if backend not in LOGGER_BACKENDS:
-        raise ValueError(f"{key} must be one of {', '.join(LOGGER_BACKENDS)}, got {backend!r}")
-    package = BACKEND_PACKAGES[backend]
-    if package is not None and importlib.util.find_spec(package) is None:
-        raise ValueError(f"{key}={backend} needs the {package} package: pip install {package}")
 
 
 class RunLog:

@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from ragen_torchrl.models.sampling import per_device
+from ragen_torchrl.rollout_options import per_device
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
