@@ -665,6 +665,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "kv_cache": cfg.rollout.kv_cache,
         "max_cached_tokens": cfg.rollout.kv_cache_max_tokens,
         "sampler": str(cfg.rollout.sampler),
+        "attention": str(cfg.rollout.attention),
     }
     if not math.isfinite(temperature) or temperature < 0:
         raise EvalError(f"--temperature must be >= 0, got {temperature}")

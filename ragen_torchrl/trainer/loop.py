@@ -273,6 +273,7 @@ class Trainer:
             sampling["kv_cache"] = bool(rcfg.kv_cache)
             sampling["max_cached_tokens"] = rcfg.kv_cache_max_tokens
             sampling["sampler"] = str(rcfg.sampler)
+            sampling["attention"] = str(rcfg.attention)
         self.policy, self.weight_sync = build_rollout_policy(
             backend,
             self.model,

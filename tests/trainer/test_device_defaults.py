@@ -93,3 +93,15 @@ def test_the_hf_policy_picks_by_its_models_device_unless_told(tiny_model):
     assert (policy.sampler, policy.turn_cache.cascade) == ("multinomial", False)
     with pytest.raises(ValueError, match="rollout.attention must be one of cascade, sdpa"):
         make_generation_policy(model, tokenizer, max_new_tokens=4, attention="flash")
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "cascade"])
+def test_the_trainer_passes_rollout_attention_to_its_rollout_policy(ragen_cache_dir, tmp_path, attention):
+    from helpers import SMALL
+
+    from ragen_torchrl.trainer.loop import Trainer
+
+    cfg = _compose(*SMALL, f"model.cache_dir={ragen_cache_dir}", "model.device=cpu", f"rollout.attention={attention}")
+    trainer = Trainer(cfg, run_dir=str(tmp_path / "run"))
+    # rollout.attention=sdpa on a CPU turns the CPU default (cascade) off, and cascade keeps it
+    assert trainer.policy.turn_cache.cascade is (attention == "cascade")
