@@ -310,7 +310,7 @@ def model_overrides(model_dir: str | None) -> list[str]:
 def check_model_dir(value: str) -> str:
     """``--model``'s value as an absolute path: a local Hugging Face model directory (config.json,
     tokenizer and weights from ``save_pretrained``); anything else is an error naming ``--model``."""
-    from ragen_torchrl.models.loading import ModelSourceError, check_model_source
+    from ragen_torchrl.model_source import ModelSourceError, check_model_source
 
     path = os.path.abspath(os.path.expanduser(value))
     try:

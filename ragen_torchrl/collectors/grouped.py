@@ -104,9 +104,9 @@ from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
-from ..rollout_options import check_attention, check_sampler, check_sampling, per_device, sampling_truncation
 from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
 from ..models.vision import stop_token_ids
+from ..rollout_options import check_attention, check_sampler, check_sampling, per_device, sampling_truncation
 from .token_trajectory import TokenTrajectories, reply_histories
 
 __all__ = [

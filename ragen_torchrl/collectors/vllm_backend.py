@@ -102,8 +102,8 @@ from torchrl.modules.llm import vLLMWrapper
 from ..keys import ENV_INDEX, HISTORY_PROMPT, LOG_PROBS_TRAJECTORY, TOKENS_PROMPT, TOKENS_RESPONSE
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
-from ..rollout_options import sampling_truncation
 from ..models.vision import stop_token_ids
+from ..rollout_options import sampling_truncation
 from .grouped import TRAJECTORY_MODES, _policy_template, hf_generate_kwargs, wrapper_generate_kwargs
 
 __all__ = [

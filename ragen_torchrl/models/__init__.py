@@ -9,10 +9,9 @@ Example:
 
 from __future__ import annotations
 
+from ..model_source import ModelSourceError, check_model_source
 from .entropy_recorder import EntropyRecorder, attach_entropy_recorder
 from .loading import (
-    ModelSourceError,
-    check_model_source,
     load_pretrained,
     prepare_tokenizer,
     resolve_device,

@@ -81,11 +81,11 @@ from tensordict.nn import TensorDictModuleBase
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ..keys import KV_OVER_CAP, KV_PREFILL_TOKENS, KV_PREFILLED, KV_REUSED
+from ..rollout_options import check_sampler
 from .cascade_attention import ACTIVE_CACHE, CASCADE_ATTENTION, prefix_bias
 from .entropy_recorder import attach_entropy_recorder
 from .inverse_cdf import inverse_cdf_generate_kwargs
 from .kv_cache import context_prefix_cache, forward_kwargs, prefix_mask, row_prefix_cache, shared_prefix_supported
-from ..rollout_options import check_sampler
 
 __all__ = ["DEFAULT_MAX_CACHED_TOKENS", "TurnCachePolicy", "check_turn_cache_settings", "reusable_length"]
 

@@ -325,7 +325,8 @@ def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "
     """
     from transformers import AutoModelForImageTextToText
 
-    from .loading import ModelSourceError, prepare_tokenizer, resolve_device
+    from ..model_source import ModelSourceError
+    from .loading import prepare_tokenizer, resolve_device
 
     dev, dt = resolve_device(device, dtype)
     try:
@@ -359,7 +360,7 @@ def load_policy(path: str, device: str = "auto", dtype: str = "auto"):
         >>> load_policy("/no/such/model")
         Traceback (most recent call last):
         ...
-        ragen_torchrl.models.loading.ModelSourceError: /no/such/model: the local path does not exist
+        ragen_torchrl.model_source.ModelSourceError: /no/such/model: the local path does not exist
     """
     from .loading import load_pretrained
 

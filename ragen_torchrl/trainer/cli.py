@@ -165,7 +165,7 @@ def _run_dir() -> str:
 
 
 def _train(cfg) -> None:
-    from ..models.loading import ModelSourceError
+    from ..model_source import ModelSourceError
     from .config_checks import ConfigError
     from .loop import Trainer
 
@@ -190,7 +190,7 @@ def _train(cfg) -> None:
 
 
 def _sft(cfg) -> None:
-    from ..models.loading import ModelSourceError
+    from ..model_source import ModelSourceError
     from .config import validate_config
     from .config_checks import ConfigError
     from .loop import Trainer

@@ -134,7 +134,7 @@ def check_paths(cfg: DictConfig) -> None:
     """The model source exists, the cache dir is writable, a resumed run has a checkpoint."""
     name = _get(cfg, "model.name_or_path")
     if name and not _get(cfg, "trainer.dry_run"):  # a dry run loads no weights (see trainer.model_setup.dry_run_report)
-        from ..models.loading import ModelSourceError, check_model_source
+        from ..model_source import ModelSourceError, check_model_source
 
         try:
             check_model_source(str(name), "model.name_or_path")
@@ -142,7 +142,7 @@ def check_paths(cfg: DictConfig) -> None:
             raise ConfigError(str(e)) from None
     critic = _get(cfg, "algo.critic_path")
     if critic and str(_get(cfg, "algo.critic") or "separate") == "separate":
-        from ..models.loading import ModelSourceError, check_model_source
+        from ..model_source import ModelSourceError, check_model_source
 
         try:
             check_model_source(str(critic), "algo.critic_path")
@@ -151,7 +151,7 @@ def check_paths(cfg: DictConfig) -> None:
     for key in ("env.data_path", "env.val_data_path", "env.catalog_path"):
         value = _get(cfg, key)
         if value:
-            from ..models.loading import looks_like_local_path
+            from ..model_source import looks_like_local_path
 
             if not Path(os.path.expanduser(str(value))).exists() and (
                 looks_like_local_path(str(value)) or key != "env.data_path" or _get(cfg, "env.name") != "metamathqa"

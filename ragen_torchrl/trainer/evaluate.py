@@ -349,7 +349,7 @@ def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dty
     """The checkpoint's weights on its starting model: ``base_model`` (named on the command line, a
     hub id allowed) or else the checkpoint's ``model_path``, which must be a local model dir: a name
     read from a file is never looked up on the hub."""
-    from ..models.loading import ModelSourceError
+    from ..model_source import ModelSourceError
     from ..models.vision import load_policy
     from .checkpoint import check_model_state
 
@@ -624,7 +624,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
     from ..collectors.rollout_policy import build_rollout_policy
     from ..envs import make_env
-    from ..models.loading import ModelSourceError
+    from ..model_source import ModelSourceError
     from ..models.priming import prime_text
     from ..models.template_guard import ChatTemplateError, check_chat_template
     from ..models.vision import load_policy

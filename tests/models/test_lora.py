@@ -78,7 +78,7 @@ def test_adapter_dir_and_merged_weights_reproduce_the_adapted_logits(tiny_model_
 
 
 def test_the_adapter_dir_never_reaches_a_hub(tmp_path):
-    from ragen_torchrl.models.loading import ModelSourceError, check_model_source
+    from ragen_torchrl.model_source import ModelSourceError, check_model_source
 
     (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "org/m"}))
     with pytest.raises(ModelSourceError, match="not a local model dir"):

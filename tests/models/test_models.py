@@ -333,7 +333,7 @@ def test_a_model_dir_that_ships_its_own_code_never_runs_it(tiny_model_dir, tmp_p
         (evil / "config.json").write_text(json.dumps(config))
         # a subprocess that would answer "y" if transformers asked whether to run the code
         code = (
-            "from ragen_torchrl.models.loading import load_pretrained, ModelSourceError\n"
+            "from ragen_torchrl.models.loading import load_pretrained\nfrom ragen_torchrl.model_source import ModelSourceError\n"
             f"try:\n    m, _ = load_pretrained({str(evil)!r}, device='cpu', dtype='float32'); print('loaded', type(m).__name__)\n"
             "except ModelSourceError as e:\n    print('refused:', e)\n"
         )

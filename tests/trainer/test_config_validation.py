@@ -13,6 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import ragen_torchrl.model_source as model_source
 import ragen_torchrl.models.loading as loading
 import ragen_torchrl.trainer.config as config_mod
 import ragen_torchrl.trainer.config_paths as config_paths
@@ -313,29 +314,29 @@ def test_tiny_model_memory_estimate_by_hand(tmp_path, monkeypatch):
 def test_model_source_kinds(tmp_path, monkeypatch):
     model_dir = tmp_path / "m"
     model_dir.mkdir()
-    with pytest.raises(loading.ModelSourceError, match="not a model directory"):
-        loading.check_model_source(str(model_dir))
+    with pytest.raises(model_source.ModelSourceError, match="not a model directory"):
+        model_source.check_model_source(str(model_dir))
     (model_dir / "config.json").write_text("{}")
-    assert loading.check_model_source(str(model_dir)) == "local"
-    monkeypatch.setattr(loading, "_hub_cached", lambda repo: False)
+    assert model_source.check_model_source(str(model_dir)) == "local"
+    monkeypatch.setattr(model_source, "_hub_cached", lambda repo: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: True)
-    assert loading.check_model_source("some-org/some-model") == "hub"
-    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: False)
-    with pytest.raises(loading.ModelSourceError, match="this machine may be offline"):
-        loading.check_model_source("some-org/some-model")
+    monkeypatch.setattr(model_source, "hub_reachable", lambda timeout=2.0: True)
+    assert model_source.check_model_source("some-org/some-model") == "hub"
+    monkeypatch.setattr(model_source, "hub_reachable", lambda timeout=2.0: False)
+    with pytest.raises(model_source.ModelSourceError, match="this machine may be offline"):
+        model_source.check_model_source("some-org/some-model")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(loading.ModelSourceError, match="offline mode is on"):
-        loading.check_model_source("some-org/some-model")
-    with pytest.raises(loading.ModelSourceError, match="nor a valid Hugging Face hub name"):
-        loading.check_model_source("bad name with spaces")
+    with pytest.raises(model_source.ModelSourceError, match="offline mode is on"):
+        model_source.check_model_source("some-org/some-model")
+    with pytest.raises(model_source.ModelSourceError, match="nor a valid Hugging Face hub name"):
+        model_source.check_model_source("bad name with spaces")
 
 
 def test_hub_name_on_an_offline_machine_is_a_config_error(tmp_path, monkeypatch):
     # "for hub names, that this machine may be offline"
-    monkeypatch.setattr(loading, "_hub_cached", lambda repo: False)
-    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.setattr(model_source, "_hub_cached", lambda repo: False)
+    monkeypatch.setattr(model_source, "hub_reachable", lambda timeout=2.0: False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     assert_rejected(
@@ -347,7 +348,7 @@ def test_hub_name_on_an_offline_machine_is_a_config_error(tmp_path, monkeypatch)
 
 
 def test_load_pretrained_names_a_missing_path_without_a_hub_traceback():
-    with pytest.raises(loading.ModelSourceError, match="the local path does not exist"):
+    with pytest.raises(model_source.ModelSourceError, match="the local path does not exist"):
         loading.load_pretrained("/nonexistent/model")
 
 

@@ -247,8 +247,8 @@ def test_ragen_eval_never_looks_up_a_checkpoint_model_path_on_the_hub(tmp_path, 
 
 
 def test_ragen_eval_base_model_named_on_the_command_line_is_used(tmp_path, capsys, monkeypatch):
+    from ragen_torchrl.model_source import ModelSourceError
     from ragen_torchrl.models import vision
-    from ragen_torchrl.models.loading import ModelSourceError
 
     calls = []
 
