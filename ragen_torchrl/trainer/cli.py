@@ -229,10 +229,72 @@ def describe_main(argv: list[str]) -> bool:
         return False
     for key in keys:
         try:
-            print(describe(key) if key else "\n\n".join(describe(g) for g in ("seed", *GROUPS)), flush=True)
+            if "=" in key:
+                text = describe_preset(key)
+            else:
+                text = describe(key) if key else "\n\n".join(describe(g) for g in ("seed", *GROUPS))
+            print(text, flush=True)
         except ValueError as e:
             raise _config_error(e) from None
     return True
+
+
+def describe_preset(choice: str) -> str:
+    """What ``--describe GROUP=OPTION`` prints: every key of the group as that preset composes it (the
+    values ``ragen-train GROUP=OPTION`` runs, base presets and interpolations as written), with the
+    schema's type and help; then the keys outside the group the preset changes (a ``_global_`` preset's
+    pins, e.g. ``model=smollm2``'s warm start).
+
+    Example:
+        >>> print(describe_preset("algo=dapo").splitlines()[0])
+        algo.name: str = dapo
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from .config_schema import GROUPS, schema_fields, shown_value
+
+    group, _, option = choice.partition("=")
+    if group not in GROUPS or group == "seed" or not option:
+        raise ValueError(f"--describe {choice}: expected GROUP=OPTION with GROUP one of {', '.join(GROUPS)}")
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            cfg = compose("config", overrides=[choice])
+            base = compose("config")
+    except HydraException as e:
+        raise ValueError(f"--describe {choice}: {' '.join(str(e).split())}") from None
+    name = OmegaConf.select(cfg, f"{group}.name") if group in ("algo", "env", "model") else None
+    # as written (interpolations such as ${oc.env:RAGEN_CACHE,...} unresolved, ??? for a required key)
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    flat_cfg = _leaves(tree)
+    flat_base = _leaves(OmegaConf.to_container(base, resolve=False))
+    lines = []
+    for path, tp, default, help_text in schema_fields(group, name):
+        value = tree
+        for part in path.split("."):
+            value = value.get(part, default) if isinstance(value, dict) else default
+        lines.append(f"{path}: {tp} = {shown_value(value, tp)}")
+        if help_text:
+            lines.append(f"    {help_text}")
+    changed = [
+        k
+        for k in flat_cfg
+        if not k.startswith(f"{group}.") and k != "hydra" and flat_cfg[k] != flat_base.get(k, object())
+    ]
+    if changed:
+        lines.append(f"# outside {group}: what {choice} also sets")
+        lines += [f"{k} = {shown_value(flat_cfg[k])}" for k in changed]
+    return "\n".join(lines)
+
+
+def _leaves(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict) and tree:
+        out = {}
+        for k, v in tree.items():
+            out.update(_leaves(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: tree}
 
 
 def job_name_override(app: str, argv: list[str]) -> list[str]:

@@ -63,6 +63,7 @@ __all__ = [
     "group_schema",
     "register_schemas",
     "schema_fields",
+    "shown_value",
     "typed_config",
 ]
 
@@ -1285,20 +1286,33 @@ def describe(key: str) -> str:
             name, key = head, group + (("." + rest.split(".", 1)[1]) if "." in rest else "")
     lines = []
     for path, tp, default, help_text in schema_fields(key, name):
-        shown = (
-            "???"
-            if default is MISSING
-            else OmegaConf.to_yaml(default).strip()
-            if isinstance(default, (list, dict))
-            else repr(default)
-        )
-        shown = {"None": "null", "True": "true", "False": "false"}.get(
-            shown, shown.strip("'") if tp == "str" else shown
-        )
-        lines.append(f"{path}: {tp} = {shown}")
+        lines.append(f"{path}: {tp} = {shown_value(default, tp)}")
         if help_text:
             lines.append(f"    {help_text}")
     return "\n".join(lines)
+
+
+def shown_value(value: Any, tp: str = "") -> str:
+    """How ``--describe`` prints a value: YAML's spelling (``null``, ``true``, ``[a, b]``), ``???`` unset.
+
+    Example:
+        >>> shown_value(None), shown_value(True), shown_value(1e-05, "float"), shown_value("grpo", "str")
+        ('null', 'true', '1e-05', 'grpo')
+        >>> shown_value([0.2, 0.28]), shown_value(["q_proj", "v_proj"])
+        ('[0.2, 0.28]', '[q_proj, v_proj]')
+    """
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value, resolve=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(shown_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {shown_value(v)}" for k, v in value.items()) + "}"
+    if value is MISSING:
+        return "???"
+    if isinstance(value, str):
+        return value
+    shown = repr(value)
+    return {"None": "null", "True": "true", "False": "false"}.get(shown, shown)
 
 
 def register_schemas() -> None:

@@ -168,6 +168,58 @@ def test_ragen_train_describe_prints_type_default_and_help(monkeypatch, capsys):
     assert "env.dim: Any = " in out and "env.num_boxes: int = 1" in out and "env.size" not in out
 
 
+def _every_preset() -> list[str]:
+    root = Path(CONFIG_DIR)
+    return sorted(
+        f"{d.name}={f.stem}" for d in root.iterdir() if d.is_dir() and d.name != "experiment" for f in d.glob("*.yaml")
+    )
+
+
+@pytest.mark.parametrize("choice", _every_preset())
+def test_describe_group_option_prints_what_that_preset_composes(choice):
+    from omegaconf import OmegaConf
+
+    from ragen_torchrl.trainer.cli import describe_preset
+    from ragen_torchrl.trainer.config_schema import shown_value
+
+    group = choice.split("=", 1)[0]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[choice])
+    printed = {}
+    for line in describe_preset(choice).splitlines():
+        if line.startswith(f"{group}.") and ": " in line and " = " in line:
+            key, rest = line.split(": ", 1)
+            printed[key] = rest.split(" = ", 1)[1]
+        elif " = " in line and not line.startswith((" ", "#")):
+            key, value = line.split(" = ", 1)
+            printed[key] = value
+    composed = OmegaConf.to_container(cfg[group], resolve=False)
+
+    def leaves(tree, prefix):
+        for k, v in tree.items():
+            if isinstance(v, dict) and k != "architecture":
+                yield from leaves(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+
+    # every composed key of the group is printed, with the composed value (the schema's fields are
+    # all there: a preset cannot set a key the schema lacks)
+    for key, value in leaves(composed, f"{group}."):
+        assert key in printed, f"{choice}: {key} not printed"
+        assert printed[key] == shown_value(value), (choice, key)
+    if choice == "model=smollm2":  # a _global_ preset's pins outside its group are shown too
+        assert printed["algo.lr"] == "1e-05" and printed["sft.steps"] == "100"
+    if choice == "algo=dapo":  # the case: what algo=dapo runs, not the schema's defaults
+        assert printed["algo.mini_batch_size"] == str(cfg.algo.mini_batch_size)
+        assert printed["algo.lr"] == shown_value(cfg.algo.lr)
+
+
+def test_describe_a_bad_preset_exits_2(monkeypatch, capsys):
+    assert _run_train_main(monkeypatch, "--describe", "algo=nope") == 2
+    assert "Could not find 'algo/nope'" in capsys.readouterr().err
+    assert _run_train_main(monkeypatch, "--describe", "colour=red") == 2
+
+
 def test_ragen_train_describe_an_unknown_key_exits_2_with_a_suggestion(monkeypatch, capsys):
     assert _run_train_main(monkeypatch, "--describe", "algo.clip_ratio") == 2
     assert "did you mean algo.clip_epsilon?" in capsys.readouterr().err
