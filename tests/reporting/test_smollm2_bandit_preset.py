@@ -88,3 +88,30 @@ def test_the_gradient_table(q):
     # an independent check of the centred case: E[A (1[risky] - q)] summed over the group is
     # G * q (1 - q) * (1 - 1/G) * (E[risky] - steady) for centred rewards
     assert centred == pytest.approx(4 * q * (1 - q) * 0.75 * (0.25 - 0.1), rel=1e-9)
+
+
+def test_the_drgrpo_column_is_its_summary():
+    s = read_summary(SET / "runs" / "drgrpo_seed0" / "summary.json")
+    text = (SET / "README.md").read_text()
+    a, b = s["val_start"], s["val_end"]
+    diff = b["success"] - a["success"]
+    z = diff / math.hypot(a["success_stderr"], b["success_stderr"])
+    assert z > 2 and b["num_trajectories"] == 512
+    assert (
+        f"| {a['success']:.3f} ± {a['success_stderr']:.3f} | {a['success']:.3f} ± {a['success_stderr']:.3f} |" in text
+    )
+    assert f"| {b['success']:.3f} ± {b['success_stderr']:.3f} |" in text
+    assert f"+{diff:.3f} ({z:.1f} SE)" in text
+    assert f"| {b['tokens']:.1f} |" in text
+    assert s["config"]["algo"]["name"] == "drgrpo" and s["phases"]["warm_start"]["wall"] < 1
+    assert s["provenance"]["git"]["commit"].startswith("0760bc9") and not s["provenance"]["git"]["dirty"]
+    rows = list(csv.DictReader((SET / "runs" / "drgrpo_seed0" / "scalars.csv").open()))
+    means = []
+    for lo in range(0, 60, 10):
+        vals = [
+            float(r["rollout/success"])
+            for r in rows
+            if r.get("rollout/success") not in (None, "") and lo < int(float(r["iteration"])) <= lo + 10
+        ]
+        means.append(f"{statistics.mean(vals):.3f}")
+    assert ", ".join(means) in text
