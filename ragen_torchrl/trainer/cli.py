@@ -253,6 +253,7 @@ def describe_preset(choice: str) -> str:
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
+    from ..flat_config import flatten_config
     from .config_schema import GROUPS, schema_fields, shown_value
 
     group, _, option = choice.partition("=")
@@ -267,8 +268,8 @@ def describe_preset(choice: str) -> str:
     name = OmegaConf.select(cfg, f"{group}.name") if group in ("algo", "env", "model") else None
     # as written (interpolations such as ${oc.env:RAGEN_CACHE,...} unresolved, ??? for a required key)
     tree = OmegaConf.to_container(cfg, resolve=False)
-    flat_cfg = _leaves(tree)
-    flat_base = _leaves(OmegaConf.to_container(base, resolve=False))
+    flat_cfg = flatten_config(tree)
+    flat_base = flatten_config(OmegaConf.to_container(base, resolve=False))
     lines = []
     for path, tp, default, help_text in schema_fields(group, name):
         value = tree
@@ -286,15 +287,6 @@ def describe_preset(choice: str) -> str:
         lines.append(f"# outside {group}: what {choice} also sets")
         lines += [f"{k} = {shown_value(flat_cfg[k])}" for k in changed]
     return "\n".join(lines)
-
-
-def _leaves(tree, prefix: str = "") -> dict:
-    if isinstance(tree, dict) and tree:
-        out = {}
-        for k, v in tree.items():
-            out.update(_leaves(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: tree}
 
 
 def job_name_override(app: str, argv: list[str]) -> list[str]:
