@@ -17,7 +17,7 @@ A **result set** is ``docs/results/<name>/`` with ``report.md``, the plots and t
 next to ``report.md``, is a result set of one run). ``report.md`` depends only on the runs: the same
 runs give the same bytes, so ``--check DIR...`` regenerates each result set's report (grouped by the keys,
 comparing the metrics and pairing within the keys it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
-they differ).
+they differ). The PNG plots are not compared: ``--check`` checks ``report.md`` only.
 
 Exit status: 0 on success, 2 for bad input (no run dirs, a path that is not a run, an unknown
 ``--by`` key), 1 when matplotlib is missing (``report.md`` is still written) or a ``--check`` found a
@@ -205,7 +205,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--check",
         action="store_true",
-        help="regenerate each RUN_DIR (a result set) report.md in a temporary folder; exit 1 if it differs",
+        help="regenerate each RUN_DIR (a result set) report.md in a temporary folder; exit 1 if it differs "
+        "(the table only: the PNG plots are not compared)",
     )
     p.add_argument(
         "--by",
