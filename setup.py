@@ -5,6 +5,11 @@ combine with package discovery), so a wheel install finds its Hydra presets next
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages(include=["ragen_torchrl", "ragen_torchrl.*"]), "ragen_torchrl.configs"],
+    # hydra_plugins.ragen_torchrl_arms: the experiment sweeper (Hydra instantiates sweepers only from hydra_plugins)
+    packages=[
+        *find_packages(include=["ragen_torchrl", "ragen_torchrl.*"]),
+        "ragen_torchrl.configs",
+        "hydra_plugins.ragen_torchrl_arms",
+    ],
     package_dir={"ragen_torchrl.configs": "configs"},
 )

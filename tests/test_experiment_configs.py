@@ -1,8 +1,9 @@
 """Named experiment configs (``configs/experiment/*.yaml``, ``+experiment=NAME``) and Hydra sweeps.
 
 Every experiment composes, passes :func:`validate_config` and pins what its header says; the
-command line still wins over it. The slow test runs a real two-job multirun through the CLI and
-reports it with ``ragen-report``.
+command line still wins over it. The slow test runs a real two-job multirun of a config without
+arms (Hydra's basic sweeper) through the CLI and reports it with ``ragen-report``; the experiments
+with arms (the ``ragen_arms`` sweeper) are tested in ``tests/test_experiments.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ GLOBAL_PACKAGE = "@package _global_"
 
 EXPERIMENT_DIR = Path(CONFIG_DIR) / "experiment"
 EXPERIMENTS = sorted(p.stem for p in EXPERIMENT_DIR.glob("*.yaml"))
+#: experiment configs without arms (Hydra's basic sweeper): the pins others build on
+BASES = {"snr_filter"}
 
 #: what each experiment pins (dotted key -> value in the composed config); extra overrides it needs
 PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
@@ -39,6 +42,42 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "trainer.save_every": 0,
             "diagnostics.mi.enabled": True,
             "diagnostics.mi.every": 5,
+        },
+    ),
+    "default_run": ([], {"env.name": "frozenlake", "trainer.total_iterations": 60, "model.threads": 1}),
+    "snr_filter_frozenlake": (
+        [],
+        {
+            "env.success_rate": 0.98,
+            "trainer.total_iterations": 60,
+            "diagnostics.grad_snr.every": 10,
+            "model.threads": 1,
+        },
+    ),
+    "mi_vs_entropy": (
+        [],
+        {
+            "env.success_rate": 0.98,
+            "trainer.total_iterations": 30,
+            "diagnostics.mi.every": 2,
+            "diagnostics.grad_snr.every": 0,
+            "model.threads": 1,
+        },
+    ),
+    "mechanism_rl": (
+        [],
+        {
+            "env.success_rate": 0.98,
+            "trainer.total_iterations": 200,
+            "trainer.save_every": 50,
+            "trainer.early_stop.val_stop.enabled": False,
+            "trainer.early_stop.collapse_stop.enabled": False,
+            "trainer.early_stop.max_consecutive_empty": 0,
+            "algo.kl_coeff": 0.01,
+            "algo.entropy_coeff": 0.01,
+            "diagnostics.mi.every": 5,
+            "diagnostics.grad_snr.every": 20,
+            "model.threads": 1,
         },
     ),
     "snr_filter_sokoban": (
@@ -114,7 +153,12 @@ def test_experiment_file_header_says_claim_command_and_pins(name):
     text = (EXPERIMENT_DIR / f"{name}.yaml").read_text()
     assert text.split("\n", 1)[0] == f"# {GLOBAL_PACKAGE}"
     header = text.split("\n\n", 1)[0]
-    for word in ("Claim", "Reproduce", f"ragen-train -m +experiment={name} ", "ragen-report", "Pins"):
+    words = ["Claim", "Reproduce", f"ragen-train -m +experiment={name}", "Pins"]
+    if name in BASES:  # swept by hand: the report is a second command
+        words.append("ragen-report")
+    else:  # the ragen_arms sweeper writes the report; ragen-experiment runs the same
+        words.append(f"ragen-experiment {name}")
+    for word in words:
         assert word in header, (name, word)
 
 
@@ -122,18 +166,17 @@ def test_experiment_file_header_says_claim_command_and_pins(name):
 def test_experiment_composes_validates_and_pins(name):
     extra, pinned = PINNED[name]
     cfg = _compose([f"+experiment={name}", *extra], hydra=True)
-    assert str(cfg.hydra.sweep.dir).startswith(f"multirun/{name}/")
+    if name in BASES:
+        assert str(cfg.hydra.sweep.dir).startswith(f"multirun/{name}/")
+    else:  # ragen-experiment's default --out: the same layout from both entry points
+        assert cfg.hydra.sweep.dir == f"outputs/experiments/{name}"
+        assert cfg.hydra.sweeper._target_.endswith("ArmSweeper") and cfg.hydra.sweeper.name == name
     task = _task(cfg)
     validate_config(task)
     for key, value in pinned.items():
         assert OmegaConf.select(task, key) == value, (name, key)
-    # the swept arms compose and validate too
-    arm = ["t3.enabled=true"] if name == "t3_cpu" else ["filter=snr_top_p", "env.success_rate=0.2"]
-    if name == "snr_filter_sokoban":
-        arm = ["filter=snr_top_p"]
-    if name == "template_collapse":
-        arm = ["sft.reasoning=shuffled", "env.success_rate=0.5", "algo.entropy_coeff=0.05"]
-    validate_config(_compose([f"+experiment={name}", *extra, *arm, "seed=2"]))
+    if name in BASES:  # a hand sweep's arms compose and validate too (the experiments' arms: test_experiments.py)
+        validate_config(_compose([f"+experiment={name}", *extra, "filter=snr_top_p", "env.success_rate=0.2", "seed=2"]))
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -190,14 +233,16 @@ def test_multirun_of_an_experiment_writes_one_run_dir_per_job_and_reports(ragen_
     proc = _run_train(
         [
             "-m",
-            "+experiment=t3_cpu",
-            "env=guess_numbers_small",
+            "+experiment=snr_filter",
             "trainer=smoke",
-            "t3.enabled=false,true",
+            "filter=none,snr_top_p",
             *SMALL,
-            "sft.steps=2",
-            "sft.episodes=4",
+            "trainer.prompts_per_iter=2",
+            "trainer.group_size=2",
+            "trainer.val_every=0",
             "trainer.val_levels=4",
+            "diagnostics.mi.enabled=false",
+            "diagnostics.grad_snr.every=0",
             "rollout.max_new_tokens=8",  # seconds-long rollouts
             f"model.cache_dir={ragen_cache_dir}",
             f"hydra.sweep.dir={sweep}",
@@ -215,22 +260,22 @@ def test_multirun_of_an_experiment_writes_one_run_dir_per_job_and_reports(ragen_
         assert any((job / "tb").rglob("events.out.tfevents.*"))
         cfg = summary["config"]
         assert cfg["trainer"]["total_iterations"] == 1 and cfg["trainer"]["val_levels"] == 4
-        assert cfg["algo"]["lr"] == 5e-5 and cfg["env"]["name"] == "guess_numbers"
-        arms.append(cfg["t3"]["enabled"])
-    assert arms == [False, True]
+        assert cfg["env"]["success_rate"] == 0.98 and cfg["env"]["name"] == "frozenlake"
+        arms.append(cfg["filter"]["name"])
+    assert arms == ["none", "snr_top_p"]
     assert not (tmp_path / "outputs").exists()  # nothing written to the single-run dir
 
     out = tmp_path / "report"
     assert report_main([str(sweep), "--out", str(out)]) in (0, 1)  # 1: no matplotlib, report.md still written
     report = (out / "report.md").read_text()
     lines = report.splitlines()
-    head = next(i for i, line in enumerate(lines) if line.startswith("| t3.enabled |"))  # the summary table
+    head = next(i for i, line in enumerate(lines) if line.startswith("| filter.name |"))  # the summary table
     rows = []
     for line in lines[head + 2 :]:  # after the header and its |---| line
         if not line.startswith("|"):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
-    assert [(r[0], r[1]) for r in rows] == [("false", "1"), ("true", "1")], report  # one row per arm, 1 run each
+    assert [(r[0], r[1]) for r in rows] == [("none", "1"), ("snr_top_p", "1")], report  # one row per arm, 1 run each
 
 
 @pytest.mark.slow

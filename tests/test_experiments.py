@@ -1,22 +1,34 @@
-"""``ragen-experiment``: the registry of experiments, their plans and costs, and a tiny real run.
+"""One experiment registry (``configs/experiment/*.yaml``) driving ``ragen-experiment`` and ``ragen-train -m``.
 
-Every registered run composes and validates as ``ragen-train`` would run it (nothing is trained);
-one tiny experiment (1 seed x 2 arms x 1 iteration, subprocess runs) goes end to end through the
-report.
+Every experiment's every run composes and validates as ``ragen-train`` would run it (nothing is
+trained); a bad spec is a clear error; the plan, the cost and the flags of ``ragen-experiment``; and
+one smoke-sized experiment run through both entry points gives the same runs, the same configs and the
+same layout.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
-from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ragen_torchrl.experiments import EXPERIMENTS, Arm, Experiment, estimate_seconds, main, plan, run_experiment
+from ragen_torchrl.experiment_plan import (
+    Arm,
+    Experiment,
+    ExperimentSpecError,
+    estimate_seconds,
+    experiment_from_spec,
+    plan,
+)
+from ragen_torchrl.experiments import ExperimentNotFound, experiment_names, load_experiment, main, run_experiment
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 
@@ -31,6 +43,8 @@ REPO_EXPERIMENTS = {
     "t3_cpu",
     "mechanism_rl",
 }
+#: experiment configs without arms: the pins others build on
+BASES = {"snr_filter"}
 
 
 def compose_run(overrides: list[str]):
@@ -38,8 +52,16 @@ def compose_run(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
-def test_every_result_set_is_registered():
-    assert set(EXPERIMENTS) == REPO_EXPERIMENTS
+EXPERIMENTS = {name: load_experiment(name) for name in sorted(REPO_EXPERIMENTS)}
+
+
+def test_every_result_set_has_an_experiment_config_and_every_config_is_one_or_a_base():
+    assert set(experiment_names()) == REPO_EXPERIMENTS | BASES
+    assert {name: exp.name for name, exp in EXPERIMENTS.items()} == {n: n for n in REPO_EXPERIMENTS}
+    with pytest.raises(ExperimentNotFound, match="snr_filter.yaml has no arms"):
+        load_experiment("snr_filter")
+    with pytest.raises(ExperimentNotFound, match="unknown experiment 'nope' \\(known: default_run"):
+        load_experiment("nope")
 
 
 @pytest.mark.parametrize("name", sorted(REPO_EXPERIMENTS))
@@ -138,36 +160,124 @@ def test_user_overrides_replace_the_experiments(capsys):
     assert all(sum(x.startswith("t3.enabled=") for x in o) == 1 for _, o in runs)
 
 
-@pytest.mark.slow
-def test_tiny_experiment_runs_both_arms_then_reports(ragen_cache_dir, tmp_path):
-    exp = replace(EXPERIMENTS["snr_filter_frozenlake"], arms=EXPERIMENTS["snr_filter_frozenlake"].arms[:2])
-    tiny = [
-        "trainer=smoke",
-        "trainer.total_iterations=1",
-        "trainer.prompts_per_iter=2",  # the experiment pins 16 x 4
-        "trainer.group_size=2",
-        "trainer.val_every=0",
-        "trainer.val_levels=4",
-        "trainer.log_text_samples=0",
-        "rollout.max_new_tokens=8",
-        "diagnostics.mi.enabled=false",
-        "diagnostics.grad_snr.every=0",
-        *TINY_RUN,
-        f"model.cache_dir={ragen_cache_dir}",
+def test_bad_specs_are_clear_errors():
+    arm = {"name": "a", "overrides": ["filter=none"], "iterations": 1, "seconds_per_iteration": 1.0}
+    good = {"name": "x", "seeds": [0], "arms": [arm]}
+    assert experiment_from_spec(good).overrides == ("+experiment=x",)
+    cases = [
+        ({**good, "arm": []}, "unknown keys \\['arm'\\]"),
+        ({**good, "arms": [arm, arm]}, "arm names must be distinct"),
+        ({**good, "arms": [{**arm, "overrides": ["seed=3"]}]}, "set seed: the seeds are the experiment's"),
+        ({**good, "arms": [{**arm, "overrides": ["filter"]}]}, "overrides are KEY=VALUE"),
+        ({**good, "arms": [{**arm, "iterations": -1}]}, "iterations must be >= 0"),
+        ({**good, "arms": [{**arm, "name": "a/b"}]}, "name must be a name of letters"),
+        ({**good, "seeds": [1, 1]}, "seeds must be distinct"),
+        ({**good, "seeds": []}, "seeds must list at least one seed"),
+        ({**good, "report": {"group": ["a"]}}, "report takes by, paired and within"),
+        ({"seeds": [0], "arms": [arm]}, "name must be the experiment's name"),
     ]
-    out = tmp_path / "exp"
-    assert run_experiment(exp, out, seeds=[0], extra=tiny) in (0, 1)  # 1: no matplotlib, report.md written
-    for arm, filt in (("none", "none"), ("top_p", "snr_top_p")):
-        run = out / "runs" / f"{arm}_seed0"
-        summary = json.loads((run / "summary.json").read_text())
-        assert summary["config"]["filter"]["name"] == filt and summary["config"]["seed"] == 0
-        assert summary["provenance"]["versions"]["torch"] and "totals" in summary
-        assert (run / "scalars.csv").read_text().startswith("iteration,")
-    assert (out / "report.md").is_file()
-    # a second call finds both runs finished and only writes the report again
-    mtime = (out / "runs" / "none_seed0" / "summary.json").stat().st_mtime
-    assert run_experiment(exp, out, seeds=[0], extra=tiny) in (0, 1)
-    assert (out / "runs" / "none_seed0" / "summary.json").stat().st_mtime == mtime
+    for spec, message in cases:
+        with pytest.raises(ExperimentSpecError, match=message):
+            experiment_from_spec(spec)
+    with pytest.raises(ExperimentSpecError, match="pick others with --seeds"):
+        plan(experiment_from_spec(good), extra=["seed=4"])
+
+
+def tiny_experiment(cache_dir) -> str:
+    """A smoke-sized experiment of the user's (``--config-dir``): 2 arms x 1 seed of 1 iteration, tiny model."""
+    pins = OmegaConf.from_dotlist(
+        [
+            *TINY_RUN,
+            f"model.cache_dir={cache_dir}",
+            "trainer.total_iterations=1",
+            "trainer.prompts_per_iter=2",  # snr_filter pins 16 x 4
+            "trainer.group_size=2",
+            "trainer.val_every=0",
+            "trainer.val_levels=4",
+            "trainer.log_text_samples=0",
+            "rollout.max_new_tokens=8",
+            "diagnostics.mi.enabled=false",
+            "diagnostics.grad_snr.every=0",
+        ]
+    )
+    return (
+        "# @package _global_\n"
+        "defaults:\n  - snr_filter\n  - override /trainer: smoke\n  - override /hydra/sweeper: ragen_arms\n"
+        "  - _self_\n"
+        + OmegaConf.to_yaml(pins)
+        + """hydra:
+  sweeper:
+    name: tiny_pair
+    seeds: [0]
+    arms:
+      - {name: none, overrides: [filter=none], iterations: 1, seconds_per_iteration: 1.0}
+      - {name: top_p, overrides: [filter=snr_top_p], iterations: 1, seconds_per_iteration: 1.0}
+    report: {by: [filter.name]}
+"""
+    )
+
+
+def _ragen_train(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("ragen-train", path=os.path.dirname(sys.executable))  # this interpreter's script
+    cmd = [exe] if exe else [sys.executable, "-c", "from ragen_torchrl.trainer.cli import train_main; train_main()"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+    return subprocess.run(cmd + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _run_configs(out: Path) -> dict[str, dict]:
+    """Each run's config as it ran (``summary.json``), by run name."""
+    return {p.parent.name: json.loads(p.read_text())["config"] for p in sorted((out / "runs").glob("*/summary.json"))}
+
+
+@pytest.mark.slow
+def test_one_registry_drives_ragen_experiment_and_ragen_train_multirun_alike(ragen_cache_dir, tmp_path):
+    presets = tmp_path / "presets" / "experiment"
+    presets.mkdir(parents=True)
+    (presets / "tiny_pair.yaml").write_text(tiny_experiment(ragen_cache_dir))
+    assert "tiny_pair" in experiment_names(presets.parent)
+
+    by_experiment = tmp_path / "by_experiment"
+    status = main(["tiny_pair", "--config-dir", str(presets.parent), "--out", str(by_experiment)])
+    assert status in (0, 1)  # 1: no matplotlib, report.md still written
+    sweep = tmp_path / "by_multirun"
+    proc = _ragen_train(
+        ["-m", "--config-dir", str(presets.parent), "+experiment=tiny_pair", f"hydra.sweep.dir={sweep}"], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # the same runs in the same layout: <out>/runs/<arm>_seed<k>/ and the report in <out>
+    ran = _run_configs(by_experiment)
+    assert sorted(ran) == ["none_seed0", "top_p_seed0"]
+    assert _run_configs(sweep) == ran  # every key of every run's config, the same
+    assert ran["none_seed0"]["filter"]["name"] == "none" and ran["top_p_seed0"]["filter"]["name"] == "snr_top_p"
+    assert ran["none_seed0"]["trainer"]["total_iterations"] == 1 and ran["none_seed0"]["env"]["success_rate"] == 0.98
+    for out in (by_experiment, sweep):
+        assert (out / "report.md").is_file()
+        for run in ran:
+            assert (out / "runs" / run / "scalars.csv").read_text().startswith("iteration,")
+
+    # started again, each entry point finds the runs finished and only writes the report again
+    mtime = (sweep / "runs" / "none_seed0" / "summary.json").stat().st_mtime
+    proc = _ragen_train(
+        ["-m", "--config-dir", str(presets.parent), "+experiment=tiny_pair", f"hydra.sweep.dir={sweep}"], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "finished earlier" in proc.stderr + proc.stdout
+    assert (sweep / "runs" / "none_seed0" / "summary.json").stat().st_mtime == mtime
+
+
+@pytest.mark.slow
+def test_a_multirun_of_an_experiment_refuses_other_sweeps_and_bad_arms_before_any_run(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _ragen_train(["-m", "+experiment=t3_cpu", "t3.enabled=false,true", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode != 0
+    assert "an experiment's runs are its arms x seeds: the sweep 't3.enabled=false,true'" in proc.stderr
+    proc = _ragen_train(
+        ["-m", "+experiment=snr_filter_frozenlake", "filter.value=1.5", f"hydra.sweep.dir={sweep}"], tmp_path
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "config error: filter.value must be in (0, 1] for strategy top_p" in proc.stderr
+    assert not sweep.exists()
 
 
 def test_a_failed_run_stops_the_experiment(tmp_path, capsys):

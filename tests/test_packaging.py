@@ -97,9 +97,12 @@ def test_wheel_lists_every_config():
             if n.startswith("ragen_torchrl/configs/") and n.endswith(".yaml")
         }
     assert in_wheel == _yaml_files(SHIPPED)
-    # the SituationPuzzles data file ships too
+    # the SituationPuzzles data file ships too, and the experiments' Hydra sweeper (in hydra_plugins,
+    # the only package Hydra instantiates sweepers from)
     with zipfile.ZipFile(wheel) as zf:
         assert "ragen_torchrl/envs/games/data/situation_puzzles.json" in zf.namelist()
+        assert "hydra_plugins/ragen_torchrl_arms/arm_sweeper.py" in zf.namelist()
+        assert "hydra_plugins/__init__.py" not in zf.namelist()  # a namespace package other plugins share
 
 
 _WHEEL: list[Path] = []
@@ -202,6 +205,21 @@ def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_ca
     assert Path(where[0]).resolve().is_relative_to(env_dir.resolve()), where
     assert Path(where[1]).resolve().is_relative_to(env_dir.resolve()), where
     assert (Path(where[1]) / "trainer" / "smoke.yaml").is_file()
+    # a wheel install: Hydra's own plugin scan finds the experiments' sweeper (no register() needed)
+    found = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "from hydra.core.plugins import Plugins; from hydra.plugins.sweeper import Sweeper; "
+            "print([c.__name__ for c in Plugins.instance().discover(Sweeper)])",
+        ],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "ArmSweeper" in found, found
 
     run_dir = tmp_path / "run"
     overrides = [

@@ -89,27 +89,38 @@ def preflight(cfg, dir_key: str = "hydra.run.dir") -> None:
 
 
 def _sweep_job_configs(cfg) -> list:
-    """The config of every job of a multirun, composed as Hydra's basic sweeper will compose them.
+    """The config of every job of a multirun, composed as the sweeper will compose them.
 
-    Returns ``[]`` when the sweep cannot be expanded here (another sweeper plugin, a sweep syntax
-    the basic sweeper does not expand): then each job is only checked when it starts.
+    Hydra's basic sweeper and the experiments' ``ragen_arms`` sweeper are expanded here; returns
+    ``[]`` when the sweep cannot be (another sweeper plugin, a sweep syntax the basic sweeper does not
+    expand): then each job is only checked when it starts.
     """
     from omegaconf import OmegaConf
+
+    from ..experiment_plan import SWEEPER_TARGET
 
     try:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.global_hydra import GlobalHydra
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
+        from hydra_plugins.ragen_torchrl_arms.arm_sweeper import job_overrides
+
         sweeper = str(OmegaConf.select(cfg, "hydra.sweeper._target_", default=""))
-        if not sweeper.endswith("BasicSweeper") or not GlobalHydra.instance().is_initialized():
+        if not GlobalHydra.instance().is_initialized():
             return []
         loader = GlobalHydra.instance().config_loader()
-        params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
-        args = [f"{k}={v}" for k, v in params.items()] + list(cfg.hydra.overrides.task)
-        overrides = OverridesParser.create(config_loader=loader).parse_overrides(args)
-        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-    except Exception:  # noqa: BLE001 - Hydra reports sweep syntax errors itself, with its own message
+        task = list(cfg.hydra.overrides.task)
+        if sweeper == SWEEPER_TARGET:
+            jobs = [overrides for _, overrides in job_overrides(cfg, task, loader)]
+        elif sweeper.endswith("BasicSweeper"):
+            params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+            args = [f"{k}={v}" for k, v in params.items()] + task
+            overrides = OverridesParser.create(config_loader=loader).parse_overrides(args)
+            jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+        else:
+            return []
+    except Exception:  # noqa: BLE001 - Hydra (or the sweeper) reports sweep errors itself, with its own message
         return []
     try:
         return [loader.load_sweep_config(cfg, list(job)) for job in jobs]
@@ -325,6 +336,8 @@ def override_position(argv: list[str]) -> int:
 def _hydra_main(task, app: str = "ragen-train"):
     import hydra
 
+    from hydra_plugins.ragen_torchrl_arms.arm_sweeper import register as register_sweeper
+
     from .config_schema import check_moved_overrides, register_schemas
 
     if describe_main(sys.argv[1:]):
@@ -334,6 +347,7 @@ def _hydra_main(task, app: str = "ragen-train"):
     except ValueError as e:
         raise _config_error(e) from None
     register_schemas()  # a preset of the user's may build on /schema/<group>/<option>
+    register_sweeper()  # -m +experiment=NAME: the experiment's arms x seeds
     # Hydra names the job after the task's module (cli): every app's log would be cli.log
     at = override_position(sys.argv)
     sys.argv[at:at] = job_name_override(app, sys.argv[1:])

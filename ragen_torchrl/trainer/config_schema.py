@@ -568,9 +568,15 @@ class FilterConfig:
         "reward_variance | reward_std | reward_mean | entropy | entropy_std | entropy_variance | length",
     )
     strategy: str = setting(
-        FILTER_CONFIG_DEFAULTS["strategy"], "top_p (0,1] | top_k (0,1] fraction | top_k_abs positive int | min_p [0,1]"
+        FILTER_CONFIG_DEFAULTS["strategy"],
+        "top_p (0,1] | top_k (0,1] fraction | top_k_abs positive int | min_p [0,1] | random (0,1] fraction "
+        "(a seeded subset from seed and the iteration that reads no reward: filter=random_keep)",
     )
-    value: float = setting(FILTER_CONFIG_DEFAULTS["value"], "the strategy's threshold or budget")
+    value: float = setting(
+        FILTER_CONFIG_DEFAULTS["value"],
+        "the strategy's threshold or budget (random: the expected kept fraction of the groups; top_p 1.0: "
+        "every group with a non-zero score, filter=nonzero_variance)",
+    )
     mode: str = setting(FILTER_CONFIG_DEFAULTS["mode"], "top_p only: linear (paper text) | softmax (reference code)")
     include_zero: bool = setting(FILTER_CONFIG_DEFAULTS["include_zero"], "are zero-score groups candidates at all?")
     largest: bool = setting(

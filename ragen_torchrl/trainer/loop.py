@@ -345,7 +345,8 @@ class Trainer:
         # SNR-aware filtering (RAGEN-2 §3.3): runs on the trajectory records before any
         # per-sample work (behaviour log-probs, update), so fewer kept groups = a cheaper step
         self.filter_cfg = cfg.filter  # checked by validate_config
-        self.snr = build_filter(self.filter_cfg) if self.filter_cfg.enabled else None
+        # filter=random_keep draws its subsets from the run seed and the iteration
+        self.snr = build_filter(self.filter_cfg, seed=int(cfg.seed)) if self.filter_cfg.enabled else None
         # RAGEN-2 §4: the early stops (reward-variance collapse, sustained low validation
         # success) apply to the unfiltered baseline too, so both arms stop under the same rules
         self.guard = FilterGuard.from_config(cfg.trainer.early_stop)
@@ -688,7 +689,7 @@ class Trainer:
             metrics.add("filter", unfiltered_stats(groups=groups))
         elif skip is None:
             with metrics.timer("filter"):
-                mask, stats = self.snr.row_mask(records, groups)
+                mask, stats = self.snr.row_mask(records, groups, step=self.iteration)
                 batch = keep_rows(records, mask)
             metrics.add("filter", stats)
             if batch is None:

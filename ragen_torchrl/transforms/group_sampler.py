@@ -42,6 +42,10 @@ class TopVarianceGroupSampler(Sampler):
     Group ids are global: rows of the same ``group_id`` written in different ``extend`` calls form
     one group. Give each rollout's groups fresh ids if they should stay apart.
 
+    With ``strategy="random"`` (the random control) each recomputation after a write draws a new
+    subset, the filter's ``seed`` mixed with the number of recomputations so far; that count is not
+    part of :meth:`state_dict`, so a reloaded sampler starts its draws again from 0.
+
     :meth:`selection` returns the kept rows with the filter statistics of the stored groups (see
     ``SNRFilter``).
 

@@ -3,7 +3,9 @@
 * :func:`group_scores` -- one score per prompt group from per-trajectory values (reward std or
   variance, or an ablation metric).
 * :func:`select_groups` -- which groups to keep, given one score per group (top-p linear or
-  softmax, top-k, top-k absolute, min-p).
+  softmax, top-k, top-k absolute, min-p; ``random``: a seeded subset that reads no score).
+* :func:`random_groups` / :func:`random_seed` -- the ``random`` strategy's draw: a seeded subset of
+  the candidates at a given kept fraction, the seed mixed from the run seed and the iteration.
 * :func:`check_filter_value` -- the valid range of a strategy's ``value``.
 * :class:`GroupSelection` -- the six selection settings, checked once, as one frozen value.
 
@@ -39,9 +41,11 @@ __all__ = [
     "GroupSelection",
     "select_groups",
     "group_scores",
+    "random_groups",
+    "random_seed",
 ]
 
-STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p")
+STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p", "random")
 MODES = ("linear", "softmax")
 METRICS = (
     "reward_std",
@@ -94,7 +98,7 @@ def check_filter_value(strategy: str, value: Any, key: str = "value") -> float:
     """Check a filter ``value`` against its strategy's range; return it as a float.
 
     The ranges a *configured* filter must respect (RAGEN-2 §3.3 and the reference code's
-    options): ``top_p`` in (0, 1], ``top_k`` in (0, 1] (a fraction of the groups),
+    options): ``top_p`` in (0, 1], ``top_k`` and ``random`` in (0, 1] (a fraction of the groups),
     ``top_k_abs`` a positive integer (``4`` or ``4.0``), ``min_p`` in [0, 1]; NaN, inf and
     booleans are rejected. :func:`select_groups` itself is more lenient (any ``value >= 0``:
     e.g. top_p ``>= 1`` keeps every candidate), so that the pure rule stays total; the config
@@ -116,10 +120,14 @@ def check_filter_value(strategy: str, value: Any, key: str = "value") -> float:
         Traceback (most recent call last):
         ...
         ValueError: filter.value must be in (0, 1] for strategy top_p, got 1.5
+        >>> check_filter_value("random", 0, "filter.value")
+        Traceback (most recent call last):
+        ...
+        ValueError: filter.value must be in (0, 1] for strategy random, got 0
     """
     _check_choice("strategy", strategy, STRATEGIES)
     got = _check_number(key, value, minimum=None)
-    if strategy in ("top_p", "top_k"):
+    if strategy in ("top_p", "top_k", "random"):
         ok, allowed = 0.0 < got <= 1.0, "in (0, 1]"
     elif strategy == "top_k_abs":
         ok, allowed = got >= 1.0 and got.is_integer(), "a positive integer"
@@ -166,9 +174,10 @@ class GroupSelection:
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "eps", eps)
 
-    def select(self, scores) -> torch.Tensor:
-        """:func:`select_groups` with these settings: kept group indices, best first."""
-        return select_groups(scores, **asdict(self))
+    def select(self, scores, *, seed: int | None = None) -> torch.Tensor:
+        """:func:`select_groups` with these settings: kept group indices, best first (``random``:
+        in index order, drawn with ``seed``; the other strategies ignore it)."""
+        return select_groups(scores, **asdict(self), seed=seed)
 
 
 def select_groups(
@@ -180,6 +189,7 @@ def select_groups(
     include_zero: bool = False,
     eps: float = 0.0,
     largest: bool = True,
+    seed: int | None = None,
 ) -> torch.Tensor:
     """Return the indices of the groups to keep, given one score per group.
 
@@ -207,6 +217,11 @@ def select_groups(
     * ``min_p`` (``value`` in [0, 1]): when ``largest``, keep groups with
       ``score >= value * max``; when not, keep ``score <= min / value`` (both with a relative
       float-rounding slack). Meant for non-negative scores (std, variance, entropy, length).
+    * ``random`` (``value`` in (0, 1], a control): keep a random subset of the candidates drawn with
+      ``seed`` (:func:`random_groups`), ``value * num_groups`` of them on average (``num_groups``
+      counting *all* groups, at least one, at most the number of candidates), in index order. The
+      scores decide only which groups are candidates (``include_zero``): with ``include_zero=True``
+      the draw reads no score at all.
 
     Scale: every rule except ``top_p`` softmax and ``eps > 0`` gives the same selection when all
     scores are multiplied by a positive constant (reward std and mean scale with the rewards,
@@ -228,14 +243,17 @@ def select_groups(
         eps: absolute slack subtracted from the top_p linear threshold: the reference code's
             ``0.01`` (a switch; scale-dependent). ``0`` (default) is the paper's rule.
         largest: rank descending (keep high scores) or ascending (keep low scores).
+        seed: the ``random`` strategy's seed (an int; :func:`random_seed` mixes the run seed and
+            the iteration into one); the other strategies ignore it.
 
     Returns:
         A ``torch.long`` tensor of kept group indices **in ranking order** (best first; ties by
-        lower index). Sort it if you need index order. Empty when nothing is kept.
+        lower index; ``random``: index order). Sort it if you need index order. Empty when nothing
+        is kept.
 
     Raises:
         ValueError: NaN or infinite scores, a scores tensor with more than one dimension, an
-            unknown ``strategy``/``mode``, or a negative ``value``/``eps``.
+            unknown ``strategy``/``mode``, a negative ``value``/``eps``, or ``random`` without a seed.
 
     Examples:
         >>> import torch
@@ -247,6 +265,8 @@ def select_groups(
         tensor([2, 3])
         >>> select_groups(torch.zeros(3))  # no group carries signal
         tensor([], dtype=torch.int64)
+        >>> select_groups(torch.zeros(4), strategy="random", value=0.5, include_zero=True, seed=0).numel()
+        2
     """
     value, eps = _check_selection_args(strategy, value, mode, eps)
     scores = torch.as_tensor(scores)
@@ -272,6 +292,10 @@ def select_groups(
     num_candidates = scores.numel()
     if num_candidates == 0:
         return empty
+    if strategy == "random":
+        if seed is None:
+            raise ValueError("strategy random needs a seed (an int, e.g. random_seed(run seed, iteration))")
+        return candidates[random_groups(num_candidates, value, seed, num_groups=num_groups).to(device)]
 
     order = torch.sort(scores, descending=largest, stable=True).indices
     ranked_scores, ranked = scores[order], candidates[order]
@@ -307,6 +331,88 @@ def select_groups(
         bound = float(ranked_scores.min()) / value if value > 0 else math.inf
         keep = ranked_scores <= bound + _MASS_RTOL * abs(bound)
     return ranked[keep]
+
+
+# --------------------------------------------------------------------------------------------
+# the random control
+# --------------------------------------------------------------------------------------------
+#: added to the mixed seed, so that the filter's draws are not the level seeds' stream
+#: (:func:`~ragen_torchrl.envs.splits.train_level_seeds` seeds with ``seed * 1_000_003 + iteration``)
+_RANDOM_STREAM = 0x5EED_F117
+
+
+def _check_int(name: str, got: Any) -> int:
+    if isinstance(got, bool) or not isinstance(got, int):
+        raise ValueError(f"{name} must be an integer, got {got!r}")
+    return got
+
+
+def random_seed(seed: int, step: int) -> int:
+    """The ``random`` strategy's seed for iteration ``step`` of a run seeded ``seed``: reproducible,
+    different at every iteration and run seed, and independent of the rewards.
+
+    ``(seed * 1_000_003 + step + 0x5EEDF117) mod 2**63``: a resumed run draws the same subsets.
+
+    Examples:
+        >>> random_seed(0, 0), random_seed(0, 1), random_seed(1, 0)
+        (1592652055, 1592652056, 1593652058)
+        >>> random_seed(0, 1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: step must be an integer, got 1.5
+    """
+    seed, step = _check_int("seed", seed), _check_int("step", step)
+    return (seed * 1_000_003 + step + _RANDOM_STREAM) % 2**63
+
+
+def random_groups(num_candidates: int, fraction: float, seed: int, *, num_groups: int | None = None) -> torch.Tensor:
+    """A seeded random subset of ``range(num_candidates)`` at the kept fraction ``fraction``, in index order.
+
+    The count is ``fraction * num_groups`` rounded at random: ``floor(fraction * num_groups + u)``
+    with ``u`` uniform in [0, 1), i.e. the floor or the floor plus one, the latter with probability
+    the fractional part, so the *expected* kept ratio is ``fraction`` exactly (0.36 of 16 groups
+    = 5.76: 6 groups with probability 0.76, else 5; an integer product is kept exactly). At least
+    one group is kept (which lifts the mean above ``fraction`` only when ``fraction * num_groups
+    < 1``), at most ``num_candidates``. Then ``count`` of the candidates are drawn uniformly without
+    replacement. ``u`` and the draw come from a ``torch.Generator`` seeded with ``seed`` alone (the
+    global RNG is neither read nor advanced), so the same arguments always give the same subset.
+
+    Args:
+        num_candidates: the groups to draw from.
+        fraction: the kept fraction, ``> 0`` (a configured filter checks (0, 1]).
+        seed: the generator's seed (e.g. :func:`random_seed` of the run seed and the iteration).
+
+    Keyword Args:
+        num_groups: the groups ``fraction`` is a fraction of; defaults to ``num_candidates``.
+
+    Returns:
+        A sorted ``torch.long`` tensor of distinct indices in ``[0, num_candidates)``.
+
+    Examples:
+        >>> random_groups(4, 0.5, seed=0).numel(), random_groups(4, 1.0, seed=0).tolist()
+        (2, [0, 1, 2, 3])
+        >>> random_groups(16, 0.36, seed=7).numel() in (5, 6)  # 5.76 groups on average
+        True
+        >>> torch.equal(random_groups(16, 0.36, seed=7), random_groups(16, 0.36, seed=7))
+        True
+        >>> random_groups(3, 0.1, seed=0).numel()  # 0.3 groups: at least one is kept
+        1
+    """
+    num_candidates = _check_int("num_candidates", num_candidates)
+    num_groups = num_candidates if num_groups is None else _check_int("num_groups", num_groups)
+    fraction = _check_number("fraction", fraction)
+    seed = _check_int("seed", seed)
+    if num_candidates <= 0:
+        return torch.empty(0, dtype=torch.long)
+    if fraction <= 0:
+        raise ValueError(f"fraction must be > 0, got {fraction!r}")
+    generator = torch.Generator().manual_seed(seed)
+    expected = fraction * num_groups
+    if abs(expected - round(expected)) < _FLOOR_TOL:  # an integer product is kept exactly (0.29 * 100 = 28.999...)
+        expected = float(round(expected))
+    u = float(torch.rand((), dtype=torch.float64, generator=generator))
+    count = max(1, min(int(math.floor(expected + u)), num_candidates))
+    return torch.randperm(num_candidates, generator=generator)[:count].sort().values
 
 
 # --------------------------------------------------------------------------------------------

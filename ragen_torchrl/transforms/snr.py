@@ -29,6 +29,11 @@ top-p subtracts an absolute ``eps = 0.01`` from the threshold (``eps``, 0 by def
 that preset). Every rule except softmax top-p and ``eps > 0`` selects the same groups when all
 rewards are multiplied by a positive constant; softmax(std) is kept as the reference computes it.
 
+**Controls** (what the filter's effect is made of): ``strategy="random"`` keeps a seeded random
+subset of the groups at a fixed kept fraction and reads no reward (the ``random_keep`` preset:
+"fewer groups" without "better groups"); ``strategy="top_p", value=1.0`` keeps every candidate, so
+with zero-variance groups excluded it drops exactly those (the ``nonzero_variance`` preset).
+
 The sampler counterpart (draw mini-batches only from the top groups of a persistent buffer) is
 :class:`ragen_torchrl.transforms.group_sampler.TopVarianceGroupSampler`.
 """
@@ -52,9 +57,11 @@ from .group_selection import (
     STRATEGIES,
     GroupSelection,
     _check_choice,
+    _check_int,
     _check_selection_args,
     check_filter_value,
     filter_stats,
+    random_seed,
     scores_of,
 )
 
@@ -128,6 +135,13 @@ class SNRFilter(Transform):
     within-group reward variance, Std the population std over groups (0 when Mean(RV) is 0).
     Filtering helps when heterogeneity is large; near 0 it discards data uniformly.
 
+    **The random control** (``strategy="random"``): the kept groups are a random subset drawn with
+    :func:`~ragen_torchrl.transforms.group_selection.random_groups`, seeded by
+    :func:`~ragen_torchrl.transforms.group_selection.random_seed` of ``seed`` and the call's
+    ``step`` (the trainer passes its iteration, so a run's subsets are reproducible, a resumed run
+    draws the same ones, and they never depend on the rewards); a call without ``step`` (the
+    torchrl hooks, the sampler) uses the number of earlier such calls of this instance.
+
     Args:
         metric, strategy, value, mode, include_zero, eps, largest: see :func:`group_scores` and
             :func:`select_groups`; ``value`` must lie in its strategy's range
@@ -145,6 +159,7 @@ class SNRFilter(Transform):
         length_key: per-trajectory length, read only by ``metric="length"``. Defaults to
             ``"num_tokens"``.
         filter_on_forward: see above.
+        seed: the run seed the ``random`` strategy mixes with the step (an int). Defaults to 0.
 
     Examples:
         >>> import torch
@@ -160,6 +175,9 @@ class SNRFilter(Transform):
         >>> kept, stats = filt.filter(td)  # the same rule, with its statistics
         >>> stats["kept_groups"], stats["zero_variance_groups"]
         (2.0, 1.0)
+        >>> rand = SNRFilter(strategy="random", value=0.5, include_zero=True, seed=3)
+        >>> rand.filter(td, step=0)[1]["kept_groups"]  # 0.5 x 3 = 1.5 groups: 1 or 2, whatever the rewards
+        2.0
     """
 
     def __init__(
@@ -177,8 +195,10 @@ class SNRFilter(Transform):
         entropy_key=ENTROPY,
         length_key=NUM_TOKENS,
         filter_on_forward: bool | None = None,
+        seed: int = 0,
     ):
         _check_choice("metric", metric, METRICS)
+        self.seed = _check_int("seed", seed)
         self.selection = GroupSelection(strategy, value, mode, include_zero, eps, largest)
         if filter_on_forward not in (None, True, False):
             raise ValueError(f"filter_on_forward must be None, True or False, got {filter_on_forward!r}")
@@ -195,6 +215,7 @@ class SNRFilter(Transform):
         self.length_key = length_key
         self.filter_on_forward = filter_on_forward
         self._used_at_write_time = False
+        self._calls = 0  # the step of a call without one (the random strategy's draws)
 
     # the selection settings live in one checked, frozen value; read-only here
     strategy = property(lambda self: self.selection.strategy)
@@ -225,11 +246,15 @@ class SNRFilter(Transform):
             )
         return td.get(key)
 
-    def row_mask(self, td: TensorDictBase, groups: Groups | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def row_mask(
+        self, td: TensorDictBase, groups: Groups | None = None, *, step: int | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """Return the boolean mask of rows to keep and the statistics, without indexing ``td``.
 
         ``groups``: the :class:`~ragen_torchrl.data.groups.Groups` of ``td``'s group ids and
         returns when the caller already built it (the trainer builds it once per batch).
+        ``step``: the ``random`` strategy's step (the trainer's iteration); ``None`` counts this
+        instance's calls without one. The other strategies ignore it.
 
         Examples:
             >>> import torch
@@ -252,7 +277,9 @@ class SNRFilter(Transform):
         elif self.metric == "length":
             lengths = torch.as_tensor(self._read(td, self.length_key)).cpu()
         ids, scores = scores_of(groups, self.metric, entropy=entropy, lengths=lengths)
-        kept = self.selection.select(scores)
+        if step is None:
+            step, self._calls = self._calls, self._calls + 1
+        kept = self.selection.select(scores, seed=random_seed(self.seed, step))
         # Reward statistics are logged whatever the selection metric is.
         kept_group = torch.zeros(ids.numel(), dtype=torch.bool)
         kept_group[kept] = True
@@ -267,7 +294,7 @@ class SNRFilter(Transform):
         )
 
     def filter(
-        self, td: TensorDictBase | None, groups: Groups | None = None
+        self, td: TensorDictBase | None, groups: Groups | None = None, *, step: int | None = None
     ) -> tuple[TensorDictBase | None, dict[str, float]]:
         """``(the kept groups' rows, statistics)``; ``None`` in or nothing kept gives ``None`` rows.
 
@@ -285,7 +312,7 @@ class SNRFilter(Transform):
         """
         if td is None:
             return None, {}
-        mask, stats = self.row_mask(td, groups)
+        mask, stats = self.row_mask(td, groups, step=step)
         return keep_rows(td, mask), stats
 
     # -- the torchrl hooks -------------------------------------------------------------------------
@@ -302,10 +329,11 @@ class SNRFilter(Transform):
         return self.filter(next_tensordict)[0]
 
     def __repr__(self) -> str:
+        seed = f", seed={self.seed}" if self.strategy == "random" else ""
         return (
             f"{type(self).__name__}(metric={self.metric}, strategy={self.strategy}, "
             f"value={self.value}, mode={self.mode}, include_zero={self.include_zero}, "
-            f"largest={self.largest})"
+            f"largest={self.largest}{seed})"
         )
 
 
@@ -392,8 +420,8 @@ def filter_arguments(cfg: Mapping) -> dict[str, Any]:
 def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
     """Build an :class:`SNRFilter` from a ``filter`` config node, or ``None`` when disabled.
 
-    Extra keyword arguments (``group_key``, ``return_key``, ``filter_on_forward``, ...) go to the
-    constructor.
+    Extra keyword arguments (``group_key``, ``return_key``, ``filter_on_forward``, ``seed``: the
+    run seed of the ``random`` strategy, ...) go to the constructor.
 
     Examples:
         >>> build_filter({"enabled": True})  # the paper's rule
@@ -402,6 +430,8 @@ def build_filter(cfg: Mapping, **kwargs) -> SNRFilter | None:
         SNRFilter(metric=reward_std, strategy=top_p, value=0.9, mode=softmax, include_zero=True, largest=True)
         >>> build_filter({"enabled": False}) is None
         True
+        >>> build_filter({"strategy": "random", "value": 0.36, "include_zero": True}, seed=1)  # random_keep
+        SNRFilter(metric=reward_variance, strategy=random, value=0.36, mode=linear, include_zero=True, largest=True, seed=1)
     """
     cfg = validate_filter_config(cfg)
     if not cfg["enabled"]:
