@@ -235,6 +235,20 @@ class TrainerConfig:
         "stop once this many optimizer steps were taken (null = no cap): an equal-steps arm",
         _limited(_opt_pos_int, 10_000_000),
     )
+    max_rollouts: Optional[int] = setting(
+        None,
+        "stop once this many training rollouts (trajectories: P x G per iteration plus DAPO's refills; "
+        "validation not counted) were collected (null = no cap): a matched-rollouts arm; "
+        "summary.json totals.rollouts is a run's count",
+        _limited(_opt_pos_int, 1_000_000_000_000),
+    )
+    max_seconds: Optional[float] = setting(
+        None,
+        "stop once the training phases (rollout, filter, update of summary.json's phases; validation, "
+        "diagnostics, checkpoints, setup and warm start not counted) took this many wall-clock seconds "
+        "(null = no cap): a matched-time arm; summary.json totals.training_seconds is a run's count",
+        partial(check_positive_float, optional=True),
+    )
     keep_best: bool = setting(
         False,
         "keep the checkpoint (checkpoints/best.pt) and export the policy (policy_best/) of the validation "

@@ -62,6 +62,7 @@ from ..models.vision import load_policy
 from ..objectives import build_algorithm
 from ..objectives.logprobs import make_logprob_policy
 from ..transforms.snr import build_filter, keep_rows
+from .budget import budget_stop, budget_totals
 from .checkpoint import (
     LAST,
     check_checkpoint_state,
@@ -922,9 +923,8 @@ class Trainer:
             for k, v in stats.items():
                 self.logger.log_scalar(k, v, step=step)
             self.history.append({"iteration": step, **stats})
-            cap = t.max_optimizer_steps
-            if cap and not self.stop_reason and run_totals(self.history)["optimizer_steps"] >= int(cap):
-                self.stop_reason = f"trainer.max_optimizer_steps={int(cap)} reached"
+            if not self.stop_reason:  # the budget caps: a matched-steps / -rollouts / -seconds arm
+                self.stop_reason = self._budget_stop()
             self._print(iteration_line(step, total, stats), flush=True)
             last = step == total
             if val_every and (step % val_every == 0) and not last:
@@ -971,7 +971,7 @@ class Trainer:
             "run_dir": str(self.run_dir),
             "final_policy": final_policy,
             "provenance": {**self.provenance, "load_start": self.clock.load_start, "load_end": load_average()},
-            "totals": run_totals(self.history),
+            "totals": {**run_totals(self.history), **budget_totals(self.history, self.clock.phases())},
         }
         self.clock.enter("other")
         summary["phases"] = self.clock.phases()
@@ -984,6 +984,17 @@ class Trainer:
         if val_end is not None:
             self._print(final_validation_line(val_start, val_end, summary["seconds"], summary["val_peak"]), flush=True)
         return summary
+
+    def _budget_stop(self) -> str | None:
+        """Which ``trainer.max_*`` cap the run has reached (:func:`~ragen_torchrl.trainer.budget.budget_stop`).
+
+        The seconds are rank 0's clock on every rank, so that all ranks stop at the same iteration.
+        """
+        t = self.cfg.trainer
+        phases = None
+        if t.get("max_seconds") is not None:
+            phases = self.dist.broadcast_object(self.clock.phases())
+        return budget_stop(t, self.history, phases)
 
     def _print(self, *args: Any, **kwargs: Any) -> None:
         """Progress lines: printed by rank 0 only in a multi-rank run."""
