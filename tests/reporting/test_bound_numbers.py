@@ -101,11 +101,11 @@ def bound_tokens(text: str) -> list[tuple[int, str]]:
     """``(line number, number)`` of every number inside the page's ``bound`` regions, in order."""
     out, inside = [], False
     for i, line in enumerate(text.splitlines(), 1):
-        opened = _OPEN.search(line)
+        opened = _OPEN.match(line.strip())
         if opened:
             inside = opened.group(1).split() == ["bound"]
             continue
-        if _CLOSE in line:
+        if line.strip() == _CLOSE:
             inside = False
             continue
         if inside:
@@ -117,10 +117,10 @@ def bound_lines(text: str) -> set[int]:
     """The line numbers inside ``bound`` regions."""
     lines, inside = set(), False
     for i, line in enumerate(text.splitlines(), 1):
-        opened = _OPEN.search(line)
+        opened = _OPEN.match(line.strip())
         if opened:
             inside = opened.group(1).split() == ["bound"]
-        elif _CLOSE in line:
+        elif line.strip() == _CLOSE:
             inside = False
         elif inside:
             lines.add(i)
@@ -202,10 +202,7 @@ _GROUP_METRICS = {
     "steps": "optimizer steps",
     "samples": "trained samples",
     "tokens_trained": "trained tokens",
-    **{
-        name: key
-        for name, (_, key) in zip(("kept", "heterogeneity", "t3_rate"), OPTIONAL_COLUMNS)
-    },
+    **{name: key for name, (_, key) in zip(("kept", "heterogeneity", "t3_rate"), OPTIONAL_COLUMNS)},
 }
 _DIAGNOSTICS = {d.slug: d for d in TRAINING_DIAGNOSTICS}
 
@@ -233,6 +230,10 @@ class ResultSet:
 
     def summary(self, path: str) -> dict:
         return json.loads((self.folder / path / "summary.json").read_text(encoding="utf-8"))
+
+    def raw(self, run) -> dict:
+        """The ``summary.json`` of one of the set's runs, as written."""
+        return self.summary(run.path.relative_to(self.folder).as_posix())
 
 
 @functools.cache
@@ -276,7 +277,7 @@ def _run_values(rs: ResultSet, runs, metric: str) -> list[float]:
         elif kind == "iteration_time":
             out.append(statistics.mean(v for _, v in r.series("timing/total")))
         elif kind in ("gain", "z"):
-            raw = rs.summary(r.path.relative_to(rs.folder).as_posix())
+            raw = rs.raw(r)
             a, b = raw["val_start"], raw["val_end"]
             out.append(b["success"] - a["success"] if kind == "gain" else _z(a, b))
         elif kind in ("early", "late", "change"):
@@ -284,7 +285,7 @@ def _run_values(rs: ResultSet, runs, metric: str) -> list[float]:
             e, lt = early_mean(r, key), late_mean(r, key)
             out.append({"early": e, "late": lt, "change": lt - e}[kind])
         elif kind == "val":
-            raw = rs.summary(r.path.relative_to(rs.folder).as_posix())
+            raw = rs.raw(r)
             out.append(raw["val_end"][name])
         else:
             raise KeyError(metric)
@@ -310,7 +311,7 @@ def _group_value(rs: ResultSet, arm: str, metric: str) -> float:
         ratio = _group_value(rs, arm, f"late:{name}") / _group_value(rs, arm, f"early:{name}")
         return 100 * (ratio - 1) if kind == "pct_change" else ratio
     if base == "levels":
-        levels = {rs.summary(r.path.relative_to(rs.folder).as_posix())["val_end"]["num_trajectories"] for r in group.runs}
+        levels = {rs.raw(r)["val_end"]["num_trajectories"] for r in group.runs}
         assert len(levels) == 1, levels
         return levels.pop()
     if base.startswith("config:"):
@@ -344,7 +345,7 @@ def _paired(rs: ResultSet, arm_b: str, arm_a: str, metric: str) -> float:
     elif kind == "valdiff":
 
         def fn(r):
-            return rs.summary(r.path.relative_to(rs.folder).as_posix())["val_end"][name]
+            return rs.raw(r)["val_end"][name]
     else:
         raise KeyError(metric)
     va = {r.config["seed"]: fn(r) for r in a.runs}
@@ -645,9 +646,107 @@ BOUND["docs/real_models.md"] = [
 ]
 
 
+PAPER_STEP = [("-26", "paper", "RAGEN-2", "step_time_pct.min"), ("-41%", "paper", "RAGEN-2", "step_time_pct.max")]
+BOUND["docs/experiments/snr_filter.md"] = [
+    ("-33%", SNR, "top_p-none", "pct:iteration_time"),
+    ("0.359", SNR, "top_p", "kept"),
+    ("0.008", SNR, "top_p", "kept.se"),
+    ("1.52", SNR, "top_p", "update"),
+    ("0.03", SNR, "top_p", "update.se"),
+    ("4.20", SNR, "none", "update"),
+    ("0.11", SNR, "none", "update.se"),
+    ("-64%", SNR, "top_p-none", "pct:update"),
+    ("4.86", SNR, "top_p", "iteration_time"),
+    ("0.11", SNR, "top_p", "iteration_time.se"),
+    ("7.22", SNR, "none", "iteration_time"),
+    ("0.18", SNR, "none", "iteration_time.se"),
+    ("-33%", SNR, "top_p-none", "pct:iteration_time"),
+    *PAPER_STEP,
+    ("319", SNR, "top_p", "seconds"),
+    ("8", SNR, "top_p", "seconds.se"),
+    ("460", SNR, "none", "seconds"),
+    ("12", SNR, "none", "seconds.se"),
+    # Sokoban
+    ("0.212", SOKO, "top_p", "kept"),
+    ("0.051", SOKO, "top_p", "kept.se"),
+    ("1.46", SOKO, "top_p", "update"),
+    ("0.27", SOKO, "top_p", "update.se"),
+    ("9.37", SOKO, "none", "update"),
+    ("0.08", SOKO, "none", "update.se"),
+    ("-84%", SOKO, "top_p-none", "pct:update"),
+    ("12.28", SOKO, "top_p", "iteration_time"),
+    ("0.52", SOKO, "top_p", "iteration_time.se"),
+    ("20.80", SOKO, "none", "iteration_time"),
+    ("0.29", SOKO, "none", "iteration_time.se"),
+    ("-41%", SOKO, "top_p-none", "pct:iteration_time"),
+    *PAPER_STEP,
+]
+
+MARGINAL_ENTROPY = "collapse/trajectory/reasoning_entropy"
+BOUND["docs/experiments/template_collapse.md"] = [
+    ("0.516", TC, "shuffled", f"early:{MARGINAL_ENTROPY}"),
+    ("0.009", TC, "shuffled", f"early:{MARGINAL_ENTROPY}.se"),
+    ("0.872", TC, "grounded", f"early:{MARGINAL_ENTROPY}"),
+    ("0.017", TC, "grounded", f"early:{MARGINAL_ENTROPY}.se"),
+    ("0.597", "visual_mi", "runs/shuffled", TOKEN_ENTROPY),
+    ("0.301", "visual_mi", "runs/grounded", TOKEN_ENTROPY),
+    ("0.085", "smollm2_mi", "runs/shuffled", TOKEN_ENTROPY),
+    ("0.076", "smollm2_mi", "runs/grounded", TOKEN_ENTROPY),
+    ("0.600", "visual_mi", "runs/shuffled", f"mean:{MARGINAL_ENTROPY}"),
+    ("1.117", "visual_mi", "runs/grounded", f"mean:{MARGINAL_ENTROPY}"),
+    ("0.074", "smollm2_mi", "runs/shuffled", f"mean:{MARGINAL_ENTROPY}"),
+    ("0.911", "smollm2_mi", "runs/grounded", f"mean:{MARGINAL_ENTROPY}"),
+    ("3", TC, "grounded", "n"),
+]
+
+BOUND["docs/experiments/mechanism_rl.md"] = [
+    ("0.656", MECH, "none", f"early:{MI_NATS}"),
+    ("0.019", MECH, "none", f"early:{MI_NATS}.se"),
+    ("0.466", MECH, "none", f"late:{MI_NATS}"),
+    ("0.023", MECH, "none", f"late:{MI_NATS}.se"),
+    ("-0.190", MECH, "none", f"change:{MI_NATS}"),
+    CI,
+    ("-0.267", MECH, "none", f"change:{MI_NATS}.lo"),
+    ("-0.113", MECH, "none", f"change:{MI_NATS}.hi"),
+    ("5", MECH, "none", f"change:{MI_NATS}.down"),
+    ("5", MECH, "none", "n"),
+    ("-29%", MECH, "none", f"pct_change:{MI_NATS}"),
+    ("0.298", MECH, "none", f"early:{SPREAD}"),
+    ("1.295", MECH, "none", f"late:{SPREAD}"),
+    ("4.4x", MECH, "none", f"ratio_change:{SPREAD}"),
+    ("0.667", MECH, "top_p", f"early:{MI_NATS}"),
+    ("0.664", MECH, "top_p", f"late:{MI_NATS}"),
+    ("-0.003", MECH, "top_p", f"change:{MI_NATS}"),
+    ("-0.045", MECH, "top_p", f"change:{MI_NATS}.lo"),
+    ("+0.038", MECH, "top_p", f"change:{MI_NATS}.hi"),
+    ("0.290", MECH, "top_p", f"early:{SPREAD}"),
+    ("0.582", MECH, "top_p", f"late:{SPREAD}"),
+    ("2.0x", MECH, "top_p", f"ratio_change:{SPREAD}"),
+    ("-1.117", MECH, "top_p", "change:mi_zscore"),
+]
+
+BOUND["docs/experiments/t3_cpu.md"] = [
+    ("-2.0", T3, "gn_t3-gn_no_t3", "valdiff:tokens"),
+    CI,
+    ("-4.2", T3, "gn_t3-gn_no_t3", "valdiff:tokens.lo"),
+    ("+0.2", T3, "gn_t3-gn_no_t3", "valdiff:tokens.hi"),
+    ("-0.2", T3, "cd_t3-cd_no_t3", "valdiff:tokens"),
+    ("-12.2", T3, "cd_t3-cd_no_t3", "valdiff:tokens.lo"),
+    ("+11.9", T3, "cd_t3-cd_no_t3", "valdiff:tokens.hi"),
+    ("26.32", T3, "gn_no_t3", "update"),
+    ("3.64", T3, "gn_t3", "update"),
+    ("-86%", T3, "gn_t3-gn_no_t3", "pct:update"),
+    ("16.79", T3, "cd_no_t3", "update"),
+    ("6.76", T3, "cd_t3", "update"),
+    ("-60%", T3, "cd_t3-cd_no_t3", "pct:update"),
+    ("24%", T3, "gn_t3-gn_no_t3", "abs pct:tokens_trained"),
+    ("14%", T3, "cd_t3-cd_no_t3", "abs pct:tokens_trained"),
+]
+
+
 # --------------------------------------------------------------------------- the tests
 def _bound_pages() -> list[Path]:
-    return [p for p in _pages() if "<!-- numbers: bound -->" in p.read_text(encoding="utf-8")]
+    return [p for p in _pages() if bound_lines(p.read_text(encoding="utf-8"))]
 
 
 def binding_problems(page: str, text: str, table: list[tuple[str, str, str, str]]) -> list[str]:
@@ -711,9 +810,7 @@ def _paragraphs(text: str):
         yield first, block
 
 
-@pytest.mark.parametrize(
-    "page", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))], ids=lambda p: p.name
-)
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))], ids=lambda p: p.name)
 def test_a_paragraph_citing_a_result_set_states_numbers_only_in_bound_regions(page):
     text = page.read_text(encoding="utf-8")
     inside = bound_lines(text)
