@@ -60,10 +60,10 @@ import torch
 from tensordict import TensorDictBase
 from torch.nn.utils.rnn import pad_sequence
 from torchrl.data.llm import History
-from torchrl.modules.llm import TransformersWrapper
-from torchrl.modules.llm.policies.common import ChatHistory, Text, _extract_responses_from_full_histories
+from torchrl.modules.llm import ChatHistory, Text, TransformersWrapper
 
 from ..envs.messages import chat_dicts
+from ..torchrl_compat import CUSTOM_MODEL_FAMILY_KEYWORDS, extract_responses_from_full_histories
 from .inverse_cdf import inverse_cdf_generate_kwargs
 from .kv_cache import common_prefix_len, forward_kwargs, row_prefix_cache, shared_prefix_supported
 from .loading import resolved_chat_template
@@ -89,12 +89,10 @@ def reply_parser_name(chat_template_name: str | None, tokenizer) -> str | None:
         >>> reply_parser_name(None, Tok()), reply_parser_name("llama", Tok())
         ('qwen', None)
     """
-    from torchrl.data.llm.history import _CUSTOM_MODEL_FAMILY_KEYWORDS
-
     if chat_template_name is not None:
         return chat_template_name if chat_template_name in ("qwen", "chatml_format") else None
     name = getattr(tokenizer, "name_or_path", "").lower()
-    for keywords in _CUSTOM_MODEL_FAMILY_KEYWORDS.values():
+    for keywords in CUSTOM_MODEL_FAMILY_KEYWORDS.values():
         if any(k.lower() in name for k in keywords):
             return None
     if "qwen" in name:
@@ -286,7 +284,7 @@ class HistoryTransformersWrapper(TransformersWrapper):
         history_chat.prompt = history
         parser = reply_parser_name(self.chat_template_name, self.tokenizer)
         if parser is None:
-            responses = _extract_responses_from_full_histories(
+            responses = extract_responses_from_full_histories(
                 text_full, history, self.chat_template_name, self.tokenizer
             )
         else:

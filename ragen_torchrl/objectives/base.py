@@ -35,8 +35,7 @@ import torch
 from tensordict import NestedKey, TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.utils import expand_as_right
 from torchrl.modules.llm import TransformersWrapper
-from torchrl.objectives.llm import GRPOLoss
-from torchrl.objectives.llm.grpo import LLMLossOutput
+from torchrl.objectives.llm import GRPOLoss, LLMLossOutput
 
 from ..data.dense import trim_padding
 from ..keys import MASKS_ASSISTANT, MASKS_ATTENTION, REF_LOG_PROBS_FULL
