@@ -1,4 +1,4 @@
-"""``ragen-report RUN_DIR... [--out DIR] [--by KEY ...] [--paired METRIC ...] [--within KEY ...]``: a table and plots from a set of runs.
+"""``ragen-report RUN_DIR... [--out DIR] [--by KEY ...] [--paired METRIC ...] [--within KEY ...] [--x AXIS]``: a table and plots from a set of runs.
 
 Reads each run (:mod:`~ragen_torchrl.reporting.runs`), drops duplicate runs (same config and seed),
 groups the rest by their swept config keys (:mod:`~ragen_torchrl.reporting.run_metrics`; ``--by`` picks the
@@ -9,12 +9,15 @@ keys), writes ``report.md`` (:mod:`~ragen_torchrl.reporting.table`) and the PNG 
     ragen-report multirun/2026-11-30/20-00-00 --by filter.name --by env.name
     ragen-report runs/* --by t3.enabled --paired final --paired tokens    # compare tokens per episode too
     ragen-report runs/* --by env.name --by t3.enabled --within env.name   # each task's arms, not across tasks
+    ragen-report runs/* --x seconds --out report_seconds/                 # curves against training seconds
     ragen-report docs/results/snr_filter --out docs/results/snr_filter     # a result set: its runs/*
     ragen-report --check docs/results/snr_filter                           # is report.md up to date?
 
 A **result set** is ``docs/results/<name>/`` with ``report.md``, the plots and the raw data
 ``runs/<run>/{summary.json,scalars.csv}`` (a folder that is itself a run dir, with its ``summary.json``
-next to ``report.md``, is a result set of one run). ``report.md`` depends only on the runs: the same
+next to ``report.md``, is a result set of one run). ``--x`` picks the curves' x axis
+(:data:`~ragen_torchrl.reporting.plots.X_AXES`): training iterations (default), optimizer steps or
+training wall-clock seconds; it changes the plots only. ``report.md`` depends only on the runs: the same
 runs give the same bytes, so ``--check DIR...`` regenerates each result set's report (grouped by the keys,
 comparing the metrics and pairing within the keys it names) into a temporary folder and compares it with the committed one (exit 1 and a diff when
 they differ). The PNG plots are not compared: ``--check`` checks ``report.md`` only.
@@ -54,12 +57,14 @@ def write_report(
     plots: bool = True,
     paired: Sequence[str] = DEFAULT_PAIRED,
     within: Sequence[str] = (),
+    x: str = "iterations",
 ) -> list[Path]:
     """Load the runs, write ``report.md`` and (``plots``) the plots into ``out``; returns the written paths.
 
     Run dirs are shown in the report relative to ``base`` (default ``out``). ``paired``: the metrics
     the paired differences compare (:data:`~ragen_torchrl.reporting.table.PAIRED_METRICS`); ``within``:
-    grouping keys whose values compared groups share (each task's arms against each other, not across tasks).
+    grouping keys whose values compared groups share (each task's arms against each other, not across tasks);
+    ``x``: the plots' x axis (:data:`~ragen_torchrl.reporting.plots.X_AXES`).
 
     Raises :class:`~ragen_torchrl.reporting.runs.RunError` for bad input and
     :class:`~ragen_torchrl.reporting.plots.PlotDependencyError` (after ``report.md``) without matplotlib.
@@ -101,7 +106,7 @@ def write_report(
     write(names)  # the table stands even when matplotlib is missing
     if not plots:
         return [report]
-    written = write_plots(groups, diagnostics, out_dir, EARLY_FRACTION, differing_keys(runs))
+    written = write_plots(groups, diagnostics, out_dir, EARLY_FRACTION, differing_keys(runs), x=x)
     return [report, *written]
 
 
@@ -233,6 +238,17 @@ def _parser() -> argparse.ArgumentParser:
         help="compare only groups with the same value of this grouping key (repeatable), e.g. --within env.name "
         "pairs each task's arms and never one task against another",
     )
+    p.add_argument(
+        "--x",
+        choices=("iterations", "steps", "seconds"),
+        default="iterations",
+        metavar="AXIS",
+        help="the curves' x axis: iterations (default; runs aligned by iteration), steps (optimizer steps so far, "
+        "train/optimizer_steps summed) or seconds (training wall-clock seconds so far: timing/total less the MI and "
+        "gradient-SNR diagnostics, summed; validation not counted); on steps and seconds each run is interpolated "
+        "linearly onto the points inside the range every run of its group covers; either way a group's mean "
+        "(with its 95%% Student-t band over seeds) ends where its shortest run ends; report.md is the same",
+    )
     return p
 
 
@@ -267,7 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     try:
-        paths = write_report(args.run_dirs, args.out, args.by, paired=args.paired or DEFAULT_PAIRED, within=args.within)
+        paths = write_report(
+            args.run_dirs, args.out, args.by, paired=args.paired or DEFAULT_PAIRED, within=args.within, x=args.x
+        )
     except RunError as e:
         print(f"ragen-report: error: {e}", file=sys.stderr)
         return 2

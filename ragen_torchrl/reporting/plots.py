@@ -1,18 +1,39 @@
 """The report's PNG plots (matplotlib, Agg backend; the ``plot`` extra).
 
-* ``val_success.png``: validation success against iteration, per group: each seed's curve (thin) and
-  the mean over seeds with a ±1 SE band;
-* ``update_time.png``: update time per iteration, per group (seconds), mean and ±1 SE band;
-* ``train_success.png``: training-rollout success (trailing mean over 5 iterations), mean and ±1 SE band;
+* ``val_success.png``: validation success per group: each seed's curve (thin) and the mean over seeds
+  with its 95% Student-t band;
+* ``update_time.png``: update time per iteration, per group (seconds), mean and 95% t band;
+* ``train_success.png``: training-rollout success (trailing mean over 5 iterations), mean and 95% t band;
 * ``success_vs_<diagnostic>.png``: final success against a diagnostic measured early, one point per
   run coloured by group, Spearman's rho with its interval and p-value on the plot (or "n too small");
-* ``diagnostics.png``: the MI z-score and reasoning entropy (and retrieval accuracy) against iteration.
+* ``diagnostics.png``: the MI z-score and reasoning entropy (and retrieval accuracy) over training.
+
+**The band** (:func:`mean_band`) is the 95% Student-t confidence interval of the mean over a group's
+seeds at each point: mean ± t_{0.975, n-1} · sd / sqrt(n) (a group of one run has no band); every
+band plot says so in its title and gives each group's n in its legend.
+
+**Alignment.** On the default x axis, training iterations, runs are aligned by iteration: the mean and
+its band are drawn only at the iterations where every run of the group has a value, so the mean
+curve ends where the group's shortest run ends (every point of it averages the same n runs). When
+the runs end at different points the legend says where (``runs end at 148–175, mean to 140``) and
+the longer runs' points past the mean's end are drawn thin and dotted (on the validation plot
+each seed's curve is drawn in full anyway); nothing past the shortest run is averaged.
+
+**The x axis** (:data:`X_AXES`, ``ragen-report --x``): ``iterations`` (default), ``steps`` (the
+optimizer steps taken so far: ``train/optimizer_steps`` summed over the iterations, a skipped update
+counting 0) or ``seconds`` (training wall-clock seconds so far: each iteration's ``timing/total`` less its
+measurement-only diagnostics :data:`DIAGNOSTIC_SECONDS`, summed; validation, checkpoints and setup are
+not counted), see :func:`x_positions`. On steps and seconds the runs share no grid: each run's series
+is interpolated linearly between its own points onto the union of the runs' x values inside the
+range every run covers (from the latest first point to the earliest last point, never extrapolated),
+and the mean and band are taken there; a run that did not log the axis's scalar is left out (the
+title says how many). Per-seed curves and the dotted tails keep each run's own points.
 
 What the plots promise: a series of at most two points is drawn as markers with error bars, never
-joined by a line; runs of different lengths are never averaged together (a group whose runs differ
-in length is drawn as one series per length, named with it); every legend entry names every config key
-that differs between the runs (seed and paths aside) and its n; every panel's title gives its n.
+joined by a line; every legend entry names every config key that differs between the runs (seed and
+paths aside) and its n; every panel's title gives its n.
 Legends sit outside the axes (they never cover data) and figures are saved with a tight bounding box.
+A band plot's y axis is fitted to what it draws (success rates kept within 0–1; update times from 0).
 
 Example:
     >>> import tempfile
@@ -25,30 +46,55 @@ Example:
     >>> out = Path(tempfile.mkdtemp())
     >>> plot_val_success(groups, out / "val_success.png").stat().st_size > 0
     True
+    >>> band = mean_band([r.val_series("success") for r in runs])   # 2 seeds: t_{0.975, 1} = 12.706
+    >>> band.x, [round(m, 2) for m in band.mean], [round(h, 3) for h in band.half], band.n
+    ([0, 1], [0.2, 0.45], [0.0, 0.635], 2)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..flat_config import flatten_config
 from ..safe_io import write_bytes_atomic
 from .run_metrics import DIAGNOSTICS, Diagnostic, DiagnosticPoints, Group, format_value, update_times
 from .runs import Run
-from .statistics import MIN_CORRELATION_N, mean_se
+from .statistics import MIN_CORRELATION_N, t_interval
 
 __all__ = [
+    "BAND_CAPTION",
+    "DIAGNOSTIC_SECONDS",
+    "X_AXES",
+    "Band",
     "PlotDependencyError",
     "legend_labels",
+    "mean_band",
     "plot_names",
     "plot_diagnostics",
     "plot_success_vs_diagnostic",
+    "plot_train_success",
     "plot_update_time",
     "plot_val_success",
     "pyplot",
     "write_plots",
+    "x_positions",
 ]
+
+#: the curves' x axes (``ragen-report --x``): name -> axis label (see :func:`x_positions`)
+X_AXES = {
+    "iterations": "training iteration",
+    "steps": "optimizer steps so far",
+    "seconds": "wall-clock training seconds so far (validation and diagnostics excluded)",
+}
+#: the per-iteration scalar each accumulated x axis sums
+_AXIS_SCALAR = {"steps": "train/optimizer_steps", "seconds": "timing/total"}
+#: seconds inside ``timing/total`` that only measure (the MI proxies, the gradient-SNR probe): not training time
+DIAGNOSTIC_SECONDS = ("timing/mi_seconds", "timing/grad_snr")
+#: what every band plot's title says its band is
+BAND_CAPTION = "mean over seeds, band: 95% Student-t interval of the mean (none for n = 1)"
 
 
 class PlotDependencyError(ImportError):
@@ -82,15 +128,133 @@ def _colours(n: int) -> list:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _band(series_per_run: Sequence[Sequence[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
-    """Iterations and mean/SE across runs at each iteration any run logged."""
-    by_it: dict[int, list[float]] = {}
-    for series in series_per_run:
-        for it, v in series:
-            by_it.setdefault(it, []).append(v)
-    its = sorted(by_it)
-    stats = [mean_se(by_it[it]) for it in its]
-    return its, [m for m, _ in stats], [s for _, s in stats]
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# --------------------------------------------------------------------------- x axes and bands
+def x_positions(run: Run, x: str = "iterations") -> dict[int, float] | None:
+    """Each iteration's place on the ``x`` axis (:data:`X_AXES`), iteration 0 (before training) at 0.
+
+    ``iterations``: the iteration itself. ``steps``: the optimizer steps taken up to the end of that
+    iteration (``train/optimizer_steps`` summed; an iteration that logged none, a skipped update, took 0).
+    ``seconds``: the training seconds up to its end: each iteration's ``timing/total`` (rollout,
+    diagnostics, filter and update; validation, checkpoints and setup are outside it) less the
+    measurement-only :data:`DIAGNOSTIC_SECONDS` it logged, summed. ``None`` when the run never logged
+    the scalar the axis sums (``train/optimizer_steps`` or ``timing/total``).
+
+    Example:
+        >>> h = [{"iteration": 1, "train/optimizer_steps": 4.0, "timing/total": 10.0, "timing/mi_seconds": 2.0},
+        ...      {"iteration": 2, "filter/skipped_update": 1.0, "timing/total": 3.0},
+        ...      {"iteration": 3, "train/optimizer_steps": 4.0, "timing/total": 9.0, "timing/grad_snr": 1.5}]
+        >>> run = Run(Path("r"), {}, h, [(0, {"success": 0.1}), (3, {"success": 0.3})])
+        >>> x_positions(run, "steps"), x_positions(run, "seconds")
+        ({0: 0.0, 1: 4.0, 2: 4.0, 3: 8.0}, {0: 0.0, 1: 8.0, 2: 11.0, 3: 18.5})
+        >>> x_positions(Run(Path("r"), {}, [{"iteration": 1}]), "steps") is None
+        True
+    """
+    if x not in X_AXES:
+        raise ValueError(f"x axis {x!r}: not one of {', '.join(X_AXES)}")
+    if x == "iterations":
+        its = {0, *(int(h["iteration"]) for h in run.history), *(it for it, _ in run.val)}
+        return {it: float(it) for it in sorted(its)}
+    key = _AXIS_SCALAR[x]
+    if not run.has(key):
+        return None
+    out, total = {0: 0.0}, 0.0
+    for h in sorted(run.history, key=lambda h: int(h["iteration"])):
+        amount = float(h[key]) if _finite(h.get(key)) else 0.0
+        if x == "seconds":
+            amount = max(0.0, amount - sum(float(h[k]) for k in DIAGNOSTIC_SECONDS if _finite(h.get(k))))
+        total += amount
+        out[int(h["iteration"])] = total
+    return out
+
+
+@dataclass(frozen=True)
+class Band:
+    """A group's mean curve: at each ``x`` the mean over its ``n`` runs and the half-width of the 95%
+    Student-t interval of that mean (``nan`` for one run); ``ends``: the earliest and latest last x of the runs."""
+
+    x: list[float]
+    mean: list[float]
+    half: list[float]
+    n: int
+    ends: tuple[float, float]
+
+
+def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
+    """The run's value at ``x`` by linear interpolation between its neighbouring points (``x`` inside them)."""
+    import bisect
+
+    xs = [p[0] for p in points]
+    i = bisect.bisect_left(xs, x)
+    if xs[i] == x:
+        return points[i][1]
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def mean_band(series_per_run: Sequence[Sequence[tuple[float, float]]], interpolate: bool = False) -> Band:
+    """The mean over runs with its 95% Student-t band, where every run has a value (empty series left out).
+
+    Without ``interpolate`` (runs aligned by iteration) the points are the x values every run has: the
+    curve ends where the shortest run ends. With it (steps, seconds: no shared grid) each run is
+    interpolated linearly between its own points onto the union of the runs' x values inside the range
+    every run covers (the latest first x to the earliest last x; nothing extrapolated); when every run
+    has at most two points nothing is interpolated (the shared x values only). Of points at the same x
+    within a run, the last counts.
+
+    Example:
+        >>> a, b = [(0, 0.0), (10, 1.0), (20, 1.0)], [(0, 0.0), (5, 0.5), (30, 0.5)]
+        >>> band = mean_band([a, b], interpolate=True)   # b at 10 and 20: 0.5; a at 5: 0.5
+        >>> band.x, band.mean, band.n, band.ends
+        ([0, 5, 10, 20], [0.0, 0.5, 0.75, 0.75], 2, (20, 30))
+        >>> mean_band([a, b]).x   # aligned, not interpolated: the shared points
+        [0]
+    """
+    runs = [sorted(dict(s).items()) for s in series_per_run if s]
+    if not runs:
+        return Band([], [], [], 0, (math.nan, math.nan))
+    ends = (min(r[-1][0] for r in runs), max(r[-1][0] for r in runs))
+    if interpolate and any(len(r) > 2 for r in runs):
+        start = max(r[0][0] for r in runs)
+        grid = sorted({x for r in runs for x, _ in r if start <= x <= ends[0]})
+        values = [[_interp(r, x) for r in runs] for x in grid]
+    else:
+        lookups = [dict(r) for r in runs]
+        grid = sorted(set.intersection(*(set(d) for d in lookups)))
+        values = [[d[x] for d in lookups] for x in grid]
+    mean = [sum(v) / len(v) for v in values]
+    half = [(hi - lo) / 2.0 for lo, hi in map(t_interval, values)]
+    return Band(grid, mean, half, len(runs), ends)
+
+
+def _placed(series: Sequence[tuple[int, float]], positions: dict[int, float]) -> list[tuple[float, float]]:
+    """An ``(iteration, value)`` series at its x positions (an iteration without one is dropped)."""
+    return [(positions[it], v) for it, v in series if it in positions]
+
+
+_UNITS = {"iterations": "", "steps": " steps", "seconds": " s"}
+
+
+def _fmt_x(v: float, x: str) -> str:
+    return f"{v:.0f}" if x == "seconds" else f"{v:g}"
+
+
+def _ends_note(band: Band, x: str) -> str:
+    """The legend's note on a group whose runs end at different x: where they end, where the mean ends.
+
+    Example:
+        >>> _ends_note(Band([0, 10, 140], [0.1, 0.2, 0.3], [0.0, 0.1, 0.1], 5, (148, 175)), "iterations")
+        '; runs end at 148–175, mean to 140'
+    """
+    lo, hi = band.ends
+    if lo == hi:
+        return ""
+    unit = _UNITS[x]
+    mean_end = f"mean to {_fmt_x(band.x[-1], x)}{unit}" if band.x else "no point shared by all"
+    return f"; runs end at {_fmt_x(lo, x)}–{_fmt_x(hi, x)}{unit}, {mean_end}"
 
 
 def _legend(ax, title: str | None = None) -> None:
@@ -131,65 +295,158 @@ def legend_labels(groups: Sequence[Group], keys: Sequence[str] = ()) -> list[str
     return out
 
 
-def _by_length(runs: Sequence[Run]) -> list[tuple[int, list[Run]]]:
-    """Runs split by their length (last iteration), shortest first: only runs of one length are averaged."""
-    out: dict[int, list[Run]] = {}
-    for r in runs:
-        out.setdefault(r.last_iteration, []).append(r)
-    return sorted(out.items())
+Series = Callable[[Run], Sequence[tuple[int, float]]]
 
 
-def _line_with_band(ax, groups: Sequence[Group], series_of, colours, labels=None, per_seed: bool = False) -> int:
-    """Draw each group (each length of it apart) as its mean over seeds with a ±1 SE band; returns the runs drawn.
+def _wrap(label: str, suffix: str = "", width: int = 60) -> str:
+    """A legend entry broken into lines of about ``width`` characters after its commas (no part is
+    cut), then ``suffix`` (the n) on the last line or a line of its own.
 
-    A series of at most two points gets markers and error bars and no joining line; ``per_seed`` adds
-    each run's own curve, thin and unlabelled (markers only when it has at most two points).
+    Example:
+        >>> print(_wrap("filter.name=snr_top_p, filter.value=0.9, trainer.total_iterations=240", "(n=5)", 40))
+        filter.name=snr_top_p, filter.value=0.9,
+        trainer.total_iterations=240 (n=5)
+    """
+    lines = [""]
+    for part in label.split(", "):
+        if lines[-1] and len(lines[-1]) + 2 + len(part) > width:
+            lines[-1] += ","
+            lines.append(part)
+        else:
+            lines[-1] = f"{lines[-1]}, {part}" if lines[-1] else part
+    if suffix:
+        if len(lines[-1]) + 1 + len(suffix) > width:
+            lines.append(suffix)
+        else:
+            lines[-1] = f"{lines[-1]} {suffix}"
+    return "\n".join(lines)
+
+
+def _line_with_band(
+    ax, groups: Sequence[Group], series_of: Series, colours, labels=None, per_seed: bool = False, x: str = "iterations"
+) -> tuple[int, int]:
+    """Draw each group's mean over seeds with its 95% t band (:func:`mean_band`) on the ``x`` axis;
+    returns ``(runs drawn, runs left out)``: left out, a run that did not log the axis's scalar.
+
+    A mean of at most two points gets markers and error bars (the t interval) and no joining line;
+    ``per_seed`` adds each run's own curve, thin and unlabelled; without it a run that goes on past the
+    mean's end (a longer run than the group's shortest) has that part drawn thin and dotted. A run's
+    own line of at most two points is markers only.
     """
     labels = labels or [g.label for g in groups]
-    drawn = 0
+    alpha = 0.2 if len(groups) <= 3 else 0.1  # many overlapping bands stay see-through
+    drawn = left_out = 0
     for group, label, colour in zip(groups, labels, colours):
-        parts = _by_length(group.runs)
-        for length, runs in parts:
-            series = [series_of(r) for r in runs]
-            its, mean, se = _band(series)
-            if not its:
+        series = []
+        for run in group.runs:
+            own = series_of(run)
+            if not own:
                 continue
-            drawn += sum(bool(s) for s in series)
-            n = sum(bool(s) for s in series)
-            name = f"{label} ({length} iterations, n={n})" if len(parts) > 1 else f"{label} (n={n})"
-            style = ":" if len(parts) > 1 and length != parts[-1][0] else "-"
-            if per_seed:
-                for s in series:
-                    ls = "-" if len(s) > 2 else "none"
-                    ax.plot([i for i, _ in s], [v for _, v in s], color=colour, alpha=0.3, lw=0.8, ls=ls, marker=".")
-            if len(its) <= 2:
-                ax.errorbar(its, mean, yerr=se, color=colour, ls="none", marker="o", ms=5, capsize=4, label=name)
+            positions = x_positions(run, x)
+            if positions is None:
+                left_out += 1
                 continue
-            ax.plot(its, mean, marker="o", ms=3, ls=style, color=colour, label=name)
-            lo = [m - s for m, s in zip(mean, se)]
-            hi = [m + s for m, s in zip(mean, se)]
-            ax.fill_between(its, lo, hi, color=colour, alpha=0.2, linewidth=0)
-    return drawn
+            if placed := _placed(own, positions):
+                series.append(placed)
+        if not series:
+            continue
+        band = mean_band(series, interpolate=x != "iterations")
+        drawn += band.n
+        name = _wrap(label, f"(n={band.n}{_ends_note(band, x)})")
+        end = band.x[-1] if band.x else -math.inf
+        carry = None if band.x else name  # no mean drawn: the runs' own lines carry the legend entry
+        for s in series:
+            part = s if per_seed else [p for p in s if p[0] >= end]
+            if not per_seed and not any(p[0] > end for p in part):
+                continue
+            ax.plot(
+                [p[0] for p in part],
+                [p[1] for p in part],
+                color=colour,
+                alpha=0.35,
+                lw=0.8,
+                ls=("-" if per_seed else ":") if len(part) > 2 else "none",
+                marker="." if per_seed or len(part) <= 2 else None,
+                label=carry,
+            )
+            carry = None
+        if not band.x:
+            continue
+        if len(band.x) <= 2:
+            yerr = band.half if band.n > 1 else None
+            ax.errorbar(band.x, band.mean, yerr=yerr, color=colour, ls="none", marker="o", ms=5, capsize=4, label=name)
+            continue
+        # markers on measured points only (not on interpolated ones) and while they stay apart
+        marker = "o" if x == "iterations" and len(band.x) <= 40 else None
+        ax.plot(band.x, band.mean, marker=marker, ms=3, color=colour, label=name)
+        if band.n > 1:
+            lo = [m - h for m, h in zip(band.mean, band.half)]
+            hi = [m + h for m, h in zip(band.mean, band.half)]
+            ax.fill_between(band.x, lo, hi, color=colour, alpha=alpha, linewidth=0)
+    return drawn, left_out
+
+
+def _count(drawn: int, left_out: int, x: str) -> str:
+    """``n = 12 runs``, with the runs left out for lacking the x axis's scalar."""
+    note = f" ({left_out} without {_AXIS_SCALAR[x]} left out)" if left_out else ""
+    return f"n = {drawn} runs{note}"
+
+
+def _xlabel(x: str, before: bool = False) -> str:
+    return X_AXES[x] + (" (0 = before training)" if before and x == "iterations" else "")
+
+
+def _x_axis(ax, x: str, before: bool = False) -> None:
+    """The axis label; iterations and steps are counts: whole-number ticks."""
+    ax.set_xlabel(_xlabel(x, before))
+    if x != "seconds":
+        from matplotlib.ticker import MaxNLocator
+
+        lo, hi = ax.get_xlim()
+        if hi - lo < 2:  # one or two neighbouring points: room for a whole-number tick either side
+            ax.set_xlim((lo + hi) / 2 - 1, (lo + hi) / 2 + 1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
 
 
 def _band_plot(
-    groups: Sequence[Group], series_of, path, title: str, xlabel: str, ylabel: str, ylim, keys=(), per_seed=False
+    groups: Sequence[Group],
+    series_of: Series,
+    path,
+    title: str,
+    ylabel: str,
+    ylim,
+    keys=(),
+    per_seed=False,
+    x: str = "iterations",
+    before: bool = False,
+    from_zero: bool = False,
 ) -> Path:
-    """One series per group and length (mean over seeds) with a ±1 SE band: the scaffolding every band plot shares."""
+    """One mean curve per group with its 95% t band: the scaffolding every band plot shares."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    n = _line_with_band(ax, groups, series_of, _colours(len(groups)), legend_labels(groups, keys), per_seed)
-    ax.set_title(f"{title}\nn = {n} runs")
-    ax.set_xlabel(xlabel)
+    counts = _line_with_band(ax, groups, series_of, _colours(len(groups)), legend_labels(groups, keys), per_seed, x)
+    ax.set_title(f"{title}\n{BAND_CAPTION}\n{_count(*counts, x)}", fontsize="medium")
+    _x_axis(ax, x, before)
     ax.set_ylabel(ylabel)
-    ax.set_ylim(*ylim)
+    _clamp_ylim(ax, ylim, from_zero)
     ax.grid(alpha=0.3)
     _legend(ax, "group")
     return _save(fig, path)
 
 
-def plot_val_success(groups: Sequence[Group], path: str | Path, keys: Sequence[str] = ()) -> Path:
-    """Validation success against iteration per group: each seed thin, the mean over seeds with a ±1 SE band.
+def _clamp_ylim(ax, bounds: tuple[float | None, float | None], from_zero: bool = False) -> None:
+    """The y range fitted to what is drawn (means, bands, seeds), kept inside ``bounds`` (``None``: open);
+    ``from_zero``: it starts at 0."""
+    lo, hi = ax.get_ylim()
+    lo = 0.0 if from_zero else lo if bounds[0] is None else max(bounds[0], lo)
+    hi = hi if bounds[1] is None else min(bounds[1], hi)
+    ax.set_ylim(lo, hi)
+
+
+def plot_val_success(
+    groups: Sequence[Group], path: str | Path, keys: Sequence[str] = (), x: str = "iterations"
+) -> Path:
+    """Validation success per group on the ``x`` axis: each seed thin, the mean over seeds with its 95% t band.
 
     See the module example.
     """
@@ -197,12 +454,13 @@ def plot_val_success(groups: Sequence[Group], path: str | Path, keys: Sequence[s
         groups,
         lambda r: r.val_series("success"),
         path,
-        "Validation success over training (thin: each seed; mean ± 1 SE across seeds)",
-        "training iteration (0 = before training)",
+        "Validation success over training (thin: each seed)",
         "validation success rate (fraction of levels solved)",
         (-0.03, 1.03),
         keys,
         per_seed=True,
+        x=x,
+        before=True,
     )
 
 
@@ -215,10 +473,12 @@ def _moving_average(series: Sequence[tuple[int, float]], window: int) -> list[tu
     return out
 
 
-def plot_train_success(groups: Sequence[Group], path: str | Path, window: int = 5, keys: Sequence[str] = ()) -> Path:
-    """Training-rollout success (``rollout/success``, temperature-1 samples) against iteration.
+def plot_train_success(
+    groups: Sequence[Group], path: str | Path, window: int = 5, keys: Sequence[str] = (), x: str = "iterations"
+) -> Path:
+    """Training-rollout success (``rollout/success``, temperature-1 samples) over training.
 
-    Each run's curve is a trailing mean over ``window`` iterations, then mean ± 1 SE across seeds.
+    Each run's curve is a trailing mean over ``window`` iterations, then the mean over seeds with its 95% t band.
     Useful when validation ran only at the start and the end.
 
     Example:
@@ -231,16 +491,18 @@ def plot_train_success(groups: Sequence[Group], path: str | Path, window: int = 
         groups,
         lambda r: _moving_average(r.series("rollout/success"), window),
         path,
-        f"Training-rollout success (trailing mean over {window} iterations; ± 1 SE across seeds)",
-        "training iteration",
+        f"Training-rollout success (each run's trailing mean over {window} iterations)",
         "training success rate (fraction of rollouts)",
         (-0.03, 1.03),
         keys,
+        x=x,
     )
 
 
-def plot_update_time(groups: Sequence[Group], path: str | Path, keys: Sequence[str] = ()) -> Path:
-    """Update time per iteration per group (:func:`~.run_metrics.update_times`), mean over seeds with a ±1 SE band.
+def plot_update_time(
+    groups: Sequence[Group], path: str | Path, keys: Sequence[str] = (), x: str = "iterations"
+) -> Path:
+    """Update time per iteration per group (:func:`~.run_metrics.update_times`), the mean over seeds with its 95% t band.
 
     Example:
         >>> import tempfile
@@ -252,11 +514,12 @@ def plot_update_time(groups: Sequence[Group], path: str | Path, keys: Sequence[s
         groups,
         update_times,
         path,
-        "Policy update time per iteration (mean ± 1 SE across seeds; skipped update = 0 s)",
-        "training iteration",
+        "Policy update time per iteration (skipped update = 0 s)",
         "update time (s)",
         (0, None),
         keys,
+        x=x,
+        from_zero=True,
     )
 
 
@@ -284,7 +547,7 @@ def plot_success_vs_diagnostic(
         xs = [p[2] for p in points.points if p[0] == gi]
         ys = [p[3] for p in points.points if p[0] == gi]
         if xs:
-            label = f"{labels[gi]} (n={len(xs)})"
+            label = _wrap(labels[gi], f"(n={len(xs)})")
             ax.scatter(xs, ys, s=40, color=colours[gi], edgecolor="black", linewidth=0.5, label=label, zorder=3)
     test = points.pools(groups)[0][1]
     if test.refused:
@@ -315,9 +578,13 @@ def plot_success_vs_diagnostic(
 
 
 def plot_diagnostics(
-    groups: Sequence[Group], diagnostics: Sequence[Diagnostic], path: str | Path, keys: Sequence[str] = ()
+    groups: Sequence[Group],
+    diagnostics: Sequence[Diagnostic],
+    path: str | Path,
+    keys: Sequence[str] = (),
+    x: str = "iterations",
 ) -> Path:
-    """Each diagnostic against iteration per group (one panel each), mean over seeds with a ±1 SE band.
+    """Each diagnostic over training per group (one panel each), the mean over seeds with its 95% t band.
 
     Example:
         >>> import tempfile
@@ -336,12 +603,12 @@ def plot_diagnostics(
             key = diag.key_for(run)
             return run.series(key) if key else []
 
-        n = _line_with_band(ax, groups, series, colours, labels)
-        ax.set_title(f"{diag.label.split(' (')[0]}: n = {n} runs", fontsize="medium")
+        counts = _line_with_band(ax, groups, series, colours, labels, x=x)
+        ax.set_title(f"{diag.label.split(' (')[0]}: {_count(*counts, x)}", fontsize="medium")
         ax.set_ylabel(diag.label.replace(" (", "\n("), fontsize="small")
         ax.grid(alpha=0.3)
-    fig.suptitle("Collapse diagnostics over training (mean ± 1 SE across seeds)")
-    axes[-1, 0].set_xlabel("training iteration")
+    fig.suptitle(f"Collapse diagnostics over training\n{BAND_CAPTION}")
+    _x_axis(axes[-1, 0], x)
     _legend(axes[0, 0], "group")
     fig.align_ylabels(axes[:, 0])
     return _save(fig, path)
@@ -374,12 +641,14 @@ def write_plots(
     out_dir: str | Path,
     fraction: float = 0.2,
     keys: Sequence[str] = (),
+    x: str = "iterations",
 ) -> list[Path]:
     """Write every plot the runs allow into ``out_dir`` (:func:`plot_names`); returns their paths.
 
     ``success_vs_<diagnostic>.png`` only for diagnostics at least :data:`~.statistics.MIN_CORRELATION_N` runs
     logged, ``diagnostics.png`` when some run logged one; ``keys``:
-    the config keys the legends name (:func:`~.run_metrics.differing_keys` of the runs).
+    the config keys the legends name (:func:`~.run_metrics.differing_keys` of the runs); ``x``: the curves'
+    x axis (:data:`X_AXES`; the scatter plots have none).
 
     Example:
         >>> import tempfile
@@ -389,16 +658,16 @@ def write_plots(
     """
     out = Path(out_dir)
     paths = [
-        plot_val_success(groups, out / "val_success.png", keys),
-        plot_update_time(groups, out / "update_time.png", keys),
+        plot_val_success(groups, out / "val_success.png", keys, x=x),
+        plot_update_time(groups, out / "update_time.png", keys, x=x),
     ]
     if any(r.has("rollout/success") for g in groups for r in g.runs):
-        paths.append(plot_train_success(groups, out / "train_success.png", keys=keys))
+        paths.append(plot_train_success(groups, out / "train_success.png", keys=keys, x=x))
     for d in _scatterable(diagnostics):
         path = out / f"success_vs_{d.diagnostic.slug}.png"
         paths.append(plot_success_vs_diagnostic(groups, d, path, f"{fraction:.0%}", keys))
     logged = [d.diagnostic for d in diagnostics]
     panels = [d for d in DIAGNOSTICS if d in logged]
     if panels:
-        paths.append(plot_diagnostics(groups, panels, out / "diagnostics.png", keys))
+        paths.append(plot_diagnostics(groups, panels, out / "diagnostics.png", keys, x=x))
     return paths

@@ -155,7 +155,7 @@ def test_two_point_series_are_markers_without_a_line_and_legends_name_every_diff
     assert ax.lines and all(line.get_linestyle() == "None" for line in ax.lines)
 
 
-def test_runs_of_different_lengths_are_never_averaged(figures, tmp_path):
+def test_runs_of_different_lengths_are_averaged_only_up_to_the_shortest(figures, tmp_path):
     from ragen_torchrl.reporting.plots import plot_train_success
 
     short = [_run(f"s{s}", s, "none", 1e-5, [(0, 0.4), (5, 0.5)]) for s in range(2)]
@@ -163,13 +163,13 @@ def test_runs_of_different_lengths_are_never_averaged(figures, tmp_path):
     group = Group({"filter.name": "none"}, short + long)
     plot_train_success([group], tmp_path / "train_success.png")
     ax = figures["train_success.png"].axes[0]
-    assert ax.get_legend_handles_labels()[1] == [
-        "filter.name=none (5 iterations, n=2)",
-        "filter.name=none (10 iterations, n=3)",
-    ]
+    # one arm, one curve: the mean over all 5 runs ends where the shortest ends, the legend says so
+    assert ax.get_legend_handles_labels()[1] == ["filter.name=none (n=5; runs end at 5–10, mean to 5)"]
     assert "n = 5 runs" in ax.get_title()
-    xs = [list(line.get_xdata()) for line in ax.lines]
-    assert [1, 2, 3, 4, 5] in xs and list(range(1, 11)) in xs  # each length its own series
+    solid = [list(line.get_xdata()) for line in ax.lines if line.get_linestyle() == "-"]
+    dotted = [list(line.get_xdata()) for line in ax.lines if line.get_linestyle() == ":"]
+    assert solid == [[1, 2, 3, 4, 5]]  # nothing past the shortest run is averaged
+    assert dotted == [list(range(5, 11))] * 3  # the longer runs go on, thin and dotted, unaveraged
 
 
 def test_every_diagnostics_panel_gives_its_n(figures, tmp_path):
