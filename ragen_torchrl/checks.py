@@ -14,7 +14,10 @@ naming the parameter and the bad value, in the form ``"<name> must be <what>, go
 
 ``expected`` (and ``message`` for :func:`check_choice`) lets a caller keep a message of its
 own wording ("a positive integer", "unknown metric ..."), so that replacing a hand-rolled
-check changes no error text.
+check changes no error text. ``error`` (:func:`check_bool`, :func:`check_choice`) is the
+exception type raised, ``ValueError`` or a subclass: the config checks'
+:func:`~ragen_torchrl.trainer.config_checks.check_bool` / ``check_choice`` read a config key and
+call these with ``error=ConfigError``, so a key's value is checked by one definition.
 
 Examples:
     >>> check_int("buckets", 6, minimum=1)
@@ -162,8 +165,8 @@ def check_number(
     return got
 
 
-def check_bool(name: str, value: Any) -> bool:
-    """``value`` if it is ``True`` or ``False`` (not ``0``/``1``/``"yes"``); else ``ValueError``.
+def check_bool(name: str, value: Any, *, error: type[ValueError] = ValueError) -> bool:
+    """``value`` if it is ``True`` or ``False`` (not ``0``/``1``/``"yes"``); else ``error`` (``ValueError``).
 
     Examples:
         >>> check_bool("enabled", False)
@@ -174,12 +177,19 @@ def check_bool(name: str, value: Any) -> bool:
         ValueError: enabled must be true or false, got 1
     """
     if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
+        raise error(f"{name} must be true or false, got {value!r}")
     return value
 
 
-def check_choice(name: str, value: Any, choices: Collection[Any], *, message: str | None = None) -> Any:
-    """``value`` if it is one of ``choices``; else ``ValueError``.
+def check_choice(
+    name: str,
+    value: Any,
+    choices: Collection[Any],
+    *,
+    message: str | None = None,
+    error: type[ValueError] = ValueError,
+) -> Any:
+    """``value`` if it is one of ``choices``; else ``error`` (``ValueError``).
 
     Args:
         name: the parameter or config key named in the message.
@@ -188,6 +198,7 @@ def check_choice(name: str, value: Any, choices: Collection[Any], *, message: st
         message: a ``str.format`` template for the error, with the fields ``{name}``,
             ``{value}`` (use ``{value!r}``) and ``{choices}`` (the joined options);
             default ``"{name} must be one of {choices}, got {value!r}"``.
+        error: the exception type raised (``ValueError`` or a subclass).
 
     Examples:
         >>> check_choice("metric", "variance", ("rv", "mi"), message="unknown {name} {value!r}; valid options: {choices}")
@@ -198,5 +209,5 @@ def check_choice(name: str, value: Any, choices: Collection[Any], *, message: st
     if value not in choices:
         template = message if message is not None else "{name} must be one of {choices}, got {value!r}"
         listed = ", ".join(str(c) for c in choices)
-        raise ValueError(template.format(name=name, value=value, choices=listed))
+        raise error(template.format(name=name, value=value, choices=listed))
     return value

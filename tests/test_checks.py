@@ -107,3 +107,23 @@ def test_check_choice_lists_non_string_options():
     assert check_choice("k", 2, (1, 2, 3)) == 2
     with pytest.raises(ValueError, match=r"^k must be one of 1, 2, 3, got 4$"):
         check_choice("k", 4, (1, 2, 3))
+
+
+def test_the_config_key_forms_use_the_same_checks():
+    """``config_checks.check_bool`` / ``check_choice`` read a key and call these: same message, ``ConfigError``."""
+    from omegaconf import OmegaConf
+
+    from ragen_torchrl.trainer import config_checks
+    from ragen_torchrl.trainer.config_checks import ConfigError
+
+    cfg = OmegaConf.create({"a": {"flag": "yes", "mode": "mean", "unset": None}})
+    with pytest.raises(ConfigError, match=r"^a\.flag must be true or false, got 'yes'$"):
+        config_checks.check_bool(cfg, "a.flag")
+    with pytest.raises(ConfigError, match=r"^a\.mode must be one of min, max, got 'mean'$"):
+        config_checks.check_choice(cfg, "a.mode", ("min", "max"))
+    config_checks.check_bool(cfg, "a.unset")  # null: allowed unless optional=False
+    config_checks.check_choice(cfg, "a.unset", ("min", "max"))
+    with pytest.raises(ConfigError, match=r"^a\.unset must be true or false, got None$"):
+        config_checks.check_bool(cfg, "a.unset", optional=False)
+    with pytest.raises(ConfigError, match="^x must be true or false"):
+        check_bool("x", 1, error=ConfigError)

@@ -22,6 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .. import checks
+
 
 class ConfigError(ValueError):
     """A config value is out of range or of the wrong type."""
@@ -164,17 +166,20 @@ def check_float_range(cfg: DictConfig, key: str, low: float, high: float, *, why
 
 
 def check_bool(cfg: DictConfig, key: str, *, optional: bool = True) -> None:
+    """``cfg[key]`` is ``true`` or ``false`` (null too when ``optional``): :func:`ragen_torchrl.checks.check_bool`
+    on the key's value, raising :class:`ConfigError`."""
     value = _get(cfg, key)
     if value is None and optional:
         return
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    checks.check_bool(key, value, error=ConfigError)
 
 
 def check_choice(cfg: DictConfig, key: str, choices) -> None:
+    """``cfg[key]``, when not null, is one of ``choices``: :func:`ragen_torchrl.checks.check_choice` on the key's
+    value, raising :class:`ConfigError`."""
     value = _get(cfg, key)
-    if value is not None and value not in choices:
-        raise ConfigError(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    if value is not None:
+        checks.check_choice(key, value, choices, error=ConfigError)
 
 
 def check_finite(cfg: DictConfig) -> None:
