@@ -1,4 +1,5 @@
-"""Loading any Hugging Face causal LM (or the tiny offline one) as a policy.
+"""Loading a policy: any Hugging Face causal LM (or the tiny offline one), or a Qwen2-VL-style
+vision-language checkpoint with its processor (:func:`load_policy` picks by the checkpoint's config).
 
 Example:
     >>> from ragen_torchrl.models.loading import resolve_device
@@ -9,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from typing import NamedTuple
 import torch
 
 from ..model_source import ModelSourceError, adapter_base, looks_like_local_path
+from .vl_processor import VL_CHAT_TEMPLATE, load_vl_processor
 
 log = logging.getLogger(__name__)
 
@@ -425,3 +428,79 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     tokenizer = prepare_tokenizer(tokenizer, model)
     model.to(dev).eval()
     return model, tokenizer
+
+
+#: ``model_type`` values of the Qwen2-VL-style checkpoints this package trains
+VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
+
+def is_vision_language(path: str | os.PathLike) -> bool:
+    """Whether the checkpoint dir ``path`` holds a Qwen2-VL-style vision-language model (its
+    ``config.json``'s ``model_type`` or ``architectures``); ``False`` for anything else, a hub name included.
+
+    Example:
+        >>> import json, tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "config.json").write_text(json.dumps({"architectures": ["Qwen2_5_VLForConditionalGeneration"]}))
+        >>> is_vision_language(d), is_vision_language("/no/such/dir")
+        (True, False)
+    """
+    config = Path(str(path)).expanduser() / "config.json"
+    if not config.is_file():
+        return False
+    data = json.loads(config.read_text())
+    architectures = [str(a).lower() for a in data.get("architectures") or []]
+    return data.get("model_type") in VL_MODEL_TYPES or any(
+        a.startswith(("qwen2vl", "qwen2_5_vl")) for a in architectures
+    )
+
+
+def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "auto"):
+    """``(model, tokenizer, processor)`` of a local Qwen2-VL-style checkpoint, in eval mode.
+
+    Safe loading only: ``AutoModelForImageTextToText`` from safetensors weights
+    (``use_safetensors=True``), no remote code. The tokenizer gets the same multi-turn fixes as a
+    text policy's (:func:`prepare_tokenizer`: a distinct pad token);
+    a chat template without a ``{% generation %}`` block or without image parts is replaced by
+    :data:`~ragen_torchrl.models.vl_processor.VL_CHAT_TEMPLATE` (ChatML with Qwen2-VL's vision block).
+    """
+    from transformers import AutoModelForImageTextToText
+
+    dev, dt = resolve_device(device, dtype)
+    try:
+        processor = load_vl_processor(path)
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dt, use_safetensors=True, trust_remote_code=False
+        )
+    except OSError as e:
+        raise ModelSourceError(f"cannot load the vision-language model {path!r}: {e}") from e
+    template = processor.tokenizer.chat_template or ""
+    masks = "{% generation %}" in template or "{%- generation %}" in template
+    if not masks or "image" not in template:
+        # the assistant masks need a generation block (Qwen2-VL checkpoints ship a template without one),
+        # the prompts a template that renders image parts
+        processor.tokenizer.chat_template = VL_CHAT_TEMPLATE
+    tokenizer = prepare_tokenizer(processor.tokenizer, model)
+    model.to(dev).eval()
+    return model, tokenizer, processor
+
+
+def load_policy(path: str, device: str = "auto", dtype: str = "auto"):
+    """``(model, tokenizer, processor)`` of the policy checkpoint at ``path``, in eval mode.
+
+    A local Qwen2-VL / Qwen2.5-VL-style directory (``config.json``'s ``model_type`` or
+    ``architectures``, :func:`is_vision_language`) loads as a
+    vision-language model with its :class:`~ragen_torchrl.models.vl_processor.VLProcessor`
+    (:func:`load_vl_policy`: safetensors only, no remote code); anything
+    else as a causal LM (:func:`load_pretrained`) with ``processor=None``.
+
+    Example:
+        >>> load_policy("/no/such/model")
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.model_source.ModelSourceError: /no/such/model: the local path does not exist
+    """
+    if is_vision_language(path):
+        return load_vl_policy(path, device, dtype)
+    model, tokenizer = load_pretrained(path, device, dtype)
+    return model, tokenizer, None

@@ -5,7 +5,7 @@ trajectories are: the first prompt (system + user message with its image, then t
 prompt), each reply's ids as sampled (ending with the end-of-turn token), then each env turn
 (``"\\n"`` + the next user message with its image + the generation prompt; a reply the token
 budget cut gets its end-of-turn token there, untrained; a reply prime such as ``"<think>"`` follows
-each generation prompt, read, never sampled). :class:`VLProcessor`
+each generation prompt, read, never sampled). :class:`~ragen_torchrl.models.vl_processor.VLProcessor`
 renders one such segment with the chat template, expands each image placeholder to the image's
 token count (``t * h * w / merge**2`` of its ``image_grid_thw``) and runs the image processor.
 
@@ -23,8 +23,11 @@ once, each turn re-encodes the rows' sequences in one left-padded forward and de
 forward. Neither samples a vision placeholder token (:func:`suppress_vision_tokens`).
 
 Training data: :func:`vl_sequence` lays a demonstration out as the rollouts lay out a trajectory
-(the warm start), :meth:`VLProcessor.batch_inputs` gives a padded batch's image inputs (the losses),
-:func:`load_policy` loads a text or Qwen2-VL-style checkpoint.
+(the warm start), :meth:`VLProcessor.batch_inputs` gives a padded batch's image inputs (the losses).
+
+The processor itself is :mod:`ragen_torchrl.models.vl_processor`'s, and loading a text or
+Qwen2-VL-style checkpoint (:func:`~ragen_torchrl.models.loading.load_policy`) is
+:mod:`ragen_torchrl.models.loading`'s; both modules' names are importable from here too.
 
 :func:`score_conversation` is the teacher-forced pass over a whole conversation with all its
 images (no cache): the behaviour / reference / training log-probs. Its log-probs of the sampled
@@ -46,9 +49,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import os
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +56,8 @@ import torch
 
 from ..envs.visual import image_chat
 from .inverse_cdf import inverse_cdf_sample
+from .loading import is_vision_language, load_policy, load_vl_policy
+from .vl_processor import VL_CHAT_TEMPLATE, VLProcessor, load_vl_processor
 
 __all__ = [
     "VL_CHAT_TEMPLATE",
@@ -72,194 +74,6 @@ __all__ = [
     "suppress_vision_tokens",
     "vl_sequence",
 ]
-
-IMAGE_PAD = "<|image_pad|>"
-
-#: ChatML over string or content-list messages; images render as Qwen2-VL's vision block
-VL_CHAT_TEMPLATE = (
-    "{%- macro render(content) -%}"
-    "{%- if content is string -%}{{ content }}"
-    "{%- else -%}{%- for part in content -%}"
-    "{%- if part['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{%- endmacro -%}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'assistant' -%}"
-    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ render(message['content']) + '<|im_end|>' }}"
-    "{% endgeneration %}{{ '\\n' }}"
-    "{%- else -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + render(message['content']) + '<|im_end|>\\n' }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
-)
-
-
-class VLProcessor:
-    """Tokenizer + image processor of a Qwen2-VL-style checkpoint (what ``Qwen2VLProcessor`` does for
-    one prompt, without its video processor).
-
-    The image processor's output for an image depends only on the image's pixels, and a board
-    state is seen many times (every warm-start step and every loss pass re-reads the same boards),
-    so :meth:`images` keeps each image's ``pixel_values`` in a least-recently-used cache keyed by
-    the image's bytes, bounded by ``cache_mb`` (0 switches it off).
-
-    Args:
-        tokenizer: a tokenizer with a chat template that renders ``{"type": "image"}`` parts as
-            ``<|vision_start|><|image_pad|><|vision_end|>``.
-        image_processor: Qwen2-VL's image processor (``merge_size``, ``image_grid_thw`` output).
-        cache_mb: the most megabytes of processed images kept (``pixel_values`` of one 112 x 112
-            board: 0.3 MB).
-    """
-
-    def __init__(self, tokenizer: Any, image_processor: Any, cache_mb: float = 512.0) -> None:
-        if cache_mb < 0:
-            raise ValueError(f"cache_mb must be >= 0, got {cache_mb}")
-        self.tokenizer = tokenizer
-        self.image_processor = image_processor
-        self.cache_bytes = int(cache_mb * 2**20)
-        self._cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
-        self._cached_bytes = 0
-        self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-        if self.image_token_id is None or self.image_token_id == tokenizer.unk_token_id:
-            raise ValueError(f"the tokenizer has no {IMAGE_PAD} token: not a Qwen2-VL-style vision-language tokenizer")
-
-    @property
-    def end_of_turn_id(self) -> int:
-        """The token the chat template closes an assistant message with (``<|im_end|>`` in ChatML).
-
-        What the text rollouts append after a reply the token budget cut (the first token of the
-        template's text after the reply, :mod:`~ragen_torchrl.collectors.token_trajectory`), and what
-        the warm start trains at the end of each reply; the tokenizer's ``eos_token_id`` when the
-        template writes nothing there.
-        """
-        template = self.tokenizer.chat_template
-        if getattr(self, "_end_of_turn", (None,))[0] != template:  # once per template (it may be replaced)
-            self._end_of_turn = (template, _end_of_turn_id(self.tokenizer))
-        return self._end_of_turn[1]
-
-    def images(self, images: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``pixel_values`` and ``image_grid_thw`` of uint8 ``[3, H, W]`` images (empty when there are none).
-
-        The images the cache does not hold go through the image processor in one call; the result
-        equals one call on all the images (the processor treats each image on its own).
-        """
-        if not images:
-            return {"pixel_values": None, "image_grid_thw": torch.zeros(0, 3, dtype=torch.long)}
-        arrays = [img.detach().cpu().contiguous().numpy() for img in images]
-        if not self.cache_bytes:
-            out = self.image_processor(images=arrays, return_tensors="pt")
-            return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"].long()}
-        keys = [(a.shape, str(a.dtype), hashlib.blake2b(a.tobytes(), digest_size=16).digest()) for a in arrays]
-        missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
-        fresh: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-        if missing:
-            first = {k: i for i, k in reversed(list(enumerate(keys)))}
-            out = self.image_processor(images=[arrays[first[k]] for k in missing], return_tensors="pt")
-            grids = out["image_grid_thw"].long()
-            sizes = grids.prod(-1).tolist()
-            for k, pixels, grid in zip(missing, out["pixel_values"].split(sizes), grids):
-                fresh[k] = (pixels, grid)
-        parts = [self._cache[k] if k in self._cache else fresh[k] for k in keys]
-        for k in keys:
-            if k in self._cache:
-                self._cache.move_to_end(k)
-        for k, entry in fresh.items():
-            self._remember(k, entry)
-        return {
-            "pixel_values": torch.cat([p for p, _ in parts]),
-            "image_grid_thw": torch.stack([g for _, g in parts]),
-        }
-
-    def _remember(self, key: tuple, entry: tuple[torch.Tensor, torch.Tensor]) -> None:
-        size = entry[0].numel() * entry[0].element_size()
-        if size > self.cache_bytes:
-            return
-        self._cache[key] = entry
-        self._cached_bytes += size
-        while self._cached_bytes > self.cache_bytes:
-            _, (old, _) = self._cache.popitem(last=False)
-            self._cached_bytes -= old.numel() * old.element_size()
-
-    def image_token_count(self, grid_thw: torch.Tensor) -> int:
-        return int(grid_thw.prod()) // self.image_processor.merge_size**2
-
-    def batch_inputs(
-        self, tokens: torch.Tensor, images: torch.Tensor, counts: torch.Tensor | None = None
-    ) -> dict[str, torch.Tensor]:
-        """The model's image keywords for a ``[N, T]`` batch of sequences: ``pixel_values``,
-        ``image_grid_thw`` and ``mm_token_type_ids`` (``{}`` when no row has an image).
-
-        ``images``: uint8 ``[N, K, 3, H, W]`` (row ``i``'s first ``counts[i]`` are real, in the order
-        their placeholders appear in ``tokens``; all ``K`` when ``counts`` is ``None``) or a list of
-        ``[K_i, 3, H, W]`` tensors. Raises ``ValueError`` when a row's image tokens do not match its images.
-        """
-        if isinstance(images, torch.Tensor):
-            counts = torch.full((images.shape[0],), images.shape[1]) if counts is None else counts.reshape(-1)
-            rows = [images[i, : int(c)] for i, c in enumerate(counts.tolist())]
-        else:
-            rows = list(images)
-        if len(rows) != tokens.shape[0]:
-            raise ValueError(f"{tokens.shape[0]} token rows but images for {len(rows)} rows")
-        flat = [img for row in rows for img in row]
-        if not flat:
-            return {}
-        vision = self.images(flat)
-        types = (tokens == self.image_token_id).int()
-        per_image = [self.image_token_count(g) for g in vision["image_grid_thw"]]
-        start = 0
-        for i, row in enumerate(rows):
-            want = sum(per_image[start : start + len(row)])
-            start += len(row)
-            if int(types[i].sum()) != want:
-                raise ValueError(
-                    f"row {i} holds {int(types[i].sum())} image tokens but its {len(row)} images need {want}"
-                )
-        return {
-            "pixel_values": vision["pixel_values"].to(tokens.device),
-            "image_grid_thw": vision["image_grid_thw"].to(tokens.device),
-            "mm_token_type_ids": types,
-        }
-
-    def encode_segment(self, chat: list[dict], grids: torch.Tensor, *, first: bool) -> list[int]:
-        """Token ids of ``chat`` (HF messages with image parts) rendered as one turn segment: the
-        messages, then the generation prompt; a later segment starts with the ``"\\n"`` that ends
-        the previous assistant message. Each image placeholder is expanded to its image's tokens."""
-        text = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        if not first:
-            text = "\n" + text
-        parts = text.split(IMAGE_PAD)
-        if len(parts) - 1 != len(grids):
-            raise ValueError(f"the chat has {len(parts) - 1} image placeholders but {len(grids)} images were given")
-        ids: list[int] = []
-        for i, part in enumerate(parts):
-            ids += self.tokenizer(part, add_special_tokens=False)["input_ids"]
-            if i < len(grids):
-                ids += [self.image_token_id] * self.image_token_count(grids[i])
-        return ids
-
-
-def load_vl_processor(path: str | os.PathLike) -> VLProcessor:
-    """The :class:`VLProcessor` of a saved checkpoint (``AutoTokenizer`` + ``AutoImageProcessor``)."""
-    from transformers import AutoImageProcessor, AutoTokenizer
-
-    return VLProcessor(AutoTokenizer.from_pretrained(path), AutoImageProcessor.from_pretrained(path))
-
-
-_REPLY = "\x00reply\x00"  # a reply text no template writes on its own
-
-
-def _end_of_turn_id(tokenizer: Any) -> int:
-    """The first token of the text the chat template writes after an assistant message's content."""
-    chat = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _REPLY}]
-    text = tokenizer.apply_chat_template(chat, tokenize=False)
-    after = text[text.rfind(_REPLY) + len(_REPLY) :] if _REPLY in text else ""
-    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
-    end = int(ids[0]) if ids else tokenizer.eos_token_id
-    if end is None:
-        raise ValueError("the chat template writes nothing after a reply and the tokenizer has no eos_token_id")
-    return int(end)
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
@@ -284,90 +98,6 @@ def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     if not ids:
         raise ValueError("neither the model's generation_config nor the tokenizer names an end-of-sequence token")
     return ids
-
-
-#: ``model_type`` values of the Qwen2-VL-style checkpoints this package trains
-VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-
-
-def is_vision_language(path: str | os.PathLike) -> bool:
-    """Whether the checkpoint dir ``path`` holds a Qwen2-VL-style vision-language model (its
-    ``config.json``'s ``model_type`` or ``architectures``); ``False`` for anything else, a hub name included.
-
-    Example:
-        >>> import json, tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "config.json").write_text(json.dumps({"architectures": ["Qwen2_5_VLForConditionalGeneration"]}))
-        >>> is_vision_language(d), is_vision_language("/no/such/dir")
-        (True, False)
-    """
-    import json
-    from pathlib import Path
-
-    config = Path(str(path)).expanduser() / "config.json"
-    if not config.is_file():
-        return False
-    data = json.loads(config.read_text())
-    architectures = [str(a).lower() for a in data.get("architectures") or []]
-    return data.get("model_type") in VL_MODEL_TYPES or any(
-        a.startswith(("qwen2vl", "qwen2_5_vl")) for a in architectures
-    )
-
-
-def load_vl_policy(path: str | os.PathLike, device: str = "auto", dtype: str = "auto"):
-    """``(model, tokenizer, processor)`` of a local Qwen2-VL-style checkpoint, in eval mode.
-
-    Safe loading only: ``AutoModelForImageTextToText`` from safetensors weights
-    (``use_safetensors=True``), no remote code. The tokenizer gets the same multi-turn fixes as a
-    text policy's (:func:`~ragen_torchrl.models.loading.prepare_tokenizer`: a distinct pad token);
-    a chat template without a ``{% generation %}`` block or without image parts is replaced by
-    :data:`VL_CHAT_TEMPLATE` (ChatML with Qwen2-VL's vision block).
-    """
-    from transformers import AutoModelForImageTextToText
-
-    from ..model_source import ModelSourceError
-    from .loading import prepare_tokenizer, resolve_device
-
-    dev, dt = resolve_device(device, dtype)
-    try:
-        processor = load_vl_processor(path)
-        model = AutoModelForImageTextToText.from_pretrained(
-            path, dtype=dt, use_safetensors=True, trust_remote_code=False
-        )
-    except OSError as e:
-        raise ModelSourceError(f"cannot load the vision-language model {path!r}: {e}") from e
-    template = processor.tokenizer.chat_template or ""
-    masks = "{% generation %}" in template or "{%- generation %}" in template
-    if not masks or "image" not in template:
-        # the assistant masks need a generation block (Qwen2-VL checkpoints ship a template without one),
-        # the prompts a template that renders image parts
-        processor.tokenizer.chat_template = VL_CHAT_TEMPLATE
-    tokenizer = prepare_tokenizer(processor.tokenizer, model)
-    model.to(dev).eval()
-    return model, tokenizer, processor
-
-
-def load_policy(path: str, device: str = "auto", dtype: str = "auto"):
-    """``(model, tokenizer, processor)`` of the policy checkpoint at ``path``, in eval mode.
-
-    A local Qwen2-VL / Qwen2.5-VL-style directory (``config.json``'s ``model_type`` or
-    ``architectures``, :func:`~ragen_torchrl.models.vision.is_vision_language`) loads as a
-    vision-language model with its :class:`VLProcessor`
-    (:func:`load_vl_policy`: safetensors only, no remote code); anything
-    else as a causal LM (:func:`~ragen_torchrl.models.loading.load_pretrained`) with ``processor=None``.
-
-    Example:
-        >>> load_policy("/no/such/model")
-        Traceback (most recent call last):
-        ...
-        ragen_torchrl.model_source.ModelSourceError: /no/such/model: the local path does not exist
-    """
-    from .loading import load_pretrained
-
-    if is_vision_language(path):
-        return load_vl_policy(path, device, dtype)
-    model, tokenizer = load_pretrained(path, device, dtype)
-    return model, tokenizer, None
 
 
 def _rope_positions(model: Any, input_ids: torch.Tensor, image_token_id: int, grids: torch.Tensor) -> torch.Tensor:
