@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from ..flat_config import flatten_config
+from ..moved_keys import MOVED_KEYS
 from ..safe_io import UnsafeFileError, create_exclusive, inside
 from .config_checks import ConfigError
 
@@ -99,7 +100,10 @@ PROTECTED = (
     "rollout.prime_think",  # the prompt format
 )
 #: keys under a protected one that only say where/how fast a run executes
-HARMLESS = ("model.device", "model.threads", "model.cache_dir", "filter.grad_snr")  # the last: a diagnostic (moved)
+#: (and the old places of moved diagnostics: a checkpoint may name one, and a diagnostic does not change the run)
+HARMLESS = ("model.device", "model.threads", "model.cache_dir") + tuple(
+    old for old, (new, _) in MOVED_KEYS.items() if new.startswith("diagnostics.")
+)
 ALLOW_KEY = "trainer.resume_allow_changes"
 
 

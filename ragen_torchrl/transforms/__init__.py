@@ -30,6 +30,8 @@ from .group_selection import (
     GroupSelection,
     check_filter_value,
     group_scores,
+    random_groups,
+    random_seed,
     select_groups,
 )
 from .overlong import OverlongPenalty, overlong_penalty
@@ -81,6 +83,8 @@ __all__ = [
     "group_scores",
     "make_rule",
     "overlong_penalty",
+    "random_groups",
+    "random_seed",
     "select_groups",
     "t3_config_defaults",
     "t3_token_stats",

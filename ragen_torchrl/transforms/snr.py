@@ -50,6 +50,7 @@ from torchrl.envs.transforms import Transform
 from ..checks import check_bool
 from ..data.groups import Groups
 from ..keys import ENTROPY, EPISODE_RETURN, GROUP_ID, NUM_TOKENS
+from ..moved_keys import moved_under
 from ..options import FILTER_CONFIG_DEFAULTS
 from .group_selection import (
     ENTROPY_METRICS,
@@ -340,15 +341,6 @@ class SNRFilter(Transform):
 # --------------------------------------------------------------------------------------------
 # config
 # --------------------------------------------------------------------------------------------
-#: keys that left the ``filter`` node: the early stops run with and without a filter
-MOVED_FILTER_KEYS = {
-    "grad_snr": "diagnostics.grad_snr (a diagnostic, run with or without a filter)",
-    "max_consecutive_empty": "trainer.early_stop.max_consecutive_empty (the stops run with or without a filter)",
-    "collapse_stop": "trainer.early_stop.collapse_stop (the stops run with or without a filter)",
-    "val_stop": "trainer.early_stop.val_stop (the stops run with or without a filter)",
-}
-
-
 def _as_dict(node: Any, where: str) -> dict[str, Any]:
     # OmegaConf DictConfig is a Mapping; converting keeps the rest of the code plain-Python.
     if not isinstance(node, Mapping):
@@ -370,7 +362,7 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
     Keys (all optional, defaults in :data:`~ragen_torchrl.options.FILTER_CONFIG_DEFAULTS`): ``name``, ``enabled``,
     ``metric``, ``strategy``, ``value``, ``mode``, ``include_zero``, ``largest``, ``eps``,
     ``loss_scale``. Unknown keys are errors (they are usually typos); a key that moved
-    (:data:`MOVED_FILTER_KEYS`: the early stops are ``trainer.early_stop``) is named with its new
+    (:data:`~ragen_torchrl.moved_keys.MOVED_KEYS`: the early stops are ``trainer.early_stop``) is named with its new
     place. ``value`` must lie in its strategy's range (:func:`check_filter_value`).
 
     Examples:
@@ -385,9 +377,9 @@ def validate_filter_config(cfg: Mapping) -> dict[str, Any]:
         ...
         ValueError: filter.val_stop moved to trainer.early_stop.val_stop (the stops run with or without a filter)
     """
-    for key, new in MOVED_FILTER_KEYS.items():
+    for key, (new, why) in moved_under("filter").items():
         if isinstance(cfg, Mapping) and key in cfg:
-            raise ValueError(f"filter.{key} moved to {new}")
+            raise ValueError(f"filter.{key} moved to {new} ({why})")
     out = _merge_checked(cfg, FILTER_CONFIG_DEFAULTS, "filter config")
     out["name"] = str(out["name"])
     for key in ("enabled", "include_zero", "largest"):

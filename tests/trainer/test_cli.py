@@ -180,7 +180,7 @@ def test_describe_group_option_prints_what_that_preset_composes(choice):
     from omegaconf import OmegaConf
 
     from ragen_torchrl.trainer.cli import describe_preset
-    from ragen_torchrl.trainer.config_schema import shown_value
+    from ragen_torchrl.trainer.config_describe import shown_value
 
     group = choice.split("=", 1)[0]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

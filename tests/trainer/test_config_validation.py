@@ -22,7 +22,8 @@ from ragen_torchrl.trainer.config import estimate_iteration_tokens, estimate_tin
 from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.config_keys import check_unknown_keys, unknown_keys
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
-from ragen_torchrl.trainer.config_schema import schema_tree, typed_config
+from ragen_torchrl.trainer.config_schema import schema_tree
+from ragen_torchrl.trainer.config_typing import typed_config
 from ragen_torchrl.trainer.loop import Trainer
 
 

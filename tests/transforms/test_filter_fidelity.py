@@ -151,7 +151,7 @@ def test_collapse_window_starts_after_the_warm_up():
 def test_validation_stop_config_and_errors():
     # trainer.early_stop.val_stop: its fields are checked by the typed config, named in full
     from ragen_torchrl.trainer.config_keys import check_unknown_keys
-    from ragen_torchrl.trainer.config_schema import check_fields, typed_config
+    from ragen_torchrl.trainer.config_typing import check_fields, typed_config
 
     stop = ValidationStop.from_config({"val_stop": {"threshold": 0.05, "patience": 3}})
     assert (stop.threshold, stop.patience, stop.enabled) == (0.05, 3, True)
