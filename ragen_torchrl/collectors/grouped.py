@@ -26,6 +26,9 @@ torchrl's :class:`~torchrl.modules.llm.TransformersWrapper` (and ``vLLMWrapper``
 ``input_mode="history"`` and ``generate=True`` write both; :func:`make_generation_policy`
 builds one. A scripted policy must write both too (e.g. ``tokenizer(reply).input_ids``);
 a policy output without them raises :class:`PolicyContractError` naming the missing key.
+What the collector calls and reads on the policy itself is the protocol
+:class:`~ragen_torchrl.collectors.policy_protocol.RolloutPolicy` (a callable that does not declare it
+is read with the defaults of :func:`~ragen_torchrl.collectors.policy_protocol.as_rollout_policy`).
 
 **Token-prompt policies** (``policy.input_mode == "tokens"``, the default of
 :func:`make_generation_policy`, ``rollout.trajectory=tokens``): the collector keeps each row's
@@ -34,9 +37,15 @@ policy with the per-row keys plus ``("tokens", "prompt")`` (that sequence so far
 tensor per row) and no conversation; the policy writes only ``("tokens", "response")`` (the ids
 exactly as sampled, end-of-turn included if sampled, no padding) and the collector writes
 ``("history", "full")`` from them. Such a policy carries ``tokenizer``, ``reply_prime`` and
-optionally its (primed) ``chat_template``.
+optionally its (primed) ``chat_template``
+(:class:`~ragen_torchrl.collectors.policy_protocol.TokenPromptPolicy`).
 Optionally, a ``policy.entropy_recorder``
 (:class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder`) fills the ``entropy`` column.
+
+**Trajectory modes.** Each turn is played by :func:`_history_turn` (the policy reads and extends the
+conversation) or :func:`_token_turn` (the collector keeps each row's token trajectory); a
+:class:`~ragen_torchrl.collectors.policy_protocol.TrajectoryOwner` in either hands over each finished
+row's entries itself. What the collection sums per row is a :class:`RowAccumulators`.
 
 Example (a scripted policy that always answers "Right"):
     >>> import tensordict, torch
@@ -61,8 +70,8 @@ Example (a scripted policy that always answers "Right"):
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
@@ -98,20 +107,36 @@ from ..keys import (
     TRUNCATED_BY_T3,
     TURN,
 )
-from ..models.chat_template import trainable_chat_template
-from ..models.entropy_recorder import EntropyRecorder, attach_entropy_recorder
-from ..models.history_wrapper import HistoryTransformersWrapper
 from ..models.loading import wrapper_chat_template
 from ..models.priming import primed_chat_template
 from ..models.priming import reply_prime as policy_reply_prime
-from ..models.turn_cache import DEFAULT_MAX_CACHED_TOKENS, TurnCachePolicy, check_turn_cache_settings
-from ..models.vision import stop_token_ids
-from ..rollout_options import check_attention, check_sampler, check_sampling, per_device, sampling_truncation
+from ..rollout_options import check_sampling, sampling_truncation
+
+# the policy builders and the contract live in their own modules; importable from here as well
+from .generation import (
+    NEUTRAL_GENERATE_KWARGS,
+    NEUTRAL_SAMPLING_KWARGS,
+    TRAJECTORY_MODES,
+    hf_generate_kwargs,
+    wrapper_generate_kwargs,
+)
+from .hf_policy import TokenPromptWrapper, make_generation_policy
+from .policy_protocol import (
+    POLICY_OUTPUT_KEYS,
+    TOKEN_POLICY_OUTPUT_KEYS,
+    PolicyContractError,
+    RolloutPolicy,
+    as_rollout_policy,
+    check_policy_output,
+)
 from .token_trajectory import TokenTrajectories, reply_histories
 
 __all__ = [
+    "NEUTRAL_GENERATE_KWARGS",
+    "NEUTRAL_SAMPLING_KWARGS",
     "POLICY_OUTPUT_KEYS",
     "PolicyContractError",
+    "RowAccumulators",
     "TokenPromptWrapper",
     "TRAJECTORY_MODES",
     "TOKEN_POLICY_OUTPUT_KEYS",
@@ -124,310 +149,6 @@ __all__ = [
     "sampling_truncation",
     "wrapper_generate_kwargs",
 ]
-
-log = logging.getLogger(__name__)
-
-#: keys a policy must write (see the module's policy contract)
-POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (HISTORY_FULL, TOKENS_RESPONSE)
-#: keys a token-prompt policy must write (the collector writes ``("history", "full")`` itself)
-TOKEN_POLICY_OUTPUT_KEYS: tuple[tuple[str, str], ...] = (TOKENS_RESPONSE,)
-#: ``rollout.trajectory``: one token sequence per row (``tokens``) or the conversation re-rendered each turn
-TRAJECTORY_MODES = ("tokens", "history")
-
-_KEY_ROLE = {
-    HISTORY_FULL: "the conversation with the reply appended as one assistant message (the env parses it)",
-    TOKENS_RESPONSE: "the reply's generated token ids, one 1-D tensor per row (counted into num_tokens)",
-}
-
-
-class PolicyContractError(ValueError):
-    """A policy's output breaks :func:`collect_rollouts`' policy contract (names what is missing)."""
-
-
-def check_policy_output(out, num_rows: int, keys: tuple = POLICY_OUTPUT_KEYS) -> None:
-    """Raise :class:`PolicyContractError` unless ``out`` satisfies the policy contract for ``num_rows`` rows.
-
-    Example:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> td = TensorDict({"history": {"full": torch.zeros(2, 1)}}, batch_size=[2])  # no tokens
-        >>> try:
-        ...     check_policy_output(td, 2)
-        ... except PolicyContractError as e:
-        ...     print(str(e).splitlines()[0])
-        policy output lacks ('tokens', 'response'): the reply's generated token ids, one 1-D tensor per row (counted into num_tokens).
-    """
-    if not isinstance(out, TensorDictBase):
-        raise PolicyContractError(f"policy returned {type(out).__name__}, expected a TensorDict with {list(keys)}")
-    # membership per key: listing every nested key of a lazy stack walks all its rows (~10 ms a turn)
-    present = out.keys(include_nested=True)
-    for key in keys:
-        if key not in present:
-            raise PolicyContractError(
-                f"policy output lacks {key}: {_KEY_ROLE[key]}.\n"
-                "torchrl's TransformersWrapper/vLLMWrapper with input_mode='history', generate=True write it "
-                "(see ragen_torchrl.collectors.make_generation_policy); a scripted policy must set "
-                "('history', 'full') and ('tokens', 'response') itself, e.g. tokenizer(reply).input_ids per row"
-            )
-    rows = int(out.batch_size[0]) if out.batch_dims else 1
-    if rows != num_rows:
-        raise PolicyContractError(f"policy returned {rows} rows for {num_rows} input rows; it must keep the batch")
-
-
-#: generation settings that leave the policy's distribution as it is (``None`` = off). transformers'
-#: ``generate`` fills every setting not passed from the checkpoint's ``generation_config`` and then
-#: from its global defaults (``top_k=50``), so each one is passed explicitly
-NEUTRAL_GENERATE_KWARGS = {
-    "num_beams": 1,
-    "repetition_penalty": 1.0,
-    "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "bad_words_ids": None,
-    "sequence_bias": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "exponential_decay_length_penalty": None,
-    "guidance_scale": None,
-    "watermarking_config": None,
-}
-#: the sampling warpers besides temperature, top-k, top-p and min-p, switched off
-NEUTRAL_SAMPLING_KWARGS = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None}
-
-
-def hf_generate_kwargs(
-    max_new_tokens: int, temperature: float, *, top_k: int | None = None, top_p: float = 1.0, min_p=None
-) -> dict:
-    """``generate_kwargs`` of :func:`make_generation_policy`: sample at ``temperature`` (0 = greedy)
-    from the **full** distribution by default, every sampling setting explicit.
-
-    ``top_k`` (``None``/0: off), ``top_p`` (1.0: off) and ``min_p`` (``None``: off) truncate it when
-    set. Nothing comes from transformers' defaults (``top_k=50``) or from the checkpoint's own
-    ``generation_config`` (instruct checkpoints ship ``top_k``, ``repetition_penalty``, ...): the
-    behaviour log-probs and the losses score tokens with the policy's full softmax at ``temperature``,
-    so the sampler must draw from that same distribution (RAGEN-2, arXiv 2604.06268, samples at temperature 1,
-    top-p 1, no top-k). The vLLM backend mirrors these
-    (:func:`ragen_torchrl.collectors.vllm_backend.vllm_sampling_kwargs`).
-
-    Example:
-        >>> kw = hf_generate_kwargs(64, 1.0)
-        >>> {k: kw[k] for k in ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
-        {'do_sample': True, 'temperature': 1.0, 'top_k': 0, 'top_p': 1.0, 'min_p': None, 'repetition_penalty': 1.0}
-        >>> hf_generate_kwargs(64, 0)["do_sample"], "top_k" in hf_generate_kwargs(64, 0)
-        (False, False)
-    """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    check_sampling(top_k, top_p, min_p)
-    kwargs = {"max_new_tokens": int(max_new_tokens), **NEUTRAL_GENERATE_KWARGS}
-    if temperature > 0:
-        kwargs.update(
-            do_sample=True,
-            temperature=float(temperature),
-            top_k=int(top_k or 0),  # 0: transformers adds no top-k warper
-            top_p=float(top_p),
-            min_p=None if min_p is None else float(min_p),
-            **NEUTRAL_SAMPLING_KWARGS,
-        )
-    else:
-        kwargs.update(do_sample=False)
-    return kwargs
-
-
-def wrapper_generate_kwargs(kwargs: dict) -> dict:
-    """``kwargs`` without a ``top_k`` that switches top-k off (0 or -1): torchrl's LLM wrappers refuse
-    ``top_k <= 0`` in their constructor; the full settings are set on the built wrapper.
-
-    Example:
-        >>> wrapper_generate_kwargs({"top_k": 0, "top_p": 1.0}), wrapper_generate_kwargs({"top_k": 5})
-        ({'top_p': 1.0}, {'top_k': 5})
-    """
-    return {k: v for k, v in kwargs.items() if not (k == "top_k" and (v is None or v <= 0))}
-
-
-def _policy_template(tokenizer, reply_prime: str) -> str | None:
-    """The checked template the policy renders with; ``None`` for a tokenizer without one and no prime
-    (torchrl's wrapper then picks its own, as for any torchrl policy)."""
-    if wrapper_chat_template(tokenizer) is None and not reply_prime:
-        return None
-    return trainable_chat_template(tokenizer, prime=reply_prime)
-
-
-def pads_with_end_of_turn(model, tokenizer) -> bool:
-    """Whether ``tokenizer``'s pad id is one of the ids generation stops at (the model's generation config's
-    end ids, else the tokenizer's eos): SmolLM2, Qwen2.5 and Llama-3 checkpoints are published so.
-
-    Example:
-        >>> class Tok:
-        ...     pad_token_id, eos_token_id = 2, 2
-        >>> pads_with_end_of_turn(None, Tok())
-        True
-    """
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        return False
-    try:
-        return int(pad) in stop_token_ids(model, tokenizer)
-    except ValueError:  # no end id at all: nothing for the pad id to be confused with
-        return False
-
-
-class TokenPromptWrapper(HistoryTransformersWrapper):
-    """A token-prompt generation wrapper (``input_mode="tokens"``) that also answers a history prompt.
-
-    :func:`collect_rollouts` gives it each row's trajectory as ``("tokens", "prompt")`` and no
-    conversation. With a ``turn_cache`` (a :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`,
-    ``rollout.kv_cache=true``) those calls generate through it: each row's KV cache is kept between
-    turns and only the new tokens are encoded; :meth:`clear` and :meth:`release` reach it. Without one,
-    the wrapper re-encodes each prompt (prompt head shared). Called on a TensorDict that holds the
-    conversation at ``("history", "prompt")`` (torchrl's ``env.rollout`` and ``LLMCollector``, a
-    script, a diagnostic: a ``("tokens", "prompt")`` there is the previous turn's, carried over), it
-    renders the histories as the history-mode wrapper does and writes ``("history", "full")`` and the
-    text views too.
-    """
-
-    turn_cache: TurnCachePolicy | None = None
-
-    def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
-        if self.input_mode != "tokens":
-            return super().forward(tensordict, *args, **kwargs)
-        if HISTORY_PROMPT not in tensordict.keys(include_nested=True):
-            if self.turn_cache is not None:
-                return self.turn_cache(tensordict)
-            return super().forward(tensordict, *args, **kwargs)
-        saved = self.input_mode, self.input_key, self.in_keys, self.out_keys
-        self.input_mode, self.input_key, self.in_keys = "history", HISTORY_PROMPT, [HISTORY_PROMPT]
-        # what the history-mode wrapper writes: its text and history views too
-        self.out_keys = [*self.out_keys, *(k for k in (self.text_key, self.history_key) if k not in self.out_keys)]
-        try:
-            return super().forward(tensordict, *args, **kwargs)
-        finally:
-            self.input_mode, self.input_key, self.in_keys, self.out_keys = saved
-
-    def clear(self) -> None:
-        """Forget every row's KV cache (:func:`collect_rollouts` calls it when a collection starts)."""
-        if self.turn_cache is not None:
-            self.turn_cache.clear()
-
-    def release(self, env_indices) -> None:
-        """Forget the KV caches of these ``env_index`` rows (their episodes finished)."""
-        if self.turn_cache is not None:
-            self.turn_cache.release(env_indices)
-
-
-def make_generation_policy(
-    model,
-    tokenizer,
-    *,
-    max_new_tokens: int = 64,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float = 1.0,
-    min_p: float | None = None,
-    reply_prime: str = "",
-    trajectory: str = "tokens",
-    kv_cache: bool = True,
-    max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
-    sampler: str | None = None,
-    attention: str | None = None,
-) -> HistoryTransformersWrapper:
-    """A ``TransformersWrapper`` that samples replies (``temperature`` 0 = greedy).
-
-    ``trajectory="tokens"`` (default, ``rollout.trajectory``): a token-prompt policy
-    (``input_mode="tokens"``): :func:`collect_rollouts` keeps each row's trajectory as one token
-    sequence and passes it as ``("tokens", "prompt")``, so every reply of every turn is trained as
-    sampled (:mod:`~ragen_torchrl.collectors.token_trajectory`). ``"history"``: a history-mode
-    wrapper that renders each row's whole conversation with the chat template at every turn.
-    A token-prompt policy with ``kv_cache`` (``rollout.kv_cache``, default true) keeps each row's KV
-    cache between turns (:class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`, at most
-    ``max_cached_tokens`` tokens, ``rollout.kv_cache_max_tokens``, over all rows; ``policy.turn_cache``).
-    ``sampler`` (``rollout.sampler``) draws each sampled token by inverse CDF (``"inverse_cdf"``,
-    :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler`) or with ``transformers``' ``torch.multinomial``;
-    ``attention`` (``rollout.attention``) decodes the first turn of rows that share a prompt with cascade
-    attention (``"cascade"``) or ``transformers``' SDPA (``"sdpa"``). ``None`` (either): the model's device
-    picks (:func:`~ragen_torchrl.rollout_options.per_device`: inverse CDF and cascade on the CPU, where they
-    were tuned; ``multinomial`` and ``sdpa`` on an accelerator).
-
-    It satisfies :func:`collect_rollouts`' policy contract and records each row's token
-    entropy from the logits ``generate`` computes anyway (``policy.entropy_recorder``). It is a
-    :class:`~ragen_torchrl.models.history_wrapper.HistoryTransformersWrapper`: torchrl's
-    wrapper with the same outputs and less Python work per turn. It samples the full
-    distribution unless ``top_k``/``top_p``/``min_p`` truncate it (:func:`hf_generate_kwargs`;
-    a truncating policy logs a warning when built). ``reply_prime`` (``"<think>"`` for
-    ``rollout.prime_think``) is appended to every prompt: generation starts after it, and the
-    assistant message the env parses starts with it (:mod:`~ragen_torchrl.models.priming`).
-
-    Example:
-        >>> make_generation_policy(None, None, max_new_tokens=0)
-        Traceback (most recent call last):
-        ...
-        ValueError: max_new_tokens must be >= 1, got 0
-        >>> make_generation_policy(None, None, trajectory="text")
-        Traceback (most recent call last):
-        ...
-        ValueError: rollout.trajectory must be one of tokens, history, got 'text'
-    """
-    if trajectory not in TRAJECTORY_MODES:
-        raise ValueError(f"rollout.trajectory must be one of {', '.join(TRAJECTORY_MODES)}, got {trajectory!r}")
-    check_turn_cache_settings(kv_cache, max_cached_tokens)
-    device = str(getattr(model, "device", "cpu"))
-    sampler = per_device(device, "inverse_cdf", "multinomial") if sampler is None else sampler
-    attention = per_device(device, "cascade", "sdpa") if attention is None else attention
-    check_sampler(sampler)
-    check_attention(attention)
-    if (trajectory != "tokens" or not kv_cache) and pads_with_end_of_turn(model, tokenizer):
-        # torchrl's generate wrapper tells padding from tokens by the pad id: it would cut every sampled end-of-turn
-        raise ValueError(
-            "this checkpoint pads with its end-of-turn token, which torchrl's generation wrapper "
-            "(rollout.trajectory=history or rollout.kv_cache=false) drops from every reply; use the defaults "
-            "rollout.trajectory=tokens rollout.kv_cache=true, which cut replies at their own end token"
-        )
-    kwargs = hf_generate_kwargs(max_new_tokens, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    policy = (TokenPromptWrapper if trajectory == "tokens" else HistoryTransformersWrapper)(
-        model,
-        tokenizer=tokenizer,
-        chat_template=primed_chat_template(_policy_template(tokenizer, reply_prime), reply_prime),
-        input_mode=trajectory,
-        generate=True,
-        return_log_probs=False,
-        pad_output=False,
-        generate_kwargs=wrapper_generate_kwargs(kwargs),
-    )
-    # torchrl's constructor keeps only the settings it knows (min_p, typical_p, ... are dropped):
-    # set them all on the built wrapper
-    policy.generate_kwargs.update(kwargs)
-    policy.reply_prime = reply_prime
-    policy.sampler = sampler
-    truncation = sampling_truncation(top_k, top_p, min_p) if temperature > 0 else None
-    if truncation is not None:
-        log.warning(
-            "rollouts sample a truncated distribution (%s): the behaviour log-probs and the losses use the "
-            "policy's full softmax, so the samples are not drawn from the policy that is trained",
-            truncation,
-        )
-    # per-trajectory token entropy for the SNR filter's entropy ablations, read off the
-    # logits generate computes anyway (no extra forward pass)
-    policy.entropy_recorder = attach_entropy_recorder(policy)
-    if trajectory == "tokens" and kv_cache:
-        turn_cache = TurnCachePolicy(
-            model,
-            kv_cache=True,
-            max_cached_tokens=max_cached_tokens,
-            sampler=sampler,
-            cascade=attention == "cascade",
-        )
-        # one dict: the same sampling settings and the same entropy recorder on both paths
-        turn_cache.generate_kwargs = policy.generate_kwargs
-        # a plain attribute, not a submodule: the wrapper's state_dict and modules stay the model's
-        object.__setattr__(policy, "turn_cache", turn_cache)
-    return policy
-
 
 #: the per-trajectory turn-cache counts of a record (:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`), logged per
 #: iteration summed over the records, as ``rollout/<name>``
@@ -476,11 +197,130 @@ def token_prompt_template(policy) -> str | None:
     return template
 
 
+@dataclass
+class RowAccumulators:
+    """What one collection sums and keeps per row (index ``i``: the env row ``env_index == i``) until
+    its records are built.
+
+    Example:
+        >>> acc = RowAccumulators.zeros(2)
+        >>> acc.returns.tolist(), acc.final, acc.owned is None
+        ([0.0, 0.0], [None, None], True)
+    """
+
+    #: rewards plus format penalties, summed over the turns
+    returns: torch.Tensor
+    success: torch.Tensor
+    turns: torch.Tensor
+    #: generated tokens, summed over the turns
+    tokens: torch.Tensor
+    #: turns whose action was valid
+    valid_turns: torch.Tensor
+    #: a T3 truncation cut the episode / its stall rule fired at some turn
+    t3_cut: torch.Tensor
+    t3_fired: torch.Tensor
+    #: the recorded next-token entropy and how many tokens it covers
+    ent_sum: torch.Tensor
+    ent_count: torch.Tensor
+    #: ``("history", "full")`` at the row's last turn
+    final: list
+    #: the ids the policy read and wrote at the row's last turn (when it reports its prompt ids)
+    last_prompt: list
+    last_response: list
+    #: a :class:`~ragen_torchrl.collectors.policy_protocol.TrajectoryOwner`'s entries of each row (else ``None``)
+    owned: list | None = None
+    #: the turn-cache counts of each row (:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`), summed over its turns
+    kv_counts: dict = field(default_factory=dict)
+
+    @classmethod
+    def zeros(cls, n: int, owned: bool = False) -> RowAccumulators:
+        """Nothing played yet, for ``n`` rows (``owned``: keep a trajectory owner's entries)."""
+        return cls(
+            returns=torch.zeros(n),
+            success=torch.zeros(n, dtype=torch.bool),
+            turns=torch.zeros(n, dtype=torch.long),
+            tokens=torch.zeros(n, dtype=torch.long),
+            valid_turns=torch.zeros(n),
+            t3_cut=torch.zeros(n, dtype=torch.bool),
+            t3_fired=torch.zeros(n, dtype=torch.bool),
+            ent_sum=torch.zeros(n, dtype=torch.float64),
+            ent_count=torch.zeros(n, dtype=torch.long),
+            final=[None] * n,
+            last_prompt=[None] * n,
+            last_response=[None] * n,
+            owned=[None] * n if owned else None,
+        )
+
+    def add_turn(self, idx: torch.Tensor, nxt: TensorDictBase, out: TensorDictBase, h_sum, h_count, response_ids):
+        """Add one turn of the rows ``idx``: the env's step ``nxt``, the policy's output ``out``, the
+        recorded entropy sums and counts (``None``: not recorded) and the sampled ids."""
+        n = self.returns.shape[0]
+        if h_sum is not None:
+            self.ent_sum.index_add_(0, idx, h_sum)
+            self.ent_count.index_add_(0, idx, h_count)
+        self.returns[idx] += nxt[REWARD].reshape(-1)
+        self.turns[idx] = nxt[TURN]
+        self.valid_turns[idx] += nxt[ACTION_IS_VALID].float()
+        if TRUNCATED_BY_T3 in nxt.keys():
+            self.t3_cut[idx] |= nxt[TRUNCATED_BY_T3].reshape(-1)
+        if T3_RULE_FIRED in nxt.keys():
+            self.t3_fired[idx] |= nxt[T3_RULE_FIRED].reshape(-1)
+        if KV_COUNT_KEYS[0] in out.keys(include_nested=True):
+            for key in KV_COUNT_KEYS:
+                counts = self.kv_counts.setdefault(key, torch.zeros(n, dtype=torch.long))
+                counts.index_add_(0, idx, out.get(key).reshape(-1))
+        self.tokens[idx] += torch.tensor([len(t) for t in response_ids], dtype=torch.long)
+
+    def finish(self, finished: list[int], idx, nxt, out, full, response_ids, policy: RolloutPolicy) -> list[int]:
+        """Keep the last turn of the rows at positions ``finished`` of this turn's batch (``full``: the
+        batch's ``("history", "full")``); returns their env indices."""
+        prompt_ids = out.get(TOKENS_PROMPT, as_list=True) if TOKENS_PROMPT in out.keys(include_nested=True) else None
+        ended = []
+        for row in finished:
+            i = int(idx[row])
+            self.final[i] = full[row]
+            self.success[i] = bool(nxt[SUCCESS][row])
+            if prompt_ids is not None:
+                self.last_prompt[i] = prompt_ids[row].reshape(-1).to("cpu", torch.long)
+                self.last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
+            if self.owned is not None:
+                self.owned[i] = policy.trajectory(i)
+            ended.append(i)
+        return ended
+
+    def records(self, groups: torch.Tensor, levels: torch.Tensor) -> TensorDictBase:
+        """One lazily stacked record per row (see :func:`collect_rollouts`)."""
+        records = TensorDict(
+            {
+                GROUP_ID: groups,
+                LEVEL_SEED: levels,
+                EPISODE_RETURN: self.returns,
+                SUCCESS: self.success,
+                NUM_TURNS: self.turns,
+                NUM_TOKENS: self.tokens,
+                FORMAT_VALID: self.valid_turns / self.turns.clamp_min(1),
+                TRUNCATED_BY_T3: self.t3_cut,
+                T3_RULE_FIRED: self.t3_fired,
+                ENTROPY: (self.ent_sum / self.ent_count.clamp_min(1)).float(),
+            },
+            batch_size=[self.returns.shape[0]],
+        ).to_lazystack(0)
+        records.set(HISTORY_FULL, lazy_stack(self.final))
+        for key, counts in self.kv_counts.items():
+            records.set(key, counts)
+        if all(p is not None for p in self.last_prompt):
+            for row, p, r in zip(records.tensordicts, self.last_prompt, self.last_response):
+                row.set(TOKENS_LAST_PROMPT, p)
+                row.set(TOKENS_LAST_RESPONSE, r)
+        return records
+
+
 def _token_prompts(td: TensorDictBase, prompts: list[torch.Tensor]) -> TensorDictBase:
     """``td``'s per-row keys as a lazy stack whose rows hold their token prompts (ragged: set row by row).
 
-    The conversation is left out: a token-prompt policy reads the ids (and :class:`TokenPromptWrapper`
-    renders a ``("history", "prompt")`` it is given, as torchrl's own loops give it)."""
+    The conversation is left out: a token-prompt policy reads the ids (and
+    :class:`~ragen_torchrl.collectors.hf_policy.TokenPromptWrapper` renders a ``("history", "prompt")`` it
+    is given, as torchrl's own loops give it)."""
     td = lazy_stack(list(td.exclude(HISTORY_PROMPT[0]).unbind(0)))
     for row, ids in zip(td.tensordicts, prompts):
         row.set(TOKENS_PROMPT, ids)
@@ -492,9 +332,9 @@ def _response_lengths(out: TensorDictBase) -> list[int]:
 
 
 def _generate_part(
-    policy, td: TensorDictBase, keys: tuple = POLICY_OUTPUT_KEYS
+    policy: RolloutPolicy, td: TensorDictBase, keys: tuple = POLICY_OUTPUT_KEYS
 ) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
-    rec: EntropyRecorder | None = getattr(policy, "entropy_recorder", None)
+    rec = policy.entropy_recorder
     if rec is not None:
         rec.clear()
     out = policy(td)
@@ -506,7 +346,7 @@ def _generate_part(
 
 
 def _generate(
-    policy, td: TensorDictBase, chunk_size: int, keys: tuple = POLICY_OUTPUT_KEYS
+    policy: RolloutPolicy, td: TensorDictBase, chunk_size: int, keys: tuple = POLICY_OUTPUT_KEYS
 ) -> tuple[TensorDictBase, torch.Tensor | None, torch.Tensor | None]:
     """Generate replies in chunks; also the per-row entropy sums and counts when recorded."""
     n = td.batch_size[0]
@@ -519,10 +359,45 @@ def _generate(
     return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
 
 
+def _history_turn(policy: RolloutPolicy, td: TensorDictBase, chunk_size: int, traj: None = None):
+    """One turn of a policy that reads the conversation: it writes ``("history", "full")`` itself."""
+    return _generate(policy, td, chunk_size)
+
+
+def _token_turn(policy: RolloutPolicy, td: TensorDictBase, chunk_size: int, traj: TokenTrajectories):
+    """One turn of a token-prompt policy: it reads each row's trajectory at ``("tokens", "prompt")``, its
+    replies are appended to the trajectories and the collector writes ``("history", "full")`` from them."""
+    rows = td[ENV_INDEX].tolist()
+    out, h_sum, h_count = _generate(
+        policy, _token_prompts(td, traj.prompts(rows)), chunk_size, TOKEN_POLICY_OUTPUT_KEYS
+    )
+    replies = out.get(TOKENS_RESPONSE, as_list=True)
+    traj.add_replies(rows, replies)
+    prompt_texts = [traj.prompt_texts[r] for r in rows]
+    out.set(HISTORY_FULL, reply_histories(policy.tokenizer, prompt_texts, replies, td.get(HISTORY_PROMPT), traj.prime))
+    return out, h_sum, h_count
+
+
+def _set_token_trajectories(records: TensorDictBase, traj: TokenTrajectories) -> None:
+    """Each record's whole token sequence and its sampled positions (rows are not extended once finished)."""
+    records.set(TRAJECTORY_REFITS, traj.refits)
+    for i, row in enumerate(records.tensordicts):
+        ids, mask = traj.trajectory(i)
+        row.set(TOKENS_TRAJECTORY, ids)
+        row.set(MASKS_TRAJECTORY, mask)
+
+
+def _set_owned_entries(records: TensorDictBase, owned: list[dict]) -> None:
+    """A trajectory owner's entries of each row, as it handed them over when the row's episode ended."""
+    for row, entries in zip(records.tensordicts, owned):
+        for key, value in entries.items():
+            row.set(key, value)
+
+
 @torch.no_grad()
 def collect_rollouts(
     env: EnvBase,
-    policy: Callable[[TensorDictBase], TensorDictBase],
+    policy: RolloutPolicy | Callable[[TensorDictBase], TensorDictBase],
     level_seeds: list[int],
     group_size: int,
     *,
@@ -534,8 +409,10 @@ def collect_rollouts(
     Args:
         env: a text env of :mod:`ragen_torchrl.envs` (or a ``TransformedEnv`` around one)
             with exactly ``len(level_seeds) * group_size`` rows (``num_envs``).
-        policy: any callable honouring the module's policy contract (writes
-            ``("history", "full")`` and ``("tokens", "response")``).
+        policy: a :class:`~ragen_torchrl.collectors.policy_protocol.RolloutPolicy`, or any callable
+            honouring the module's policy contract (writes ``("history", "full")`` and
+            ``("tokens", "response")``), read with the protocol's defaults
+            (:func:`~ragen_torchrl.collectors.policy_protocol.as_rollout_policy`).
         level_seeds: one level per group.
         group_size: G, the samples per level.
         chunk_size: most rows generated in one policy call.
@@ -564,7 +441,7 @@ def collect_rollouts(
 
     Raises:
         ValueError: no level, ``group_size < 1``, or an env of the wrong size.
-        PolicyContractError: the policy's output lacks a contract key.
+        PolicyContractError: the policy lacks a member its mode needs, or its output a contract key.
 
     See the module docstring for an example.
     """
@@ -579,121 +456,39 @@ def collect_rollouts(
             f"collect_rollouts: {len(level_seeds)} levels x G={group_size} = {n} rows, but the env has {env_rows} "
             f"rows (num_envs); build the env with num_envs={n}"
         )
+    policy = as_rollout_policy(policy)
     levels = torch.tensor([s for s in level_seeds for _ in range(group_size)], dtype=torch.long)
     groups = torch.arange(len(level_seeds)).repeat_interleave(group_size) + group_offset
     samples = torch.tensor([sample_seed(s, g) for s in level_seeds for g in range(group_size)], dtype=torch.long)
     td = env.reset(TensorDict({LEVEL_SEED: levels, GROUP_ID: groups, SAMPLE_SEED: samples}, batch_size=[n]))
-    returns = torch.zeros(n)
-    success = torch.zeros(n, dtype=torch.bool)
-    turns = torch.zeros(n, dtype=torch.long)
-    tokens = torch.zeros(n, dtype=torch.long)
-    valid_turns = torch.zeros(n)
-    t3_cut = torch.zeros(n, dtype=torch.bool)
-    t3_fired = torch.zeros(n, dtype=torch.bool)
-    ent_sum = torch.zeros(n, dtype=torch.float64)
-    ent_count = torch.zeros(n, dtype=torch.long)
-    final: list = [None] * n
-    # the ids the policy read and wrote at each row's last turn (when it reports its prompt ids)
-    last_prompt: list = [None] * n
-    last_response: list = [None] * n
-    traj = None
+    acc = RowAccumulators.zeros(n, owned=policy.owns_trajectories)
     # a policy that keeps per-row state between turns (TurnCachePolicy's KV caches) starts afresh and
-    # frees each row when its episode ends; any other callable is left as it is
-    clear, release = getattr(policy, "clear", None), getattr(policy, "release", None)
-    if callable(clear):
-        clear()
-    if getattr(policy, "input_mode", None) == "tokens":
+    # frees each row when its episode ends
+    policy.clear()
+    traj = None
+    if policy.input_mode == "tokens":
         # one token sequence per row: the policy reads it, the update trains it (module token_trajectory)
         traj = TokenTrajectories(policy.tokenizer, token_prompt_template(policy), n, prime=policy_reply_prime(policy))
         traj.start(td[ENV_INDEX].tolist(), chat_dicts(td.get(HISTORY_PROMPT)))
-    final_ids: list = [None] * n
-    final_mask: list = [None] * n
-    kv_counts: dict = {}  # the turn-cache counts of each row, summed over its turns
-    # a policy that keeps each row's trajectory itself (VLRolloutPolicy) hands it over when the episode ends
-    owned: list = [None] * n if getattr(policy, "owns_trajectories", False) else None
+    play_turn = _history_turn if traj is None else _token_turn
     while td is not None and td.batch_size[0] > 0:
-        if traj is None:
-            out, h_sum, h_count = _generate(policy, td, chunk_size)
-        else:
-            rows = td[ENV_INDEX].tolist()
-            out, h_sum, h_count = _generate(
-                policy, _token_prompts(td, traj.prompts(rows)), chunk_size, TOKEN_POLICY_OUTPUT_KEYS
-            )
-            replies = out.get(TOKENS_RESPONSE, as_list=True)
-            traj.add_replies(rows, replies)
-            prompt_texts = [traj.prompt_texts[r] for r in rows]
-            out.set(
-                HISTORY_FULL,
-                reply_histories(policy.tokenizer, prompt_texts, replies, td.get(HISTORY_PROMPT), traj.prime),
-            )
+        out, h_sum, h_count = play_turn(policy, td, chunk_size, traj)
         nxt = env.step(out)["next"]
         idx = nxt[ENV_INDEX]
-        if h_sum is not None:
-            ent_sum.index_add_(0, idx, h_sum)
-            ent_count.index_add_(0, idx, h_count)
-        returns[idx] += nxt[REWARD].reshape(-1)
-        turns[idx] = nxt[TURN]
-        valid_turns[idx] += nxt[ACTION_IS_VALID].float()
-        if TRUNCATED_BY_T3 in nxt.keys():
-            t3_cut[idx] |= nxt[TRUNCATED_BY_T3].reshape(-1)
-        if T3_RULE_FIRED in nxt.keys():
-            t3_fired[idx] |= nxt[T3_RULE_FIRED].reshape(-1)
-        if KV_COUNT_KEYS[0] in out.keys(include_nested=True):
-            for key in KV_COUNT_KEYS:
-                kv_counts.setdefault(key, torch.zeros(n, dtype=torch.long)).index_add_(0, idx, out.get(key).reshape(-1))
         response_ids = out.get(TOKENS_RESPONSE, as_list=True)
-        tokens[idx] += torch.tensor([len(t) for t in response_ids], dtype=torch.long)
+        acc.add_turn(idx, nxt, out, h_sum, h_count, response_ids)
         done = nxt[DONE].reshape(-1)
         finished = done.nonzero().reshape(-1).tolist()
-        reports_prompt = finished and TOKENS_PROMPT in out.keys(include_nested=True)
-        prompt_ids = out.get(TOKENS_PROMPT, as_list=True) if reports_prompt else None
         full = out.get(HISTORY_FULL)
-        for row in finished:
-            i = int(idx[row])
-            final[i] = full[row]
-            success[i] = bool(nxt[SUCCESS][row])
-            if prompt_ids is not None:
-                last_prompt[i] = prompt_ids[row].reshape(-1).to("cpu", torch.long)
-                last_response[i] = response_ids[row].reshape(-1).to("cpu", torch.long)
-            if traj is not None:
-                final_ids[i], final_mask[i] = traj.trajectory(i)
-            if owned is not None:
-                owned[i] = policy.trajectory(i)
-        if finished and callable(release):
-            release([int(idx[row]) for row in finished])
+        if finished:
+            policy.release(acc.finish(finished, idx, nxt, out, full, response_ids, policy))
         running = (~done).nonzero().reshape(-1)
         td = nxt[running] if running.numel() else None
         if traj is not None and td is not None:
             traj.add_env_turns(idx[running].tolist(), chat_dicts(full[running]), chat_dicts(td.get(HISTORY_PROMPT)))
-    records = TensorDict(
-        {
-            GROUP_ID: groups,
-            LEVEL_SEED: levels,
-            EPISODE_RETURN: returns,
-            SUCCESS: success,
-            NUM_TURNS: turns,
-            NUM_TOKENS: tokens,
-            FORMAT_VALID: valid_turns / turns.clamp_min(1),
-            TRUNCATED_BY_T3: t3_cut,
-            T3_RULE_FIRED: t3_fired,
-            ENTROPY: (ent_sum / ent_count.clamp_min(1)).float(),
-        },
-        batch_size=[n],
-    ).to_lazystack(0)
-    records.set(HISTORY_FULL, lazy_stack(final))
-    for key, counts in kv_counts.items():
-        records.set(key, counts)
-    if all(p is not None for p in last_prompt):
-        for row, p, r in zip(records.tensordicts, last_prompt, last_response):
-            row.set(TOKENS_LAST_PROMPT, p)
-            row.set(TOKENS_LAST_RESPONSE, r)
+    records = acc.records(groups, levels)
     if traj is not None:
-        records.set(TRAJECTORY_REFITS, traj.refits)
-        for row, ids, mask in zip(records.tensordicts, final_ids, final_mask):
-            row.set(TOKENS_TRAJECTORY, ids)
-            row.set(MASKS_TRAJECTORY, mask)
-    if owned is not None:
-        for row, entries in zip(records.tensordicts, owned):
-            for key, value in entries.items():
-                row.set(key, value)
+        _set_token_trajectories(records, traj)
+    if acc.owned is not None:
+        _set_owned_entries(records, acc.owned)
     return records

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..rollout_options import sampling_truncation
-from .grouped import make_generation_policy
+from .hf_policy import make_generation_policy
 from .vl_policy import VLRolloutPolicy
 from .vllm_backend import VLLMWeightSync, make_vllm_generation_policy
 

@@ -54,6 +54,7 @@ from ..keys import (
     TOKENS_TRAJECTORY,
 )
 from ..models.vision import VLBatchRollout, VLProcessor
+from .policy_protocol import TrajectoryOwner
 
 __all__ = ["VLRolloutPolicy"]
 
@@ -77,7 +78,7 @@ class _RowEntropy:
         return torch.tensor(self.sums, dtype=torch.float64), torch.tensor(self.counts, dtype=torch.long)
 
 
-class VLRolloutPolicy(TensorDictModuleBase):
+class VLRolloutPolicy(TensorDictModuleBase, TrajectoryOwner):
     """Samples each visual-env row's reply with its own cached :class:`~ragen_torchrl.models.vision.VLConversation`.
 
     Args:
@@ -89,7 +90,9 @@ class VLRolloutPolicy(TensorDictModuleBase):
         seed: seed of the sampling generator (``None``: torch's global generator).
 
     Reads ``("history", "prompt")``, ``"image"`` and ``env_index``; writes ``("history", "full")``
-    and ``("tokens", "response")``; rows are generated together (callers chunk large batches).
+    and ``("tokens", "response")``; rows are generated together (callers chunk large batches). A
+    :class:`~ragen_torchrl.collectors.policy_protocol.TrajectoryOwner` (``input_mode="vl"``: it reads the
+    conversation, the collector keeps no token trajectories).
     """
 
     #: the collector takes each finished row's trajectory from :meth:`trajectory`
