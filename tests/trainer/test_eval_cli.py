@@ -12,7 +12,7 @@ from helpers import TINY_RUN
 from hydra import compose, initialize_config_dir
 
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
-from ragen_torchrl.trainer.evaluate import main as eval_main
+from ragen_torchrl.trainer.eval_cli import main as eval_main
 from ragen_torchrl.trainer.loop import Trainer
 from ragen_torchrl.trainer.summary import OPTIONAL_KEYS, SUMMARY_KEYS, read_summary, write_summary
 
@@ -227,7 +227,8 @@ def test_ragen_eval_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_a_stored_config_is_merged_onto_the_schema_once(tmp_path):
     """A run's stored config (here one with a few keys) is merged onto the schema: every key it lacks
     reads its schema default."""
-    from ragen_torchrl.trainer.evaluate import EvalError, _set, _typed, resolve_target
+    from ragen_torchrl.trainer.eval_cli import _set, _typed, resolve_target
+    from ragen_torchrl.trainer.policy_eval import EvalError
 
     config = {"seed": 3, "env": {"name": "frozenlake"}, "rollout": {"max_new_tokens": 8}}
     state = {"iteration": 0, "model": {}, "optimizer": {}, "rng": {}, "config": config, "model_path": "x"}
@@ -306,7 +307,7 @@ def test_ragen_eval_takes_bare_overrides_and_the_o_alias_alike(smoke_run, tmp_pa
 def test_ragen_eval_config_dir_adds_an_env_preset(tmp_path):
     """``--config-dir DIR`` adds DIR's presets to the shipped ones (a shipped preset of the same name still wins);
     ``env=NAME`` picks one as ``--env NAME`` does."""
-    from ragen_torchrl.trainer.evaluate import _env_node, env_presets
+    from ragen_torchrl.trainer.eval_cli import _env_node, env_presets
 
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "frozenlake3.yaml").write_text("defaults:\n  - frozenlake\n  - _self_\nsize: 3\n")

@@ -31,8 +31,9 @@ from ragen_torchrl.trainer.checkpoint import (
     write_synced,
 )
 from ragen_torchrl.trainer.config_checks import ConfigError
-from ragen_torchrl.trainer.evaluate import EvalError, export_policy, resolve_target
-from ragen_torchrl.trainer.evaluate import main as eval_main
+from ragen_torchrl.trainer.eval_cli import main as eval_main
+from ragen_torchrl.trainer.eval_cli import resolve_target
+from ragen_torchrl.trainer.policy_eval import EvalError, export_policy
 from ragen_torchrl.trainer.run_dir import RunDirInUseError, check_new_run_dir, lock_run_dir
 from ragen_torchrl.trainer.run_log import write_scalars_csv
 from ragen_torchrl.trainer.summary import write_json_atomic, write_summary
@@ -235,10 +236,10 @@ def test_resume_with_weights_of_the_wrong_shape_names_the_tensor(ragen_cache_dir
 
 # ------------------------------------------------------------------------ N1: no hub for a file's name
 def test_ragen_eval_never_looks_up_a_checkpoint_model_path_on_the_hub(tmp_path, capsys, monkeypatch):
-    from ragen_torchrl.models import vision
+    from ragen_torchrl.trainer import eval_cli
 
     calls = []
-    monkeypatch.setattr(vision, "load_policy", lambda *a, **k: calls.append(a) or _no_model())
+    monkeypatch.setattr(eval_cli, "load_policy", lambda *a, **k: calls.append(a) or _no_model())
     torch.save({**_valid_state(), "model_path": "some-org/some-model"}, tmp_path / "last.pt")
     assert eval_main([str(tmp_path / "last.pt"), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -248,7 +249,7 @@ def test_ragen_eval_never_looks_up_a_checkpoint_model_path_on_the_hub(tmp_path, 
 
 def test_ragen_eval_base_model_named_on_the_command_line_is_used(tmp_path, capsys, monkeypatch):
     from ragen_torchrl.model_source import ModelSourceError
-    from ragen_torchrl.models import vision
+    from ragen_torchrl.trainer import eval_cli
 
     calls = []
 
@@ -256,7 +257,7 @@ def test_ragen_eval_base_model_named_on_the_command_line_is_used(tmp_path, capsy
         calls.append(name)
         raise ModelSourceError(f"{name}: not reachable here")
 
-    monkeypatch.setattr(vision, "load_policy", fake_load)
+    monkeypatch.setattr(eval_cli, "load_policy", fake_load)
     torch.save({**_valid_state(), "model_path": "some-org/some-model"}, tmp_path / "last.pt")
     assert eval_main([str(tmp_path / "last.pt"), "--base-model", "my-org/base", "--no-progress"]) == 2
     assert calls == ["my-org/base"]
