@@ -119,7 +119,11 @@ def test_configuration_reference_reads_the_yaml_comments():
     assert comments["url"] == "real"
     assert comments["net.width"] == "units | per layer"
     table = hook.preset_table(Path(PACKAGE_CONFIG_DIR) / "algo" / "grpo.yaml", "algo.")
-    assert "| `algo.kl_coeff` | `0.0` | KL to the frozen reference policy (k3), off by default |" in table
+    assert "| `algo.kl_coeff` | `0.0` | off by default |" in table  # the file's own comment
+    # a key the file does not comment on: the schema's help (the one definition of what a key means)
+    helps = hook._helps("algo", Path(PACKAGE_CONFIG_DIR) / "algo" / "grpo.yaml", REPO)
+    table = hook.preset_table(Path(PACKAGE_CONFIG_DIR) / "algo" / "grpo.yaml", "algo.", helps)
+    assert "| `algo.mini_batch_size` | `16` | trajectories per optimizer step |" in table
 
 
 def test_mkdocs_build_strict(tmp_path):

@@ -121,13 +121,15 @@ def _table(data: dict, comments: dict[str, str], prefix: str = "") -> str:
     return "\n".join(rows)
 
 
-def preset_table(path: Path, prefix: str = "") -> str:
-    """A Markdown table of one preset file: key (with ``prefix``), value, comment."""
+def preset_table(path: Path, prefix: str = "", helps: dict[str, str] | None = None) -> str:
+    """A Markdown table of one preset file: key (with ``prefix``), value, and its comment in the file or,
+    where the file has none, the schema's help text of the key (``helps``: dotted key -> help)."""
     text = path.read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
     _, comments = parse_comments(text)
     if prefix:
         comments = {f"{prefix}{k}": v for k, v in comments.items()}
+    comments = {**(helps or {}), **{k: v for k, v in comments.items() if v}}
     body = {k: v for k, v in data.items() if k not in ("defaults", "hydra")}
     inherits = [d for d in data.get("defaults", []) if isinstance(d, str) and d != "_self_"]
     note = f"Inherits `{'`, `'.join(inherits)}`; the keys below are what this file sets.\n\n" if inherits else ""
@@ -185,6 +187,19 @@ def schema_reference(root: Path | None = None) -> list[str]:
     return out
 
 
+def _helps(group: str, path: Path, root: Path | None) -> dict[str, str]:
+    """The schema's help text of every key of ``group`` (for env / algo / model: of the option ``path`` names)."""
+    if group == "experiment":
+        return {}
+    schema = _schema_module(root)
+    name = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("name")
+    try:
+        rows = schema.schema_fields(group, str(name) if group in ("env", "algo", "model") and name else None)
+    except Exception:  # noqa: BLE001 - an option the schema does not know (a registered env): no help texts
+        return {}
+    return {key: help_text for key, _, _, help_text in rows}
+
+
 def render(config_dir: Path, root: Path | None = None) -> str:
     """The whole reference: the typed config's keys, then every preset of every group."""
     config_dir = Path(config_dir)
@@ -203,7 +218,7 @@ def render(config_dir: Path, root: Path | None = None) -> str:
             # a `# @package _global_` file writes full key paths (its group's keys under the group name)
             is_global = "@package _global_" in f.read_text(encoding="utf-8").split("\n", 1)[0]
             prefix = "" if is_global else f"{group}."
-            out += [f"#### `{select}{f.stem}`", "", preset_table(f, prefix), ""]
+            out += [f"#### `{select}{f.stem}`", "", preset_table(f, prefix, _helps(group, f, root)), ""]
     return "\n".join(out)
 
 
