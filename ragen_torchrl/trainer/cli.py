@@ -47,6 +47,7 @@ is validated again when it starts.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 from .config_paths import CONFIG_DIR
@@ -335,13 +336,38 @@ def override_position(argv: list[str]) -> int:
     return last[-1] + 1 if last else len(argv)
 
 
+_DOTTED_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+def schema_keys_settable(argv: list[str], nodes: tuple[str, ...]) -> list[str]:
+    """``argv`` with every bare ``node.key=value`` override written ``++node.key=value`` (set or add).
+
+    A key the schema defines but no YAML preset writes (the presets state only what differs) is then
+    settable bare, as every other key: Hydra would refuse it as "not in struct". A typo is still an
+    error, with a suggestion: the whole config is checked against the schema before the run starts.
+    Group choices (``env=sokoban``), ``+`` / ``~`` overrides, ``hydra.*`` and flags are left as they are.
+
+    Example:
+        >>> schema_keys_settable(["ragen-train", "env=sokoban", "trainer.keep_best=true", "+a.b=1", "hydra.run.dir=x"],
+        ...                      ("trainer", "env"))
+        ['ragen-train', 'env=sokoban', '++trainer.keep_best=true', '+a.b=1', 'hydra.run.dir=x']
+    """
+    out = list(argv[:1])
+    for arg in argv[1:]:
+        key, eq, _ = arg.partition("=")
+        if eq and _DOTTED_KEY.match(key) and key.split(".", 1)[0] in nodes:
+            arg = "++" + arg
+        out.append(arg)
+    return out
+
+
 def _hydra_main(task, app: str = "ragen-train"):
     import hydra
 
     from hydra_plugins.ragen_torchrl_arms.arm_sweeper import register as register_sweeper
 
     from .config_moved import check_moved_overrides
-    from .config_schema import register_schemas
+    from .config_schema import GROUPS, register_schemas
 
     if describe_main(sys.argv[1:]):
         raise SystemExit(0)
@@ -351,6 +377,7 @@ def _hydra_main(task, app: str = "ragen-train"):
         raise _config_error(e) from None
     register_schemas()  # a preset of the user's may build on /schema/<group>/<option>
     register_sweeper()  # -m +experiment=NAME: the experiment's arms x seeds
+    sys.argv[:] = schema_keys_settable(sys.argv, GROUPS)
     # Hydra names the job after the task's module (cli): every app's log would be cli.log
     at = override_position(sys.argv)
     sys.argv[at:at] = job_name_override(app, sys.argv[1:])

@@ -27,6 +27,7 @@ from ..checks import UNKNOWN_OPTION, check_bool, check_choice, check_int, check_
 from ..data.groups import Groups
 from ..transforms.group_selection import filter_stats
 from ..transforms.snr import LOSS_SCALE_MODES
+from .config_schema import CollapseStopConfig, EarlyStopConfig, ValStopConfig
 
 __all__ = ["FilterGuard", "ValidationStop", "loss_scale", "stop_stats", "unfiltered_stats"]
 
@@ -141,12 +142,13 @@ class FilterGuard:
 
     def __init__(
         self,
-        max_consecutive_empty: int = 5,
+        # the defaults are the config schema's (trainer.early_stop): one definition of each number
+        max_consecutive_empty: int = EarlyStopConfig.max_consecutive_empty,
         *,
-        collapse_stop: bool = True,
-        warmup: int = 10,
-        patience: int = 10,
-        ratio: float = 0.1,
+        collapse_stop: bool = CollapseStopConfig.enabled,
+        warmup: int = CollapseStopConfig.warmup,
+        patience: int = CollapseStopConfig.patience,
+        ratio: float = CollapseStopConfig.ratio,
     ):
         for name, got, low in (
             ("max_consecutive_empty", max_consecutive_empty, 0),
@@ -291,7 +293,13 @@ class ValidationStop:
         (True, 'validation_success: below 0.01 for 2 consecutive validations')
     """
 
-    def __init__(self, threshold: float = 0.01, patience: int = 5, *, enabled: bool = True):
+    def __init__(
+        self,
+        threshold: float = ValStopConfig.threshold,
+        patience: int = ValStopConfig.patience,
+        *,
+        enabled: bool = ValStopConfig.enabled,
+    ):
         threshold = check_number("val_stop.threshold", threshold, minimum=0.0)
         if threshold > 1.0:
             raise ValueError(f"val_stop.threshold must be in [0, 1], got {threshold!r}")
