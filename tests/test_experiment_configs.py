@@ -80,6 +80,10 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "model.threads": 1,
         },
     ),
+    "snr_controls": (
+        [],
+        {"env.success_rate": 0.98, "trainer.total_iterations": 60, "diagnostics.mi.every": 5, "model.threads": 1},
+    ),
     "snr_filter_sokoban": (
         [],
         {

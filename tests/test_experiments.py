@@ -42,6 +42,7 @@ REPO_EXPERIMENTS = {
     "slip_sweep",
     "t3_cpu",
     "mechanism_rl",
+    "snr_controls",
 }
 #: experiment configs without arms: the pins others build on
 BASES = {"snr_filter"}
@@ -101,6 +102,25 @@ def test_arms_differ_only_in_their_own_overrides():
     steps = none["trainer"]["total_iterations"] * none["trainer"]["prompts_per_iter"] * none["trainer"]["group_size"]
     assert equal["trainer"]["max_optimizer_steps"] == steps // none["algo"]["mini_batch_size"] == 240
     assert none["trainer"]["max_optimizer_steps"] is None
+
+
+def test_the_control_arms_differ_from_the_baseline_only_in_what_they_control():
+    runs = {r: OmegaConf.to_container(compose_run(o), resolve=True) for r, o in plan(EXPERIMENTS["snr_controls"], [0])}
+    none = runs["none_seed0"]
+    changed = {run: {k for k in none if none[k] != cfg[k]} for run, cfg in runs.items()}
+    assert changed == {
+        "none_seed0": set(),
+        "top_p_seed0": {"filter"},
+        "random_keep_seed0": {"filter"},
+        "nonzero_variance_seed0": {"filter"},
+        "none_equal_steps_seed0": {"trainer"},
+    }
+    random_keep, nonzero = runs["random_keep_seed0"]["filter"], runs["nonzero_variance_seed0"]["filter"]
+    assert (random_keep["strategy"], random_keep["value"], random_keep["include_zero"]) == ("random", 0.36, True)
+    assert (nonzero["strategy"], nonzero["value"], nonzero["include_zero"]) == ("top_p", 1.0, False)
+    trainer = runs["none_equal_steps_seed0"]["trainer"]
+    assert {k for k in trainer if trainer[k] != none["trainer"][k]} == {"max_optimizer_steps"}
+    assert trainer["max_optimizer_steps"] == 108
 
 
 def test_mechanism_experiment_meets_its_design():
