@@ -363,9 +363,9 @@ def resolved_chat_template(wrapper) -> str | None:
         return wrapper.chat_template
     name = getattr(wrapper, "chat_template_name", None)
     if name is not None:
-        from torchrl.data.llm.history import _CHAT_TEMPLATES
+        from ..torchrl_compat import CHAT_TEMPLATES
 
-        return _CHAT_TEMPLATES[name]
+        return CHAT_TEMPLATES[name]
     return None
 
 
