@@ -4,7 +4,8 @@
 * :func:`early_mean` / :func:`late_mean`: a diagnostic over the first / last 20% of the iterations that ran;
 * :func:`diagnostic_points`: final success against an early diagnostic, per run;
 * :func:`peak_success`, :func:`final_point`, :func:`run_totals`, :func:`update_times`: per-run numbers;
-* :data:`DIAGNOSTICS`: the diagnostics related to final success (MI z-score, retrieval accuracy, entropy).
+* :data:`DIAGNOSTICS`: the diagnostics related to final success (MI z-score and MI in nats, retrieval
+  accuracy, entropy); :data:`TRAINING_DIAGNOSTICS` adds the score spread and the reasoning length.
 
 The statistics over runs (intervals, tests, power) are in :mod:`ragen_torchrl.reporting.statistics`.
 
@@ -71,6 +72,8 @@ class Diagnostic:
 #: the diagnostics related to final success (RAGEN-2: MI z-score predicts it, entropy does not)
 DIAGNOSTICS = (
     Diagnostic("mi_zscore", "trajectory MI z-score (z, dimensionless)", ("collapse/trajectory/mi_zscore",)),
+    # the z-score's numerator in its own unit: a z-score can move through its denominator alone
+    Diagnostic("mi_nats", "trajectory MI estimate (nats)", ("collapse/trajectory/mi_estimate",)),
     Diagnostic(
         "retrieval_accuracy",
         "retrieval accuracy (fraction of reasoning matched to its input)",
@@ -86,7 +89,14 @@ DIAGNOSTICS = (
 #: the diagnostics tracked over training (early vs late): :data:`DIAGNOSTICS` and the reasoning length,
 #: which RAGEN-2 §4.2 reports falling under template collapse (it is not a predictor of final success there)
 TRAINING_DIAGNOSTICS = (
-    *DIAGNOSTICS,
+    *DIAGNOSTICS[:2],
+    # the z-score's denominator: the spread of the in-batch log p(z) over the batch's reasoning
+    Diagnostic(
+        "score_spread",
+        "score spread: std of the in-batch log p(z) (nats; the z-score's denominator)",
+        ("collapse/trajectory/marginal_std",),
+    ),
+    *DIAGNOSTICS[2:],
     Diagnostic("reasoning_length", "reasoning length (tokens)", ("collapse/trajectory/reasoning_length",)),
 )
 

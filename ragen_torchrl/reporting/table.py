@@ -96,6 +96,8 @@ PAIRED_METRICS = {
     "tokens": ("generated tokens / episode", lambda r: _run_mean(r, "rollout/tokens"), 1),
     "mi_late": ("MI z-score, last 20% of iterations", _diagnostic_change("mi_zscore", late_only=True), 3),
     "mi_change": ("MI z-score change, late − early", _diagnostic_change("mi_zscore"), 3),
+    "mi_nats_change": ("MI (nats) change, late − early", _diagnostic_change("mi_nats"), 3),
+    "spread_change": ("score spread (nats) change, late − early", _diagnostic_change("score_spread"), 3),
     "retrieval_change": ("retrieval accuracy change, late − early", _diagnostic_change("retrieval_accuracy"), 3),
     "entropy_change": ("reasoning entropy change, late − early", _diagnostic_change("reasoning_entropy"), 3),
     "length_change": ("reasoning length change, late − early", _diagnostic_change("reasoning_length"), 1),

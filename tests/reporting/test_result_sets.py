@@ -182,7 +182,7 @@ def test_every_diagnostics_panel_gives_its_n(figures, tmp_path):
     ]
     plot_diagnostics(group_runs(runs)[1], DIAGNOSTICS[:2], tmp_path / "diagnostics.png")
     titles = [ax.get_title() for ax in figures["diagnostics.png"].axes]
-    assert titles == ["trajectory MI z-score: n = 4 runs", "retrieval accuracy: n = 0 runs"]
+    assert titles == ["trajectory MI z-score: n = 4 runs", "trajectory MI estimate: n = 0 runs"]
 
 
 def test_scatter_shows_the_correlation_test_or_no_plot_below_five(figures, tmp_path):
