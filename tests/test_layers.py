@@ -178,3 +178,31 @@ def test_the_config_schema_imports_without_torch():
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.splitlines() if "|" in line}
     assert "ragen_torchrl.trainer.config_schema" in imported
     assert not imported & {"torch", "tensordict", "torchrl", "transformers"}
+
+
+def torchrl_private_imports(path: Path) -> list[str]:
+    """``from torchrl... import _name`` (or ``import torchrl._x``) statements of one file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torchrl":
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            if private or any(part.startswith("_") for part in (node.module or "").split(".")):
+                hits.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.module} {private}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "torchrl" and any(p.startswith("_") for p in a.name.split(".")):
+                    hits.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {a.name}")
+    return hits
+
+
+def test_torchrl_private_names_are_imported_in_the_compat_module_only():
+    """The next torchrl release that moves a private name breaks ``torchrl_compat.py`` and its test only."""
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "torchrl_compat.py"
+        for hit in torchrl_private_imports(path)
+    ]
+    assert found == []
+    assert torchrl_private_imports(PACKAGE / "torchrl_compat.py")  # it does import them (the check sees them)

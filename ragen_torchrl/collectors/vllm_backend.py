@@ -287,9 +287,9 @@ def reparse_replies(chat_history, text_full: list[str], tokenizer, chat_template
     """
     # the transformers wrapper's own parser: parity with the hf path by construction (tested, as it
     # is private to torchrl)
-    from torchrl.modules.llm.policies.common import _extract_responses_from_full_histories
+    from ..torchrl_compat import extract_responses_from_full_histories
 
-    responses = _extract_responses_from_full_histories(text_full, chat_history.prompt, chat_template_name, tokenizer)
+    responses = extract_responses_from_full_histories(text_full, chat_history.prompt, chat_template_name, tokenizer)
     chat_history.response = responses
     chat_history.full = chat_history.prompt.extend(responses, inplace=False, dim=-1)
     return chat_history
