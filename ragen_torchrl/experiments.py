@@ -41,6 +41,7 @@ import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from .cli_overrides import add_deprecated_override_option, warn_deprecated_overrides
 from .experiment_plan import (
     COST_NOTE,
     SWEEPER_TARGET,
@@ -298,14 +299,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="runs at a time (default 1); each uses the experiment's torch threads (1), so up to one per core",
     )
-    p.add_argument(
-        "-o",
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="deprecated (goes in the next release): write the override bare, KEY=VALUE",
-    )
+    add_deprecated_override_option(p)
     return p
 
 
@@ -317,12 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         2
     """
     args = _parser().parse_intermixed_args(argv)
-    if args.override:
-        print(
-            "ragen-experiment: warning: -o/--override is deprecated and goes in the next release; "
-            f"write the overrides bare: ragen-experiment {args.name or 'NAME'} {' '.join(args.override)}",
-            file=sys.stderr,
-        )
+    warn_deprecated_overrides("ragen-experiment", args.name or "NAME", args.override)
     extra = [*args.overrides, *args.override]
     if args.config_dir is not None:
         if not Path(args.config_dir).is_dir():

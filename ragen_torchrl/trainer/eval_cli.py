@@ -58,6 +58,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..cli_overrides import add_deprecated_override_option, warn_deprecated_overrides
 from ..collectors.rollout_policy import build_rollout_policy
 from ..envs import make_env
 from ..model_source import ModelSourceError
@@ -404,14 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoint's model_path, which must then be a local model dir (a name read from a file is never "
         "looked up on the hub)",
     )
-    p.add_argument(
-        "-o",
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="deprecated (goes in the next release): write the override bare, KEY=VALUE",
-    )
+    add_deprecated_override_option(p)
     p.add_argument(
         "--dump",
         metavar="PATH",
@@ -591,13 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         2
     """
     args = build_parser().parse_intermixed_args(argv)
-    if args.override:
-        print(
-            "ragen-eval: warning: -o/--override is deprecated and goes in the next release; "
-            f"write the overrides bare: ragen-eval {args.target} {' '.join(args.override)}",
-            file=sys.stderr,
-            flush=True,
-        )
+    warn_deprecated_overrides("ragen-eval", str(args.target), args.override)
     try:
         result = evaluate(args)
     except EvalError as e:
