@@ -45,9 +45,7 @@ from ragen_torchrl.transforms.snr import build_filter
 def timed_update(trainer: Trainer, batch) -> float:
     t0 = time.perf_counter()
     train_batch, _ = training_batch(batch, trainer.algorithm, trainer.actor, trainer.ref_actor)
-    optimize(
-        train_batch, trainer.loss_module, trainer.algorithm, trainer.optimizer, trainer.cfg.algo, dist=trainer.dist
-    )
+    optimize(train_batch, trainer.algorithm, trainer.optimizer, trainer.cfg.algo, dist=trainer.dist)
     return time.perf_counter() - t0
 
 

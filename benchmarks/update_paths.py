@@ -62,14 +62,14 @@ def before(tr: Trainer, records, plan) -> dict:
     batch, _ = tr.algorithm.prepare(attach_training_data(batch, _wrapper_log_probs(tr.actor, batch, 32)))
     tr.loss_module.score_stored_tokens = False
     try:
-        return optimize(batch, tr.loss_module, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan)
+        return optimize(batch, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan)
     finally:
         tr.loss_module.score_stored_tokens = True
 
 
 def now(tr: Trainer, records, plan) -> dict:
     batch, _ = training_batch(records, tr.algorithm, tr.actor, skip_behaviour=plan[0][0])
-    return optimize(batch, tr.loss_module, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
+    return optimize(batch, tr.algorithm, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
 
 
 def ragged(tr: Trainer, records, plan) -> dict:
@@ -78,7 +78,7 @@ def ragged(tr: Trainer, records, plan) -> dict:
     shared = scores_shared_prefixes(obj.loss_module)
     beh = compute_behaviour_log_probs(tr.actor, recs, skip=plan[0][0], shared_prefix=shared, train_on=obj.train_on)
     batch, _ = obj.prepare(lazy_stack([row.update(b) for row, b in zip(training_view(recs).unbind(0), beh.unbind(0))]))
-    return optimize(batch, tr.loss_module, obj, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
+    return optimize(batch, obj, tr.optimizer, tr.cfg.algo, plan=plan, on_policy_first=True)
 
 
 def stored(tr: Trainer, records, plan) -> dict:

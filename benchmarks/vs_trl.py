@@ -394,8 +394,8 @@ def timed_iteration(tr, iteration: int) -> dict[str, float]:
     records = tr.algorithm.shape_rewards(records)
     summarize(records)
     fstats = unfiltered_stats(records.get(EPISODE_RETURN), records.get(GROUP_ID))
-    tr.guard.update(fstats)
-    tr.guard.metrics()
+    tr.stops.guard.update(fstats)
+    tr.stops.guard.metrics()
     # training_batch: advantage, behaviour log-probs (not for the rows of the first, on-policy
     # mini-batch of a one-epoch update), attach, prepare
     algo = tr.cfg.algo

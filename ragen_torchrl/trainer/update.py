@@ -166,7 +166,6 @@ def micro_batches(rows: torch.Tensor, micro_batch_size: int | None) -> list[torc
 
 def optimize(
     batch: TensorDictBase,
-    loss_module: Any,
     algorithm: Any,
     optimizer: torch.optim.Optimizer,
     algo: Mapping,
@@ -176,7 +175,8 @@ def optimize(
     dist: Distributed | None = None,
     forward_context: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> dict[str, float]:
-    """Optimizer steps over the mini-batches of ``plan`` (default: :func:`minibatch_plan`); mean metrics.
+    """Optimizer steps of ``algorithm``'s loss (its ``loss_module``) over the mini-batches of ``plan`` (default:
+    :func:`minibatch_plan`); mean metrics.
 
     A non-finite loss or gradient norm never steps: the step is skipped and counted in
     ``skipped_nonfinite``. With ``on_policy_first`` the first mini-batch of the first epoch runs
@@ -206,6 +206,7 @@ def optimize(
     """
     if plan is None:
         plan = minibatch_plan(batch.get(GROUP_ID), algo)
+    loss_module = algorithm.loss_module
     dist = dist or Distributed()
     forward_context = forward_context or contextlib.nullcontext
     opts = algo_options(algo)

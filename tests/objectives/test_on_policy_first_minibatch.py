@@ -100,7 +100,7 @@ def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
         assert len(plan[0]) == 2  # the shortcut covers one of two mini-batches
         skip = plan[0][0] if shortcut else None
         batch, _ = training_batch(recs, obj, actor, skip_behaviour=skip)
-        stats = optimize(batch, obj.loss_module, obj, optimizer, cfg, plan=plan, on_policy_first=shortcut)
+        stats = optimize(batch, obj, optimizer, cfg, plan=plan, on_policy_first=shortcut)
         assert stats["optimizer_steps"] == 2
         weights[shortcut] = [p.detach().clone() for p in model.parameters()]
     for a, b in zip(weights[True], weights[False]):

@@ -246,7 +246,7 @@ def test_a_whole_update_ends_with_the_same_weights(tiny_model_dir, name):
         recs = obj.shape_rewards(grouped_records())
         plan = minibatch_plan(recs.get("group_id"), cfg)
         batch, _ = training_batch(recs, obj, actor, skip_behaviour=plan[0][0])
-        stats = optimize(batch, obj.loss_module, obj, optimizer, cfg, plan=plan, on_policy_first=True)
+        stats = optimize(batch, obj, optimizer, cfg, plan=plan, on_policy_first=True)
         assert stats["optimizer_steps"] == 2
         weights[shared] = [p.detach().clone() for p in model.parameters()]
     for a, b in zip(weights[True], weights[False]):

@@ -27,6 +27,7 @@ import torch
 from test_trainer import base_overrides, make_cfg, scalars, state_equal
 
 import ragen_torchrl.trainer.checkpoint as ckpt_mod
+import ragen_torchrl.trainer.iteration as iteration_mod
 import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.trainer.checkpoint import (
     DamagedCheckpointError,
@@ -267,8 +268,8 @@ def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path,
     real = trainer.snr
 
     class KeepsNothing:
-        def row_mask(self, records, groups=None):
-            mask, stats = real.row_mask(records, groups)
+        def row_mask(self, records, groups=None, step=None):
+            mask, stats = real.row_mask(records, groups, step=step)
             return torch.zeros_like(mask), stats
 
     trainer.snr = KeepsNothing()
@@ -281,15 +282,15 @@ def test_filter_keeping_nothing_prints_skipped_update(ragen_cache_dir, tmp_path,
 @pytest.mark.slow
 def test_resumed_dapo_run_draws_the_same_refill_levels(ragen_cache_dir, tmp_path, monkeypatch):
     # "Store what resume needs to be exact, including DAPO's refill counter (today a resumed DAPO
-    # run draws other refill levels)"; refill k of a run draws levels from seed + 7919 * k (loop._collect_more)
+    # run draws other refill levels)"; refill k of a run draws levels from seed + 7919 * k (iteration._collect_more)
     calls = []
-    real = loop_mod.train_level_seeds
+    real = iteration_mod.train_level_seeds
 
     def recorded(seed, it, n):
         calls.append((seed, it, n))
         return real(seed, it, n)
 
-    monkeypatch.setattr(loop_mod, "train_level_seeds", recorded)
+    monkeypatch.setattr(iteration_mod, "train_level_seeds", recorded)
     extra = ("algo=dapo", "trainer.val_every=0", "sft.episodes=4")
     straight = Trainer(make_cfg(ragen_cache_dir, *extra, "trainer.total_iterations=2"), run_dir=tmp_path / "s")
     straight.fit()

@@ -143,7 +143,7 @@ def test_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, name):
         recs = obj.shape_rewards(records())
         plan = minibatch_plan(recs.get("group_id"), cfg)
         batch, _ = training_batch(recs, obj, actor)
-        stats = optimize(batch, obj.loss_module, obj, optimizer, cfg, plan=plan)
+        stats = optimize(batch, obj, optimizer, cfg, plan=plan)
         assert stats["optimizer_steps"] == 1
         grads[micro] = [p.grad.clone() for p in obj.trainable_parameters() if p.grad is not None]
         metrics[micro] = stats

@@ -238,7 +238,7 @@ def test_trainer_validation_logs_the_first_episodes_images(ragen_cache_dir, tmp_
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
-    trainer.validate(5, stop_rule=False)
+    trainer.validate(5)
     trainer.logger.experiment.flush()
     acc = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={"images": 0, "tensors": 0})
     acc.Reload()

@@ -37,7 +37,7 @@ def _one_step(critic_grad_clip):
     obj = PPOAlgorithm("ppo", _Loss(actor, critic), actor, critic_lr=1.0, gae={}, critic_grad_clip=critic_grad_clip)
     opt = torch.optim.SGD(obj.optimizer_param_groups(1.0), lr=1.0)  # w <- w - grad: the step is the clipped gradient
     algo = OmegaConf.create({"max_grad_norm": 1.0})
-    metrics = optimize(TensorDict(batch_size=[1]), obj.loss_module, obj, opt, algo, plan=[[torch.tensor([0])]])
+    metrics = optimize(TensorDict(batch_size=[1]), obj, opt, algo, plan=[[torch.tensor([0])]])
     return actor.weight.detach().reshape(-1).tolist(), critic.weight.item(), metrics
 
 

@@ -41,7 +41,7 @@ def _run(model_dir: str, dtype: str, precision: str) -> tuple[list[torch.Tensor]
         batch, _ = training_batch(recs, obj, actor)
     plan = minibatch_plan(recs.get("group_id"), cfg)
     for _ in range(STEPS):
-        stats = optimize(batch, obj.loss_module, obj, optimizer, cfg, plan=plan, forward_context=prec.autocast)
+        stats = optimize(batch, obj, optimizer, cfg, plan=plan, forward_context=prec.autocast)
         assert stats["optimizer_steps"] == 1 and stats["skipped_nonfinite"] == 0
     assert {p.dtype for p in model.parameters()} == {prec.param_dtype}
     return before, [p.detach().float().clone() for p in model.parameters()]

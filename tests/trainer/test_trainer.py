@@ -15,6 +15,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import ragen_torchrl.trainer.iteration as iteration_mod
 import ragen_torchrl.trainer.loop as loop_mod
 from ragen_torchrl.models.loading import load_pretrained
 from ragen_torchrl.trainer.config_checks import ConfigError
@@ -271,7 +272,7 @@ def test_non_finite_loss_is_skipped_and_logged(ragen_cache_dir, tmp_path, monkey
     cfg = make_cfg(ragen_cache_dir, "trainer.total_iterations=1", "algo.update_epochs=2")  # two mini-batch steps
     trainer = Trainer(cfg, run_dir=run_dir)
     initial = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    original = trainer.loss_module
+    original = trainer.loss_module.forward  # the algorithm's own loss, whose forward the update calls
     calls: list = []
 
     def nan_once(td):
@@ -284,7 +285,7 @@ def test_non_finite_loss_is_skipped_and_logged(ragen_cache_dir, tmp_path, monkey
             calls.append(state_equal(trainer.model.state_dict(), initial) and not trainer.optimizer.state)
         return out
 
-    monkeypatch.setattr(trainer, "loss_module", nan_once)
+    monkeypatch.setattr(trainer.loss_module, "forward", nan_once)
     trainer.fit()
     assert calls == ["nan", True]
     logged = scalars(run_dir)
@@ -298,14 +299,14 @@ def test_non_finite_loss_is_skipped_and_logged(ragen_cache_dir, tmp_path, monkey
 def test_all_non_finite_losses_leave_weights_unchanged(ragen_cache_dir, tmp_path, monkeypatch):
     trainer = Trainer(make_cfg(ragen_cache_dir, "trainer.total_iterations=1"), run_dir=tmp_path / "run")
     initial = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    original = trainer.loss_module
+    original = trainer.loss_module.forward
 
     def always_nan(td):
         out = original(td)
         out.loss_objective = out.loss_objective * float("nan")
         return out
 
-    monkeypatch.setattr(trainer, "loss_module", always_nan)
+    monkeypatch.setattr(trainer.loss_module, "forward", always_nan)
     stats = trainer.train_iteration()
     assert stats["train/skipped_nonfinite"] == 1.0
     assert stats["train/optimizer_steps"] == 0.0
@@ -366,14 +367,14 @@ def test_filter_presets_and_gradient_snr_probe(ragen_cache_dir, tmp_path, monkey
     # top-p 0.9 linear over variance without zero-score groups keeps group 0 only; the reference preset
     # (softmax, zero groups included): softmax([0.707, 0]) = [0.67, 0.33], cumsum reaches
     # 0.9 at the 2nd group -> keeps both.
-    real = loop_mod.collect_rollouts
+    real = iteration_mod.collect_rollouts
 
     def with_variance(*args, **kwargs):
         records = real(*args, **kwargs)
         records.set("episode_return", torch.tensor([1.0, 0.0, 0.5, 0.5]))
         return records
 
-    monkeypatch.setattr(loop_mod, "collect_rollouts", with_variance)
+    monkeypatch.setattr(iteration_mod, "collect_rollouts", with_variance)
     run_dir = tmp_path / preset
     cfg = make_cfg(
         ragen_cache_dir,

@@ -78,7 +78,7 @@ def test_iteration_logs_the_whole_batch_counts_not_mini_batch_means(ragen_cache_
     trainer = make_trainer(ragen_cache_dir, tmp_path, "trainer.prompts_per_iter=2", "algo.mini_batch_size=4")
     trained = []
     update_step = trainer._update_step
-    monkeypatch.setattr(trainer, "_update_step", lambda train: trained.append(train.batch) or update_step(train))
+    monkeypatch.setattr(trainer, "_update_step", lambda batch, plan: trained.append(batch) or update_step(batch, plan))
     stats = trainer.train_iteration()
     assert stats["train/optimizer_steps"] == 2.0
     assert stats["train/trajectories"] == 8.0
@@ -92,9 +92,9 @@ def _tiny_run(cache_dir, tmp_path, *extra):
 
 def test_variance_collapse_stop_also_runs_without_a_filter(ragen_cache_dir, tmp_path, monkeypatch):
     # RAGEN-2 §4: early stopping "triggered by reward-variance collapse" applies to the unfiltered arm too
-    import ragen_torchrl.trainer.loop as loop_mod
+    import ragen_torchrl.trainer.iteration as iteration_mod
 
-    real = loop_mod.collect_rollouts
+    real = iteration_mod.collect_rollouts
     calls = {"n": 0}
 
     def shrinking_variance(*args, **kwargs):
@@ -107,7 +107,7 @@ def test_variance_collapse_stop_also_runs_without_a_filter(ragen_cache_dir, tmp_
         records.set("episode_return", torch.tensor([d, 0.0, d, 0.0]))
         return records
 
-    monkeypatch.setattr(loop_mod, "collect_rollouts", shrinking_variance)
+    monkeypatch.setattr(iteration_mod, "collect_rollouts", shrinking_variance)
     trainer = _tiny_run(
         ragen_cache_dir,
         tmp_path,
@@ -164,9 +164,9 @@ def test_an_env_bug_does_not_stop_training_and_is_counted(ragen_cache_dir, tmp_p
 def _dapo_run(cache_dir, tmp_path, monkeypatch, first, later, refill, *extra):
     """A 2 x 2 DAPO run (dynamic sampling on shaped returns, no filter) whose rollouts return
     ``first`` in iteration 1, ``later`` afterwards, and ``refill`` for every refill group."""
-    import ragen_torchrl.trainer.loop as loop_mod
+    import ragen_torchrl.trainer.iteration as iteration_mod
 
-    real = loop_mod.collect_rollouts
+    real = iteration_mod.collect_rollouts
     calls = {"n": 0}
 
     def scripted(*args, **kwargs):
@@ -179,7 +179,7 @@ def _dapo_run(cache_dir, tmp_path, monkeypatch, first, later, refill, *extra):
             records.set("episode_return", torch.tensor(refill))
         return records
 
-    monkeypatch.setattr(loop_mod, "collect_rollouts", scripted)
+    monkeypatch.setattr(iteration_mod, "collect_rollouts", scripted)
     trainer = _tiny_run(
         cache_dir,
         tmp_path,
@@ -210,8 +210,8 @@ def test_dapo_collapse_stop_reads_the_batch_before_dynamic_sampling(ragen_cache_
         [0.5, 0.0],
         "trainer.total_iterations=6",
     )
-    assert trainer.guard.base_std == pytest.approx(3 / 2**0.5)
-    assert list(trainer.guard._window) == pytest.approx([0.5 / 2**0.5 / 2] * 2)
+    assert trainer.stops.guard.base_std == pytest.approx(3 / 2**0.5)
+    assert list(trainer.stops.guard._window) == pytest.approx([0.5 / 2**0.5 / 2] * 2)
     assert trainer.stop_reason is not None and trainer.stop_reason.startswith("reward_variance_collapse")
     assert [h["iteration"] for h in trainer.history] == [1, 2, 3]
     # the update still trains on the refilled batch: 2 informative groups, one of them a refill
@@ -237,5 +237,5 @@ def test_dapo_skipped_update_counts_as_empty(ragen_cache_dir, tmp_path, monkeypa
     assert all(h["dapo/skipped_update"] == 1.0 for h in trainer.history)
     assert [h["stop/consecutive_empty"] for h in trainer.history] == [1.0, 2.0]
     assert trainer.stop_reason == "empty_selection: 2 consecutive iterations kept no group"
-    assert trainer.guard.base_std is None and not trainer.guard._window
+    assert trainer.stops.guard.base_std is None and not trainer.stops.guard._window
     assert not [k for h in trainer.history for k in h if k.startswith("train/")]  # no update ran

@@ -24,6 +24,7 @@ from ragen_torchrl.trainer.cli import _train
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
 from ragen_torchrl.trainer.demonstrations import make_demonstrations
+from ragen_torchrl.trainer.iteration import IterationOutcome
 from ragen_torchrl.trainer.loop import Trainer
 from ragen_torchrl.trainer.model_setup import env_kwargs, training_memory
 from ragen_torchrl.trainer.run_log import ValidationPeak
@@ -83,10 +84,11 @@ def _scripted_trainer(cache_dir, tmp_path, monkeypatch, successes, *overrides):
         return {**stats, "num_trajectories": float(num_levels), "seconds": 0.0}, None
 
     def no_training(self):
-        return {"rollout/reward_mean": 0.0, "rollout/success": 0.0, "rollout/tokens": 0.0, "timing/total": 0.0}
+        stats = {"rollout/reward_mean": 0.0, "rollout/success": 0.0, "rollout/tokens": 0.0, "timing/total": 0.0}
+        return IterationOutcome(stats, stop=None)
 
     monkeypatch.setattr(loop_mod, "evaluate_policy", fake_evaluate)
-    monkeypatch.setattr(Trainer, "train_iteration", no_training)
+    monkeypatch.setattr(Trainer, "run_iteration", no_training)
     cfg = compose_cfg(
         f"model.cache_dir={cache_dir}",
         *TINY_RUN,
