@@ -27,7 +27,8 @@ import subprocess
 import time
 import warnings
 
-from ragen_torchrl.envs.games.sandbox import Sandbox, _interpreter, _probe_bwrap
+from ragen_torchrl.envs.games.sandbox import Sandbox
+from ragen_torchrl.envs.games.sandbox_box import _interpreter, _probe_bwrap
 
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)"
 

@@ -29,7 +29,8 @@ import pytest
 
 from ragen_torchrl.envs.games.deepcoder_data import SHIPPED_PATH, CodingProblem, TestCase
 from ragen_torchrl.envs.games.deepcoder_grading import Grader
-from ragen_torchrl.envs.games.sandbox import Sandbox, SandboxLimits, _interpreter, _probe_bwrap
+from ragen_torchrl.envs.games.sandbox import Sandbox, SandboxLimits
+from ragen_torchrl.envs.games.sandbox_box import _interpreter, _probe_bwrap
 
 LIMITS = SandboxLimits(timeout_s=2.0, memory_mb=256, max_output_bytes=1 << 16)
 WHY_NO_BWRAP = _probe_bwrap(_interpreter(None))
