@@ -63,6 +63,7 @@ from ..collectors.rollout_policy import build_rollout_policy
 from ..envs import make_env
 from ..model_source import ModelSourceError
 from ..models.loading import load_policy
+from ..models.lora import LoRASettings, apply_lora, load_adapter_state
 from ..models.priming import prime_text
 from ..models.template_guard import ChatTemplateError, check_chat_template
 from ..safe_io import UnsafeFileError, inside
@@ -218,6 +219,17 @@ def _load_checkpoint_policy(state: dict[str, Any], where: Path, device: str, dty
         raise EvalError(
             f"{where}: cannot load the checkpoint's starting model (its weights are applied on it): {_one_line(e)}"
         ) from None
+    lora = OmegaConf.select(OmegaConf.create(state.get("config") or {}), "model.lora", default=None)
+    if lora is not None and lora.get("enabled"):
+        # a LoRA run's checkpoint holds its adapters only: the same adapters on the starting model, then their weights
+        try:
+            model = apply_lora(model, LoRASettings.from_config(lora))
+            load_adapter_state(model, state["model"])
+        except ImportError:
+            raise EvalError(f"{where}: a LoRA run's checkpoint needs peft: pip install 'ragen-torchrl[lora]'") from None
+        except (KeyError, ValueError, TypeError) as e:
+            raise EvalError(f"{where}: the adapters do not fit the starting model {base}: {_one_line(e)}") from None
+        return model.eval(), tokenizer, processor
     try:
         check_model_state(state["model"], model, where)
         model.load_state_dict(state["model"])

@@ -4,6 +4,7 @@ exports hold the adapter, a merged export loads into the base class, step 0 equa
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,20 @@ def test_a_lora_run_starts_as_the_full_model_and_exports_its_adapter(ragen_cache
     with torch.no_grad():
         assert torch.allclose(reloaded(x).logits, lora.model(x).logits, atol=1e-5)
         assert torch.allclose(merged(x).logits, lora.model(x).logits, atol=1e-4)
+
+    # ragen-eval: the exported adapter dir, and with the exports gone the adapter-only checkpoint on the
+    # starting model, give the same numbers as the run's final validation
+    from ragen_torchrl.trainer.eval_cli import main as eval_main
+
+    run_dir = tmp_path / "lora"
+    assert eval_main([str(run_dir), "--json", str(tmp_path / "policy.json"), "--no-progress"]) == 0
+    shutil.rmtree(policy)
+    shutil.rmtree(run_dir / MERGED_POLICY_DIR)
+    assert eval_main([str(run_dir), "--json", str(tmp_path / "ckpt.json"), "--no-progress"]) == 0
+    stats = [json.loads((tmp_path / f"{name}.json").read_text())["stats"] for name in ("policy", "ckpt")]
+    keys = ("success", "reward_mean", "turns", "tokens", "format_valid")
+    assert {k: stats[1][k] for k in keys} == {k: stats[0][k] for k in keys}
+    assert {k: stats[0][k] for k in keys} == {k: summary["val_end"][k] for k in keys}
 
 
 def test_lora_with_fsdp_or_vllm_is_a_config_error(ragen_cache_dir):
