@@ -108,8 +108,8 @@ def measure(name: str, overrides: list[str], repeats: int, cache: str) -> None:
         collect_rollouts(
             tr.env,
             tr.policy,
-            train_level_seeds(0, 0, tr.P),
-            tr.G,
+            train_level_seeds(0, 0, tr.prompts_per_iter),
+            tr.group_size,
             chunk_size=int(cfg.rollout.chunk_size),
         )
     )

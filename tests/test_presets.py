@@ -76,7 +76,7 @@ def test_preset_runs_one_iteration_at_default_shape(group, name, ragen_cache_dir
     torch.manual_seed(0)
     trainer = Trainer(cfg, run_dir=tmp_path / "run")
     # the default batch shape, not a tiny one
-    assert (trainer.P, trainer.G) == (16, 4)
+    assert (trainer.prompts_per_iter, trainer.group_size) == (16, 4)
     stats = trainer.train_iteration()
     assert stats["rollout/num_trajectories"] == 64.0
     # explained variance is undefined (NaN) when every return of the batch is equal, as an

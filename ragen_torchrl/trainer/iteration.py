@@ -83,8 +83,8 @@ class IterationSteps:
     clock: PhaseClock  # the run's phase clock
     dist: Distributed
     iteration: int  # the iterations done so far (seeds this one's levels)
-    P: int  # prompt groups per iteration
-    G: int  # rollouts per group
+    prompts_per_iter: int  # P prompt groups per iteration
+    group_size: int  # G rollouts per group
     shards: int  # collection parts
     policy: Any  # the training rollout policy
     weight_sync: Any  # pushes the updated weights to the rollout engine (vllm), else None
@@ -154,7 +154,7 @@ class IterationSteps:
         """The iteration's P groups x G rollouts (reward-shaped) and their statistics."""
         metrics = Metrics()
         with phase(self.clock, "rollout", metrics):
-            seeds = train_level_seeds(self.cfg.seed, self.iteration, self.P)
+            seeds = train_level_seeds(self.cfg.seed, self.iteration, self.prompts_per_iter)
             records = self.algorithm.shape_rewards(self._collect(seeds))
         metrics.add("rollout", summarize(records))
         metrics.update(turn_cache_metrics(records))  # the records of every rank
@@ -284,7 +284,7 @@ class IterationSteps:
         processes, and the global RNG stream (mini-batch plans) stays equal on every rank.
         """
         bounds = shard_bounds(len(seeds), self.shards)
-        per_call = -(-self.P // self.shards)  # at most this many groups per rollout call (one env size)
+        per_call = -(-self.prompts_per_iter // self.shards)  # at most this many groups per rollout call (one env size)
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         collected: list[Any] = []
         for p in self.dist.own_parts(len(bounds)):
@@ -298,7 +298,7 @@ class IterationSteps:
                             self._train_env(len(call_seeds)),
                             self.policy,
                             call_seeds,
-                            self.G,
+                            self.group_size,
                             chunk_size=self.cfg.rollout.chunk_size,
                             group_offset=s,
                         )

@@ -170,11 +170,11 @@ class Trainer(IterationSteps):
         self._seed_everything(cfg.seed)
 
         t = cfg.trainer
-        self.P, self.G = t.prompts_per_iter, t.group_size
+        self.prompts_per_iter, self.group_size = t.prompts_per_iter, t.group_size
         self.t3_enabled = cfg.t3.enabled
         self._train_envs: dict[int, Any] = {}
         try:
-            self.env = self._train_env(-(-self.P // self.shards))  # one collection part's groups
+            self.env = self._train_env(-(-self.prompts_per_iter // self.shards))  # one collection part's groups
             self.val_env = make_env(cfg.env.name, num_envs=t.val_levels, **env_kwargs(cfg.env))
             self._val_envs = {t.val_levels: self.val_env}
             if t.val_every > 0:  # an env that refuses the periodic size fails here, not mid-run
@@ -310,7 +310,7 @@ class Trainer(IterationSteps):
         if num_groups in self._train_envs:
             return self._train_envs[num_groups]
         cfg = self.cfg
-        env = make_env(cfg.env.name, num_envs=num_groups * self.G, **env_kwargs(cfg.env))
+        env = make_env(cfg.env.name, num_envs=num_groups * self.group_size, **env_kwargs(cfg.env))
         if self.t3_enabled:
             from ..transforms.t3 import T3Truncation
 

@@ -59,10 +59,14 @@ def test_the_trainer_rolls_out_the_same_with_and_without_the_cache(runs):
     assert off.policy.turn_cache is None and off.val_policy.turn_cache is None
     for tag in KV_TAGS:
         assert tag in logged_on and tag not in logged_off, tag
-    assert logged_on["rollout/kv_rows_prefilled"] == [float(on.P * on.G)]  # every row once, at its first turn
+    assert logged_on["rollout/kv_rows_prefilled"] == [
+        float(on.prompts_per_iter * on.group_size)
+    ]  # every row once, at its first turn
     reused = logged_on["rollout/kv_rows_reused"][0]
-    turns = logged_on["rollout/turns"][0] * on.P * on.G  # the mean turns over the iteration's rows
-    assert reused == pytest.approx(turns - on.P * on.G)
+    turns = (
+        logged_on["rollout/turns"][0] * on.prompts_per_iter * on.group_size
+    )  # the mean turns over the iteration's rows
+    assert reused == pytest.approx(turns - on.prompts_per_iter * on.group_size)
     assert logged_on["rollout/trajectory_refits"] == logged_off["rollout/trajectory_refits"] == [0.0]
     # the same seed samples the same replies either way (the logits agree to round-off)
     for tag in ("rollout/tokens", "rollout/turns", "rollout/reward_mean", "rollout/success", "val/success"):

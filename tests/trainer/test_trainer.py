@@ -84,7 +84,7 @@ def test_fit_logs_scalars_and_writes_a_checkpoint(ragen_cache_dir, tmp_path):
     run_dir = tmp_path / "run"
     trainer = Trainer(make_cfg(ragen_cache_dir), run_dir=run_dir)
     assert trainer.iteration == 0
-    assert trainer.P * trainer.G == 4
+    assert trainer.prompts_per_iter * trainer.group_size == 4
     summary = trainer.fit()
 
     assert summary["iterations"] == 2 and summary["run_dir"] == str(run_dir)

@@ -36,14 +36,14 @@ def make_trainer(cache_dir, tmp_path, *extra):
 def test_dapo_refill_collects_any_number_of_groups(ragen_cache_dir, tmp_path, missing):
     # issue: "Refill must work for any number of missing groups (fewer or more than P)"
     trainer = make_trainer(ragen_cache_dir, tmp_path, "algo=dapo")
-    assert (trainer.P, trainer.G) == (16, 4)
+    assert (trainer.prompts_per_iter, trainer.group_size) == (16, 4)
     more = trainer._collect_more(missing)
-    assert more.batch_size[0] == missing * trainer.G
+    assert more.batch_size[0] == missing * trainer.group_size
     assert len(set(more.get("group_id").tolist())) == missing
     # every group holds G rows of one level
     for g in set(more.get("group_id").tolist()):
         rows = (more.get("group_id") == g).nonzero().reshape(-1)
-        assert rows.numel() == trainer.G
+        assert rows.numel() == trainer.group_size
         assert len(set(more.get("level_seed")[rows].tolist())) == 1
 
 
@@ -54,7 +54,7 @@ def test_loss_scale_multiplies_the_task_term_only(ragen_cache_dir, tmp_path):
     from ragen_torchrl.envs.splits import train_level_seeds
 
     torch.manual_seed(1)
-    records = collect_rollouts(trainer.env, trainer.policy, train_level_seeds(0, 0, 2), trainer.G)
+    records = collect_rollouts(trainer.env, trainer.policy, train_level_seeds(0, 0, 2), trainer.group_size)
     # give the groups within-group variance so the advantages are not all zero
     records.set("episode_return", torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.2, 0.0]))
     full, full_stats = trainer._training_batch(records, 1.0)
