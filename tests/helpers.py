@@ -84,16 +84,23 @@ def records():
     return recs
 
 
-def algo_objective(name: str, model, tok, actor, mini_batch_size: int, **overrides):
-    """``(Algorithm, algo config)`` of the shipped ``configs/algo/<name>.yaml`` with a small mini-batch."""
-    from pathlib import Path
-
+def algo_preset(name: str):
+    """The ``algo`` node of ``algo=<name>`` as Hydra composes it (the preset on its base, ``grpo.yaml``)."""
+    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from ragen_torchrl.objectives import build_algorithm
     from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 
-    cfg = OmegaConf.load(Path(PACKAGE_CONFIG_DIR) / "algo" / f"{name}.yaml")
+    with initialize_config_dir(config_dir=str(PACKAGE_CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"algo={name}"])
+    return OmegaConf.create(OmegaConf.to_container(cfg.algo, resolve=True))
+
+
+def algo_objective(name: str, model, tok, actor, mini_batch_size: int, **overrides):
+    """``(Algorithm, algo config)`` of the shipped ``configs/algo/<name>.yaml`` with a small mini-batch."""
+    from ragen_torchrl.objectives import build_algorithm
+
+    cfg = algo_preset(name)
     cfg.mini_batch_size = mini_batch_size
     for key, value in overrides.items():
         cfg[key] = value

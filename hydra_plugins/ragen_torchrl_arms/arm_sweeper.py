@@ -73,8 +73,9 @@ def split_arguments(arguments: Sequence[str], config_loader) -> tuple[Optional[L
             if key == "seed" and override.is_discrete_sweep():
                 seeds = [int(v) for v in override.sweep_string_iterator()]
                 continue
+            shown = (override.input_line or key).removeprefix("++")  # as typed (ragen-train adds the ++)
             raise HydraException(
-                f"an experiment's runs are its arms x seeds: the sweep {override.input_line!r} is not one of them "
+                f"an experiment's runs are its arms x seeds: the sweep {shown!r} is not one of them "
                 "(add an arm to the experiment's hydra.sweeper.arms, or sweep seed=...)"
             )
         extra.append(override.input_line or f"{key}={override.get_value_element_as_str()}")

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import algo_preset
 from omegaconf import OmegaConf
 from tensordict import TensorDict, lazy_stack
 
 from ragen_torchrl.objectives import build_algorithm
 from ragen_torchrl.objectives.dapo import DynamicSampler, informative_groups
-from ragen_torchrl.trainer.config_paths import PACKAGE_CONFIG_DIR
 from ragen_torchrl.transforms.overlong import OverlongPenalty, overlong_penalty
 
 G = 4
@@ -171,8 +170,7 @@ def test_refills_are_reward_shaped_before_they_are_judged():
 
 
 def test_dapo_objective_wires_sampler_and_overlong_shaping():
-    cfg = OmegaConf.load(Path(PACKAGE_CONFIG_DIR) / "algo" / "dapo.yaml")
-    obj = build_algorithm(cfg, None, None)
+    obj = build_algorithm(algo_preset("dapo"), None, None)
     assert obj.dynamic_sampling.max_extra_rollouts == 3
     assert obj.dynamic_sampling.criterion == "success"  # the DAPO paper's accuracy rule is the default
     assert obj.dynamic_sampling.reward_transform is obj.reward_transform

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import algo_preset
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 from torch import nn
@@ -385,7 +386,7 @@ def test_loss_class_defaults_equal_the_config_defaults():
     # "class defaults equal the config defaults" (configs/algo/*.yaml: entropy_coeff 0.001)
     from ragen_torchrl.objectives import DEFAULT_ENTROPY_COEFF, REF_LOG_PROBS_KEY
 
-    coeffs = {float(OmegaConf.load(f).entropy_coeff) for f in CONFIG_DIR.glob("*.yaml")}
+    coeffs = {float(algo_preset(f.stem).entropy_coeff) for f in CONFIG_DIR.glob("*.yaml")}
     assert coeffs == {DEFAULT_ENTROPY_COEFF} == {0.001}
     trunk = Critic(1, backbone=FakeTrunk(torch.zeros(2, 5, 1)))
     losses = [
@@ -578,8 +579,8 @@ def test_ppo_loss_token_advantages_and_value_loss_by_hand():
 # --------------------------------------------------------------------------- the factory and configs
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "ppo"])
 def test_build_objective_from_the_config_files(name):
-    cfg = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
-    assert set(OmegaConf.load(CONFIG_DIR / "grpo.yaml")) <= set(cfg)  # same keys as grpo.yaml, plus own
+    cfg = algo_preset(name)
+    assert set(algo_preset("grpo")) <= set(cfg)  # grpo.yaml's keys (its base), plus its own
     obj = build_algorithm(cfg, FakeActor(CUR), None)
     lm = obj.loss_module
     assert lm.masking_strategy == "rlhf"
@@ -721,7 +722,7 @@ def test_each_objective_on_the_tiny_policy(tiny_model, name):
 
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    cfg = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
+    cfg = algo_preset(name)
     cfg.entropy_coeff = 0.0
     obj = build_algorithm(cfg, actor, model, tok)
     batch = scripted_batch(obj, actor)
@@ -755,7 +756,7 @@ def test_every_preset_builds_on_the_tiny_policy(tiny_model, preset):
     from ragen_torchrl.objectives.logprobs import make_logprob_policy
 
     model, tok = tiny_model
-    cfg = OmegaConf.load(CONFIG_DIR / f"{preset}.yaml")
+    cfg = algo_preset(preset)
     obj = build_algorithm(cfg, make_logprob_policy(model, tok), model, tok)
     lm = obj.loss_module
     clip = (lm.clip_epsilon_low.item(), lm.clip_epsilon_high.item())
@@ -817,7 +818,7 @@ def test_ppo_end_to_end_on_the_tiny_policy(tiny_model, tiny_model_dir, critic):
 
     model, tok = tiny_model
     actor = make_logprob_policy(model, tok)
-    cfg = OmegaConf.load(CONFIG_DIR / "ppo.yaml")
+    cfg = algo_preset("ppo")
     cfg.critic, cfg.bi_level = critic.split("_")[0], True
     if critic == "separate_from_path":
         cfg.critic_path = tiny_model_dir  # a saved causal LM: its trunk starts the critic

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_RUN, records
-from omegaconf import OmegaConf
+from helpers import TINY_RUN, algo_preset, records
 
 from ragen_torchrl.objectives import build_algorithm
 from ragen_torchrl.objectives.logprobs import make_logprob_policy
@@ -134,7 +133,7 @@ def test_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, name):
     for micro in (None, 3):
         model, tok = load_tiny(tiny_model_dir)
         actor = make_logprob_policy(model, tok)
-        cfg = OmegaConf.load(ALGO_DIR / f"{name}.yaml")
+        cfg = algo_preset(name)
         cfg.mini_batch_size = 4
         cfg.micro_batch_size = micro
         obj = build_algorithm(cfg, actor, model, tok)
