@@ -206,3 +206,12 @@ def test_torchrl_private_names_are_imported_in_the_compat_module_only():
     ]
     assert found == []
     assert torchrl_private_imports(PACKAGE / "torchrl_compat.py")  # it does import them (the check sees them)
+
+
+def test_no_module_is_over_700_lines():
+    """A module that holds one concept stays readable in one sitting: split along its seams past 700 lines."""
+    sizes = {
+        str(p.relative_to(PACKAGE.parent)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert {name: n for name, n in sizes.items() if n > 700} == {}
