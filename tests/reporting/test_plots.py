@@ -15,24 +15,6 @@ from ragen_torchrl.reporting.run_metrics import Group
 from ragen_torchrl.reporting.runs import Run
 
 
-@pytest.fixture
-def figures(monkeypatch):
-    """The figures the plot functions would save, kept open for inspection."""
-    pytest.importorskip("matplotlib")
-    from ragen_torchrl.reporting import plots
-
-    kept = {}
-
-    def keep(fig, path):
-        kept[Path(path).name] = fig
-        return Path(path)
-
-    monkeypatch.setattr(plots, "_save", keep)
-    yield kept
-    for fig in kept.values():
-        plots.pyplot().close(fig)
-
-
 def _run(seed: int, success: list[float], steps=None, seconds=None, val=()) -> Run:
     """A run with ``rollout/success`` at iterations 1.., its optimizer steps and seconds per iteration."""
     history = []

@@ -109,22 +109,6 @@ def test_a_bad_scalars_csv_names_the_file_and_line(tmp_path, text, message):
 
 
 # --------------------------------------------------------------------------- plots
-@pytest.fixture
-def figures(monkeypatch):
-    """The figures the plot functions would save, kept open for inspection."""
-    pytest.importorskip("matplotlib")
-    from ragen_torchrl.reporting import plots
-
-    kept = {}
-
-    def keep(fig, path):
-        kept[Path(path).name] = fig
-        return Path(path)
-
-    monkeypatch.setattr(plots, "_save", keep)
-    yield kept
-    for fig in kept.values():
-        plots.pyplot().close(fig)
 
 
 def _run(name, seed, arm, lr, points, length=None):
