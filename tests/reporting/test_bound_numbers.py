@@ -175,7 +175,7 @@ ARMS: dict[str, dict[str, dict]] = {
 
 #: sets whose runs do not all record one commit on a clean tree: why that is acceptable
 MIXED_PROVENANCE_OK = {
-    "snr_controls": "all 15 runs at commit e93d389 in a clean clone; the tree reads dirty only because the runs wrote "
+    "snr_controls": "all 15 runs at one commit in a clean clone; the tree reads dirty only because the runs wrote "
     "their output (out/) inside that clone, untracked; the README names the commit",
     "default_run_speed": "a before/after comparison of two versions: runs/before predates provenance "
     "records (its commit is named in the set's README), runs/after is one clean commit",
