@@ -123,6 +123,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
             reply_prime=prime_text(bool(cfg.rollout.prime_think)),
             precision=str(cfg.model.get("precision", "mixed")),
             gradient_checkpointing=bool(cfg.model.get("gradient_checkpointing", False)),
+            max_new_tokens=int(cfg.rollout.max_new_tokens),
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base

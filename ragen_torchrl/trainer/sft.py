@@ -63,6 +63,65 @@ def tokenize_conversations(
     return pairs
 
 
+def reply_lengths(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
+    """Token count of every reply in ``pairs`` (from :func:`tokenize_conversations`): each run of trained
+    tokens, end-of-turn token included, which is what a rollout must generate for that reply.
+
+    Example:
+        >>> ids = torch.arange(8)
+        >>> reply_lengths([(ids, torch.tensor([0, 1, 1, 0, 0, 1, 1, 1], dtype=torch.bool))])
+        [2, 3]
+    """
+    out = []
+    for _, mask in pairs:
+        run = 0
+        for trained in mask.tolist() + [False]:
+            if trained:
+                run += 1
+            elif run:
+                out.append(run)
+                run = 0
+    return out
+
+
+def check_replies_fit(lengths: list[int], max_new_tokens: int | None) -> str | None:
+    """Refuse a warm start whose demonstrated replies mostly do not fit the rollouts' token budget.
+
+    A reply longer than ``rollout.max_new_tokens`` is cut before its end token in every rollout and
+    fails the reply format, so a warm start that teaches such replies starts RL at zero valid replies (a
+    tokenizer other than the tiny model's can need twice the tokens for the same text). Raises
+    :class:`~ragen_torchrl.trainer.config_checks.ConfigError` when more than half of ``lengths`` exceed
+    ``max_new_tokens``; returns a warning when some do, ``None`` when all fit (or no budget is given).
+
+    Example:
+        >>> check_replies_fit([20, 30, 40], 48) is None
+        True
+        >>> check_replies_fit([20, 30, 56], 48)[:40]
+        '1 of 3 demonstrated replies (33%) are lo'
+        >>> check_replies_fit([50, 56, 60], 48)
+        Traceback (most recent call last):
+        ...
+        ragen_torchrl.trainer.config_checks.ConfigError: 3 of 3 demonstrated replies (100%) are longer than rollout.max_new_tokens=48 with this model's tokenizer (median 56, longest 60 tokens, end of turn included): each of those rollout replies would be cut before its end and fail the reply format; set rollout.max_new_tokens=60 or more
+    """
+    if not lengths or not max_new_tokens:
+        return None
+    over = sum(n > max_new_tokens for n in lengths)
+    if not over:
+        return None
+    ranked = sorted(lengths)
+    msg = (
+        f"{over} of {len(lengths)} demonstrated replies ({over / len(lengths):.0%}) are longer than "
+        f"rollout.max_new_tokens={max_new_tokens} with this model's tokenizer (median {ranked[len(ranked) // 2]}, "
+        f"longest {ranked[-1]} tokens, end of turn included): each of those rollout replies would be cut before "
+        f"its end and fail the reply format; set rollout.max_new_tokens={ranked[-1]} or more"
+    )
+    if 2 * over > len(lengths):
+        from .config_checks import ConfigError
+
+        raise ConfigError(msg)
+    return msg
+
+
 def assistant_token_loss(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor, **model_kwargs
 ):
@@ -206,6 +265,7 @@ def warm_start(
     reply_prime: str = "",
     precision: str = "mixed",
     gradient_checkpointing: bool = False,
+    max_new_tokens: int | None = None,
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
@@ -219,6 +279,8 @@ def warm_start(
     under autocast and saves them in float32, ``pure`` trains and saves the parameters in ``dtype``; with a
     float32 compute dtype both are the same run, and the cache key leaves the precision out (it is part of
     the key otherwise). ``gradient_checkpointing`` (``model.gradient_checkpointing``) changes memory, not the result.
+    ``max_new_tokens`` (``rollout.max_new_tokens``): before training, the demonstrated replies are measured in
+    the model's own tokens and a warm start whose replies mostly do not fit is refused (:func:`check_replies_fit`).
     """
     from ..models.vision import load_policy
     from .demonstrations import make_demonstrations
@@ -254,6 +316,12 @@ def warm_start(
             reasoning=reasoning,
             images=images,
         )
+        if processor is None:  # a vision-language conversation is laid out around its images: not measured here
+            fit = check_replies_fit(
+                reply_lengths(tokenize_conversations(tokenizer, demos, reply_prime=reply_prime)), max_new_tokens
+            )
+            if fit:
+                log.warning("warm start: %s", fit)
         log.info("warm start: %d demonstrations, %d steps", len(demos), sft_cfg["steps"])
         with torch.random.fork_rng():
             torch.manual_seed(int(sft_cfg["seed"]))
