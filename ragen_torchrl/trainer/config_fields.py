@@ -13,7 +13,7 @@ from dataclasses import field
 from functools import partial
 from typing import Any  # noqa: UP035 - OmegaConf resolves typing's generics by name
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from .config_checks import (
     ConfigError,
@@ -24,7 +24,7 @@ from .config_checks import (
     check_positive_int,
 )
 
-__all__ = ["MIN_TEMPERATURE", "Check", "setting"]
+__all__ = ["FINAL_EVAL_MODES", "MIN_TEMPERATURE", "Check", "setting"]
 
 Check = Callable[[DictConfig, str], None]
 
@@ -74,6 +74,43 @@ def _temperature(cfg: DictConfig, key: str) -> None:
         raise ConfigError(
             f"{key}={value!r} is below {MIN_TEMPERATURE}: logits / temperature overflows; use 0 for greedy decoding"
         )
+
+
+def _opt_temperature(cfg: DictConfig, key: str) -> None:
+    """:func:`_temperature`, or null."""
+    if OmegaConf.select(cfg, key) is not None:
+        _temperature(cfg, key)
+
+
+#: the decoding modes of ``trainer.final_eval.modes``: greedy is temperature 0
+FINAL_EVAL_MODES = ("greedy", "sampled")
+
+
+def _final_eval_modes(cfg: DictConfig, key: str) -> None:
+    """A non-empty list of distinct :data:`FINAL_EVAL_MODES`.
+
+    Example:
+        >>> _final_eval_modes(OmegaConf.create({"m": ["sampled", "greedy"]}), "m")
+        >>> for bad in (["beam"], [], "greedy", ["greedy", "greedy"]):
+        ...     try:
+        ...         _final_eval_modes(OmegaConf.create({"m": bad}), "m")
+        ...     except ConfigError as e:
+        ...         print(e)
+        m=['beam']: unknown mode 'beam'; a list of greedy and/or sampled, e.g. [greedy,sampled]
+        m=[]: a list of greedy and/or sampled, e.g. [greedy,sampled]
+        m='greedy': a list of greedy and/or sampled, e.g. [greedy,sampled]
+        m=['greedy', 'greedy']: a mode is listed twice
+    """
+    value = OmegaConf.select(cfg, key)
+    value = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    hint = "a list of " + " and/or ".join(FINAL_EVAL_MODES) + ", e.g. [" + ",".join(FINAL_EVAL_MODES) + "]"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{key}={value!r}: {hint}")
+    for mode in value:
+        if mode not in FINAL_EVAL_MODES:
+            raise ConfigError(f"{key}={value!r}: unknown mode {mode!r}; {hint}")
+    if len(set(value)) < len(value):
+        raise ConfigError(f"{key}={value!r}: a mode is listed twice")
 
 
 def _limited(check: Callable, maximum: int) -> Check:

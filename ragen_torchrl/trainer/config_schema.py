@@ -47,6 +47,7 @@ from .config_checks import (
 )
 from .config_fields import (
     _choice,
+    _final_eval_modes,
     _integer,
     _lazy_choice,
     _limited,
@@ -54,6 +55,7 @@ from .config_fields import (
     _nonneg_float,
     _nonneg_int,
     _opt_pos_int,
+    _opt_temperature,
     _quoted_choice,
     _temperature,
     _unit,
@@ -123,6 +125,31 @@ class EarlyStopConfig:
 
 
 @dataclass
+class FinalEvalConfig:
+    """The end-of-run evaluation on many held-out levels, per level (``final_eval.json``, ``final_eval_levels.csv``)."""
+
+    levels: int = setting(
+        0,
+        "held-out levels of the final evaluation (0 = off): the final policy and, with trainer.keep_best, the "
+        "best one on the same fixed levels, disjoint from training and from the validation levels",
+        _limited(_nonneg_int, 1 << 20),
+    )
+    modes: Any = setting(
+        help="greedy (temperature 0) and/or sampled (temperature trainer.final_eval.temperature)",
+        check=_final_eval_modes,
+        factory=lambda: ["greedy", "sampled"],
+    )
+    temperature: Optional[float] = setting(
+        None, "temperature of the sampled mode (null = trainer.val_temperature)", _opt_temperature
+    )
+    batch_levels: int = setting(
+        256,
+        "levels played together: one env and its records of this many rows at a time",
+        _limited(check_positive_int, 65536),
+    )
+
+
+@dataclass
 class TrainerConfig:
     total_iterations: int = setting(
         60, "training iterations", _limited(_nonneg_int, LIMITS["trainer.total_iterations"])
@@ -171,6 +198,7 @@ class TrainerConfig:
         "that set the peak (ragen-eval RUN --which best)",
         check_bool,
     )
+    final_eval: FinalEvalConfig = _node(FinalEvalConfig, "the final evaluation (off by default)")
     resume: Optional[str] = setting(
         None, "a previous run dir: continue from its last good checkpoint (last.pt, else prev.pt)"
     )

@@ -12,6 +12,7 @@ validation levels, with the numbers a run's own validation gives
     ragen-eval outputs/... --dump strip.png --dump-level 3  # level 3's episode as a PNG strip
     ragen-eval last.pt --base-model Qwen/Qwen2.5-0.5B        # a checkpoint whose starting model is on the hub
     ragen-eval outputs/... --which best                     # the peak validation's policy (trainer.keep_best)
+    ragen-eval outputs/... --final-eval --levels 2048       # final (and best) policy, greedy and sampled, per level
     ragen-eval outputs/... rollout.max_new_tokens=64 env=sokoban   # Hydra-style overrides, as ragen-train
     ragen-eval /models/my-policy --config-dir my_presets env=mine  # a preset of your own (my_presets/env/mine.yaml)
 
@@ -23,6 +24,11 @@ shipped ones (Hydra's ``--config-dir``), for ``env=`` / ``--env`` and a model di
 It prints success ± standard error, mean return, turns, tokens and format-valid, and writes
 them as JSON (``--json PATH``; a run dir defaults to ``<run dir>/eval.json``; otherwise the
 JSON goes to stdout). Bad input exits 2 with one ``ragen-eval: error: ...`` line.
+
+``--final-eval`` runs :mod:`~ragen_torchrl.trainer.final_eval` instead: a run dir's final and (when kept)
+best policy (``--which`` picks one), ``--greedy`` and/or ``--sampled`` (neither: ``trainer.final_eval.modes``),
+on ``--levels`` of its own held-out levels, into ``final_eval.json`` (``--json``) and
+``final_eval_levels.csv`` (``--per-level``): in a run dir, the files ``trainer.final_eval.levels > 0`` writes.
 
 A target may come from elsewhere: what is read stays inside a run dir (a symlink leading out of it
 is refused), a checkpoint's fields are checked before use and its weights against the starting
@@ -59,12 +65,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..cli_overrides import add_deprecated_override_option, warn_deprecated_overrides
-from ..collectors.rollout_policy import build_rollout_policy
 from ..envs import make_env
 from ..model_source import ModelSourceError
 from ..models.loading import load_policy
 from ..models.lora import LoRASettings, apply_lora, load_adapter_state
-from ..models.priming import prime_text
 from ..models.template_guard import ChatTemplateError, check_chat_template
 from ..safe_io import UnsafeFileError, inside
 from .checkpoint import (
@@ -82,6 +86,7 @@ from .config_checks import LIMITS, ConfigError
 from .config_paths import CONFIG_DIR
 from .config_typing import typed_config
 from .episode_frames import DUMP_FORMATS, EpisodeFrames, save_episode
+from .final_eval import check_final_eval, eval_rollout_policy, final_evaluation, result_lines, save_final_eval
 from .model_setup import env_kwargs
 from .policy_eval import BEST_POLICY_DIR, POLICY_DIR, EvalError, evaluate_policy, export_policy, stats_line
 from .stored_config import check_stored_config, load_yaml_config
@@ -393,10 +398,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--which",
         choices=("last", "best"),
-        default="last",
-        help="a run dir's final policy (last, default) or the peak validation's (best: policy_best/, "
-        "checkpoints/best.pt; trainer.keep_best=true)",
+        help="a run dir's final policy (last, the default) or the peak validation's (best: policy_best/, "
+        "checkpoints/best.pt; trainer.keep_best=true); --final-eval without it: both, when the run kept a best",
     )
+    p.add_argument(
+        "--final-eval",
+        action="store_true",
+        help="the final evaluation (trainer.final_eval), not a validation: --levels held-out levels disjoint from "
+        "the validation levels, per level; writes final_eval.json and final_eval_levels.csv",
+    )
+    p.add_argument("--greedy", action="store_true", help="--final-eval: the greedy mode (temperature 0)")
+    p.add_argument("--sampled", action="store_true", help="--final-eval: the sampled mode (at --temperature)")
+    p.add_argument("--per-level", metavar="FILE", help="--final-eval: the per-level CSV (default: a run dir's)")
     p.add_argument(
         "--config-dir",
         metavar="DIR",
@@ -405,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--env", help="env preset (configs/env/*.yaml); for a model dir the default is the config's (frozenlake)"
     )
-    p.add_argument("--levels", type=int, help="number of validation levels (default: trainer.val_levels)")
+    p.add_argument("--levels", type=int, help="levels (default: trainer.val_levels; --final-eval: final_eval's)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default: trainer.val_temperature)")
     p.add_argument("--seed", type=int, help="torch seed of the evaluation (default: the run's seed)")
     p.add_argument("--json", help="write the results here (default: <run dir>/eval.json for a run dir, else stdout)")
@@ -465,12 +478,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     for key, value, _ in overrides:
         if key == "env" and isinstance(value, str):  # a preset choice, as ragen-train reads env=NAME
             env = value
-    tgt = resolve_target(args.target, env, getattr(args, "which", "last"), config_dir)
+    final = getattr(args, "final_eval", False)
+    if not final and any(getattr(args, k, None) for k in ("greedy", "sampled", "per_level")):
+        raise EvalError("--greedy, --sampled and --per-level go with --final-eval")
+    which = getattr(args, "which", None)
+    tgt = resolve_target(args.target, env, which or "last", config_dir)
     # the overrides go onto a plain copy, typed again after them (their values checked like the run's)
     cfg = OmegaConf.create(OmegaConf.to_container(tgt["config"]))
     for key, value, add in overrides:
         if not (key == "env" and isinstance(value, str)):
             _set(cfg, key, value, add)
+    if final:
+        return _final_evaluate(args, tgt, cfg, env, config_dir)
     if args.levels is not None:
         if int(args.levels) < 1:
             raise EvalError(f"--levels must be >= 1, got {args.levels}")
@@ -486,14 +505,6 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     env_name = str(cfg.env.name)
     max_new_tokens = _bounded_int(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
     chunk = _bounded_int(cfg.rollout.chunk_size, "rollout.chunk_size")
-    # as the run rolled out
-    rollout_mode = {
-        "trajectory": str(cfg.rollout.trajectory),
-        "kv_cache": cfg.rollout.kv_cache,
-        "max_cached_tokens": cfg.rollout.kv_cache_max_tokens,
-        "sampler": str(cfg.rollout.sampler),
-        "attention": str(cfg.rollout.attention),
-    }
     if not math.isfinite(temperature) or temperature < 0:
         raise EvalError(f"--temperature must be >= 0, got {temperature}")
     frames = _dump_frames(args, levels)
@@ -504,6 +515,39 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         raise EvalError(f"env={env_name}: {e}") from None
     if cfg.model.threads:
         torch.set_num_threads(int(cfg.model.threads))
+    model, tokenizer, processor, source = _load_model(tgt, cfg, args)
+    policy = _rollout_policy(cfg, model, tokenizer, processor, temperature)
+    stats, _ = evaluate_policy(
+        env,
+        policy,
+        levels,
+        seed=seed,
+        chunk_size=chunk,
+        progress=not args.no_progress,
+        desc="evaluation",
+        frames=frames,
+    )
+    result = {
+        "target": str(args.target),
+        "kind": tgt["kind"],
+        "which": which or "last",
+        "policy": source,
+        "env": env_name,
+        "levels": levels,
+        "temperature": temperature,
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+        "stats": stats,
+    }
+    if args.export:
+        result["exported"] = str(export_policy(model, tokenizer, args.export))
+    if frames is not None:
+        result["dump"] = str(_write_dump(args, frames, env_name))
+    return result
+
+
+def _load_model(tgt: dict[str, Any], cfg, args: argparse.Namespace):
+    """``(model, tokenizer, processor, source)`` of a resolved target; anything that does not load is an EvalError."""
     device, dtype = str(cfg.model.device), str(cfg.model.dtype)
     try:
         if tgt["policy"] is not None:
@@ -526,47 +570,55 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:  # transformers raises many types for a dir that is no loadable model
         where = tgt["policy"] if tgt["policy"] is not None else tgt["checkpoint"][1]
         raise EvalError(f"cannot load the model {where}: {type(e).__name__}: {_one_line(e)}") from None
-    try:
-        # a vision-language policy (its image processor loaded with it) rolls out on the env's images
-        policy, _ = build_rollout_policy(
-            "hf",
-            model,
-            tokenizer,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            reply_prime=prime_text(bool(cfg.rollout.prime_think)),  # as the run was trained
-            processor=processor,
-            **({} if processor is not None else rollout_mode),
-        )
+    return model, tokenizer, processor, source
+
+
+def _rollout_policy(cfg, model, tokenizer, processor, temperature: float):
+    try:  # a vision-language policy (its image processor loaded with it) rolls out on the env's images
+        return eval_rollout_policy(cfg, model, tokenizer, processor, temperature)
     except ValueError as e:  # a bad rollout.trajectory / kv_cache / kv_cache_max_tokens (names the key)
         raise EvalError(_one_line(e)) from None
-    stats, _ = evaluate_policy(
-        env,
-        policy,
-        levels,
-        seed=seed,
-        chunk_size=chunk,
-        progress=not args.no_progress,
-        desc="evaluation",
-        frames=frames,
-    )
-    result = {
-        "target": str(args.target),
-        "kind": tgt["kind"],
-        "which": getattr(args, "which", "last"),
-        "policy": source,
-        "env": env_name,
-        "levels": levels,
-        "temperature": temperature,
-        "seed": seed,
-        "max_new_tokens": max_new_tokens,
-        "stats": stats,
-    }
-    if args.export:
-        result["exported"] = str(export_policy(model, tokenizer, args.export))
-    if frames is not None:
-        result["dump"] = str(_write_dump(args, frames, env_name))
-    return result
+
+
+def _final_evaluate(args: argparse.Namespace, tgt: dict[str, Any], cfg, env: str | None, config_dir) -> dict:
+    """``ragen-eval --final-eval``: ``--levels``, ``--greedy`` / ``--sampled``, ``--temperature`` and ``--seed``
+    set ``trainer.final_eval`` and ``seed``; returns the result, its per-level rows under ``level_rows``."""
+    if args.dump is not None or args.export:
+        raise EvalError("--dump and --export evaluate one policy: leave out --final-eval")
+    modes = [m for m in ("greedy", "sampled") if getattr(args, m, False)]
+    given = {"levels": args.levels, "modes": modes or None, "temperature": args.temperature}
+    for key, value in [*((f"trainer.final_eval.{k}", v) for k, v in given.items()), ("seed", args.seed)]:
+        if value is not None:
+            _set(cfg, key, value, add=True)
+    cfg = _typed(cfg)
+    try:
+        check_final_eval(cfg)
+    except ConfigError as e:
+        raise EvalError(f"{e} (--levels N)" if cfg.trainer.final_eval.levels == 0 else str(e)) from None
+    for key in ("rollout.max_new_tokens", "rollout.chunk_size"):
+        _bounded_int(OmegaConf.select(cfg, key), key)
+    which, run_dir = getattr(args, "which", None), tgt["run_dir"]
+    targets = {"best" if which == "best" else "final": tgt}
+    kept = tgt["kind"] == "run" and ((run_dir / BEST_POLICY_DIR).is_dir() or (run_dir / "checkpoints" / BEST).exists())
+    if which is None and kept:
+        targets["best"] = resolve_target(args.target, env, "best", config_dir)
+    if cfg.model.threads:
+        torch.set_num_threads(int(cfg.model.threads))
+
+    def load(t: dict[str, Any]):
+        model, tokenizer, processor, source = _load_model(t, cfg, args)
+        _rollout_policy(cfg, model, tokenizer, processor, 0.0)  # a bad rollout setting: an EvalError before any play
+        return model, tokenizer, processor, source
+
+    def env_for(n: int):
+        try:
+            return make_env(str(cfg.env.name), num_envs=n, **env_kwargs(cfg.env))
+        except (TypeError, ValueError, KeyError) as e:
+            raise EvalError(f"env={cfg.env.name}: {e}") from None
+
+    loaders = {name: (lambda t=t: load(t)) for name, t in targets.items()}
+    result, rows = final_evaluation(cfg, loaders, progress=not args.no_progress, env_for=env_for)
+    return {"target": str(args.target), "kind": tgt["kind"], **result, "level_rows": rows}
 
 
 def _dump_frames(args: argparse.Namespace, levels: int) -> EpisodeFrames | None:
@@ -606,6 +658,20 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # e.g. an unwritable --export dir
         print(f"ragen-eval: error: {e}", file=sys.stderr, flush=True)
         return 2
+    if args.final_eval:  # its lines, then final_eval.json and final_eval_levels.csv (a run dir's by default)
+        rows = result.pop("level_rows")
+        print("\n".join(result_lines(result)), flush=True)
+        run_dir = Path(args.target) if result["kind"] == "run" else None
+        try:
+            written = save_final_eval(result, rows, run_dir=run_dir, json_path=args.json, levels_path=args.per_level)
+        except OSError as e:
+            print(f"ragen-eval: error: cannot write the final evaluation: {e}", file=sys.stderr, flush=True)
+            return 2
+        for path in written:
+            print(f"wrote {path}", flush=True)
+        if not args.json and run_dir is None:
+            print(json.dumps(json_safe(result), indent=2, allow_nan=False), flush=True)
+        return 0
     print(
         f"{result['kind']} {result['policy']}: env {result['env']}, {result['levels']} levels, "
         f"temperature {result['temperature']:g}, seed {result['seed']}",

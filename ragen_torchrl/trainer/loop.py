@@ -75,6 +75,7 @@ from .distributed import (
 )
 from .episode_frames import EpisodeFrames
 from .evaluate import BEST_POLICY_DIR, POLICY_DIR, evaluate_policy
+from .final_eval import final_eval_of_run
 from .iteration import IterationSteps
 from .metrics import Metrics
 from .model_setup import env_kwargs, oversubscribed_threads, prepare_model
@@ -580,7 +581,8 @@ class Trainer(IterationSteps):
         (:func:`~ragen_torchrl.trainer.summary.write_summary`: config, start/end validation, the
         peak validation (``val_peak``), every scalar logged per iteration, seconds, ``trainer.total_iterations``, stop reason, policy dir,
         provenance, seconds per phase, training totals), ``<run_dir>/scalars.csv`` (every logged scalar per
-        iteration) and the HParams-tab session in TensorBoard (config, provenance, final and peak metrics).
+        iteration) and the HParams-tab session in TensorBoard (config, provenance, final and peak metrics). With
+        ``trainer.final_eval.levels > 0`` the exported policies are evaluated first (:mod:`.final_eval`).
         """
         t = self.cfg.trainer
         total = t.total_iterations
@@ -659,6 +661,8 @@ class Trainer(IterationSteps):
                 "provenance": {**self.provenance, "load_start": self.clock.load_start, "load_end": load_average()},
                 "totals": {**run_totals(self.history), **budget_totals(self.history, self.clock.phases())},
             }
+        if t.final_eval.levels > 0:  # the exported policies on many held-out levels, per level
+            summary["final_eval"] = self._final_eval()
         summary["phases"] = self.clock.phases()
         if self.dist.is_main:
             write_summary(self.run_dir / SUMMARY_FILE, **summary)
@@ -669,6 +673,19 @@ class Trainer(IterationSteps):
         if val_end is not None:
             self._print(final_validation_line(val_start, val_end, summary["seconds"], summary["val_peak"]), flush=True)
         return summary
+
+    def _final_eval(self) -> dict[str, Any] | None:
+        """Rank 0 runs :func:`~ragen_torchrl.trainer.final_eval.final_eval_of_run` (its two files); a failure is
+        logged, not raised: the run's summary is still written, and ``ragen-eval RUN --final-eval`` redoes it."""
+        result = None
+        with phase(self.clock, "final_eval"):
+            if self.dist.is_main:
+                try:
+                    device = self.dist.device(self.cfg.model.device)
+                    result = final_eval_of_run(self.cfg, self.run_dir, device=device, echo=self._print)
+                except Exception:  # noqa: BLE001 - the training's results are kept whatever the evaluation hits
+                    log.exception("the final evaluation failed; redo it with ragen-eval %s --final-eval", self.run_dir)
+            return self.dist.broadcast_object(result)
 
     def _print(self, *args: Any, **kwargs: Any) -> None:
         """Progress lines: printed by rank 0 only in a multi-rank run."""

@@ -31,6 +31,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -92,10 +93,12 @@ def evaluate_policy(
     progress: bool = True,
     desc: str = "validation",
     frames: EpisodeFrames | None = None,
+    level_seeds: Sequence[int] | None = None,
 ) -> tuple[dict[str, float], TensorDictBase]:
     """One episode per validation level; returns the stats (:func:`~.reporting.summarize` + ``seconds``) and records.
 
-    ``env`` must have ``num_levels`` rows and no truncation transform. torch is seeded with
+    ``env`` must have ``num_levels`` rows and no truncation transform. ``level_seeds``: the levels to play
+    (``num_levels`` of them) instead of the first ``num_levels`` validation levels. torch is seeded with
     ``seed`` inside :func:`torch.random.fork_rng`, so the result does not depend on the RNG
     state before the call, and the caller's RNG state is unchanged after it. ``progress``
     shows a bar (levels done, rate, ETA) on stderr. ``frames``: an :class:`EpisodeFrames` that
@@ -111,7 +114,9 @@ def evaluate_policy(
     if int(num_levels) < 1:
         raise ValueError(f"num_levels must be >= 1, got {num_levels}")
     t0 = time.time()
-    seeds = val_level_seeds(int(num_levels))
+    seeds = val_level_seeds(int(num_levels)) if level_seeds is None else [int(s) for s in level_seeds]
+    if len(seeds) != int(num_levels):
+        raise ValueError(f"{len(seeds)} level_seeds for num_levels={num_levels}")
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))

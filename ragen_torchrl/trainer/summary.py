@@ -18,8 +18,10 @@ Other tools (``ragen-eval``, reports over a sweep) read it, so its top-level key
                     "machine": {"torch_threads", "torch_interop_threads", "cpu_count", "affinity_count", ...},
                     "load_start": [1, 5, 15 min] | null, "load_end": [...] | null},
      "phases": {"<phase>": {"wall": s, "cpu": s}, ..., "total": {...}},  # warm_start, rollout, diagnostics,
-               # filter, update, validation, checkpoint, export, setup, other (see ``Trainer.clock``)
-     "totals": {"optimizer_steps", "trained_samples", "trained_tokens", "updates"}}
+               # filter, update, validation, checkpoint, export, final_eval, setup, other (``Trainer.clock``)
+     "totals": {"optimizer_steps", "trained_samples", "trained_tokens", "updates"},
+     # with trainer.final_eval.levels > 0 and a policy exported: final_eval.json's content (trainer/final_eval.py)
+     "final_eval": {"levels", "temperatures", "policies", "results": {policy: {mode: {...}}}, ...}}
 
 ``phases`` cover the whole process from the start of ``Trainer`` (the warm start included) to the
 summary, CPU seconds include exited child processes (sandboxed programs); ``trained_samples`` are
@@ -141,6 +143,7 @@ def write_summary(
     provenance: Mapping[str, Any] | None = None,
     phases: Mapping[str, Mapping[str, float]] | None = None,
     totals: Mapping[str, float] | None = None,
+    final_eval: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a run summary (schema in the module docstring) to ``path`` atomically; returns the path.
 
@@ -164,7 +167,7 @@ def write_summary(
         "run_dir": str(run_dir),
         "final_policy": None if final_policy is None else str(final_policy),
     }
-    for key, value in (("provenance", provenance), ("phases", phases), ("totals", totals)):
+    for key, value in (("provenance", provenance), ("phases", phases), ("totals", totals), ("final_eval", final_eval)):
         if value is not None:
             summary[key] = dict(value)
     return write_json_atomic(path, summary)
