@@ -4,6 +4,8 @@
 * :func:`early_mean` / :func:`late_mean`: a diagnostic over the first / last 20% of the iterations that ran;
 * :func:`diagnostic_points`: final success against an early diagnostic, per run;
 * :func:`peak_success`, :func:`final_point`, :func:`run_totals`, :func:`update_times`: per-run numbers;
+* :data:`FINAL_EVAL_MEASURES`: the final evaluation's success per policy and mode (``final_eval.json``,
+  :func:`final_eval_stats`), missing with a note (:func:`final_eval_note`) for a run without one;
 * :data:`DIAGNOSTICS`: the diagnostics related to final success (MI z-score and MI in nats, retrieval
   accuracy, entropy); :data:`TRAINING_DIAGNOSTICS` adds the score spread and the reasoning length.
 
@@ -24,15 +26,18 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..flat_config import flatten_config
+from ..safe_io import read_bytes_inside
 from ..validation_peak import can_set_peak, peak_of
-from .runs import Run
+from .runs import Run, RunError
 from .statistics import CorrelationTest, correlation_test, spearman
 
 __all__ = [
     "DIAGNOSTICS",
+    "FINAL_EVAL_MEASURES",
     "TRAINING_DIAGNOSTICS",
     "drop_duplicates",
     "final_point",
@@ -46,6 +51,9 @@ __all__ = [
     "diagnostic_points",
     "differing_keys",
     "early_mean",
+    "final_eval_note",
+    "final_eval_stats",
+    "final_eval_success",
     "format_value",
     "group_runs",
     "swept_keys",
@@ -481,3 +489,83 @@ def run_totals(run: Run) -> dict[str, float | None]:
             value = sum(v for _, v in run.series(scalar))
         out[name] = value
     return out
+
+
+# --------------------------------------------------------------------------- the final evaluation
+#: written into a run dir by ``trainer.final_eval`` and ``ragen-eval RUN --final-eval``
+FINAL_EVAL_FILE = "final_eval.json"
+
+
+def final_eval_stats(run: Run, policy: str, mode: str) -> dict[str, Any] | None:
+    """The final evaluation's stats of ``policy`` (``final`` / ``best``) in ``mode`` (``greedy`` / ``sampled``):
+    ``{success, success_stderr, n, ...}`` from the run dir's ``final_eval.json`` (a re-evaluation rewrites it),
+    else from ``summary.json``'s ``final_eval``; ``None`` when the run has none (or no such policy and mode).
+    A ``final_eval.json`` that is not JSON, or leads out of the run dir, is a :class:`RunError` naming it.
+
+    Example:
+        >>> from pathlib import Path
+        >>> stats = {"success": 0.8, "success_stderr": 0.009, "n": 2048}
+        >>> run = Run(Path("r"), {}, summary={"final_eval": {"results": {"final": {"greedy": stats}}}})
+        >>> final_eval_stats(run, "final", "greedy")["n"], final_eval_stats(run, "best", "greedy")
+        (2048, None)
+    """
+    result = run.summary.get("final_eval")
+    path = run.path / FINAL_EVAL_FILE
+    if path.is_file():
+        try:
+            result = json.loads(read_bytes_inside(path, run.path, 64 << 20).decode("utf-8"))
+        except (OSError, ValueError) as e:  # UnsafeFileError is a ValueError
+            raise RunError(f"{path}: unreadable final evaluation ({' '.join(str(e).split())[:200]})") from None
+    results = result.get("results") if isinstance(result, dict) else None
+    stats = results.get(policy) if isinstance(results, dict) else None
+    stats = stats.get(mode) if isinstance(stats, dict) else None
+    return stats if isinstance(stats, dict) and _finite_number(stats.get("success")) else None
+
+
+def final_eval_success(run: Run, policy: str, mode: str) -> float | None:
+    """The final evaluation's success of ``policy`` in ``mode`` (:func:`final_eval_stats`), ``None`` without one.
+
+    Example:
+        >>> from pathlib import Path
+        >>> final_eval_success(Run(Path("no/such/run"), {}), "final", "greedy") is None
+        True
+    """
+    stats = final_eval_stats(run, policy, mode)
+    return None if stats is None else float(stats["success"])
+
+
+#: per-run measures of the final evaluation, as ``(label, function of a run, digits)``: the shape of the
+#: report's paired metrics (``report.paired`` / ``ragen-report --paired`` names)
+FINAL_EVAL_MEASURES = {
+    f"{policy}_{mode}": (
+        f"final-evaluation success, {policy} policy, {mode}",
+        partial(final_eval_success, policy=policy, mode=mode),
+        3,
+    )
+    for policy in ("final", "best")
+    for mode in ("greedy", "sampled")
+}
+
+
+def final_eval_note(runs: Sequence[Run], name: str) -> str:
+    """What a report says under a final-evaluation measure ``name``: the levels per run, and the runs without one.
+
+    Example:
+        >>> from pathlib import Path
+        >>> fe = {"results": {"final": {"greedy": {"success": 0.8, "success_stderr": 0.009, "n": 2048}}}}
+        >>> runs = [Run(Path("a"), {}, summary={"final_eval": fe}), Run(Path("b"), {})]
+        >>> final_eval_note(runs, "final_greedy")
+        'final_greedy: 2048 levels per run; missing for 1 of 2 runs (b: no final evaluation of the final policy, greedy; ragen-eval RUN --final-eval --levels N adds one)'
+    """
+    policy, mode = name.split("_", 1)
+    found = {id(r): final_eval_stats(r, policy, mode) for r in runs}
+    levels = sorted({int(s["n"]) for s in found.values() if s is not None and _finite_number(s.get("n"))})
+    missing = [str(r.path) for r in runs if found[id(r)] is None]
+    note = f"{name}: {'/'.join(map(str, levels)) or 'no'} levels per run"
+    if missing:
+        note += (
+            f"; missing for {len(missing)} of {len(runs)} runs ({', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}: no final evaluation of the {policy} policy, {mode}; "
+            "ragen-eval RUN --final-eval --levels N adds one)"
+        )
+    return note

@@ -19,6 +19,8 @@ from torchrl.data.llm import History
 
 from ragen_torchrl.envs import make_env
 from ragen_torchrl.envs.splits import VAL_SEED_OFFSET, level_split, train_level_seeds, val_level_seeds
+from ragen_torchrl.reporting.run_metrics import FINAL_EVAL_MEASURES, final_eval_note
+from ragen_torchrl.reporting.runs import load_run
 from ragen_torchrl.trainer.config import validate_config
 from ragen_torchrl.trainer.config_checks import ConfigError
 from ragen_torchrl.trainer.config_paths import CONFIG_DIR
@@ -97,6 +99,17 @@ def test_a_run_writes_both_files_with_one_row_per_policy_mode_and_level(final_ru
     assert read_summary(run_dir)["final_eval"] == result
     assert returned["final_eval"]["results"] == result["results"]
     assert "final_eval" in read_summary(run_dir)["phases"]
+
+
+@pytest.mark.slow
+def test_a_report_reads_the_runs_final_evaluation(final_run):
+    run_dir, _ = final_run
+    result = json.loads((run_dir / FINAL_EVAL_FILE).read_text())
+    run = load_run(run_dir)
+    for name, (_, measure, _) in FINAL_EVAL_MEASURES.items():
+        policy, mode = name.split("_")
+        assert measure(run) == result["results"][policy][mode]["success"]
+    assert final_eval_note([run], "final_greedy") == f"final_greedy: {LEVELS} levels per run"
 
 
 @pytest.mark.slow
