@@ -458,6 +458,9 @@ class SFTConfig:
     batch_size: int = setting(16, "conversations per step", check_positive_int)
     lr: float = setting(2.0e-3, "learning rate", partial(check_positive_float, maximum=1.0))
     seed: int = setting(0, "seed of the demonstrations and the fine-tuning", _integer)
+    seed_from_run: bool = setting(
+        False, "true: the run's seed replaces sft.seed, one warm start per run seed (its own cache entry)", check_bool
+    )
 
 
 @dataclass

@@ -25,6 +25,7 @@ __all__ = [
     "oversubscribed_threads",
     "prepare_model",
     "training_memory",
+    "warm_start_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,29 @@ ENV_META_KEYS = ("name",)
 def env_kwargs(env_cfg: DictConfig) -> dict[str, Any]:
     """Constructor arguments of the env from its config node (everything but ``name``)."""
     return {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items() if k not in ENV_META_KEYS}
+
+
+def warm_start_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The ``sft`` settings the warm start is built from and cached under (:func:`~.sft.warm_start`'s
+    ``sft_cfg``): the node without ``enabled`` and ``seed_from_run``; with ``sft.seed_from_run`` the run's
+    ``seed`` in place of ``sft.seed``, so each run seed has its own warm start (and cache entry), while the
+    default keeps one warm start for every run seed.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> cfg = OmegaConf.create({"seed": 3, "sft": {"enabled": True, "steps": 5, "seed": 0, "seed_from_run": False}})
+        >>> warm_start_settings(cfg)
+        {'steps': 5, 'seed': 0}
+        >>> cfg.sft.seed_from_run = True
+        >>> warm_start_settings(cfg)
+        {'steps': 5, 'seed': 3}
+    """
+    settings = OmegaConf.to_container(cfg.sft, resolve=True)
+    settings.pop("enabled", None)
+    # left out of the cache key: the key of a warm start cached before the switch existed stays valid
+    if settings.pop("seed_from_run", False):
+        settings["seed"] = int(cfg.seed)
+    return settings
 
 
 def oversubscribed_threads(threads: int, cpus: int | None = None, load: float | None = None) -> str | None:
@@ -108,8 +132,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
         from ..models.priming import prime_text
         from .sft import warm_start
 
-        sft_cfg = OmegaConf.to_container(cfg.sft, resolve=True)
-        sft_cfg.pop("enabled", None)
+        sft_cfg = warm_start_settings(cfg)
         t0 = time.time()
         # demonstrations come from the untransformed env (T3 only shapes RL rollouts)
         base = warm_start(
