@@ -222,7 +222,9 @@ class ActiveEnvConfig(EnvConfig):
     max_turn: int = setting(10, "queries + answer (paper default)", _env_int)
     malformed: str = setting(
         "auto",
-        "auto (reference) | end | retry | penalty: what a reply without <interact>/<answer> does",
+        "what a reply without <interact>/<answer> does: auto (the reference: end while T3 truncates, i.e. T3 on "
+        "in training, else retry) | end (the episode, reward 0) | retry (Try again, no penalty) | penalty "
+        "(format_penalty, goes on); end, retry and penalty hold in training and validation alike",
         _lazy_choice("..envs.active.env", "MALFORMED_MODES"),
     )
     require_think: bool = setting(False, "true: a reply without </think> is malformed", check_bool)
@@ -240,7 +242,12 @@ class GuessNumbersEnvConfig(ActiveEnvConfig):
     list_candidates: Optional[int] = setting(
         None, "terse reasoning lists the candidates once at most this many are left"
     )
-    split_by: str = setting("secret", "secret: validation secrets are never training secrets | level")
+    split_by: str = setting(
+        "secret",
+        "secret: validation secrets are never training secrets (every fifth code) | level: both splits draw "
+        "from every code",
+        _lazy_choice("..envs.games.guess_numbers", "GuessNumbersGame.SPLIT_BY"),
+    )
 
 
 @dataclass
@@ -255,7 +262,11 @@ class CircuitDecodingEnvConfig(ActiveEnvConfig):
         _lazy_choice("..envs.games.circuit_decoding", "CircuitDecodingGame.PRESENTATIONS"),
     )
     terse: bool = setting(False, "short demonstrator reasoning")
-    split_by: str = setting("circuits", "circuits | level")
+    split_by: str = setting(
+        "circuits",
+        "circuits: validation circuits are never training ones | level: both splits draw from every circuit",
+        _lazy_choice("..envs.games.circuit_decoding", "CircuitDecodingGame.SPLIT_BY"),
+    )
 
 
 @dataclass
