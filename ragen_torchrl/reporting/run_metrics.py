@@ -440,15 +440,18 @@ def peak_success(run: Run) -> tuple[int, float] | None:
     return peak_of([(it, v, None) for it, v in peak_candidates(run)], None)
 
 
-def final_point(run: Run) -> tuple[int, float] | None:
-    """``(iteration, success)`` of the last validation (``None`` when there is none).
+def final_point(run: Run, key: str = "success") -> tuple[int, float] | None:
+    """``(iteration, value)`` of the validation statistic ``key`` (success; ``tokens``, ``turns``: per episode)
+    at the last validation that recorded it (``None`` when there is none).
 
     Example:
         >>> from pathlib import Path
-        >>> final_point(Run(Path("r"), {}, [], [(0, {"success": 0.5}), (60, {"success": 0.75})]))
-        (60, 0.75)
+        >>> run = Run(Path("r"), {}, [], [(0, {"success": 0.5, "tokens": 90.0}),
+        ...                               (60, {"success": 0.75, "tokens": 80.0})])
+        >>> final_point(run), final_point(run, "tokens"), final_point(run, "turns")
+        ((60, 0.75), (60, 80.0), None)
     """
-    pts = run.val_series("success")
+    pts = run.val_series(key)
     return pts[-1] if pts else None
 
 

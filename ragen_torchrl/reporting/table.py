@@ -87,13 +87,20 @@ def _diagnostic_change(slug: str, late_only: bool = False):
 
 
 #: the per-run metrics arms can be compared on (``ragen-report --paired NAME``): name -> (label, function
-#: of a run, digits); the episode metrics average the training rollouts' per-iteration means over the run;
-#: the diagnostic changes are a run's mean over its last 20% of iterations minus its first 20%
+#: of a run, digits); the episode metrics average the training rollouts' per-iteration means over the run
+#: (``val_turns``, ``val_tokens``: the final validation's episodes instead); the diagnostic changes are a
+#: run's mean over its last 20% of iterations minus its first 20%
 PAIRED_METRICS = {
     "final": ("final validation success", lambda r: (final_point(r) or (0, None))[1], 3),
     "peak": ("peak validation success", lambda r: (peak_success(r) or (0, None))[1], 3),
     "turns": ("turns / episode", lambda r: _run_mean(r, "rollout/turns"), 2),
     "tokens": ("generated tokens / episode", lambda r: _run_mean(r, "rollout/tokens"), 1),
+    "val_turns": ("final validation turns / episode", lambda r: (final_point(r, "turns") or (0, None))[1], 2),
+    "val_tokens": (
+        "final validation generated tokens / episode",
+        lambda r: (final_point(r, "tokens") or (0, None))[1],
+        1,
+    ),
     "mi_late": ("MI z-score, last 20% of iterations", _diagnostic_change("mi_zscore", late_only=True), 3),
     "mi_change": ("MI z-score change, late − early", _diagnostic_change("mi_zscore"), 3),
     "mi_nats_change": ("MI (nats) change, late − early", _diagnostic_change("mi_nats"), 3),
