@@ -134,6 +134,22 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "sft.episodes": 2000,  # the env preset's warm start is kept
         },
     ),
+    "t3_ablation": (
+        [],
+        {
+            "env.name": "guess_numbers",
+            "env.num_digits": 3,
+            "env.split_by": "secret",
+            "trainer.total_iterations": 20,
+            "trainer.val_levels": 128,  # replaces the guess_numbers_heldout preset's 256
+            "trainer.save_every": 0,
+            "trainer.log_text_samples": 2,
+            "diagnostics.mi.enabled": False,
+            "algo.lr": 5e-5,
+            "model.threads": 1,
+            "sft.episodes": 2000,  # the env preset's warm start is kept
+        },
+    ),
 }
 
 

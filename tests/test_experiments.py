@@ -41,6 +41,7 @@ REPO_EXPERIMENTS = {
     "mi_vs_entropy",
     "slip_sweep",
     "t3_cpu",
+    "t3_ablation",
     "mechanism_rl",
     "snr_controls",
 }
@@ -121,6 +122,44 @@ def test_the_control_arms_differ_from_the_baseline_only_in_what_they_control():
     trainer = runs["none_equal_steps_seed0"]["trainer"]
     assert {k for k in trainer if trainer[k] != none["trainer"][k]} == {"max_optimizer_steps"}
     assert trainer["max_optimizer_steps"] == 108
+
+
+def test_the_t3_ablation_crosses_the_stall_rule_with_the_malformed_rule():
+    exp = EXPERIMENTS["t3_ablation"]
+    runs = {r: OmegaConf.to_container(compose_run(o), resolve=True) for r, o in plan(exp, [0])}
+    base = runs["retry_no_t3_seed0"]
+    # four arms, a full 2 x 2 of t3.enabled x env.malformed; nothing else differs
+    cells = {run: (cfg["env"]["malformed"], cfg["t3"]["enabled"]) for run, cfg in runs.items()}
+    assert sorted(cells.values()) == [("end", False), ("end", True), ("retry", False), ("retry", True)]
+    for run, cfg in runs.items():
+        assert {k for k in base if base[k] != cfg[k]} <= {"env", "t3"}, run
+        assert {k for k in base["env"] if base["env"][k] != cfg["env"][k]} <= {"malformed"}, run
+        assert {k for k in base["t3"] if base["t3"][k] != cfg["t3"][k]} <= {"enabled"}, run
+    # on held-out secrets of the larger code space, at t3_cpu's length and learning rate
+    env = base["env"]
+    assert (env["name"], env["num_digits"], env["num_symbols"], env["split_by"]) == ("guess_numbers", 3, 6, "secret")
+    t3_cpu = OmegaConf.to_container(compose_run(plan(EXPERIMENTS["t3_cpu"], [0])[0][1]), resolve=True)
+    for key in ("trainer", "algo", "diagnostics", "rollout", "sft"):
+        assert base[key] == t3_cpu[key], key
+    # the report pairs T3 on vs off within each malformed rule, with the validation episodes' length
+    assert exp.report_by == ("env.malformed", "t3.enabled") and exp.report_within == ("env.malformed",)
+    assert {"final", "tokens", "val_tokens"} <= set(exp.report_paired)
+    # an arm's warm start is named for its malformed rule: the warm-start cache key holds the env config
+    assert {a.name: a.warm_start for a in exp.arms} == {
+        "retry_no_t3": "guess_numbers_heldout_retry",
+        "retry_t3": "guess_numbers_heldout_retry",
+        "end_no_t3": "guess_numbers_heldout_end",
+        "end_t3": "guess_numbers_heldout_end",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(REPO_EXPERIMENTS))
+def test_every_report_compares_known_measures_of_grouping_keys(name):
+    from ragen_torchrl.reporting.table import PAIRED_METRICS
+
+    exp = EXPERIMENTS[name]
+    assert set(exp.report_paired) <= set(PAIRED_METRICS)  # else the report fails after the runs
+    assert set(exp.report_within) <= set(exp.report_by)
 
 
 def test_mechanism_experiment_meets_its_design():
