@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ..flat_config import flatten_config
 from ..safe_io import write_text_atomic
+from .grad_snr import plot_grad_snr, probe_section
 from .run_metrics import diagnostic_points, differing_keys, drop_duplicates, group_runs
 from .runs import RunError, load_runs, result_set_runs
 from .table import DEFAULT_PAIRED, PAIRED_METRICS, markdown_report
@@ -95,18 +96,21 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     base = out_dir if base is None else Path(base)
     report = out_dir / "report.md"
+    probes = probe_section(groups)  # [] unless some run logged the gradient-SNR probe
 
     def write(names: Sequence[str]) -> None:
-        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base, paired, within)
+        text = markdown_report(keys, groups, diagnostics, names, EARLY_FRACTION, dropped, base, paired, within, probes)
         write_text_atomic(report, text)  # the out dir may be a result set from elsewhere: no link followed
 
     from .plots import plot_names, write_plots
 
-    names = plot_names(groups, diagnostics)
+    names = plot_names(groups, diagnostics) + (["grad_snr.png"] if probes else [])
     write(names)  # the table stands even when matplotlib is missing
     if not plots:
         return [report]
     written = write_plots(groups, diagnostics, out_dir, EARLY_FRACTION, differing_keys(runs), x=x)
+    if probes:
+        written.append(plot_grad_snr(groups, out_dir / "grad_snr.png", differing_keys(runs)))
     return [report, *written]
 
 

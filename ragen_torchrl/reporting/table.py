@@ -496,13 +496,15 @@ def markdown_report(
     base: str | Path | None = None,
     paired: Sequence[str] = DEFAULT_PAIRED,
     within: Sequence[str] = (),
+    sections: Sequence[str] = (),
 ) -> str:
     """The whole ``report.md``: the table, paired differences, Spearman correlations, dropped duplicates, runs, plots.
 
     ``paired``: the metrics the paired differences compare (names of :data:`PAIRED_METRICS`); other
     than the default, the report names them, so ``ragen-report --check`` compares the same ones.
     ``within``: grouping keys whose values the compared groups share (see :func:`paired_table`); the
-    report names them too.
+    report names them too. ``sections``: markdown lines placed after the diagnostics, before the provenance
+    (the gradient-SNR probes, :func:`~ragen_torchrl.reporting.grad_snr.probe_section`).
 
     Run dirs are shown relative to ``base`` (the result set's folder) when given, so the report does
     not depend on where it was regenerated.
@@ -621,6 +623,7 @@ def markdown_report(
             *changes,
             "",
         ]
+    out += list(sections)
     provenance = provenance_lines(groups)
     if provenance:
         out += ["## Provenance", "", "What each run's `summary.json` recorded.", "", *provenance, ""]
