@@ -8,7 +8,8 @@ Fixtures stay in ``conftest.py``, which pytest loads for every folder below ``te
 from __future__ import annotations
 
 #: ragen-train overrides for a seconds-long end-to-end run: a one-layer model warm-started for two
-#: steps on four demonstrations, on the CPU, one thread (tests add what they need on top)
+#: steps on four demonstrations, on the CPU, one thread, demonstrated replies longer than the test's
+#: rollout.max_new_tokens allowed (tests add what they need on top)
 TINY_RUN = [
     "sft.steps=2",
     "sft.episodes=4",
@@ -18,6 +19,8 @@ TINY_RUN = [
     "model.vocab_size=300",
     "model.device=cpu",
     "model.threads=1",
+    # a two-step warm start teaches nothing the short test replies could cut: warn, do not refuse
+    "sft.reply_budget=warn",
 ]
 
 #: one training iteration of a preset at its default batch shape, small validation set and model

@@ -236,6 +236,7 @@ def test_wheel_install_runs_ragen_train_smoke_from_a_temp_dir(tmp_path, ragen_ca
         "model.device=cpu",
         "model.threads=1",
         "rollout.max_new_tokens=8",
+        "sft.reply_budget=warn",
         "trainer.log_text_samples=1",
         "diagnostics.mi.enabled=false",
         f"hydra.run.dir={run_dir}",

@@ -461,6 +461,12 @@ class SFTConfig:
     seed_from_run: bool = setting(
         False, "true: the run's seed replaces sft.seed, one warm start per run seed (its own cache entry)", check_bool
     )
+    reply_budget: str = setting(
+        "error",
+        "demonstrated replies longer than rollout.max_new_tokens in the model's tokens: error: refuse a warm start"
+        " most of whose replies no rollout can finish | warn: log them and train",
+        _quoted_choice("error", "warn"),
+    )
 
 
 @dataclass

@@ -56,6 +56,7 @@ def warm_start_settings(cfg: DictConfig) -> dict[str, Any]:
     settings = OmegaConf.to_container(cfg.sft, resolve=True)
     settings.pop("enabled", None)
     # left out of the cache key: the key of a warm start cached before the switch existed stays valid
+    settings.pop("reply_budget", None)  # a check before training, not part of what is trained
     if settings.pop("seed_from_run", False):
         settings["seed"] = int(cfg.seed)
     return settings
@@ -147,6 +148,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
             precision=str(cfg.model.get("precision", "mixed")),
             gradient_checkpointing=bool(cfg.model.get("gradient_checkpointing", False)),
             max_new_tokens=int(cfg.rollout.max_new_tokens),
+            reply_budget=str(cfg.sft.get("reply_budget", "error")),
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base

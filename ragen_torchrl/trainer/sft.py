@@ -84,14 +84,15 @@ def reply_lengths(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
     return out
 
 
-def check_replies_fit(lengths: list[int], max_new_tokens: int | None) -> str | None:
+def check_replies_fit(lengths: list[int], max_new_tokens: int | None, strict: bool = True) -> str | None:
     """Refuse a warm start whose demonstrated replies mostly do not fit the rollouts' token budget.
 
     A reply longer than ``rollout.max_new_tokens`` is cut before its end token in every rollout and
     fails the reply format, so a warm start that teaches such replies starts RL at zero valid replies (a
     tokenizer other than the tiny model's can need twice the tokens for the same text). Raises
     :class:`~ragen_torchrl.trainer.config_checks.ConfigError` when more than half of ``lengths`` exceed
-    ``max_new_tokens``; returns a warning when some do, ``None`` when all fit (or no budget is given).
+    ``max_new_tokens`` (unless not ``strict``: ``sft.reply_budget=warn``); returns a warning when some do,
+    ``None`` when all fit (or no budget is given).
 
     Example:
         >>> check_replies_fit([20, 30, 40], 48) is None
@@ -115,7 +116,7 @@ def check_replies_fit(lengths: list[int], max_new_tokens: int | None) -> str | N
         f"longest {ranked[-1]} tokens, end of turn included): each of those rollout replies would be cut before "
         f"its end and fail the reply format; set rollout.max_new_tokens={ranked[-1]} or more"
     )
-    if 2 * over > len(lengths):
+    if strict and 2 * over > len(lengths):
         from .config_checks import ConfigError
 
         raise ConfigError(msg)
@@ -266,6 +267,7 @@ def warm_start(
     precision: str = "mixed",
     gradient_checkpointing: bool = False,
     max_new_tokens: int | None = None,
+    reply_budget: str = "error",
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
@@ -280,7 +282,8 @@ def warm_start(
     float32 compute dtype both are the same run, and the cache key leaves the precision out (it is part of
     the key otherwise). ``gradient_checkpointing`` (``model.gradient_checkpointing``) changes memory, not the result.
     ``max_new_tokens`` (``rollout.max_new_tokens``): before training, the demonstrated replies are measured in
-    the model's own tokens and a warm start whose replies mostly do not fit is refused (:func:`check_replies_fit`).
+    the model's own tokens and a warm start whose replies mostly do not fit is refused (:func:`check_replies_fit`;
+    ``reply_budget="warn"``, ``sft.reply_budget``: logged only).
     """
     from ..models.vision import load_policy
     from .demonstrations import make_demonstrations
@@ -318,7 +321,9 @@ def warm_start(
         )
         if processor is None:  # a vision-language conversation is laid out around its images: not measured here
             fit = check_replies_fit(
-                reply_lengths(tokenize_conversations(tokenizer, demos, reply_prime=reply_prime)), max_new_tokens
+                reply_lengths(tokenize_conversations(tokenizer, demos, reply_prime=reply_prime)),
+                max_new_tokens,
+                strict=reply_budget == "error",
             )
             if fit:
                 log.warning("warm start: %s", fit)

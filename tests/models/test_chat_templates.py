@@ -169,6 +169,7 @@ def _cfg(path: Path, cache: Path, run: Path):
                 "sft.steps=2",
                 "sft.episodes=4",
                 "rollout.max_new_tokens=8",
+                "sft.reply_budget=warn",
                 "diagnostics.mi.enabled=false",
                 f"hydra.run.dir={run}",
             ],

@@ -233,6 +233,7 @@ def test_trainer_validation_logs_the_first_episodes_images(ragen_cache_dir, tmp_
         "model.device=cpu",
         "model.threads=1",
         "rollout.max_new_tokens=8",
+        "sft.reply_budget=warn",
         "diagnostics.mi.enabled=false",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

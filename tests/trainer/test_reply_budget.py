@@ -35,9 +35,31 @@ def test_the_trainer_refuses_a_warm_start_that_the_rollouts_cannot_finish(tmp_pa
     from ragen_torchrl.trainer.loop import Trainer
 
     cache = tmp_path / "cache"
-    overrides = [*TINY_RUN, "env=bandit", f"model.cache_dir={cache}", "rollout.max_new_tokens=8"]
+    overrides = [*TINY_RUN, "env=bandit", f"model.cache_dir={cache}", "rollout.max_new_tokens=8", "sft.reply_budget=error"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     with pytest.raises(ConfigError, match=r"4 of 4 demonstrated replies \(100%\) are longer than rollout\.max_new_tokens=8"):
         Trainer(cfg, run_dir=tmp_path / "run")
     assert not list(cache.glob("sft-*/config.json"))  # nothing was trained or cached
+
+
+def test_warn_trains_anyway(tmp_path, caplog):
+    from ragen_torchrl.trainer.loop import Trainer
+
+    cache = tmp_path / "cache"
+    overrides = [*TINY_RUN, "env=bandit", f"model.cache_dir={cache}", "rollout.max_new_tokens=8", "sft.reply_budget=warn"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    with caplog.at_level("WARNING"):
+        Trainer(cfg, run_dir=tmp_path / "run")
+    assert "4 of 4 demonstrated replies (100%)" in caplog.text
+    assert len(list(cache.glob("sft-*/config.json"))) == 1
+
+
+def test_the_budget_switch_is_not_part_of_the_warm_start_cache_key():
+    from omegaconf import OmegaConf
+
+    from ragen_torchrl.trainer.model_setup import warm_start_settings
+
+    cfg = OmegaConf.create({"seed": 0, "sft": {"enabled": True, "steps": 5, "seed": 0, "reply_budget": "warn"}})
+    assert warm_start_settings(cfg) == {"steps": 5, "seed": 0}

@@ -57,6 +57,7 @@ def base_overrides(cache_dir: str) -> list[str]:
         "model.device=cpu",
         "model.threads=1",
         "rollout.max_new_tokens=8",
+        "sft.reply_budget=warn",  # 8-token replies: the warm start's longer ones are cut, and that is fine here
         "trainer.val_levels=4",
         "trainer.log_text_samples=1",
         "diagnostics.mi.enabled=false",
