@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .run_metrics import (
+    FINAL_EVAL_MEASURES,
     TRAINING_DIAGNOSTICS,
     DiagnosticPoints,
     Group,
@@ -108,6 +109,8 @@ PAIRED_METRICS = {
     "retrieval_change": ("retrieval accuracy change, late − early", _diagnostic_change("retrieval_accuracy"), 3),
     "entropy_change": ("reasoning entropy change, late − early", _diagnostic_change("reasoning_entropy"), 3),
     "length_change": ("reasoning length change, late − early", _diagnostic_change("reasoning_length"), 1),
+    # the final evaluation's success (trainer.final_eval / ragen-eval --final-eval), where the runs have one
+    **FINAL_EVAL_MEASURES,
 }
 #: what the paired table compares unless asked otherwise
 DEFAULT_PAIRED = ("final", "peak")

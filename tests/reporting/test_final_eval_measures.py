@@ -69,3 +69,19 @@ def test_a_damaged_final_eval_file_is_an_error_naming_it(tmp_path):
 def test_the_file_name_is_the_trainers():
     assert run_metrics.FINAL_EVAL_FILE == FINAL_EVAL_FILE
     assert sorted(FINAL_EVAL_MEASURES) == ["best_greedy", "best_sampled", "final_greedy", "final_sampled"]
+
+
+def test_the_report_pairs_arms_on_a_final_evaluation_measure(tmp_path):
+    from ragen_torchrl.reporting.cli import main as report_main
+
+    for seed, (a, b) in enumerate([(0.70, 0.75), (0.72, 0.80)]):
+        for name, success in (("none", a), ("top_p", b)):
+            run = make_run(tmp_path / "runs" / f"{name}_seed{seed}", {"results": {"final": {"greedy": stats(success, 2048)}}})
+            summary = json.loads((run / "summary.json").read_text())
+            summary["config"] = {"seed": seed, "filter": {"name": name}}
+            (run / "summary.json").write_text(json.dumps(summary))
+    assert report_main([*(str(p) for p in sorted((tmp_path / "runs").iterdir())), "--out", str(tmp_path), "--paired", "final_greedy"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    # top_p - none on the same seed: +0.05 and +0.08, mean +0.065
+    row = next(line for line in report.splitlines() if line.startswith("|") and "final policy, greedy" in line)
+    assert "| 2 | +0.065 |" in row
