@@ -462,9 +462,9 @@ class SFTConfig:
         False, "true: the run's seed replaces sft.seed, one warm start per run seed (its own cache entry)", check_bool
     )
     reply_budget: str = setting(
-        "error",
-        "demonstrated replies longer than rollout.max_new_tokens in the model's tokens: error: refuse a warm start"
-        " most of whose replies no rollout can finish | warn: log them and train",
+        "warn",
+        "demonstrated replies longer than rollout.max_new_tokens in the model's tokens: warn: log them and train |"
+        " error: refuse a warm start most of whose replies no rollout can finish",
         _quoted_choice("error", "warn"),
     )
 

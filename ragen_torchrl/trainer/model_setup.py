@@ -148,7 +148,7 @@ def prepare_model(cfg: DictConfig, env) -> str:
             precision=str(cfg.model.get("precision", "mixed")),
             gradient_checkpointing=bool(cfg.model.get("gradient_checkpointing", False)),
             max_new_tokens=int(cfg.rollout.max_new_tokens),
-            reply_budget=str(cfg.sft.get("reply_budget", "error")),
+            reply_budget=str(cfg.sft.get("reply_budget", "warn")),
         )
         log.info("warm start ready in %.1fs: %s", time.time() - t0, base)
     return base

@@ -267,7 +267,7 @@ def warm_start(
     precision: str = "mixed",
     gradient_checkpointing: bool = False,
     max_new_tokens: int | None = None,
-    reply_budget: str = "error",
+    reply_budget: str = "warn",
 ) -> str:
     """Return the directory of the warm-started model, training it if not cached.
 
@@ -282,8 +282,8 @@ def warm_start(
     float32 compute dtype both are the same run, and the cache key leaves the precision out (it is part of
     the key otherwise). ``gradient_checkpointing`` (``model.gradient_checkpointing``) changes memory, not the result.
     ``max_new_tokens`` (``rollout.max_new_tokens``): before training, the demonstrated replies are measured in
-    the model's own tokens and a warm start whose replies mostly do not fit is refused (:func:`check_replies_fit`;
-    ``reply_budget="warn"``, ``sft.reply_budget``: logged only).
+    the model's own tokens (:func:`check_replies_fit`): those that do not fit are logged (``reply_budget="warn"``,
+    ``sft.reply_budget``), and with ``"error"`` a warm start most of whose replies do not fit is refused.
     """
     from ..models.vision import load_policy
     from .demonstrations import make_demonstrations

@@ -43,11 +43,12 @@ def test_the_trainer_refuses_a_warm_start_that_the_rollouts_cannot_finish(tmp_pa
     assert not list(cache.glob("sft-*/config.json"))  # nothing was trained or cached
 
 
-def test_warn_trains_anyway(tmp_path, caplog):
+def test_warn_is_the_default_and_trains_anyway(tmp_path, caplog):
     from ragen_torchrl.trainer.loop import Trainer
 
     cache = tmp_path / "cache"
-    overrides = [*TINY_RUN, "env=bandit", f"model.cache_dir={cache}", "rollout.max_new_tokens=8", "sft.reply_budget=warn"]
+    overrides = [o for o in TINY_RUN if not o.startswith("sft.reply_budget")]
+    overrides += ["env=bandit", f"model.cache_dir={cache}", "rollout.max_new_tokens=8"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     with caplog.at_level("WARNING"):
@@ -63,3 +64,9 @@ def test_the_budget_switch_is_not_part_of_the_warm_start_cache_key():
 
     cfg = OmegaConf.create({"seed": 0, "sft": {"enabled": True, "steps": 5, "seed": 0, "reply_budget": "warn"}})
     assert warm_start_settings(cfg) == {"steps": 5, "seed": 0}
+
+
+def test_the_smollm2_preset_refuses_replies_it_cannot_finish():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        assert compose("config", overrides=["model=smollm2"]).sft.reply_budget == "error"
+        assert compose("config", overrides=[]).sft.reply_budget == "warn"
