@@ -80,6 +80,20 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "model.threads": 1,
         },
     ),
+    "mechanism_no_reg": (
+        [],
+        {
+            "env.success_rate": 0.98,
+            "trainer.total_iterations": 200,
+            "trainer.early_stop.val_stop.enabled": False,
+            "trainer.early_stop.collapse_stop.enabled": False,
+            "algo.kl_coeff": 0.01,
+            "algo.entropy_coeff": 0.01,
+            "diagnostics.mi.every": 5,
+            "diagnostics.grad_snr.every": 20,
+            "model.threads": 1,
+        },
+    ),
     "snr_controls": (
         [],
         {"env.success_rate": 0.98, "trainer.total_iterations": 60, "diagnostics.mi.every": 5, "model.threads": 1},

@@ -43,6 +43,7 @@ REPO_EXPERIMENTS = {
     "t3_cpu",
     "t3_ablation",
     "mechanism_rl",
+    "mechanism_no_reg",
     "snr_controls",
 }
 #: experiment configs without arms: the pins others build on
@@ -172,6 +173,19 @@ def test_mechanism_experiment_meets_its_design():
         assert cfg.diagnostics.mi.enabled and cfg.trainer.val_every > 0
         assert not cfg.trainer.early_stop.collapse_stop.enabled and not cfg.trainer.early_stop.val_stop.enabled
     assert compose_run(plan(exp, seeds=[0])[1][1]).filter.value == 0.9
+
+
+def test_the_no_regulariser_arm_differs_from_mechanism_rl_s_unfiltered_arm_in_the_two_coefficients_only():
+    exp = EXPERIMENTS["mechanism_no_reg"]
+    runs = {r: OmegaConf.to_container(compose_run(o), resolve=True) for r, o in plan(exp, [0])}
+    reg, no_reg = runs["reg_seed0"], runs["no_reg_seed0"]
+    assert {k for k in reg if reg[k] != no_reg[k]} == {"algo"}
+    assert {k for k in reg["algo"] if reg["algo"][k] != no_reg["algo"][k]} == {"kl_coeff", "entropy_coeff"}
+    assert (reg["algo"]["kl_coeff"], reg["algo"]["entropy_coeff"]) == (0.01, 0.01)
+    assert (no_reg["algo"]["kl_coeff"], no_reg["algo"]["entropy_coeff"]) == (0.0, 0.0)
+    mech = OmegaConf.to_container(compose_run(plan(EXPERIMENTS["mechanism_rl"], [0])[0][1]), resolve=True)
+    assert mech == reg  # the same run as mechanism_rl's unfiltered arm, at this commit
+    assert reg["filter"]["name"] == "none" and reg["trainer"]["total_iterations"] == 200
 
 
 def test_cost_of_the_frozenlake_snr_experiment_by_hand():
