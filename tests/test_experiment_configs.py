@@ -94,6 +94,19 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "model.threads": 1,
         },
     ),
+    "smollm2_mi_fit": (
+        [],
+        {
+            "model.name": "smollm2",
+            "env.name": "bandit",
+            "rollout.max_new_tokens": 64,
+            "trainer.total_iterations": 1,
+            "trainer.val_levels": 64,
+            "sft.seed_from_run": True,
+            "sft.reply_budget": "error",
+            "model.threads": 1,
+        },
+    ),
     "snr_controls": (
         [],
         {"env.success_rate": 0.98, "trainer.total_iterations": 60, "diagnostics.mi.every": 5, "model.threads": 1},

@@ -45,6 +45,7 @@ REPO_EXPERIMENTS = {
     "mechanism_rl",
     "mechanism_no_reg",
     "snr_controls",
+    "smollm2_mi_fit",
 }
 #: experiment configs without arms: the pins others build on
 BASES = {"snr_filter"}
