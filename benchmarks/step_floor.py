@@ -111,16 +111,24 @@ def main(argv=None) -> None:
     floor = args.new_tokens * med["decode step"] + med["prefill"] + med["loss fwd+bwd"] + opt
     n = sum(w.numel() for w in weights)
     print(f"{args.model}: {n / 1e6:.1f}M linear weights, {args.threads} threads, medians of {args.repeats}")
-    print(f"  decode step, products only ({args.rows} rows): {med['decode step'] * 1e3:.1f} ms "
-          f"({4 * n / med['decode step'] / 1e9:.1f} GB/s of weights read)")
-    print(f"  the model's own decode step (cache {args.prompt_tokens}): {med['model decode step'] * 1e3:.1f} ms "
-          f"({med['model decode step'] / med['decode step']:.2f}x the products)")
+    print(
+        f"  decode step, products only ({args.rows} rows): {med['decode step'] * 1e3:.1f} ms "
+        f"({4 * n / med['decode step'] / 1e9:.1f} GB/s of weights read)"
+    )
+    print(
+        f"  the model's own decode step (cache {args.prompt_tokens}): {med['model decode step'] * 1e3:.1f} ms "
+        f"({med['model decode step'] / med['decode step']:.2f}x the products)"
+    )
     print(f"  prefill, {prefill} tokens: {med['prefill']:.2f} s ({2 * n * prefill / med['prefill'] / 1e9:.0f} GFLOP/s)")
-    print(f"  loss forward + backward, {loss_tokens} tokens: {med['loss fwd+bwd']:.2f} s "
-          f"({6 * n * loss_tokens / med['loss fwd+bwd'] / 1e9:.0f} GFLOP/s)")
+    print(
+        f"  loss forward + backward, {loss_tokens} tokens: {med['loss fwd+bwd']:.2f} s "
+        f"({6 * n * loss_tokens / med['loss fwd+bwd'] / 1e9:.0f} GFLOP/s)"
+    )
     print(f"  AdamW step: {opt:.2f} s")
-    print(f"floor of one step: {floor:.2f} s = {args.new_tokens} x decode {args.new_tokens * med['decode step']:.2f} "
-          f"+ prefill {med['prefill']:.2f} + loss {med['loss fwd+bwd']:.2f} + AdamW {opt:.2f}")
+    print(
+        f"floor of one step: {floor:.2f} s = {args.new_tokens} x decode {args.new_tokens * med['decode step']:.2f} "
+        f"+ prefill {med['prefill']:.2f} + loss {med['loss fwd+bwd']:.2f} + AdamW {opt:.2f}"
+    )
     for item in args.step_seconds:
         name, _, s = item.partition("=")
         print(f"  floor / {name} ({float(s):.2f} s): {floor / float(s):.2f}")

@@ -116,6 +116,8 @@ class Experiment:
     #: wall seconds of each named warm start
     warm_starts: dict[str, float] = field(default_factory=dict)
     threads: int = 1
+    #: each seed builds its own warm starts (``sft.seed_from_run``): costed once per warm start and seed
+    warm_start_per_seed: bool = False
 
 
 def _strings(value, where: str) -> tuple[str, ...]:
@@ -146,7 +148,7 @@ _ARM_KEYS = {
     "seconds_per_level",
     "warm_start",
 }
-_SPEC_KEYS = {"name", "claim", "seeds", "arms", "report", "warm_starts", "threads"}
+_SPEC_KEYS = {"name", "claim", "seeds", "arms", "report", "warm_starts", "threads", "warm_start_per_seed"}
 
 
 def _arm(spec, where: str) -> Arm:
@@ -225,7 +227,14 @@ def experiment_from_spec(spec: Mapping, where: str = "hydra.sweeper") -> Experim
         report_within=_strings(report.get("within"), f"{where}.report.within"),
         warm_starts={str(k): _number(v, f"{where}.warm_starts.{k}") for k, v in warm.items()},
         threads=_number(spec.get("threads", 1), f"{where}.threads", int, 1),
+        warm_start_per_seed=_flag(spec.get("warm_start_per_seed", False), f"{where}.warm_start_per_seed"),
     )
+
+
+def _flag(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ExperimentSpecError(f"{where} must be true or false, got {value!r}")
+    return value
 
 
 def _key(override: str) -> str:
@@ -295,7 +304,8 @@ def estimate_seconds(
     """Estimated wall seconds of the experiment: ``{"runs", "warm_starts", "total", "cpu_hours"}``.
 
     Each run: iterations x seconds per iteration + validation levels x seconds per level; each
-    distinct warm start once; CPU-hours = total / 3600 x threads per run.
+    distinct warm start once (once per seed with ``warm_start_per_seed``); CPU-hours = total / 3600 x
+    threads per run.
     Runs named in ``done`` (finished earlier) cost nothing, nor do the warm starts they built.
 
     Example:
@@ -304,12 +314,19 @@ def estimate_seconds(
         {'runs': 60.0, 'warm_starts': 50.0, 'total': 110.0, 'cpu_hours': 0.030555555555555555}
         >>> estimate_seconds(e, done={"a_seed0"})["total"]
         30.0
+        >>> from dataclasses import replace
+        >>> estimate_seconds(replace(e, warm_start_per_seed=True))["warm_starts"]
+        100.0
     """
-    runs = [(f"{arm.name}_seed{seed}", arm) for seed in (exp.seeds if seeds is None else seeds) for arm in exp.arms]
-    todo = [arm for name, arm in runs if name not in done]
-    built = {arm.warm_start for name, arm in runs if name in done}
-    run_s = float(sum(_run_seconds(arm) for arm in todo))
-    warm = float(sum(exp.warm_starts.get(w, 0.0) for w in {arm.warm_start for arm in todo} - built))
+    runs = [
+        (f"{arm.name}_seed{seed}", arm, (arm.warm_start, seed if exp.warm_start_per_seed else None))
+        for seed in (exp.seeds if seeds is None else seeds)
+        for arm in exp.arms
+    ]
+    todo = [(arm, warm) for name, arm, warm in runs if name not in done]
+    built = {warm for name, _, warm in runs if name in done}
+    run_s = float(sum(_run_seconds(arm) for arm, _ in todo))
+    warm = float(sum(exp.warm_starts.get(w[0], 0.0) for w in {w for _, w in todo} - built))
     total = run_s + warm
     return {"runs": run_s, "warm_starts": warm, "total": total, "cpu_hours": total / 3600 * exp.threads}
 

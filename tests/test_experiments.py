@@ -449,3 +449,13 @@ def test_jobs_must_be_positive_and_the_dry_run_gives_the_wall_time(capsys):
     total = estimate_seconds(EXPERIMENTS["t3_cpu"])["total"]
     assert "20 runs, 2 at a time, into" in text
     assert f"; about {total / 2 / 3600:.1f} h wall with 2 runs at a time" in text
+
+
+def test_a_warm_start_per_seed_is_costed_once_per_seed():
+    exp = EXPERIMENTS["smollm2_mi_fit"]
+    assert exp.warm_start_per_seed and len(exp.seeds) == 2
+    # 2 arms x 2 seeds, each its own warm start of 720 s
+    assert estimate_seconds(exp)["warm_starts"] == 4 * 720.0
+    assert estimate_seconds(exp, done={"grounded_seed0"})["warm_starts"] == 3 * 720.0
+    with pytest.raises(ExperimentSpecError, match="warm_start_per_seed must be true or false"):
+        experiment_from_spec({"name": "x", "seeds": [0], "arms": [{"name": "a"}], "warm_start_per_seed": "yes"})

@@ -46,6 +46,7 @@ class ArmSweeperConf:
     report: Dict[str, Any] = field(default_factory=dict)
     warm_starts: Dict[str, float] = field(default_factory=dict)
     threads: int = 1
+    warm_start_per_seed: bool = False
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="ragen_arms", node=ArmSweeperConf, provider="ragen_torchrl")

@@ -76,11 +76,24 @@ def test_the_report_pairs_arms_on_a_final_evaluation_measure(tmp_path):
 
     for seed, (a, b) in enumerate([(0.70, 0.75), (0.72, 0.80)]):
         for name, success in (("none", a), ("top_p", b)):
-            run = make_run(tmp_path / "runs" / f"{name}_seed{seed}", {"results": {"final": {"greedy": stats(success, 2048)}}})
+            run = make_run(
+                tmp_path / "runs" / f"{name}_seed{seed}", {"results": {"final": {"greedy": stats(success, 2048)}}}
+            )
             summary = json.loads((run / "summary.json").read_text())
             summary["config"] = {"seed": seed, "filter": {"name": name}}
             (run / "summary.json").write_text(json.dumps(summary))
-    assert report_main([*(str(p) for p in sorted((tmp_path / "runs").iterdir())), "--out", str(tmp_path), "--paired", "final_greedy"]) == 0
+    assert (
+        report_main(
+            [
+                *(str(p) for p in sorted((tmp_path / "runs").iterdir())),
+                "--out",
+                str(tmp_path),
+                "--paired",
+                "final_greedy",
+            ]
+        )
+        == 0
+    )
     report = (tmp_path / "report.md").read_text()
     # top_p - none on the same seed: +0.05 and +0.08, mean +0.065
     row = next(line for line in report.splitlines() if line.startswith("|") and "final policy, greedy" in line)

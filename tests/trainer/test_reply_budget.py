@@ -35,10 +35,18 @@ def test_the_trainer_refuses_a_warm_start_that_the_rollouts_cannot_finish(tmp_pa
     from ragen_torchrl.trainer.loop import Trainer
 
     cache = tmp_path / "cache"
-    overrides = [*TINY_RUN, "env=bandit", f"model.cache_dir={cache}", "rollout.max_new_tokens=8", "sft.reply_budget=error"]
+    overrides = [
+        *TINY_RUN,
+        "env=bandit",
+        f"model.cache_dir={cache}",
+        "rollout.max_new_tokens=8",
+        "sft.reply_budget=error",
+    ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    with pytest.raises(ConfigError, match=r"4 of 4 demonstrated replies \(100%\) are longer than rollout\.max_new_tokens=8"):
+    with pytest.raises(
+        ConfigError, match=r"4 of 4 demonstrated replies \(100%\) are longer than rollout\.max_new_tokens=8"
+    ):
         Trainer(cfg, run_dir=tmp_path / "run")
     assert not list(cache.glob("sft-*/config.json"))  # nothing was trained or cached
 
