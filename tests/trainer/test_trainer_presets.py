@@ -49,7 +49,9 @@ def test_every_preset_validates_periodically(preset):
 
 @pytest.mark.parametrize("experiment", presets("experiment"))
 def test_experiment_presets_validate_periodically(experiment):
-    assert compose_cfg(f"+experiment={experiment}").trainer.val_every > 0
+    trainer = compose_cfg(f"+experiment={experiment}").trainer
+    # a one-iteration experiment (smollm2_mi_fit) validates at its start and end, with no stop between
+    assert trainer.val_every > 0 or trainer.total_iterations == 1
 
 
 def test_default_run_validates_every_10_iterations_on_128_levels_start_and_end_on_512():
