@@ -107,6 +107,17 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "model.threads": 1,
         },
     ),
+    "visual_frozenlake": (
+        [],
+        {
+            "env.name": "frozenlake_visual",
+            "model.name": "tiny_vl",
+            "sft.steps": 1500,
+            "sft.seed_from_run": True,
+            "trainer.final_eval.levels": 2048,
+            "model.threads": 1,
+        },
+    ),
     "snr_controls": (
         [],
         {"env.success_rate": 0.98, "trainer.total_iterations": 60, "diagnostics.mi.every": 5, "model.threads": 1},

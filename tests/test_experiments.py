@@ -46,6 +46,7 @@ REPO_EXPERIMENTS = {
     "mechanism_no_reg",
     "snr_controls",
     "smollm2_mi_fit",
+    "visual_frozenlake",
 }
 #: experiment configs without arms: the pins others build on
 BASES = {"snr_filter"}
