@@ -487,3 +487,27 @@ def test_demonstration_noise_kinds():
         assert abs(c / n - 0.25) < 4 * (0.25 * 0.75 / n) ** 0.5, (a, c)
     with pytest.raises(ValueError, match="noise_kind"):
         make_demonstrations(env, num_episodes=1, noise=0.5, noise_kind="gaussian")
+
+
+def test_arithmetic_preset_is_metamathqa_in_one_attempt():
+    """``env=arithmetic``: metamathqa's synthetic questions, and a wrong answer ends the episode at reward 0."""
+    import tensordict
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=["env=arithmetic"])
+        base = compose(config_name="config", overrides=["env=metamathqa"])
+    kwargs = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items() if k != "name"}
+    differs = {k for k in kwargs if kwargs[k] != base.env[k]}
+    assert cfg.env.name == "metamathqa" and differs == {"max_turn", "max_actions_per_traj"}
+    assert (kwargs["max_turn"], kwargs["max_actions_per_traj"], kwargs["data_path"]) == (1, 1, None)
+    env = make_env(cfg.env.name, num_envs=2, **kwargs)
+    with tensordict.set_list_to_stack(True):
+        td = reset(env, [7, 7])
+    game = env.games[0]
+    # the synthetic question (a + b, a x c, a subtraction or the two-step pens problem), one answer
+    assert game.question.startswith(("What is", "Tom has", "A box holds")) and game.max_attempts == 1
+    wrong = str(int(game.answer) + 1)
+    assert game.step(wrong) == (0.0, True, {"success": False, "action_is_effective": True})
+    assert td is not None
