@@ -66,7 +66,8 @@ def oversubscribed_threads(threads: int, cpus: int | None = None, load: float | 
     """A warning when ``threads`` torch CPU threads meet more runnable work than this machine has cores.
 
     Every parallel op of torch waits for all its threads; on a machine already busy with other
-    processes (one-minute load average ``load`` plus ``threads`` over ``cpus``), one of them is
+    processes (one-minute load average ``load``, rounded, plus ``threads`` over ``cpus``: an idle machine's
+    load of a few tenths leaves every core free), one of them is
     often off its core, so each op waits for a scheduler time slice. Measured on a 2-core machine
     at load 12-18: ``model.threads=2`` took 5-8x the wall time (6x the CPU time) of
     ``model.threads=1`` for the same iteration. ``None`` when one thread or the cores suffice;
@@ -75,6 +76,8 @@ def oversubscribed_threads(threads: int, cpus: int | None = None, load: float | 
     Example:
         >>> oversubscribed_threads(1, cpus=2, load=15.0) is None, oversubscribed_threads(2, cpus=8, load=1.0) is None
         (True, True)
+        >>> oversubscribed_threads(2, cpus=2, load=0.2) is None
+        True
         >>> print(oversubscribed_threads(2, cpus=2, load=15.7))
         model.threads=2 on 2 CPU cores with a load average of 15.7: each parallel torch op waits for a thread other processes hold; model.threads=1 is likely faster here
     """
@@ -87,7 +90,7 @@ def oversubscribed_threads(threads: int, cpus: int | None = None, load: float | 
             load = os.getloadavg()[0]
         except OSError:  # pragma: no cover (no load average on this platform)
             return None
-    if load + threads <= cpus:
+    if int(load + 0.5) + threads <= cpus:  # rounded half up
         return None
     return (
         f"model.threads={threads} on {cpus} CPU cores with a load average of {load:.1f}: each parallel torch op "

@@ -13,6 +13,9 @@ def test_warns_only_when_threads_and_load_exceed_the_cores():
     message = oversubscribed_threads(2, cpus=4, load=2.5)
     assert message is not None and "model.threads=2" in message and "4 CPU cores" in message and "2.5" in message
     assert "model.threads=1" in message
+    # an idle machine's load of a few tenths leaves every core free: all cores' threads fit
+    assert oversubscribed_threads(2, cpus=2, load=0.2) is None
+    assert oversubscribed_threads(2, cpus=2, load=0.6) is not None
     # one thread never waits for a sibling thread, however busy the machine
     assert oversubscribed_threads(1, cpus=2, load=40.0) is None
     assert oversubscribed_threads(16, cpus=32, load=10.0) is None
