@@ -107,6 +107,20 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "model.threads": 1,
         },
     ),
+    "smollm2_mechanism": (
+        [],
+        {
+            "model.name": "smollm2",
+            "env.name": "metamathqa",
+            "env.max_turn": 1,
+            "trainer.total_iterations": 60,
+            "trainer.early_stop.val_stop.enabled": False,
+            "trainer.early_stop.collapse_stop.enabled": False,
+            "diagnostics.mi.every": 10,
+            "sft.seed_from_run": True,
+            "model.threads": 1,
+        },
+    ),
     "visual_frozenlake": (
         [],
         {
