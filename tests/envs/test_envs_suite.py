@@ -491,7 +491,6 @@ def test_demonstration_noise_kinds():
 
 def test_arithmetic_preset_is_metamathqa_in_one_attempt():
     """``env=arithmetic``: metamathqa's synthetic questions, and a wrong answer ends the episode at reward 0."""
-    import tensordict
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 

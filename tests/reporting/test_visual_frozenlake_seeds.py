@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
 import pytest
 
+from ragen_torchrl.reporting.statistics import t_interval
+
 SET = Path(__file__).resolve().parents[2] / "docs" / "results" / "visual_frozenlake_seeds"
 SEEDS = (0, 1, 2)
-T975 = {3: 4.303}  # Student t, 2 degrees of freedom
 
 
 def _per_seed() -> list[dict]:
@@ -26,9 +26,8 @@ def _per_seed() -> list[dict]:
 
 
 def _gain(values: list[float]) -> tuple[float, float, float]:
-    m = statistics.mean(values)
-    h = T975[len(values)] * statistics.stdev(values) / math.sqrt(len(values))
-    return m, m - h, m + h
+    """Mean and its Student-t 95% interval (the report's own)."""
+    return (statistics.mean(values), *t_interval(values))
 
 
 def test_every_run_is_the_experiment_at_one_clean_commit_with_its_own_warm_start():
