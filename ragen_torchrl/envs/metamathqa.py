@@ -152,9 +152,10 @@ class MetaMathQAEnv(TextGameEnv):
         kwargs.setdefault("max_turn", 5)
         kwargs.setdefault("max_actions_per_turn", 1)
         kwargs.setdefault("max_actions_per_traj", kwargs["max_turn"])
-        kwargs.setdefault("system_prompt", f"{MetaMathQAGame.instructions} {SYSTEM_FORMAT}")
         max_attempts = kwargs["max_turn"]
         check_int("max_turn", max_attempts, minimum=1, expected="a positive integer")
+        instructions = MetaMathQAGame.instructions if max_attempts > 1 else MetaMathQAGame.single_attempt_instructions
+        kwargs.setdefault("system_prompt", f"{instructions} {SYSTEM_FORMAT}")
         self.data_path, self.val_data_path, self.val_fraction = data_path, val_data_path, float(val_fraction)
 
         pools = data_pools(
@@ -177,15 +178,24 @@ class MetaMathQAEnv(TextGameEnv):
 
         super().__init__(factory, num_envs=num_envs, **kwargs)
 
+    @property
+    def demo_revision(self) -> int:
+        """Part of the warm start's cache key (:func:`~ragen_torchrl.trainer.sft.warm_start`): 1 when
+        single-attempt demonstrations may guess (see :meth:`demo_turn`), so a warm start cached before
+        they did is not reused; 0 (the key unchanged) for several attempts, whose demonstrations are as before."""
+        return 1 if self.max_turn == 1 else 0
+
     def demo_turn(
         self, game: TextGame, rng: random.Random, noise: float, actions_left: int, noise_kind: str = "heuristic"
     ) -> tuple[str, bool, int]:
-        """One demonstration attempt: the reference answer, or with probability ``noise``
-        (for numeric answers, and never on the last attempt) a nearby wrong number, so the
-        demonstrations also show recovering after "Incorrect. Please think again."."""
+        """One demonstration attempt: the reference answer with its worked solution, or with probability
+        ``noise`` (for numeric answers) a guess: a nearby wrong number. With several attempts the guess is
+        never on the last one, so the demonstrations show recovering after "Incorrect. Please think
+        again."; with one attempt (``env=arithmetic``) the only attempt may be a guess, as a noisy
+        demonstration in the other envs plays a non-optimal action."""
         assert isinstance(game, MetaMathQAGame)
         answer = game.oracle_action()
-        if rng.random() < noise and game.attempt < game.max_attempts - 1:
+        if rng.random() < noise and (game.max_attempts == 1 or game.attempt < game.max_attempts - 1):
             try:
                 value = Fraction(answer.replace(",", ""))
             except (ValueError, ZeroDivisionError):

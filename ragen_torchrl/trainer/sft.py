@@ -291,6 +291,9 @@ def warm_start(
     env_desc = f"{type(env).__name__}:{env.system_prompt}:{env.max_turn}:{env.max_actions_per_turn}"
     if env_config:
         env_desc += ":" + json.dumps(env_config, sort_keys=True, default=str)
+    # an env whose demonstrations changed says so (0, the default, leaves older cache keys as they were)
+    if getattr(env, "demo_revision", 0):
+        env_desc += f":demos-r{int(env.demo_revision)}"
     key_cfg = dict(sft_cfg)
     reasoning = str(key_cfg["reasoning"])
     if reasoning == "grounded":

@@ -9,6 +9,7 @@ deterministic in the seeds, and validation levels are disjoint from training lev
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import tensordict
@@ -510,3 +511,24 @@ def test_arithmetic_preset_is_metamathqa_in_one_attempt():
     wrong = str(int(game.answer) + 1)
     assert game.step(wrong) == (0.0, True, {"success": False, "action_is_effective": True})
     assert td is not None
+
+
+def test_arithmetic_demonstrations_guess_with_noise_and_say_one_try():
+    """One attempt: the prompt promises no second try, and ``sft.noise`` makes the only attempt a guess
+    (a nearby wrong number without the worked solution), as in the other envs' noisy demonstrations."""
+    env = make_env("metamathqa", num_envs=1, max_turn=1, max_actions_per_traj=1)
+    assert "one try" in env.system_prompt and "try again" not in env.system_prompt
+    assert "try again" in make_env("metamathqa", num_envs=1).system_prompt
+    rng = random.Random(4)
+    for level in range(8):
+        with tensordict.set_list_to_stack(True):
+            reset(env, [level])
+        right = env.games[0].answer
+        reply, done, _ = env.demo_turn(env.games[0], rng, 1.0, 1)
+        guess = reply.split("<answer>")[1].split("</answer>")[0]
+        assert done and "I think the answer is" in reply and int(guess) - int(right) in (-10, -2, -1, 1, 2, 10)
+    for chat in make_demonstrations(env, num_episodes=4, noise=0.0, seed=4):
+        (reply,) = [m["content"] for m in chat if m["role"] == "assistant"]
+        assert "So the answer is" in reply
+    # the changed demonstrations are a new warm-start cache key; several attempts keep theirs
+    assert env.demo_revision == 1 and make_env("metamathqa", num_envs=1).demo_revision == 0

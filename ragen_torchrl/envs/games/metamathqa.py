@@ -184,6 +184,12 @@ class MetaMathQAGame(TextGame):
         "told so and you can try again; a right answer on the first try gives 1, and each "
         "new try gives half as much."
     )
+    #: the instructions when ``max_attempts == 1``: no feedback and no second try to promise
+    single_attempt_instructions: str = (
+        "You are solving a math problem. Think step by step, then give only the final "
+        "answer, as a number or a short expression. You have one try: a right answer gives 1, "
+        "a wrong one 0."
+    )
 
     def __init__(self, question: str, answer: str, max_attempts: int = MAX_ATTEMPTS, solution: str | None = None):
         if not isinstance(question, str) or not question.strip():
