@@ -132,6 +132,20 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
             "model.threads": 1,
         },
     ),
+    "visual_mi": (
+        [],
+        {
+            "env.name": "frozenlake_visual",
+            "model.name": "tiny_vl",
+            "sft.steps": 1500,
+            "sft.seed_from_run": True,
+            "trainer.total_iterations": 5,
+            "trainer.val_levels": 128,
+            "trainer.val_every": 0,
+            "diagnostics.mi.every": 1,
+            "model.threads": 1,
+        },
+    ),
     "snr_controls": (
         [],
         {"env.success_rate": 0.98, "trainer.total_iterations": 60, "diagnostics.mi.every": 5, "model.threads": 1},

@@ -47,6 +47,7 @@ REPO_EXPERIMENTS = {
     "snr_controls",
     "smollm2_mi_fit",
     "visual_frozenlake",
+    "visual_mi",
     "smollm2_mechanism",
 }
 #: experiment configs without arms: the pins others build on
