@@ -458,6 +458,7 @@ SLIP_PAIRS = "|".join(f"top_p@{s}-none@{s}" for s in (0, 20, 50, 80))
 
 BOUND: dict[str, list[tuple[str, str, str, str]]] = {}
 SMOL, PRESET, VIS = "smollm2_bandit", "smollm2_bandit_preset", "visual_frozenlake"
+NOISY = "smollm2_arithmetic_noisy"
 GRPO, DRGRPO = "runs/grpo_seed0", "runs/drgrpo_seed0"
 MECH, T3, SOKO, TC, MVE = "mechanism_rl", "t3_cpu", "snr_filter_sokoban", "template_collapse", "mi_vs_entropy"
 MI_NATS, SPREAD = "collapse/trajectory/mi_estimate", "collapse/trajectory/marginal_std"
@@ -482,23 +483,14 @@ BOUND["README.md"] = [
     ("512", "default_run", "all", "seconds.min"),
     ("558", "default_run", "all", "seconds.max"),
     # SmolLM2
-    ("28", SMOL, "runs/smollm2_bandit_seed0", "minutes"),
-    ("2", SMOL, "runs/smollm2_bandit_seed0", "summary:config.model.threads"),
-    ("0.143", SMOL, "runs/smollm2_bandit_seed0", "summary:val_start.success"),
-    ("0.015", SMOL, "runs/smollm2_bandit_seed0", "summary:val_start.success_stderr"),
-    ("0.211", SMOL, "runs/smollm2_bandit_seed0", "summary:val_end.success"),
-    ("0.018", SMOL, "runs/smollm2_bandit_seed0", "summary:val_end.success_stderr"),
-    ("512", SMOL, "runs/smollm2_bandit_seed0", "summary:val_end.num_trajectories"),
-    ("2.9", SMOL, "runs/smollm2_bandit_seed0", "z"),
-    ("30", SMOL, "runs/smollm2_bandit_seed0", "ran"),
-    ("60", PRESET, GRPO, "summary:config.trainer.total_iterations"),
-    ("56", PRESET, GRPO, "ran"),
-    ("0.174", PRESET, GRPO, "summary:val_end.success"),
-    ("0.017", PRESET, GRPO, "summary:val_end.success_stderr"),
-    ("1.4", PRESET, GRPO, "z"),
-    ("0.232", PRESET, DRGRPO, "summary:val_end.success"),
-    ("0.019", PRESET, DRGRPO, "summary:val_end.success_stderr"),
-    ("3.7", PRESET, DRGRPO, "z"),
+    ("2", NOISY, GRPO, "summary:config.model.threads"),
+    ("0.184", NOISY, GRPO, "summary:val_start.success"),
+    ("0.017", NOISY, GRPO, "summary:val_start.success_stderr"),
+    ("0.439", NOISY, GRPO, "summary:val_end.success"),
+    ("0.022", NOISY, GRPO, "summary:val_end.success_stderr"),
+    ("512", NOISY, GRPO, "summary:val_end.num_trajectories"),
+    ("9.2", NOISY, GRPO, "z"),
+    ("71", NOISY, GRPO, "minutes"),
     # SNR filter, FrozenLake
     ("5", SNR, "none", "n"),
     ("4.20", SNR, "none", "update"),
