@@ -75,3 +75,25 @@ def test_mi_rose_as_the_guessing_went():
     assert mi[0][0] == acc[0][0] == 1 and mi[-1][0] == acc[-1][0] == 56
     assert f"went from\n{mi[0][1]:.3f} nats at iteration 1 to {mi[-1][1]:.3f} at iteration 56" in text
     assert f"retrieval accuracy from {acc[0][1]:.3f} to {acc[-1][1]:.3f}" in text
+
+
+def _guess_output(name: str) -> tuple[float, float, dict[int, float]]:
+    lines = (SET / f"guess_share_{name}.txt").read_text().splitlines()
+    kinds = {int(k): float(rate) for k, _, rate in (line.split() for line in lines[:4])}
+    _, success, _, _, share = lines[4].split()
+    return float(success), float(share), kinds
+
+
+def test_the_guess_share_is_the_committed_output():
+    text = " ".join((SET / "README.md").read_text().split())
+    warm, warm_share, _ = _guess_output("warm_start")
+    final, final_share, kinds = _guess_output("final")
+    assert (
+        f"the warm start guessed on {warm_share:.3f} of the questions and answered {warm:.3f} of them right; "
+        f"the final policy guessed on {final_share:.3f} and answered {final:.3f} right" in text
+    )
+    assert f"the two-step pens problem: {kinds[3]:.3f}" in text
+    s = read_summary(RUN / "summary.json")
+    assert f"The end success on the validation set, {s['val_end']['success']:.3f}" in text
+    clean = read_summary(SET.parent / "smollm2_arithmetic" / "runs" / "grpo_seed0" / "summary.json")
+    assert f"the earlier run began ({clean['val_start']['success']:.3f})" in text
