@@ -179,8 +179,6 @@ MIXED_PROVENANCE_OK = {
     "their output (out/) inside that clone, untracked; the README names the commit",
     "default_run_speed": "a before/after comparison of two versions: runs/before predates provenance "
     "records (its commit is named in the set's README), runs/after is one clean commit",
-    "visual_mi": "runs/grounded ran at a tree whose only uncommitted edit was docs/envs/visual.md "
-    "(no code); runs/shuffled at the next commit; the README names both",
     "visual_frozenlake": "bare_command/ reruns the preset's bare command at a later commit to show it "
     "gives the runs/none_lr1e-4 results; it is not part of report.md",
 }
@@ -522,8 +520,10 @@ BOUND["README.md"] = [
     ("0.289", TC, "grounded", "early:reasoning_entropy"),
     ("0.003", TC, "grounded", "early:reasoning_entropy.se"),
     ("3", TC, "grounded", "n"),
-    ("0.597", "visual_mi", "runs/shuffled", TOKEN_ENTROPY),
-    ("0.301", "visual_mi", "runs/grounded", TOKEN_ENTROPY),
+    ("0.598", "visual_mi", "runs/shuffled_seed0", TOKEN_ENTROPY),
+    ("0.352", "visual_mi", "runs/grounded_seed0", TOKEN_ENTROPY),
+    ("0.606", "visual_mi", "runs/shuffled_seed1", TOKEN_ENTROPY),
+    ("0.321", "visual_mi", "runs/grounded_seed1", TOKEN_ENTROPY),
     # MI vs entropy
     ("18", MVE, "all", "rho:mi_zscore.n"),
     ("-0.113", MVE, "all", "rho:mi_zscore"),
@@ -606,8 +606,10 @@ BOUND["README.md"] = [
     ("0.699", VIS, "runs/none_lr2e-4", "summary:val_end.success"),
     ("0.020", VIS, "runs/none_lr2e-4", "summary:val_end.success_stderr"),
     ("913", VIS, "runs/none_lr2e-4", "summary:phases.total.wall"),  # the run that built the fresh cache
-    ("3.417", "visual_mi", "runs/grounded", "mean:collapse/first_turn/mi_zscore"),
-    ("0.004", "visual_mi", "runs/shuffled", "mean:collapse/first_turn/mi_zscore"),
+    ("3.752", "visual_mi", "runs/grounded_seed0", "mean:collapse/first_turn/mi_zscore"),
+    ("3.094", "visual_mi", "runs/grounded_seed1", "mean:collapse/first_turn/mi_zscore"),
+    ("0.001", "visual_mi", "runs/shuffled_seed0", "mean:collapse/first_turn/mi_zscore"),
+    ("0.000", "visual_mi", "runs/shuffled_seed1", "mean:collapse/first_turn/mi_zscore"),
     # Benchmarks: the default run before and after token-level trajectories
     ("60", "default_run_speed", "runs/after", "summary:config.trainer.total_iterations"),
     ("0.78x", "default_run_speed", "runs/after-runs/before", "ratio:summary:seconds"),
@@ -682,12 +684,16 @@ BOUND["docs/experiments/template_collapse.md"] = [
     ("0.009", TC, "shuffled", f"early:{MARGINAL_ENTROPY}.se"),
     ("0.872", TC, "grounded", f"early:{MARGINAL_ENTROPY}"),
     ("0.017", TC, "grounded", f"early:{MARGINAL_ENTROPY}.se"),
-    ("0.597", "visual_mi", "runs/shuffled", TOKEN_ENTROPY),
-    ("0.301", "visual_mi", "runs/grounded", TOKEN_ENTROPY),
+    ("0.598", "visual_mi", "runs/shuffled_seed0", TOKEN_ENTROPY),
+    ("0.606", "visual_mi", "runs/shuffled_seed1", TOKEN_ENTROPY),
+    ("0.352", "visual_mi", "runs/grounded_seed0", TOKEN_ENTROPY),
+    ("0.321", "visual_mi", "runs/grounded_seed1", TOKEN_ENTROPY),
     ("0.085", "smollm2_mi", "runs/shuffled", TOKEN_ENTROPY),
     ("0.076", "smollm2_mi", "runs/grounded", TOKEN_ENTROPY),
-    ("0.600", "visual_mi", "runs/shuffled", f"mean:{MARGINAL_ENTROPY}"),
-    ("1.117", "visual_mi", "runs/grounded", f"mean:{MARGINAL_ENTROPY}"),
+    ("0.677", "visual_mi", "runs/shuffled_seed0", f"mean:{MARGINAL_ENTROPY}"),
+    ("0.618", "visual_mi", "runs/shuffled_seed1", f"mean:{MARGINAL_ENTROPY}"),
+    ("1.072", "visual_mi", "runs/grounded_seed0", f"mean:{MARGINAL_ENTROPY}"),
+    ("1.175", "visual_mi", "runs/grounded_seed1", f"mean:{MARGINAL_ENTROPY}"),
     ("0.074", "smollm2_mi", "runs/shuffled", f"mean:{MARGINAL_ENTROPY}"),
     ("0.911", "smollm2_mi", "runs/grounded", f"mean:{MARGINAL_ENTROPY}"),
     ("3", TC, "grounded", "n"),
