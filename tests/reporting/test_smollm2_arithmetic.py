@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from pathlib import Path
 
+from ragen_torchrl.reporting.runs import read_scalars_csv
 from ragen_torchrl.trainer.summary import read_summary
 
 SET = Path(__file__).resolve().parents[2] / "docs" / "results" / "smollm2_arithmetic"
 RUN = SET / "runs" / "grpo_seed0"
 
 
-def _rows() -> list[dict]:
-    return list(csv.DictReader((RUN / "scalars.csv").open()))
-
-
 def _series(key: str) -> list[tuple[int, float]]:
-    return [(int(float(r["iteration"])), float(r[key])) for r in _rows() if r.get(key) not in (None, "")]
+    """``(iteration, value)`` of one logged scalar, in iteration order."""
+    return [(it, row[key]) for it, row in sorted(read_scalars_csv(RUN / "scalars.csv").items()) if key in row]
 
 
 def test_the_table_is_the_summary():

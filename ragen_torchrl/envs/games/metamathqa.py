@@ -169,6 +169,13 @@ def extract_answer(response: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- game
+#: what every MetaMathQA prompt asks, before it says how many tries there are
+_TASK = (
+    "You are solving a math problem. Think step by step, then give only the final answer, as a number or a "
+    "short expression."
+)
+
+
 class MetaMathQAGame(TextGame):
     """One question, up to ``max_attempts`` answer turns.
 
@@ -179,17 +186,11 @@ class MetaMathQAGame(TextGame):
 
     action_names = None
     instructions: str = (
-        "You are solving a math problem. Think step by step, then give only the final "
-        "answer, as a number or a short expression. If your answer is wrong you will be "
-        "told so and you can try again; a right answer on the first try gives 1, and each "
-        "new try gives half as much."
+        f"{_TASK} If your answer is wrong you will be told so and you can try again; a right answer "
+        "on the first try gives 1, and each new try gives half as much."
     )
     #: the instructions when ``max_attempts == 1``: no feedback and no second try to promise
-    single_attempt_instructions: str = (
-        "You are solving a math problem. Think step by step, then give only the final "
-        "answer, as a number or a short expression. You have one try: a right answer gives 1, "
-        "a wrong one 0."
-    )
+    single_attempt_instructions: str = f"{_TASK} You have one try: a right answer gives 1, a wrong one 0."
 
     def __init__(self, question: str, answer: str, max_attempts: int = MAX_ATTEMPTS, solution: str | None = None):
         if not isinstance(question, str) or not question.strip():
