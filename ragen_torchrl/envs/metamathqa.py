@@ -180,9 +180,9 @@ class MetaMathQAEnv(TextGameEnv):
 
     @property
     def demo_revision(self) -> int:
-        """Part of the warm start's cache key (:func:`~ragen_torchrl.trainer.sft.warm_start`): 1 when
-        single-attempt demonstrations may guess (see :meth:`demo_turn`), so a warm start cached before
-        they did is not reused; 0 (the key unchanged) for several attempts, whose demonstrations are as before."""
+        """The version of this env's demonstrations, part of the warm start's cache key
+        (:func:`~ragen_torchrl.trainer.sft.warm_start`): 1 with one attempt, whose only demonstrated attempt
+        may be a guess (:meth:`demo_turn`); 0, which leaves the key without a version, with several."""
         return 1 if self.max_turn == 1 else 0
 
     def demo_turn(

@@ -291,7 +291,7 @@ def warm_start(
     env_desc = f"{type(env).__name__}:{env.system_prompt}:{env.max_turn}:{env.max_actions_per_turn}"
     if env_config:
         env_desc += ":" + json.dumps(env_config, sort_keys=True, default=str)
-    # an env whose demonstrations changed says so (0, the default, leaves older cache keys as they were)
+    # the version of the env's demonstrations, when it has one (0 or absent: no version in the key)
     if getattr(env, "demo_revision", 0):
         env_desc += f":demos-r{int(env.demo_revision)}"
     key_cfg = dict(sft_cfg)
