@@ -208,11 +208,15 @@ class Sections:
 
 
 class TimedPolicy:
-    """A generation policy whose calls count as ``generation`` (keeps its ``entropy_recorder``)."""
+    """A generation policy whose calls count as ``generation``; every other member is the policy's own, so
+    the collector drives it as it drives the policy (a token-prompt policy stays one: its turn cache and
+    cascade attention run, not the history-rendering path)."""
 
     def __init__(self, policy, sections: Sections) -> None:
         self.policy, self.sections = policy, sections
-        self.entropy_recorder = getattr(policy, "entropy_recorder", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
 
     def __call__(self, td):
         with self.sections("generation"):

@@ -13,7 +13,8 @@ of an attention implementation registered with ``transformers``' ``AttentionInte
 mask interface, with the ``sdpa`` mask): a layer whose cache layer holds shared prefixes (see
 :class:`~ragen_torchrl.models.turn_cache.TurnCachePolicy`, which selects it for the call of
 ``generate`` whose rows are all at their first turn and share prompts) runs
-:func:`cascade_attention`; any other call goes to ``transformers``' ``sdpa`` attention.
+:func:`cascade_attention`; any other call goes to ``sdpa`` attention
+(:func:`~ragen_torchrl.models.grouped_sdpa.grouped_sdpa_forward`).
 
 Example:
     >>> import torch
@@ -37,8 +38,9 @@ from contextvars import ContextVar
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from .grouped_sdpa import grouped_sdpa_forward
 
 __all__ = ["ACTIVE_CACHE", "CASCADE_ATTENTION", "cascade_attention", "cascade_attention_forward", "prefix_bias"]
 
@@ -155,13 +157,13 @@ def cascade_attention_forward(
     **kwargs,
 ):
     """``transformers`` attention function: :func:`cascade_attention` when the layer's cache (in
-    :data:`ACTIVE_CACHE`) holds a shared prefix, else ``transformers``' ``sdpa`` attention."""
+    :data:`ACTIVE_CACHE`) holds a shared prefix, else ``sdpa`` attention (``grouped_sdpa_forward``)."""
     cache = ACTIVE_CACHE.get()
     layer = None
     if cache is not None and getattr(module, "layer_idx", None) is not None:
         layer = cache.layers[module.layer_idx]
     if getattr(layer, "prefix_keys", None) is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+        return grouped_sdpa_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     # a layer's own slots hold no padding (each row's last prompt token and its reply): one query attends
     # to all of them, several need the causal part of the mask

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .grouped_sdpa import SDPA_IMPLEMENTATIONS
+
 __all__ = [
     "common_prefix_len",
     "context_chunks",
@@ -93,7 +95,7 @@ def shared_prefix_supported(model: torch.nn.Module) -> bool:
     config = getattr(model, "config", None)
     if config is None:
         return False
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager", None):
+    if getattr(config, "_attn_implementation", None) not in (*SDPA_IMPLEMENTATIONS, "eager", None):
         return False
     layer_types = getattr(config, "layer_types", None) or ()
     if any("sliding" in str(t) for t in layer_types):

@@ -395,6 +395,7 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev, dt = resolve_device(device, dtype)
+    from .grouped_sdpa import use_grouped_sdpa
     from .lora import is_adapter_dir, load_adapter_dir
 
     if is_adapter_dir(Path(str(path)).expanduser()):  # a LoRA adapter dir: its base model with the adapter
@@ -426,6 +427,7 @@ def load_pretrained(path: str, device: str = "auto", dtype: str = "auto"):
         hint = "" if where.startswith("a local") else " (if it is a hub name, this machine may be offline)"
         raise ModelSourceError(f"cannot load the model {path!r} as {where}{hint}: {e}") from e
     tokenizer = prepare_tokenizer(tokenizer, model)
+    use_grouped_sdpa(model)  # masked grouped-query attention without a key/value copy per query head on a CPU
     model.to(dev).eval()
     return model, tokenizer
 

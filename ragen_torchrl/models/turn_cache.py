@@ -84,6 +84,7 @@ from ..keys import KV_OVER_CAP, KV_PREFILL_TOKENS, KV_PREFILLED, KV_REUSED
 from ..rollout_options import check_sampler
 from .cascade_attention import ACTIVE_CACHE, CASCADE_ATTENTION, prefix_bias
 from .entropy_recorder import attach_entropy_recorder
+from .grouped_sdpa import SDPA_IMPLEMENTATIONS
 from .inverse_cdf import inverse_cdf_generate_kwargs
 from .kv_cache import context_prefix_cache, forward_kwargs, prefix_mask, row_prefix_cache, shared_prefix_supported
 
@@ -501,7 +502,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         return replies, reuse
 
     def _cascade_usable(self) -> bool:
-        return self.cascade and getattr(self.model.config, "_attn_implementation", None) == "sdpa"
+        return self.cascade and getattr(self.model.config, "_attn_implementation", None) in SDPA_IMPLEMENTATIONS
 
     def _cascade_generate(self, prompts, env_index, contexts, row_context, device, over_cap) -> list[torch.Tensor]:
         """Every row at its first turn, rows sharing prompts: each distinct prompt (minus its last token) is
