@@ -38,6 +38,7 @@ __all__ = [
     "masked_position_logits",
     "plain_head",
     "supports_logits_to_keep",
+    "token_log_prob_entropy",
 ]
 
 
@@ -72,22 +73,84 @@ class CompactMaskedCategorical(LLMMaskedCategorical):
         return self._compact
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """``[B, T]`` log-probs of ``value``: 0 outside the mask (as torchrl's ignore-index path)."""
+        """``[B, T]`` log-probs of ``value``: 0 outside the mask (as torchrl's ignore-index path).
+
+        The entropies come out of the same pass over the ``[N, V]`` logits (:func:`token_log_prob_entropy`)
+        and :meth:`entropy` returns them: a loss that reads both walks the vocabulary once."""
         out = torch.zeros(self._mask.shape, dtype=self._compact.dtype, device=self._compact.device)
         picked = value.to(self._compact.device)[self._mask]
-        out[self._mask] = -F.cross_entropy(self._compact, picked, reduction="none")
+        if picked.numel() and bool((picked >= 0).all()):
+            log_p, self._entropies = token_log_prob_entropy(self._compact, picked)
+            out[self._mask] = log_p
+        else:  # ignore-index (-100) positions: cross_entropy gives them 0
+            out[self._mask] = -F.cross_entropy(self._compact, picked, reduction="none")
         return out
 
     def entropy(self) -> torch.Tensor:
         """``[B, T]`` entropies; 0 outside the mask (as torchrl's, whose masked logits normalise to 0 there)."""
         out = torch.zeros(self._mask.shape, dtype=self._compact.dtype, device=self._compact.device)
-        log_p = self._compact - self._compact.logsumexp(-1, keepdim=True)
-        log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)  # as torch's Categorical.entropy
-        out[self._mask] = -(log_p * log_p.exp()).sum(-1)
+        entropies = getattr(self, "_entropies", None)
+        if entropies is None:
+            log_p = self._compact - self._compact.logsumexp(-1, keepdim=True)
+            log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)  # as torch's Categorical.entropy
+            entropies = -(log_p * log_p.exp()).sum(-1)
+        out[self._mask] = entropies
         return out
 
     def sample(self, sample_shape=None):  # noqa: D102 - a scoring distribution
         raise NotImplementedError("CompactMaskedCategorical scores tokens; it does not sample")
+
+
+class _TokenLogProbEntropy(torch.autograd.Function):
+    """``(log softmax(z)[index], entropy(softmax(z)))`` per row, with a hand-written backward.
+
+    Autograd through ``cross_entropy`` plus an entropy built from ``logsumexp``, ``exp`` and a product
+    keeps and walks several ``[N, V]`` tensors per step of each pass; this keeps ``p`` and ``log p`` and
+    writes the gradient in one buffer:
+    ``dL/dz = p * (-g_H * (log p + H) - g_lp) + g_lp * onehot(index)``.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, index: torch.Tensor):
+        log_p = logits - logits.logsumexp(-1, keepdim=True)
+        log_p.clamp_(min=torch.finfo(log_p.dtype).min)  # a -inf logit: p log p = 0, as torch's Categorical.entropy
+        p = log_p.exp()
+        # -sum p log p per row as a batched dot product: no [N, V] product tensor
+        entropy = -torch.bmm(p.unsqueeze(1), log_p.unsqueeze(2)).reshape(-1)
+        picked = log_p.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        ctx.save_for_backward(p, log_p, entropy, index)
+        return picked, entropy
+
+    @staticmethod
+    def backward(ctx, grad_picked, grad_entropy):
+        p, log_p, entropy, index = ctx.saved_tensors
+        if grad_picked is None:
+            grad_picked = torch.zeros_like(entropy)
+        if grad_entropy is None:
+            grad = p * -grad_picked.unsqueeze(-1)
+        else:
+            grad = log_p + entropy.unsqueeze(-1)
+            grad.mul_(-grad_entropy.unsqueeze(-1)).sub_(grad_picked.unsqueeze(-1)).mul_(p)
+        grad.scatter_add_(-1, index.unsqueeze(-1), grad_picked.unsqueeze(-1))
+        return grad, None
+
+
+def token_log_prob_entropy(logits: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's log-probability of its ``index`` token and its entropy under ``softmax(logits)``, in one pass
+    over the ``[N, V]`` logits (and one in the backward); both differentiable with respect to ``logits``.
+
+    The values and gradients are those of ``-cross_entropy(logits, index)`` and ``Categorical(logits).entropy()``
+    up to float round-off (``tests/objectives/test_token_distribution.py``).
+
+    Example:
+        >>> z = torch.tensor([[0.0, 0.0], [2.0, 0.0]], requires_grad=True)
+        >>> lp, h = token_log_prob_entropy(z, torch.tensor([0, 1]))
+        >>> [round(v, 4) for v in lp.tolist()], [round(v, 4) for v in h.tolist()]
+        ([-0.6931, -2.1269], [0.6931, 0.3653])
+    """
+    if logits.ndim != 2 or index.shape != logits.shape[:1]:
+        raise ValueError(f"logits must be [N, V] and index [N], got {tuple(logits.shape)} and {tuple(index.shape)}")
+    return _TokenLogProbEntropy.apply(logits, index.to(torch.long))
 
 
 def supports_logits_to_keep(model) -> bool:
