@@ -81,7 +81,7 @@ class CompactMaskedCategorical(LLMMaskedCategorical):
         picked = value.to(self._compact.device)[self._mask]
         if picked.numel() and bool((picked >= 0).all()):
             log_p, self._entropies = token_log_prob_entropy(self._compact, picked)
-            out[self._mask] = log_p
+            out[self._mask] = log_p.to(out.dtype)
         else:  # ignore-index (-100) positions: cross_entropy gives them 0
             out[self._mask] = -F.cross_entropy(self._compact, picked, reduction="none")
         return out
@@ -94,7 +94,7 @@ class CompactMaskedCategorical(LLMMaskedCategorical):
             log_p = self._compact - self._compact.logsumexp(-1, keepdim=True)
             log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)  # as torch's Categorical.entropy
             entropies = -(log_p * log_p.exp()).sum(-1)
-        out[self._mask] = entropies
+        out[self._mask] = entropies.to(out.dtype)
         return out
 
     def sample(self, sample_shape=None):  # noqa: D102 - a scoring distribution
@@ -115,8 +115,10 @@ class _TokenLogProbEntropy(torch.autograd.Function):
         log_p = logits - logits.logsumexp(-1, keepdim=True)
         log_p.clamp_(min=torch.finfo(log_p.dtype).min)  # a -inf logit: p log p = 0, as torch's Categorical.entropy
         p = log_p.exp()
-        # -sum p log p per row as a batched dot product: no [N, V] product tensor
-        entropy = -torch.bmm(p.unsqueeze(1), log_p.unsqueeze(2)).reshape(-1)
+        # -sum p log p per row as a batched dot product: no [N, V] product tensor; in the logits' dtype,
+        # not autocast's (bmm is on its lower-precision list)
+        with torch.autocast(logits.device.type, enabled=False):
+            entropy = -torch.bmm(p.unsqueeze(1), log_p.unsqueeze(2)).reshape(-1)
         picked = log_p.gather(-1, index.unsqueeze(-1)).squeeze(-1)
         ctx.save_for_backward(p, log_p, entropy, index)
         return picked, entropy

@@ -74,3 +74,15 @@ def test_the_distribution_reads_both_from_one_pass_and_keeps_ignore_index():
     torch.testing.assert_close(fresh.entropy()[mask], rh, atol=1e-10, rtol=0)
     value[0, 1] = -100  # an ignored position scores 0, as cross_entropy's ignore_index
     assert CompactMaskedCategorical(z, mask).log_prob(value)[0, 1] == 0
+
+
+def test_under_bf16_autocast_the_values_keep_the_logits_dtype():
+    z, index = _logits()
+    z = z.float().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lp, h = token_log_prob_entropy(z, index)
+    assert lp.dtype == h.dtype == torch.float32
+    rlp, rh = _reference(z.detach(), index)
+    torch.testing.assert_close(h.detach(), rh, atol=1e-5, rtol=0)
+    (lp.sum() + h.sum()).backward()
+    assert z.grad.dtype == torch.float32 and torch.isfinite(z.grad).all()
