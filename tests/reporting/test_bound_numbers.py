@@ -456,7 +456,7 @@ SLIP_PAIRS = "|".join(f"top_p@{s}-none@{s}" for s in (0, 20, 50, 80))
 
 BOUND: dict[str, list[tuple[str, str, str, str]]] = {}
 SMOL, PRESET, VIS = "smollm2_bandit", "smollm2_bandit_preset", "visual_frozenlake"
-NOISY = "smollm2_arithmetic_noisy"
+NOISY, BARE = "smollm2_arithmetic_noisy", "smollm2_arithmetic_bare"
 GRPO, DRGRPO = "runs/grpo_seed0", "runs/drgrpo_seed0"
 MECH, T3, SOKO, TC, MVE = "mechanism_rl", "t3_cpu", "snr_filter_sokoban", "template_collapse", "mi_vs_entropy"
 MI_NATS, SPREAD = "collapse/trajectory/mi_estimate", "collapse/trajectory/marginal_std"
@@ -481,14 +481,15 @@ BOUND["README.md"] = [
     ("512", "default_run", "all", "seconds.min"),
     ("558", "default_run", "all", "seconds.max"),
     # SmolLM2
-    ("2", NOISY, GRPO, "summary:config.model.threads"),
-    ("0.184", NOISY, GRPO, "summary:val_start.success"),
-    ("0.017", NOISY, GRPO, "summary:val_start.success_stderr"),
-    ("0.439", NOISY, GRPO, "summary:val_end.success"),
-    ("0.022", NOISY, GRPO, "summary:val_end.success_stderr"),
-    ("512", NOISY, GRPO, "summary:val_end.num_trajectories"),
-    ("9.2", NOISY, GRPO, "z"),
-    ("71", NOISY, GRPO, "minutes"),
+    ("2", BARE, GRPO, "summary:config.model.threads"),
+    ("30", BARE, GRPO, "summary:config.trainer.total_iterations"),
+    ("0.184", BARE, GRPO, "summary:val_start.success"),
+    ("0.017", BARE, GRPO, "summary:val_start.success_stderr"),
+    ("0.420", BARE, GRPO, "summary:val_end.success"),
+    ("0.022", BARE, GRPO, "summary:val_end.success_stderr"),
+    ("512", BARE, GRPO, "summary:val_end.num_trajectories"),
+    ("8.5", BARE, GRPO, "z"),
+    ("33", BARE, GRPO, "minutes"),
     # SNR filter, FrozenLake
     ("5", SNR, "none", "n"),
     ("4.20", SNR, "none", "update"),
@@ -639,6 +640,13 @@ BOUND["docs/real_models.md"] = [
     ("0.001", "smollm2_mi", "runs/shuffled", f"mean:{MI_NATS}"),
     ("0.609", "smollm2_mi", "runs/grounded", "mean:collapse/trajectory/retrieval_accuracy"),
     ("0.094", "smollm2_mi", "runs/shuffled", "mean:collapse/trajectory/retrieval_accuracy"),
+    ("60", NOISY, GRPO, "summary:config.trainer.total_iterations"),
+    ("33", BARE, GRPO, "minutes"),
+    ("0.184", BARE, GRPO, "summary:val_start.success"),
+    ("0.017", BARE, GRPO, "summary:val_start.success_stderr"),
+    ("0.420", BARE, GRPO, "summary:val_end.success"),
+    ("0.022", BARE, GRPO, "summary:val_end.success_stderr"),
+    ("512", BARE, GRPO, "summary:val_end.num_trajectories"),
 ]
 
 
