@@ -63,6 +63,7 @@ class CompactMaskedCategorical(LLMMaskedCategorical):
         self._position_level_masking = True
         self._masked_logits = None
         self._masked_dist = None
+        self._entropies: torch.Tensor | None = None  # [N], set by log_prob's fused pass
         torch.distributions.Distribution.__init__(
             self, batch_shape=mask.shape, event_shape=logits.shape[-1:], validate_args=False
         )
@@ -89,7 +90,7 @@ class CompactMaskedCategorical(LLMMaskedCategorical):
     def entropy(self) -> torch.Tensor:
         """``[B, T]`` entropies; 0 outside the mask (as torchrl's, whose masked logits normalise to 0 there)."""
         out = torch.zeros(self._mask.shape, dtype=self._compact.dtype, device=self._compact.device)
-        entropies = getattr(self, "_entropies", None)
+        entropies = self._entropies
         if entropies is None:
             log_p = self._compact - self._compact.logsumexp(-1, keepdim=True)
             log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)  # as torch's Categorical.entropy

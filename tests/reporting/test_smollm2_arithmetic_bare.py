@@ -6,17 +6,12 @@ import math
 import statistics
 from pathlib import Path
 
-from ragen_torchrl.reporting.runs import read_scalars_csv
+from ragen_torchrl.reporting.runs import load_run
 from ragen_torchrl.trainer.summary import read_summary
 
 SET = Path(__file__).resolve().parents[2] / "docs" / "results" / "smollm2_arithmetic_bare"
 RUN = SET / "runs" / "grpo_seed0"
 NOISY = SET.parent / "smollm2_arithmetic_noisy" / "runs" / "grpo_seed0"
-
-
-def _series(run: Path, key: str) -> list[tuple[int, float]]:
-    """``(iteration, value)`` of one logged scalar, in iteration order."""
-    return [(it, row[key]) for it, row in sorted(read_scalars_csv(run / "scalars.csv").items()) if key in row]
 
 
 def test_the_table_is_the_summary():
@@ -45,7 +40,7 @@ def test_the_table_is_the_summary():
         f"warm start {s['phases']['warm_start']['wall']:.0f} s",
     ):
         assert part in text, part
-    periodic = [f"{v:.3f}" for it, v in _series(RUN, "val/success") if 0 < it < 30]
+    periodic = [f"{v:.3f}" for it, v in load_run(RUN).val_series() if 0 < it < 30]
     assert ", ".join(periodic) in text
     git = s["provenance"]["git"]
     assert git["commit"].startswith("a0a79d4") and not git["dirty"]
@@ -58,7 +53,7 @@ def test_the_table_is_the_summary():
 
 def test_it_repeats_the_first_twenty_iterations_of_the_sixty_iteration_run():
     text = (SET / "README.md").read_text()
-    ours, theirs = (dict(_series(r, "val/success")) for r in (RUN, NOISY))
+    ours, theirs = (dict(load_run(r).val_series()) for r in (RUN, NOISY))
     assert ours[0] == theirs[0] and ours[10] == theirs[10] and ours[20] == theirs[20]
     assert f"iteration 10: {ours[10]:.3f}, iteration 20: {ours[20]:.3f}" in text
     end, other = read_summary(RUN / "summary.json")["val_end"], read_summary(NOISY / "summary.json")["val_end"]
@@ -69,14 +64,15 @@ def test_it_repeats_the_first_twenty_iterations_of_the_sixty_iteration_run():
 
 def test_the_reward_variance_at_the_start_the_training_success_and_mi():
     text = (SET / "README.md").read_text()
-    early = [v for it, v in _series(RUN, "filter/zero_variance_groups") if it <= 10]
-    std = [v for it, v in _series(RUN, "filter/in_group_std_mean") if it <= 10]
+    run = load_run(RUN)
+    early = [v for it, v in run.series("filter/zero_variance_groups") if it <= 10]
+    std = [v for it, v in run.series("filter/in_group_std_mean") if it <= 10]
     assert f"{statistics.mean(early):.1f} of the 16 groups had zero reward variance" in text
     assert f"mean in-group reward std {statistics.mean(std):.3f}" in text
-    success = _series(RUN, "rollout/success")
+    success = run.series("rollout/success")
     windows = [f"{statistics.mean(v for it, v in success if lo < it <= lo + 10):.3f}" for lo in range(0, 30, 10)]
     assert ", ".join(windows) in text
-    mi, acc = _series(RUN, "collapse/first_turn/mi_estimate"), _series(RUN, "collapse/first_turn/retrieval_accuracy")
+    mi, acc = run.series("collapse/first_turn/mi_estimate"), run.series("collapse/first_turn/retrieval_accuracy")
     assert (mi[0][0], mi[-1][0]) == (1, 26)
     assert f"{mi[0][1]:.3f} nats at iteration 1 to {mi[-1][1]:.3f} at\niteration 26" in text
     assert f"retrieval accuracy from {acc[0][1]:.3f} to {acc[-1][1]:.3f}" in text

@@ -6,16 +6,11 @@ import math
 import statistics
 from pathlib import Path
 
-from ragen_torchrl.reporting.runs import read_scalars_csv
+from ragen_torchrl.reporting.runs import load_run
 from ragen_torchrl.trainer.summary import read_summary
 
 SET = Path(__file__).resolve().parents[2] / "docs" / "results" / "smollm2_arithmetic_noisy"
 RUN = SET / "runs" / "grpo_seed0"
-
-
-def _series(key: str) -> list[tuple[int, float]]:
-    """``(iteration, value)`` of one logged scalar, in iteration order."""
-    return [(it, row[key]) for it, row in sorted(read_scalars_csv(RUN / "scalars.csv").items()) if key in row]
 
 
 def test_the_table_is_the_summary():
@@ -43,7 +38,7 @@ def test_the_table_is_the_summary():
     ):
         assert part in text, part
     assert s["iterations"] == 60 and wall > 3600  # the page says: over the hour
-    periodic = [f"{v:.3f}" for it, v in _series("val/success") if 0 < it < 60]
+    periodic = [f"{v:.3f}" for it, v in load_run(RUN).val_series() if 0 < it < 60]
     assert ", ".join(periodic) in text
     git = s["provenance"]["git"]
     assert git["commit"].startswith("09dbc6b") and not git["dirty"]
@@ -56,19 +51,20 @@ def test_the_table_is_the_summary():
 
 def test_the_reward_variance_at_the_start_and_the_training_success():
     text = (SET / "README.md").read_text()
-    early = [v for it, v in _series("filter/zero_variance_groups") if it <= 10]
-    std = [v for it, v in _series("filter/in_group_std_mean") if it <= 10]
+    run = load_run(RUN)
+    early = [v for it, v in run.series("filter/zero_variance_groups") if it <= 10]
+    std = [v for it, v in run.series("filter/in_group_std_mean") if it <= 10]
     assert f"{statistics.mean(early):.1f} of the 16 groups had zero reward" in text
     assert f"mean in-group reward std {statistics.mean(std):.3f}" in text
-    success = _series("rollout/success")
+    success = run.series("rollout/success")
     windows = [f"{statistics.mean(v for it, v in success if lo < it <= lo + 10):.3f}" for lo in range(0, 60, 10)]
     assert ", ".join(windows) in text
 
 
 def test_mi_rose_as_the_guessing_went():
     text = (SET / "README.md").read_text()
-    mi = _series("collapse/first_turn/mi_estimate")
-    acc = _series("collapse/first_turn/retrieval_accuracy")
+    run = load_run(RUN)
+    mi, acc = run.series("collapse/first_turn/mi_estimate"), run.series("collapse/first_turn/retrieval_accuracy")
     assert mi[0][0] == acc[0][0] == 1 and mi[-1][0] == acc[-1][0] == 56
     assert f"went from\n{mi[0][1]:.3f} nats at iteration 1 to {mi[-1][1]:.3f} at iteration 56" in text
     assert f"retrieval accuracy from {acc[0][1]:.3f} to {acc[-1][1]:.3f}" in text
