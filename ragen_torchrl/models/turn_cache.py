@@ -28,9 +28,11 @@ One call, for ``B`` rows:
    :class:`~ragen_torchrl.models.entropy_recorder.EntropyRecorder` sees every decoding step; with
    ``sampler="inverse_cdf"`` (the default) each token is drawn by
    :class:`~ragen_torchrl.models.inverse_cdf.InverseCDFSampler` instead of ``torch.multinomial``;
-4. each row's real slots are cut out of the buffer and stored under its ``env_index``,
-   unless the total of stored tokens would exceed ``max_cached_tokens`` (the row then re-prefills
-   at its next turn; the output's ``("turn_cache", "over_cap")`` marks them).
+4. each row's real slots are stored under its ``env_index`` (as a reference into the call's buffers:
+   they are cut out only when the row's next turn reads them, so a row whose episode ends at this turn,
+   every row of a single-turn task, is released without a copy), unless the total of stored tokens
+   would exceed ``max_cached_tokens`` (the row then re-prefills at its next turn; the output's
+   ``("turn_cache", "over_cap")`` marks them).
 
 Besides the replies, each call writes its per-row counts into the TensorDict it returns
 (:data:`~ragen_torchrl.keys.KV_COUNT_KEYS`, long ``(B,)``): ``("turn_cache", "reused")`` /
@@ -225,6 +227,40 @@ class _PrefixSharingLayer(_BufferLayer):
         return self.get_seq_length() + n, 0
 
 
+class _StoredSlots:
+    """One row's stored keys/values, ``[layers, 2, H, len, D]``, read out of a call's buffers when first used.
+
+    ``pieces`` are ``(source, row, slots)``: ``source[:, :, row]`` (``source``: ``[layers, 2, rows, H, S, D]``)
+    at the slot indices ``slots``, concatenated in order. Most rows end their episode at the turn that
+    stored them (every row of a single-turn task) and are released unread, so the gather, a copy of the
+    row's whole cache, is made only for the rows that continue. The sources (views of the call's buffers)
+    stay alive until the rows that reference them are released or read.
+
+    Example:
+        >>> src = torch.arange(12.0).reshape(1, 1, 2, 1, 6, 1)  # 1 layer, keys only, 2 rows, 6 slots
+        >>> s = _StoredSlots([(src, 1, torch.tensor([0, 2])), (src, 0, torch.tensor([5]))])
+        >>> s.shape, s.tensor().reshape(-1).tolist()
+        ((1, 1, 1, 3, 1), [6.0, 8.0, 5.0])
+    """
+
+    __slots__ = ("pieces", "shape")
+
+    def __init__(self, pieces: list[tuple[torch.Tensor, int, torch.Tensor]]) -> None:
+        self.pieces = pieces
+        src = pieces[0][0]
+        length = sum(int(slots.numel()) for _, _, slots in pieces)
+        self.shape = (src.shape[0], src.shape[1], src.shape[3], length, src.shape[5])
+
+    def like(self) -> torch.Tensor:
+        """A tensor of the stored dtype and device (for ``new_empty``)."""
+        return self.pieces[0][0]
+
+    def tensor(self) -> torch.Tensor:
+        """The row's keys/values, ``[layers, 2, H, len, D]`` (a new tensor)."""
+        parts = [src[:, :, row].index_select(-2, slots.to(src.device)) for src, row, slots in self.pieces]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
+
+
 def _groups_of(slot: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(group_rows [n, M], row_place [B])`` for rows reading prefix ``slot[r]``: each prefix's rows, padded
     with its first row, and each row's flat place ``c * M + j``.
@@ -316,8 +352,8 @@ class TurnCachePolicy(TensorDictModuleBase):
         self.prompt_key, self.response_key, self.env_index_key = prompt_key, response_key, env_index_key
         self.in_keys = [prompt_key, env_index_key]
         self.out_keys = [response_key]
-        #: env_index -> (the tokens the cache covers, its [layers, 2, H, len, D] keys/values)
-        self._store: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: env_index -> (the tokens the cache covers, its [layers, 2, H, len, D] keys/values, gathered when read)
+        self._store: dict[int, tuple[torch.Tensor, _StoredSlots]] = {}
         #: tokens stored now, over every row (bounded by ``max_cached_tokens``)
         self.cached_tokens = 0
         self._weights_seen = self._weights_version()
@@ -351,6 +387,12 @@ class TurnCachePolicy(TensorDictModuleBase):
     def cached_rows(self) -> list[int]:
         """The ``env_index`` of every row with a stored cache."""
         return sorted(self._store)
+
+    def stored_cache(self, env_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens row ``env_index``'s stored cache covers and its keys/values, ``[layers, 2, H, len, D]``
+        (a copy, gathered now; ``KeyError`` for a row without one)."""
+        tokens, slots = self._store[int(env_index)]
+        return tokens, slots.tensor()
 
     # ------------------------------------------------------------------ generation
     def _eos_ids(self) -> set[int]:
@@ -462,8 +504,9 @@ class TurnCachePolicy(TensorDictModuleBase):
             ref = prefix_layers[0][0]
             n_layers, heads, dim = len(prefix_layers), ref.shape[1], ref.shape[-1]
         else:
-            ref = self._store[env_index[0]][1]  # [layers, 2, H, len, D]
-            n_layers, heads, dim = ref.shape[0], ref.shape[2], ref.shape[-1]
+            stored = self._store[env_index[0]][1]  # [layers, 2, H, len, D]
+            n_layers, heads, dim = stored.shape[0], stored.shape[2], stored.shape[-1]
+            ref = stored.like()
         batch, width = len(prompts), max(cached)
         block = max(int(p.numel()) - c for p, c in zip(prompts, cached, strict=True))
         # room for the new tokens and every decoding step: generate writes them in place (_buffer_cache)
@@ -478,7 +521,7 @@ class TurnCachePolicy(TensorDictModuleBase):
         del prefix_layers, ref
         for r, k in enumerate(reuse):
             if k:
-                kv[:, :, r, :, :k] = self._store[env_index[r]][1]
+                kv[:, :, r, :, :k] = self._store[env_index[r]][1].tensor()
         for r, c in enumerate(cached):  # holes: masked, but read by the attention (finite values)
             kv[:, :, r, :, c:width].zero_()
 
@@ -498,7 +541,9 @@ class TurnCachePolicy(TensorDictModuleBase):
         for e in env_index:
             self.release([e])
         if self.kv_cache:
-            self._store_rows(self._grown(kv, cache), mask, start, prompts, replies, env_index, over_cap)
+            grown = self._grown(kv, cache)
+            heads = [[(grown, r, torch.nonzero(mask[r]).reshape(-1))] for r in range(batch)]
+            self._store_rows(grown, heads, start, prompts, replies, env_index, over_cap)
         return replies, reuse
 
     def _cascade_usable(self) -> bool:
@@ -533,17 +578,22 @@ class TurnCachePolicy(TensorDictModuleBase):
         for e in env_index:
             self.release([e])
         if self.kv_cache:
-            own = torch.stack([torch.stack((layer.keys, layer.values)) for layer in layers])
-            shared = torch.stack([torch.stack(kv) for kv in prefixes]).index_select(2, slot.to(own.device))
-            self._store_rows(torch.cat([shared, own], -2), mask, plen + 1, prompts, replies, env_index, over_cap)
+            # each row: its prefix's real slots, its own first slot (the prompt's last token), then its reply's
+            shared = torch.stack([torch.stack(kv) for kv in prefixes])  # [layers, 2, C, H, P, D]
+            own = self._grown(kv, cache, own_slots=True)
+            real = torch.nonzero(prefix_mask(lens.cpu(), plen))
+            real = [real[real[:, 0] == c, 1] for c in range(len(contexts))]
+            first = torch.zeros(1, dtype=torch.long)
+            heads = [[(shared, c, real[c]), (own, r, first)] for r, c in enumerate(slot.tolist())]
+            self._store_rows(own, heads, 1, prompts, replies, env_index, over_cap)
         return replies
 
     @staticmethod
-    def _grown(kv: torch.Tensor, cache) -> torch.Tensor:
+    def _grown(kv: torch.Tensor, cache, own_slots: bool = False) -> torch.Tensor:
         """``[layers, 2, B, H, len, D]``: the cache after generating (the buffer ``kv`` it was built on, unless
-        a layer outgrew it)."""
-        seq = cache.get_seq_length()
+        a layer outgrew it); ``own_slots``: the rows' own slots of a prefix-sharing cache only."""
         layers = getattr(cache, "layers", [])
+        seq = layers[0].keys.shape[-2] if own_slots else cache.get_seq_length()
         in_place = all(
             isinstance(layer, _BufferLayer) and layer.key_buffer.data_ptr() == kv[i, 0].data_ptr() and layer.holds(seq)
             for i, layer in enumerate(layers)
@@ -554,9 +604,10 @@ class TurnCachePolicy(TensorDictModuleBase):
         n = self.generate_kwargs.get("max_new_tokens", getattr(self.model.generation_config, "max_new_tokens", None))
         return int(n or 0)
 
-    def _store_rows(self, grown, mask, start, prompts, replies, env_index, over_cap: torch.Tensor) -> None:
-        """Cut each row's real slots (prompt and reply minus its last token) out of the grown cache
-        (``[layers, 2, B, H, len, D]``); a row over the cap is marked in ``over_cap``."""
+    def _store_rows(self, grown, heads, start, prompts, replies, env_index, over_cap: torch.Tensor) -> None:
+        """Store each row's real slots (prompt and reply minus its last token): ``heads[r]``, the pieces
+        (:class:`_StoredSlots`) holding its prompt's slots before ``start``, then slots ``start`` onwards of
+        ``grown`` (``[layers, 2, B, H, len, D]``, the call's cache); a row over the cap is marked in ``over_cap``."""
         width = grown.shape[-2]
         for r, (p, reply, e) in enumerate(zip(prompts, replies, env_index, strict=True)):
             keep = int(reply.numel()) - 1
@@ -566,6 +617,5 @@ class TurnCachePolicy(TensorDictModuleBase):
             if self.cached_tokens + tokens.numel() > self.max_cached_tokens:
                 over_cap[r] = 1
                 continue
-            slots = torch.cat([torch.nonzero(mask[r]).reshape(-1), torch.arange(start, start + keep)])
-            self._store[e] = (tokens, grown[:, :, r].index_select(-2, slots.to(grown.device)))
+            self._store[e] = (tokens, _StoredSlots([*heads[r], (grown, r, torch.arange(start, start + keep))]))
             self.cached_tokens += int(tokens.numel())

@@ -268,7 +268,7 @@ def _two_turns(model, tok, kwargs, seed):
     for t in range(2):
         torch.manual_seed(seed + t)
         replies = policy(_td(prompts, [0, 1, 2, 3])).get(("tokens", "response"), as_list=True)
-        out.append((replies, first.first, {e: policy._store[e][1].clone() for e in policy.cached_rows()}))
+        out.append((replies, first.first, {e: policy.stored_cache(e)[1] for e in policy.cached_rows()}))
         first.first = None
         prompts = [torch.cat([p, r, _observation(tok, i, t)]) for i, (p, r) in enumerate(zip(prompts, replies))]
     assert counts["reused"] == 4
@@ -467,7 +467,7 @@ def _grouped_turns(model, tok, kwargs, cascade, seed=0):
     for t in range(2):
         torch.manual_seed(seed + t)
         replies = policy(_td(prompts, list(range(8)))).get(("tokens", "response"), as_list=True)
-        out.append((replies, first.first, {e: policy._store[e][1].clone() for e in policy.cached_rows()}))
+        out.append((replies, first.first, {e: policy.stored_cache(e)[1] for e in policy.cached_rows()}))
         first.first = None
         prompts = [torch.cat([p, r, _observation(tok, i, t)]) for i, (p, r) in enumerate(zip(prompts, replies))]
     assert counts["prefilled"] == 8 and counts["reused"] == 8
