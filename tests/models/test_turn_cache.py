@@ -453,6 +453,26 @@ def test_bad_config_values_name_the_key(tmp_path, override, text):
         validate_config(cfg)
 
 
+@pytest.mark.parametrize("cascade", [False, True])
+def test_a_row_released_after_its_turn_is_never_gathered(model_tok, monkeypatch, cascade):
+    """A stored cache is a reference into the call's buffers: only a row that continues has its keys/values
+    copied out (at its next turn); a row released at its last turn costs no copy."""
+    model, tok = model_tok
+    gathered = []
+    tensor = turn_cache._StoredSlots.tensor
+    monkeypatch.setattr(turn_cache._StoredSlots, "tensor", lambda self: gathered.append(1) or tensor(self))
+    policy = TurnCachePolicy(model, generate_kwargs=_greedy(4), cascade=cascade)
+    base = _first_prompts(tok, 2)
+    prompts = [base[g] for g in (0, 0, 1, 1)]
+    replies = policy(_td(prompts, [0, 1, 2, 3])).get(("tokens", "response"), as_list=True)
+    assert policy.cached_rows() == [0, 1, 2, 3] and gathered == []
+    policy.release([0, 1, 2])  # three episodes end here
+    assert gathered == []
+    nxt = torch.cat([prompts[3], replies[3], _observation(tok, 3, 0)])
+    out = policy(_td([nxt], [3]))
+    assert out["turn_cache", "reused"].tolist() == [1] and len(gathered) == 1
+
+
 def _grouped_turns(model, tok, kwargs, cascade, seed=0):
     """Two turns of 8 rows in 3 groups (rows of a group share their first prompt): replies, first-step
     scores and stored caches; the second turn reuses the first's caches."""
