@@ -230,34 +230,48 @@ class _PrefixSharingLayer(_BufferLayer):
 class _StoredSlots:
     """One row's stored keys/values, ``[layers, 2, H, len, D]``, read out of a call's buffers when first used.
 
-    ``pieces`` are ``(source, row, slots)``: ``source[:, :, row]`` (``source``: ``[layers, 2, rows, H, S, D]``)
-    at the slot indices ``slots``, concatenated in order. Most rows end their episode at the turn that
-    stored them (every row of a single-turn task) and are released unread, so the gather, a copy of the
-    row's whole cache, is made only for the rows that continue. The sources (views of the call's buffers)
-    stay alive until the rows that reference them are released or read.
+    ``pieces`` are ``(source, row, slots)``: row ``row`` of ``source`` at the slot indices ``slots``,
+    concatenated in order; ``source`` is a ``[layers, 2, rows, H, S, D]`` tensor or a list of per-layer
+    ``(keys, values)``, each ``[rows, H, S, D]`` (the prefixes of a prefix-sharing call, never stacked
+    unless a row is read). Most rows end their episode at the turn that stored them (every row of a
+    single-turn task) and are released unread, so the gather, a copy of the row's whole cache, is made
+    only for the rows that continue. The sources (views of the call's buffers) stay alive until the rows
+    that reference them are released or read.
 
     Example:
-        >>> src = torch.arange(12.0).reshape(1, 1, 2, 1, 6, 1)  # 1 layer, keys only, 2 rows, 6 slots
+        >>> src = torch.arange(24.0).reshape(1, 2, 2, 1, 6, 1)  # 1 layer, keys and values, 2 rows, 6 slots
         >>> s = _StoredSlots([(src, 1, torch.tensor([0, 2])), (src, 0, torch.tensor([5]))])
-        >>> s.shape, s.tensor().reshape(-1).tolist()
-        ((1, 1, 1, 3, 1), [6.0, 8.0, 5.0])
+        >>> s.shape, s.tensor().reshape(-1).tolist()  # keys 6, 8, 5; values 18, 20, 17
+        ((1, 2, 1, 3, 1), [6.0, 8.0, 5.0, 18.0, 20.0, 17.0])
+        >>> layers = [(src[0, 0], src[0, 1])]  # the same source as per-layer (keys, values)
+        >>> _StoredSlots([(layers, 1, torch.tensor([1]))]).tensor().reshape(-1).tolist()
+        [7.0, 19.0]
     """
 
     __slots__ = ("pieces", "shape")
 
-    def __init__(self, pieces: list[tuple[torch.Tensor, int, torch.Tensor]]) -> None:
+    def __init__(self, pieces: list[tuple[torch.Tensor | list, int, torch.Tensor]]) -> None:
         self.pieces = pieces
-        src = pieces[0][0]
+        like = self.like()
+        layers = pieces[0][0].shape[0] if isinstance(pieces[0][0], torch.Tensor) else len(pieces[0][0])
         length = sum(int(slots.numel()) for _, _, slots in pieces)
-        self.shape = (src.shape[0], src.shape[1], src.shape[3], length, src.shape[5])
+        self.shape = (layers, 2, like.shape[-3], length, like.shape[-1])
 
     def like(self) -> torch.Tensor:
         """A tensor of the stored dtype and device (for ``new_empty``)."""
-        return self.pieces[0][0]
+        src = self.pieces[0][0]
+        return src if isinstance(src, torch.Tensor) else src[0][0]
 
     def tensor(self) -> torch.Tensor:
         """The row's keys/values, ``[layers, 2, H, len, D]`` (a new tensor)."""
-        parts = [src[:, :, row].index_select(-2, slots.to(src.device)) for src, row, slots in self.pieces]
+        parts = []
+        for src, row, slots in self.pieces:
+            rows = (
+                src[:, :, row]
+                if isinstance(src, torch.Tensor)
+                else torch.stack([torch.stack(kv)[:, row] for kv in src])
+            )
+            parts.append(rows.index_select(-2, slots.to(rows.device)))
         return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
 
 
@@ -579,12 +593,11 @@ class TurnCachePolicy(TensorDictModuleBase):
             self.release([e])
         if self.kv_cache:
             # each row: its prefix's real slots, its own first slot (the prompt's last token), then its reply's
-            shared = torch.stack([torch.stack(kv) for kv in prefixes])  # [layers, 2, C, H, P, D]
             own = self._grown(kv, cache, own_slots=True)
             real = torch.nonzero(prefix_mask(lens.cpu(), plen))
             real = [real[real[:, 0] == c, 1] for c in range(len(contexts))]
             first = torch.zeros(1, dtype=torch.long)
-            heads = [[(shared, c, real[c]), (own, r, first)] for r, c in enumerate(slot.tolist())]
+            heads = [[(prefixes, c, real[c]), (own, r, first)] for r, c in enumerate(slot.tolist())]
             self._store_rows(own, heads, 1, prompts, replies, env_index, over_cap)
         return replies
 
