@@ -163,3 +163,31 @@ class RecordingPolicy:
         for i, p, r in zip(rows, out.get(K.TOKENS_PROMPT, as_list=True), out.get(K.TOKENS_RESPONSE, as_list=True)):
             self.seen[i].append((p.clone(), r.clone()))
         return out
+
+
+def validation_change(summary: dict) -> tuple[dict, dict, float, float]:
+    """A run summary's first and last validation, the change in success and its standard error
+    (the two validations' standard errors combined as independent)."""
+    import math
+
+    a, b = summary["val_start"], summary["val_end"]
+    return a, b, b["success"] - a["success"], math.hypot(a["success_stderr"], b["success_stderr"])
+
+
+def reward_variance_at_start(run, until: int = 10) -> tuple[float, float]:
+    """Mean zero-variance groups and mean in-group reward std over a run's iterations ``<= until``
+    (``run``: a :func:`ragen_torchrl.reporting.runs.load_run` run)."""
+    import statistics
+
+    zero = [v for it, v in run.series("filter/zero_variance_groups") if it <= until]
+    std = [v for it, v in run.series("filter/in_group_std_mean") if it <= until]
+    return statistics.mean(zero), statistics.mean(std)
+
+
+def success_windows(run, iterations: int, width: int = 10) -> str:
+    """Training success averaged over consecutive windows of ``width`` iterations, as a page writes them."""
+    import statistics
+
+    success = run.series("rollout/success")
+    means = (statistics.mean(v for it, v in success if lo < it <= lo + width) for lo in range(0, iterations, width))
+    return ", ".join(f"{m:.3f}" for m in means)

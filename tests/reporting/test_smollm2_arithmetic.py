@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
-from ragen_torchrl.reporting.runs import read_scalars_csv
+from helpers import reward_variance_at_start, success_windows, validation_change
+
+from ragen_torchrl.reporting.runs import load_run
 from ragen_torchrl.trainer.summary import read_summary
 
 SET = Path(__file__).resolve().parents[2] / "docs" / "results" / "smollm2_arithmetic"
 RUN = SET / "runs" / "grpo_seed0"
 
 
-def _series(key: str) -> list[tuple[int, float]]:
-    """``(iteration, value)`` of one logged scalar, in iteration order."""
-    return [(it, row[key]) for it, row in sorted(read_scalars_csv(RUN / "scalars.csv").items()) if key in row]
-
-
 def test_the_table_is_the_summary():
     s = read_summary(RUN / "summary.json")
     text = (SET / "README.md").read_text()
-    a, b = s["val_start"], s["val_end"]
-    diff = b["success"] - a["success"]
-    se = math.hypot(a["success_stderr"], b["success_stderr"])
+    a, b, diff, se = validation_change(s)
     assert diff / se < 2 and a["num_trajectories"] == b["num_trajectories"] == 512  # the page says: not met
     wall = s["phases"]["total"]["wall"]
     for part in (
@@ -42,7 +36,7 @@ def test_the_table_is_the_summary():
     ):
         assert part in text, part
     assert s["iterations"] == 60 and wall < 3600
-    periodic = [f"{v:.3f}" for it, v in _series("val/success") if 0 < it < 60]
+    periodic = [f"{v:.3f}" for it, v in load_run(RUN).val_series() if 0 < it < 60]
     assert ", ".join(periodic) in text
     git = s["provenance"]["git"]
     assert git["commit"].startswith("00ddfef") and not git["dirty"]
@@ -56,10 +50,8 @@ def test_the_table_is_the_summary():
 
 def test_the_reward_variance_at_the_start_and_the_training_success():
     text = (SET / "README.md").read_text()
-    early = [v for it, v in _series("filter/zero_variance_groups") if it <= 10]
-    std = [v for it, v in _series("filter/in_group_std_mean") if it <= 10]
-    assert f"{statistics.mean(early):.1f} of the 16 groups had zero reward" in text
-    assert f"mean in-group reward std {statistics.mean(std):.3f}" in text
-    success = _series("rollout/success")
-    windows = [f"{statistics.mean(v for it, v in success if lo < it <= lo + 10):.3f}" for lo in range(0, 60, 10)]
-    assert ", ".join(windows) in text
+    run = load_run(RUN)
+    early, std = reward_variance_at_start(run)
+    assert f"{early:.1f} of the 16 groups had zero reward" in text
+    assert f"mean in-group reward std {std:.3f}" in text
+    assert success_windows(run, 60) in text

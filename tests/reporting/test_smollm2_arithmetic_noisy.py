@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
+
+from helpers import reward_variance_at_start, success_windows, validation_change
 
 from ragen_torchrl.reporting.runs import load_run
 from ragen_torchrl.trainer.summary import read_summary
@@ -16,9 +17,7 @@ RUN = SET / "runs" / "grpo_seed0"
 def test_the_table_is_the_summary():
     s = read_summary(RUN / "summary.json")
     text = (SET / "README.md").read_text()
-    a, b = s["val_start"], s["val_end"]
-    diff = b["success"] - a["success"]
-    se = math.hypot(a["success_stderr"], b["success_stderr"])
+    a, b, diff, se = validation_change(s)
     assert diff / se > 2 and a["num_trajectories"] == b["num_trajectories"] == 512  # the page says: learned
     wall = s["phases"]["total"]["wall"]
     for part in (
@@ -52,13 +51,10 @@ def test_the_table_is_the_summary():
 def test_the_reward_variance_at_the_start_and_the_training_success():
     text = (SET / "README.md").read_text()
     run = load_run(RUN)
-    early = [v for it, v in run.series("filter/zero_variance_groups") if it <= 10]
-    std = [v for it, v in run.series("filter/in_group_std_mean") if it <= 10]
-    assert f"{statistics.mean(early):.1f} of the 16 groups had zero reward" in text
-    assert f"mean in-group reward std {statistics.mean(std):.3f}" in text
-    success = run.series("rollout/success")
-    windows = [f"{statistics.mean(v for it, v in success if lo < it <= lo + 10):.3f}" for lo in range(0, 60, 10)]
-    assert ", ".join(windows) in text
+    early, std = reward_variance_at_start(run)
+    assert f"{early:.1f} of the 16 groups had zero reward" in text
+    assert f"mean in-group reward std {std:.3f}" in text
+    assert success_windows(run, 60) in text
 
 
 def test_mi_rose_as_the_guessing_went():
