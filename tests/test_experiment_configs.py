@@ -204,10 +204,13 @@ PINNED: dict[str, tuple[list[str], dict[str, object]]] = {
         [],
         {
             "env.name": "guess_numbers",
-            "env.num_digits": 3,
-            "env.split_by": "secret",
+            "env.num_digits": 2,
+            "env.num_symbols": 5,
+            "env.split_by": "level",
             "trainer.total_iterations": 20,
-            "trainer.val_levels": 128,  # replaces the guess_numbers_heldout preset's 256
+            "trainer.val_levels": 128,  # replaces the guess_numbers_small preset's 256
+            "trainer.final_eval.levels": 1024,
+            "trainer.final_eval.modes": ["sampled"],
             "trainer.save_every": 0,
             "trainer.log_text_samples": 2,
             "diagnostics.mi.enabled": False,

@@ -140,21 +140,28 @@ def test_the_t3_ablation_crosses_the_stall_rule_with_the_malformed_rule():
         assert {k for k in base if base[k] != cfg[k]} <= {"env", "t3"}, run
         assert {k for k in base["env"] if base["env"][k] != cfg["env"][k]} <= {"malformed"}, run
         assert {k for k in base["t3"] if base["t3"][k] != cfg["t3"][k]} <= {"enabled"}, run
-    # on held-out secrets of the larger code space, at t3_cpu's length and learning rate
+    # on t3_cpu's GuessNumbers env, length and learning rate, plus a 1024-level final evaluation
     env = base["env"]
-    assert (env["name"], env["num_digits"], env["num_symbols"], env["split_by"]) == ("guess_numbers", 3, 6, "secret")
+    assert (env["name"], env["num_digits"], env["num_symbols"], env["split_by"]) == ("guess_numbers", 2, 5, "level")
     t3_cpu = OmegaConf.to_container(compose_run(plan(EXPERIMENTS["t3_cpu"], [0])[0][1]), resolve=True)
-    for key in ("trainer", "algo", "diagnostics", "rollout", "sft"):
+    t3_cpu_runs = [OmegaConf.to_container(compose_run(o), resolve=True) for _, o in plan(EXPERIMENTS["t3_cpu"], [0])]
+    (gn_cpu,) = [c for c in t3_cpu_runs if c["env"]["name"] == "guess_numbers" and not c["t3"]["enabled"]]
+    assert {k for k in env if env[k] != gn_cpu["env"][k]} <= {"malformed"}
+    for key in ("algo", "diagnostics", "rollout", "sft"):
         assert base[key] == t3_cpu[key], key
+    final_eval = base["trainer"].pop("final_eval")
+    assert (final_eval["levels"], final_eval["modes"]) == (1024, ["sampled"])
+    assert {k: v for k, v in t3_cpu["trainer"].items() if k != "final_eval"} == base["trainer"]
+    assert len(exp.seeds) >= 6
     # the report pairs T3 on vs off within each malformed rule, with the validation episodes' length
     assert exp.report_by == ("env.malformed", "t3.enabled") and exp.report_within == ("env.malformed",)
-    assert {"final", "tokens", "val_tokens"} <= set(exp.report_paired)
+    assert {"final", "final_sampled", "tokens", "val_tokens"} <= set(exp.report_paired)
     # an arm's warm start is named for its malformed rule: the warm-start cache key holds the env config
     assert {a.name: a.warm_start for a in exp.arms} == {
-        "retry_no_t3": "guess_numbers_heldout_retry",
-        "retry_t3": "guess_numbers_heldout_retry",
-        "end_no_t3": "guess_numbers_heldout_end",
-        "end_t3": "guess_numbers_heldout_end",
+        "retry_no_t3": "guess_numbers_small_retry",
+        "retry_t3": "guess_numbers_small_retry",
+        "end_no_t3": "guess_numbers_small_end",
+        "end_t3": "guess_numbers_small_end",
     }
 
 
