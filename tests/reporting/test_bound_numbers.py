@@ -166,6 +166,11 @@ ARMS: dict[str, dict[str, dict]] = {
         for task, env in (("gn", "guess_numbers"), ("cd", "circuit_decoding"))
         for arm, on in (("no_t3", False), ("t3", True))
     },
+    "t3_ablation": {
+        f"{rule}_{arm}": {"env.malformed": rule, "t3.enabled": on}
+        for rule in ("retry", "end")
+        for arm, on in (("no_t3", False), ("t3", True))
+    },
     "slip_sweep": {
         f"{f}@{slip}": {"filter.name": name, "env.success_rate": rate}
         for f, name in (("none", "none"), ("top_p", "snr_top_p"))
@@ -459,6 +464,7 @@ SMOL, PRESET, VIS = "smollm2_bandit", "smollm2_bandit_preset", "visual_frozenlak
 NOISY, BARE = "smollm2_arithmetic_noisy", "smollm2_arithmetic_bare"
 GRPO, DRGRPO = "runs/grpo_seed0", "runs/drgrpo_seed0"
 MECH, T3, SOKO, TC, MVE = "mechanism_rl", "t3_cpu", "snr_filter_sokoban", "template_collapse", "mi_vs_entropy"
+T3A = "t3_ablation"
 MI_NATS, SPREAD = "collapse/trajectory/mi_estimate", "collapse/trajectory/marginal_std"
 TOKEN_ENTROPY = "mean:collapse/trajectory/reasoning_token_entropy_mean"
 MVE_ARMS = "|".join(ARMS[MVE])
@@ -573,6 +579,13 @@ BOUND["README.md"] = [
     ("+0.020", T3, "gn_t3-gn_no_t3", "diff:final.hi"),
     ("0.791", T3, "gn_no_t3", "start"),
     ("0.848", T3, "gn_no_t3", "final"),
+    # t3_ablation (generated)
+    ("6", T3A, "retry_no_t3", "n"),
+    ("-38.6", T3A, "end_no_t3-retry_no_t3", "diff:tokens"),
+    ("-41.7", T3A, "retry_t3-retry_no_t3", "diff:tokens"),
+    ("-6.0", T3A, "end_t3-end_no_t3", "diff:tokens"),
+    ("-6.6", T3A, "end_t3-end_no_t3", "diff:tokens.lo"),
+    ("-5.3", T3A, "end_t3-end_no_t3", "diff:tokens.hi"),
     # Sokoban
     ("3", SOKO, "none", "n"),
     ("0.068", SOKO, "none", "start"),
@@ -749,6 +762,37 @@ BOUND["docs/experiments/t3_cpu.md"] = [
     ("-60%", T3, "cd_t3-cd_no_t3", "pct:update"),
     ("24%", T3, "gn_t3-gn_no_t3", "abs pct:tokens_trained"),
     ("14%", T3, "cd_t3-cd_no_t3", "abs pct:tokens_trained"),
+    # t3_ablation (generated)
+    ("-41.7", T3A, "retry_t3-retry_no_t3", "diff:tokens"),
+    ("-48.1", T3A, "retry_t3-retry_no_t3", "diff:tokens.lo"),
+    ("-35.4", T3A, "retry_t3-retry_no_t3", "diff:tokens.hi"),
+    ("0.031", T3A, "retry_t3-retry_no_t3", "diff:tokens.p"),
+    ("-38.6", T3A, "end_no_t3-retry_no_t3", "diff:tokens"),
+    ("-44.8", T3A, "end_no_t3-retry_no_t3", "diff:tokens.lo"),
+    ("-32.4", T3A, "end_no_t3-retry_no_t3", "diff:tokens.hi"),
+    ("0.031", T3A, "end_no_t3-retry_no_t3", "diff:tokens.p"),
+    ("-6.0", T3A, "end_t3-end_no_t3", "diff:tokens"),
+    ("-6.6", T3A, "end_t3-end_no_t3", "diff:tokens.lo"),
+    ("-5.3", T3A, "end_t3-end_no_t3", "diff:tokens.hi"),
+    ("0.031", T3A, "end_t3-end_no_t3", "diff:tokens.p"),
+    ("-0.25", T3A, "end_t3-end_no_t3", "diff:turns"),
+    ("-0.29", T3A, "end_t3-end_no_t3", "diff:turns.lo"),
+    ("-0.22", T3A, "end_t3-end_no_t3", "diff:turns.hi"),
+    ("-0.005", T3A, "retry_t3-retry_no_t3", "diff:final_sampled"),
+    ("-0.034", T3A, "retry_t3-retry_no_t3", "diff:final_sampled.lo"),
+    ("+0.024", T3A, "retry_t3-retry_no_t3", "diff:final_sampled.hi"),
+    ("-0.000", T3A, "end_t3-end_no_t3", "diff:final_sampled"),
+    ("-0.081", T3A, "end_t3-end_no_t3", "diff:final_sampled.lo"),
+    ("+0.080", T3A, "end_t3-end_no_t3", "diff:final_sampled.hi"),
+    ("-0.023", T3A, "end_no_t3-retry_no_t3", "diff:final_sampled"),
+    ("-0.070", T3A, "end_no_t3-retry_no_t3", "diff:final_sampled.lo"),
+    ("+0.024", T3A, "end_no_t3-retry_no_t3", "diff:final_sampled.hi"),
+    ("-1.3", T3A, "retry_t3-retry_no_t3", "diff:val_tokens"),
+    ("-3.0", T3A, "retry_t3-retry_no_t3", "diff:val_tokens.lo"),
+    ("+0.4", T3A, "retry_t3-retry_no_t3", "diff:val_tokens.hi"),
+    ("-0.9", T3A, "end_t3-end_no_t3", "diff:val_tokens"),
+    ("-3.1", T3A, "end_t3-end_no_t3", "diff:val_tokens.lo"),
+    ("+1.3", T3A, "end_t3-end_no_t3", "diff:val_tokens.hi"),
 ]
 
 
