@@ -143,8 +143,8 @@ def test_the_t3_ablation_crosses_the_stall_rule_with_the_malformed_rule():
     # on t3_cpu's GuessNumbers env, length and learning rate, plus a 1024-level final evaluation
     env = base["env"]
     assert (env["name"], env["num_digits"], env["num_symbols"], env["split_by"]) == ("guess_numbers", 2, 5, "level")
-    t3_cpu = OmegaConf.to_container(compose_run(plan(EXPERIMENTS["t3_cpu"], [0])[0][1]), resolve=True)
     t3_cpu_runs = [OmegaConf.to_container(compose_run(o), resolve=True) for _, o in plan(EXPERIMENTS["t3_cpu"], [0])]
+    t3_cpu = t3_cpu_runs[0]
     (gn_cpu,) = [c for c in t3_cpu_runs if c["env"]["name"] == "guess_numbers" and not c["t3"]["enabled"]]
     assert {k for k in env if env[k] != gn_cpu["env"][k]} <= {"malformed"}
     for key in ("algo", "diagnostics", "rollout", "sft"):

@@ -266,12 +266,11 @@ class _StoredSlots:
         """The row's keys/values, ``[layers, 2, H, len, D]`` (a new tensor)."""
         parts = []
         for src, row, slots in self.pieces:
-            rows = (
-                src[:, :, row]
-                if isinstance(src, torch.Tensor)
-                else torch.stack([torch.stack(kv)[:, row] for kv in src])
-            )
-            parts.append(rows.index_select(-2, slots.to(rows.device)))
+            if isinstance(src, torch.Tensor):
+                parts.append(src[:, :, row].index_select(-2, slots.to(src.device)))
+            else:  # per-layer (keys, values): only this row's slots are copied
+                slots = slots.to(src[0][0].device)
+                parts.append(torch.stack([torch.stack((k[row], v[row])).index_select(-2, slots) for k, v in src]))
         return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
 
 
